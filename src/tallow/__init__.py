@@ -1,0 +1,51 @@
+"""tallow: a small, transparent tensor library on candle-core's design.
+
+Tensors are a shared storage plus a layout; views are free and copies explicit;
+ops are recorded only when a Var is involved. Backends: CPU (NumPy and its
+BLAS) and GPU (WebGPU through wgpu).
+"""
+
+from . import dtype as _dtype
+from .backprop import GradStore
+from .creation import (
+    arange, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, ones,
+    ones_like, rand, rand_like, randn, randn_like, tensor, tril2, triu2, zeros, zeros_like,
+)
+from .custom_op import CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2
+from .device import Device, cpu
+from .dtype import DType, bf16, f16, f32, f64, i64, u8, u32
+from .errors import (
+    DeviceMismatchError, DimOutOfRangeError, DTypeMismatchError, FileFormatError,
+    IndexOutOfRangeError, NarrowOutOfBoundsError, NotDifferentiableError, ShapeMismatchError,
+    TallowError, UnsupportedDTypeError,
+)
+from .layout import Layout
+from .ops_index import cat, stack
+from .shape import D
+from .tensor import Tensor
+from .var import Var
+from . import testing, utils  # noqa: E402  (they import the names above)
+
+Tensor.tril2 = staticmethod(tril2)
+Tensor.triu2 = staticmethod(triu2)
+Tensor.meshgrid = staticmethod(meshgrid)
+Tensor.cat = staticmethod(cat)
+Tensor.stack = staticmethod(stack)
+Tensor.zeros = staticmethod(zeros)
+Tensor.ones = staticmethod(ones)
+Tensor.arange = staticmethod(arange)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor", "Var", "Device", "DType", "Layout", "GradStore", "D", "cpu",
+    "u8", "u32", "i64", "f16", "bf16", "f32", "f64",
+    "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "eye",
+    "arange", "linspace", "rand", "randn", "rand_like", "randn_like", "cat", "stack",
+    "from_numpy", "from_dlpack", "tril2", "triu2", "meshgrid",
+    "CustomOp1", "CustomOp2", "CustomOp3", "InplaceOp1", "InplaceOp2",
+    "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError",
+    "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
+    "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
+    "testing", "utils",
+]

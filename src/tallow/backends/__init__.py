@@ -1,0 +1,1 @@
+"""Compute backends. ``base`` is the protocol; ``cpu`` and ``gpu`` implement it."""

@@ -1,0 +1,264 @@
+"""The backend protocol: what every backend implements.
+
+A backend has two halves, as in candle (``BackendDevice`` / ``BackendStorage``):
+
+* a *device state* (one object per physical device, shared by every ``Device``
+  handle that names it) that creates storages and owns queues, pools and seeds;
+* *storages*: a flat buffer of one dtype on that device. Every op takes one or
+  more ``(storage, layout)`` pairs and returns a **new** storage holding the
+  result contiguously (row-major, offset 0), except the ``*_inplace`` methods,
+  which write into ``self``.
+
+Backends never see a Tensor. The Tensor layer has already checked shapes,
+dtypes and devices, resolved dims and broadcast layouts (stride 0) before it
+calls in, so a backend may assume well-formed arguments; it must still refuse a
+dtype it cannot run with ``UnsupportedDTypeError`` (naming op, dtype, device) and
+must never read or write outside a buffer.
+
+Layouts may have any non-negative strides, including 0 (broadcast) and
+non-mergeable batch strides; a backend reads them directly rather than asking
+for a copy first.
+
+Optional fused ops (``softmax_last_dim``, ``rms_norm``, ``layer_norm``, ``rope``...)
+raise ``NotImplementedError`` here; the Tensor layer then composes them from the
+primitives, so a new backend works before it has them.
+"""
+
+from __future__ import annotations
+
+UNARY_OPS = (
+    "neg", "abs", "exp", "log", "sin", "cos", "tanh", "sqr", "sqrt", "recip",
+    "relu", "gelu", "gelu_erf", "erf", "silu", "sigmoid", "floor", "ceil", "round",
+    "sign",
+)
+# Unary ops defined on integer dtypes too (the others are float-only).
+INT_UNARY_OPS = ("neg", "abs", "sqr", "relu", "sign")
+BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+
+
+class BackendDevice:
+    """One physical device. Subclasses set ``kind`` ("cpu" / "gpu") and ``ordinal``."""
+
+    kind: str
+    ordinal: int
+    id: int  # in-process id: two handles name the same device iff their ids are equal
+
+    # -- creation: each returns a new contiguous storage of ``count`` elements ----
+    def zeros(self, count: int, dtype):
+        raise NotImplementedError
+
+    def full(self, count: int, dtype, value):
+        raise NotImplementedError
+
+    def arange(self, start, step, count: int, dtype):
+        """``start + i * step`` for i in 0..count-1, computed in the dtype's precision."""
+        raise NotImplementedError
+
+    def rand_uniform(self, count: int, dtype, low: float, high: float):
+        raise NotImplementedError
+
+    def rand_normal(self, count: int, dtype, mean: float, std: float):
+        raise NotImplementedError
+
+    def from_numpy(self, array, dtype, copy: bool = True):
+        """A storage holding a C-contiguous NumPy array's elements (flattened).
+
+        ``copy=False`` asks to keep the caller's buffer (CPU only); other devices
+        always upload.
+        """
+        raise NotImplementedError
+
+    # -- device control ----------------------------------------------------------
+    def set_seed(self, seed: int) -> None:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        pass
+
+    def supports_dtype(self, dtype) -> bool:
+        return True
+
+    def info(self) -> dict:
+        raise NotImplementedError
+
+
+class BackendStorage:
+    """A flat buffer of ``count`` elements of ``dtype`` on ``device``.
+
+    ``bdev`` is the storage's device state (a class or instance attribute).
+    """
+
+    __slots__ = ()
+    dtype: object
+    count: int
+
+    @property
+    def device(self):
+        """The public ``Device`` handle of the device this storage lives on."""
+        return self.bdev.handle
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.dtype.size_in_bytes
+
+    @property
+    def buffer_size(self) -> int:
+        """Bytes of the buffer behind the storage (a GPU pool bucket may be larger)."""
+        return self.nbytes
+
+    @property
+    def ptr(self) -> int:
+        """An integer identifying the buffer: equal for two storages iff they share it."""
+        raise NotImplementedError
+
+    # -- moving data out ---------------------------------------------------------
+    def to_numpy(self, layout):
+        """The elements of ``layout`` as a NumPy array of ``layout.shape``.
+
+        On the CPU this may be a view of the buffer; elsewhere it is a copy (a
+        readback, which waits for the work that produces it).
+        """
+        raise NotImplementedError
+
+    # -- element-wise ------------------------------------------------------------
+    def to_dtype(self, layout, dtype):
+        raise NotImplementedError
+
+    def unary(self, op: str, layout):
+        """One of ``UNARY_OPS``. ``gelu_erf`` computes in f64 internally."""
+        raise NotImplementedError
+
+    def affine(self, layout, mul: float, add: float):
+        """``x * mul + add`` (on integers: with the scalars cast to the dtype)."""
+        raise NotImplementedError
+
+    def powf(self, layout, exponent: float):
+        raise NotImplementedError
+
+    def elu(self, layout, alpha: float):
+        raise NotImplementedError
+
+    def clamp(self, layout, low, high):
+        """``min(max(x, low), high)``; either bound may be None."""
+        raise NotImplementedError
+
+    def binary(self, op: str, lhs_layout, rhs, rhs_layout):
+        """One of ``BINARY_OPS`` on two layouts of the same shape.
+
+        Integer ``div`` truncates toward zero (as Rust does) and refuses a zero divisor.
+        """
+        raise NotImplementedError
+
+    def binary_scalar(self, op: str, layout, scalar, scalar_on_left: bool):
+        """``x op scalar`` (or ``scalar op x``); the scalar already fits the dtype."""
+        raise NotImplementedError
+
+    def cmp(self, op: str, lhs_layout, rhs, rhs_layout):
+        """One of ``CMP_OPS``; the result storage is u8 (1 where true)."""
+        raise NotImplementedError
+
+    def cmp_scalar(self, op: str, layout, scalar):
+        raise NotImplementedError
+
+    def where_cond(self, layout, on_true, true_layout, on_false, false_layout):
+        """``self`` is the (integer) condition: nonzero picks ``on_true``."""
+        raise NotImplementedError
+
+    # -- reductions --------------------------------------------------------------
+    def reduce(self, op: str, layout, dims: tuple):
+        """One of ``REDUCE_OPS`` over the sorted ``dims``, keeping them as size 1.
+
+        ``argmax`` / ``argmin`` take exactly one dim and return u32 (first index of
+        the extreme value). Sums of f16/bf16 accumulate in f32; integer sums wrap
+        in their own dtype (as candle).
+        """
+        raise NotImplementedError
+
+    def cumsum(self, layout, dim: int):
+        raise NotImplementedError
+
+    def arg_sort_last_dim(self, layout, ascending: bool):
+        """u32 indices that sort each row of the last dim (stable)."""
+        raise NotImplementedError
+
+    # -- matrix products ---------------------------------------------------------
+    def matmul(self, lhs_layout, rhs, rhs_layout):
+        """Batched ``(..., m, k) @ (..., k, n)``; batch dims equal (possibly stride 0).
+
+        Any strides: transposed operands, non-mergeable batch strides, broadcast
+        batches. f16/bf16 compute with f32 accumulation.
+        """
+        raise NotImplementedError
+
+    # -- copies and in-place writes ---------------------------------------------
+    def copy_strided(self, layout):
+        """A compact contiguous copy of the elements of ``layout``."""
+        raise NotImplementedError
+
+    def copy_into_inplace(self, dst_layout, src, src_layout):
+        """Write ``src``'s elements into the ``dst_layout`` view of ``self``."""
+        raise NotImplementedError
+
+    def fill_inplace(self, layout, value):
+        raise NotImplementedError
+
+    # -- indexing ----------------------------------------------------------------
+    def index_select(self, layout, ids, ids_layout, dim: int):
+        """Rows ``ids`` (1-D, u8/u32/i64) of ``dim``.
+
+        An id equal to u32::MAX (or i64::MAX) selects nothing: zeros. An id past
+        the dim raises ``IndexOutOfRangeError`` (or, where checking would stall the
+        device, yields zeros; never wraps, never reads out of bounds).
+        """
+        raise NotImplementedError
+
+    def gather(self, layout, ids, ids_layout, dim: int):
+        """``out[..., i, ...] = self[..., ids[..., i, ...], ...]`` along ``dim``."""
+        raise NotImplementedError
+
+    def scatter_inplace(self, layout, ids, ids_layout, src, src_layout, dim: int, accumulate: bool):
+        """``self[..., ids[i], ...] (+)= src[..., i, ...]`` along ``dim`` (ids shaped like src)."""
+        raise NotImplementedError
+
+    def index_add_inplace(self, layout, ids, ids_layout, src, src_layout, dim: int):
+        """``self.narrow(dim, ids[i], 1) += src.narrow(dim, i, 1)`` for each i (ids 1-D)."""
+        raise NotImplementedError
+
+    # -- convolutions and pooling ------------------------------------------------
+    def conv1d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups):
+        raise NotImplementedError
+
+    def conv2d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups):
+        raise NotImplementedError
+
+    def conv_transpose1d(self, layout, kernel, kernel_layout, padding, output_padding,
+                         stride, dilation, groups):
+        raise NotImplementedError
+
+    def conv_transpose2d(self, layout, kernel, kernel_layout, padding, output_padding,
+                         stride, dilation, groups):
+        raise NotImplementedError
+
+    def avg_pool2d(self, layout, kernel: tuple, stride: tuple):
+        raise NotImplementedError
+
+    def max_pool2d(self, layout, kernel: tuple, stride: tuple):
+        raise NotImplementedError
+
+    def upsample_nearest1d(self, layout, size: int):
+        raise NotImplementedError
+
+    def upsample_nearest2d(self, layout, h: int, w: int):
+        raise NotImplementedError
+
+    # -- optional fused ops (NotImplementedError: the Tensor layer composes them) --
+    def softmax_last_dim(self, layout):
+        raise NotImplementedError
+
+    def rms_norm(self, layout, alpha, alpha_layout, eps: float):
+        raise NotImplementedError
+
+    def layer_norm(self, layout, alpha, alpha_layout, beta, beta_layout, eps: float):
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""The CPU backend: storages are flat NumPy buffers; kernels are NumPy (and its BLAS)."""

@@ -1,0 +1,290 @@
+"""Element-wise kernels: unary, binary, scalar, comparison, where, casts.
+
+f16 and bf16 are computed in f32 and rounded once (what candle's ``half``
+arithmetic does per op); NumPy's own f16/bf16 loops already do this for the
+basic arithmetic, so those run natively.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtype as dt
+from ...errors import UnsupportedDTypeError
+from .storage import wrap
+
+METHODS = (
+    "unary", "affine", "powf", "elu", "clamp", "binary", "binary_scalar", "cmp",
+    "cmp_scalar", "where_cond", "to_dtype",
+)
+
+_F32 = np.float32
+_HALF = (dt.f16, dt.bf16)
+
+try:  # SciPy's erf is exact to the last bit; NumPy has none.
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - scipy is a dependency
+    import math
+
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+_SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+_INV_SQRT_2 = float(1.0 / np.sqrt(2.0))
+
+
+def _gelu_tanh(x):
+    inner = x * x
+    inner *= 0.044715 * x
+    inner += x
+    inner *= _SQRT_2_OVER_PI
+    np.tanh(inner, out=inner)
+    inner += 1.0
+    inner *= 0.5 * x
+    return inner
+
+
+def _gelu_erf(x):
+    x64 = x.astype(np.float64)
+    return 0.5 * x64 * (1.0 + _erf(x64 * _INV_SQRT_2))
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        y = np.exp(-x)
+        y += 1.0
+        return np.reciprocal(y, out=y)
+
+
+def _silu(x):
+    with np.errstate(over="ignore"):
+        return x * _sigmoid(x)
+
+
+def _round_half_away(x):
+    # Rust's f32::round: halves go away from zero (NumPy's np.round goes to even).
+    t = np.trunc(x)
+    frac = x - t
+    return t + np.copysign((np.abs(frac) >= 0.5).astype(x.dtype), x)
+
+
+def _quiet(f):
+    def run(x):
+        with np.errstate(all="ignore"):
+            return f(x)
+    return run
+
+
+_FLOAT_UNARY = {
+    "neg": np.negative, "abs": np.abs, "exp": _quiet(np.exp), "log": _quiet(np.log),
+    "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sqr": np.square,
+    "sqrt": _quiet(np.sqrt), "recip": _quiet(np.reciprocal),
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": _gelu_tanh,
+    "gelu_erf": _gelu_erf, "erf": lambda x: _erf(x.astype(np.float64)),
+    "silu": _silu, "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil,
+    "round": _round_half_away, "sign": np.sign,
+}
+
+
+def _int_neg(x):
+    if x.dtype.kind == "u":
+        raise UnsupportedDTypeError(f"neg: not defined for unsigned dtype {x.dtype}")
+    return np.negative(x)
+
+
+_INT_UNARY = {
+    "neg": _int_neg, "abs": np.abs, "sqr": np.square,
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "sign": np.sign,
+}
+
+
+def _float_in(s, layout):
+    """The operand for float math: f16/bf16 widened to f32."""
+    x = s.view(layout)
+    if s.dtype in _HALF:
+        return x.astype(_F32)
+    return x
+
+
+def _float_out(y, dtype):
+    if y.dtype != dtype.np:
+        y = y.astype(dtype.np)
+    return wrap(y, dtype)
+
+
+def _unsupported(op, dtype):
+    return UnsupportedDTypeError(f"{op}: not supported for dtype {dtype} on cpu")
+
+
+def unary(s, op, layout):
+    dtype = s.dtype
+    if dtype.is_float:
+        f = _FLOAT_UNARY.get(op)
+        if f is None:
+            raise ValueError(f"unknown unary op {op!r}")
+        return _float_out(f(_float_in(s, layout)), dtype)
+    f = _INT_UNARY.get(op)
+    if f is None:
+        raise _unsupported(op, dtype)
+    return wrap(f(s.view(layout)), dtype)
+
+
+def affine(s, layout, mul, add):
+    dtype = s.dtype
+    if dtype.is_float:
+        x = _float_in(s, layout)
+        y = x * x.dtype.type(mul)
+        y += x.dtype.type(add)
+        return _float_out(y, dtype)
+    # Integers: exact modular arithmetic with the scalars truncated to integers.
+    x = s.view(layout)
+    wide = np.uint64 if x.dtype.kind == "u" else np.int64
+    with np.errstate(over="ignore"):
+        y = x.astype(wide) * wide(int(mul) % 2**64 if wide is np.uint64 else int(mul))
+        y += wide(int(add) % 2**64 if wide is np.uint64 else int(add))
+    return wrap(y.astype(dtype.np), dtype)
+
+
+def powf(s, layout, exponent):
+    if not s.dtype.is_float:
+        raise _unsupported("powf", s.dtype)
+    x = _float_in(s, layout)
+    with np.errstate(all="ignore"):
+        y = np.power(x, x.dtype.type(exponent))
+    return _float_out(y, s.dtype)
+
+
+def elu(s, layout, alpha):
+    if not s.dtype.is_float:
+        raise _unsupported("elu", s.dtype)
+    x = _float_in(s, layout)
+    with np.errstate(all="ignore"):
+        neg = np.expm1(x) * x.dtype.type(alpha)
+    return _float_out(np.where(np.signbit(x), neg, x), s.dtype)
+
+
+def clamp(s, layout, low, high):
+    x = s.view(layout)
+    t = x.dtype.type
+    y = x
+    if low is not None:
+        y = np.maximum(y, t(low))
+    if high is not None:
+        y = np.minimum(y, t(high))
+    if y is x:
+        y = x.copy()
+    return wrap(y, s.dtype)
+
+
+def _int_div(a, b):
+    if np.any(b == 0):
+        raise ZeroDivisionError("div: integer division by zero")
+    if a.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    q = np.floor_divide(a, b)
+    # Rust truncates toward zero: undo the floor where the remainder is nonzero
+    # and the operands' signs differ.
+    r = a - q * b
+    q += ((r != 0) & ((r < 0) != (b < 0))).astype(q.dtype)
+    return q
+
+
+def _float_pow(a, b):
+    with np.errstate(all="ignore"):
+        return np.power(a, b)
+
+
+def _float_div(a, b):
+    with np.errstate(all="ignore"):
+        return np.divide(a, b)
+
+
+_BINARY_NATIVE = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+
+def binary(s, op, lhs_layout, rhs, rhs_layout):
+    vc = s._vc
+    a = vc[1] if vc is not None and vc[0] is lhs_layout else s.view(lhs_layout)
+    vc = rhs._vc
+    b = vc[1] if vc is not None and vc[0] is rhs_layout else rhs.view(rhs_layout)
+    f = _BINARY_NATIVE.get(op)
+    dtype = s.dtype
+    if f is not None:
+        return wrap(f(a, b), dtype)
+    if op == "div":
+        if dtype.is_int:
+            return wrap(_int_div(a, b), dtype)
+        return wrap(_float_div(a, b), dtype)
+    if op == "pow":
+        if not dtype.is_float:
+            raise _unsupported("pow", dtype)
+        if dtype in _HALF:
+            return _float_out(_float_pow(a.astype(_F32), b.astype(_F32)), dtype)
+        return wrap(_float_pow(a, b), dtype)
+    raise ValueError(f"unknown binary op {op!r}")
+
+
+def binary_scalar(s, op, layout, scalar, scalar_on_left):
+    vc = s._vc
+    x = vc[1] if vc is not None and vc[0] is layout else s.view(layout)
+    dtype = s.dtype
+    c = dtype.np.type(scalar)
+    f = _BINARY_NATIVE.get(op)
+    if f is not None:
+        return wrap(f(c, x) if scalar_on_left else f(x, c), dtype)
+    if op == "div":
+        if dtype.is_int:
+            a, b = (np.full_like(x, c), x) if scalar_on_left else (x, np.full_like(x, c))
+            return wrap(_int_div(a, b), dtype)
+        return wrap(_float_div(c, x) if scalar_on_left else _float_div(x, c), dtype)
+    if op == "pow":
+        if not dtype.is_float:
+            raise _unsupported("pow", dtype)
+        xf = x.astype(_F32) if dtype in _HALF else x
+        cf = xf.dtype.type(scalar)
+        return _float_out(_float_pow(cf, xf) if scalar_on_left else _float_pow(xf, cf), dtype)
+    raise ValueError(f"unknown binary op {op!r}")
+
+
+_CMP = {
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+}
+
+
+def cmp(s, op, lhs_layout, rhs, rhs_layout):
+    out = _CMP[op](s.view(lhs_layout), rhs.view(rhs_layout))
+    return wrap(out.view(np.uint8), dt.u8)
+
+
+def cmp_scalar(s, op, layout, scalar):
+    out = _CMP[op](s.view(layout), s.dtype.np.type(scalar))
+    return wrap(np.asarray(out).view(np.uint8), dt.u8)
+
+
+def where_cond(s, layout, on_true, true_layout, on_false, false_layout):
+    cond = s.view(layout) != 0
+    out = np.where(cond, on_true.view(true_layout), on_false.view(false_layout))
+    return wrap(out, on_true.dtype)
+
+
+def to_dtype(s, layout, dtype):
+    x = s.view(layout)
+    if dtype.is_int and s.dtype.is_float:
+        return wrap(_float_to_int(x, dtype), dtype)
+    return wrap(x.astype(dtype.np, order="C"), dtype)
+
+
+def _float_to_int(x, dtype):
+    # Rust's `as`: truncate toward zero, saturate at the bounds, NaN -> 0.
+    x64 = np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    lo, hi = float(dtype.min), float(dtype.max)
+    clipped = np.clip(x64, lo, hi)
+    if dtype is dt.i64:
+        # i64::MAX is not a float; 2**63 would overflow the cast.
+        out = np.where(clipped >= 2.0**63, 0, clipped).astype(np.int64)
+        out[clipped >= 2.0**63] = np.iinfo(np.int64).max
+        return out
+    return clipped.astype(dtype.np)

@@ -1,0 +1,693 @@
+"""Reverse-mode autograd over the recorded op graph, written with Tensor ops only
+(so it runs unchanged on every backend).
+
+``sorted_nodes`` walks from the root to every tracked tensor that depends on a
+Var (iteratively: 10,000-op chains do not hit the recursion limit), in
+backward's order. ``backward`` seeds the root with ones and applies one rule per
+op, accumulating into a ``GradStore``; the gradients of intermediate nodes are
+dropped as soon as they are used, as candle does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import dtype as dt
+from .errors import NotDifferentiableError
+
+
+class GradStore:
+    """Gradients keyed by tensor id."""
+
+    def __init__(self):
+        self._grads = {}
+        self._tensors = {}
+
+    def get_id(self, tid):
+        return self._grads.get(tid)
+
+    def get(self, t):
+        return self._grads.get(t.id)
+
+    def __getitem__(self, t):
+        g = self._grads.get(t.id)
+        if g is None:
+            raise KeyError(f"no gradient for tensor {t.id} (shape {t.shape})")
+        return g
+
+    def __contains__(self, t):
+        return t.id in self._grads
+
+    def __len__(self):
+        return len(self._grads)
+
+    def insert(self, t, grad):
+        self._grads[t.id] = grad
+        self._tensors[t.id] = t
+
+    def remove(self, t):
+        self._tensors.pop(t.id, None)
+        return self._grads.pop(t.id, None)
+
+    def get_ids(self):
+        return list(self._grads)
+
+    def items(self):
+        return [(self._tensors[i], g) for i, g in self._grads.items()]
+
+    def _accumulate(self, t, grad):
+        prev = self._grads.get(t.id)
+        if prev is None:
+            self._grads[t.id] = grad
+            self._tensors[t.id] = t
+        else:
+            self._grads[t.id] = prev + grad
+
+
+def sorted_nodes(root):
+    """Tracked tensors behind ``root`` that depend on a Var, root first."""
+    seen = {}  # id -> depends on a variable
+    order = []
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        nid = node._id
+        if expanded:
+            op = node._op
+            tracked = any(seen.get(a._id, False) for a in op.args)
+            seen[nid] = tracked
+            if tracked:
+                order.append(node)
+            continue
+        if nid in seen:
+            continue
+        if node.is_variable():
+            seen[nid] = True
+            order.append(node)
+            continue
+        if node._op is None or node.dtype.is_int:
+            seen[nid] = False
+            continue
+        seen[nid] = False  # provisional, overwritten after the args
+        stack.append((node, True))
+        for a in reversed(node._op.args):
+            if a._id not in seen:
+                stack.append((a, False))
+    order.reverse()
+    return order
+
+
+def backward(root):
+    if not root._track:
+        raise NotDifferentiableError(
+            "backward: this tensor does not depend on any Var (its ops were not recorded)"
+        )
+    from .creation import ones_like
+
+    grads = GradStore()
+    grads.insert(root, ones_like(root.detach()))
+    for node in sorted_nodes(root):
+        if node.is_variable():
+            continue
+        grad = grads.remove(node)
+        if grad is None:
+            continue
+        op = node._op
+        rule = RULES.get(op.name)
+        if rule is None:
+            raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
+        args = [a.detach() for a in op.args]
+        outs = rule(op, args, node.detach(), grad)
+        for arg, g in zip(op.args, outs):
+            if g is None or arg.dtype.is_int:
+                continue
+            if g.shape != arg.shape:
+                raise RuntimeError(
+                    f"backward of {op.name}: gradient shape {g.shape} for an input of shape {arg.shape}"
+                )
+            grads._accumulate(arg, g)
+    return grads
+
+
+# -- rules: rule(op, args, out, grad) -> one gradient (or None) per arg ----------------
+
+RULES = {}
+
+
+def rule(*names):
+    def register(f):
+        for n in names:
+            RULES[n] = f
+        return f
+    return register
+
+
+def _like(t, value):
+    from .creation import full
+
+    return full((), value, dtype=t.dtype, device=t.device)
+
+
+def _mask(cond, like):
+    return cond.to_dtype(like.dtype)
+
+
+@rule("neg")
+def _neg(op, a, out, g):
+    return [g.neg()]
+
+
+@rule("abs")
+def _abs(op, a, out, g):
+    return [g * a[0].sign()]
+
+
+@rule("exp")
+def _exp(op, a, out, g):
+    return [g * out]
+
+
+@rule("log")
+def _log(op, a, out, g):
+    return [g / a[0]]
+
+
+@rule("sin")
+def _sin(op, a, out, g):
+    return [g * a[0].cos()]
+
+
+@rule("cos")
+def _cos(op, a, out, g):
+    return [-(g * a[0].sin())]
+
+
+@rule("tanh")
+def _tanh(op, a, out, g):
+    return [g * (1.0 - out.sqr())]
+
+
+@rule("sqr")
+def _sqr(op, a, out, g):
+    return [g * a[0] * 2.0]
+
+
+@rule("sqrt")
+def _sqrt(op, a, out, g):
+    return [g / (out * 2.0)]
+
+
+@rule("recip")
+def _recip(op, a, out, g):
+    return [-(g * out.sqr())]
+
+
+@rule("relu")
+def _relu(op, a, out, g):
+    return [g * _mask(a[0] > 0, g)]
+
+
+@rule("gelu")
+def _gelu(op, a, out, g):
+    x = a[0]
+    c = math.sqrt(2.0 / math.pi)
+    x2 = x.sqr()
+    t = ((x2 * 0.044715 + 1.0) * x * c).tanh()
+    dt_ = (x2 * (3.0 * 0.044715) + 1.0) * c
+    d = (t + 1.0) * 0.5 + x * 0.5 * (1.0 - t.sqr()) * dt_
+    return [g * d]
+
+
+@rule("gelu_erf")
+def _gelu_erf(op, a, out, g):
+    x = a[0]
+    cdf = ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0) * 0.5
+    pdf = (x.sqr() * -0.5).exp() * (1.0 / math.sqrt(2.0 * math.pi))
+    return [g * (cdf + x * pdf)]
+
+
+@rule("erf")
+def _erf(op, a, out, g):
+    return [g * (a[0].sqr().neg().exp() * (2.0 / math.sqrt(math.pi)))]
+
+
+@rule("silu")
+def _silu(op, a, out, g):
+    x = a[0]
+    s = x.sigmoid()
+    return [g * s * (x * (1.0 - s) + 1.0)]
+
+
+@rule("sigmoid")
+def _sigmoid(op, a, out, g):
+    return [g * out * (1.0 - out)]
+
+
+@rule("floor", "ceil", "round", "sign")
+def _step(op, a, out, g):
+    raise NotDifferentiableError(
+        f"backward: '{op.name}' is piecewise constant and has no useful gradient; "
+        "detach its input if this is intended"
+    )
+
+
+@rule("affine")
+def _affine(op, a, out, g):
+    mul, _ = op.params
+    return [g * mul]
+
+
+@rule("powf")
+def _powf(op, a, out, g):
+    e = op.params
+    return [g * a[0].powf(e - 1.0) * e]
+
+
+@rule("elu")
+def _elu(op, a, out, g):
+    alpha = op.params
+    x = a[0]
+    neg = _mask(x < 0, g)
+    return [g * (neg * (out + alpha) + (1.0 - neg))]
+
+
+@rule("clamp")
+def _clamp(op, a, out, g):
+    lo, hi = op.params
+    x = a[0]
+    m = _like(x, 1.0).broadcast_as(x.shape)
+    if lo is not None:
+        m = m * _mask(x >= lo, g)
+    if hi is not None:
+        m = m * _mask(x <= hi, g)
+    return [g * m]
+
+
+# -- binary ------------------------------------------------------------------------------
+
+@rule("add")
+def _add(op, a, out, g):
+    return [g, g]
+
+
+@rule("sub")
+def _sub(op, a, out, g):
+    return [g, g.neg()]
+
+
+@rule("mul")
+def _mul(op, a, out, g):
+    return [g * a[1], g * a[0]]
+
+
+@rule("div")
+def _div(op, a, out, g):
+    return [g / a[1], -(g * a[0] / a[1].sqr())]
+
+
+@rule("maximum", "minimum")
+def _extreme(op, a, out, g):
+    # Ties split the gradient in half, as PyTorch does.
+    ml = _mask(a[0] == out, g)
+    mr = _mask(a[1] == out, g)
+    share = g / (ml + mr)
+    return [share * ml, share * mr]
+
+
+@rule("pow")
+def _pow(op, a, out, g):
+    x, y = a
+    return [g * y * x.pow(y - 1.0), g * out * x.log()]
+
+
+@rule("scalar_add")
+def _s_add(op, a, out, g):
+    return [g]
+
+
+@rule("scalar_sub")
+def _s_sub(op, a, out, g):
+    _, left = op.params
+    return [g.neg() if left else g]
+
+
+@rule("scalar_mul")
+def _s_mul(op, a, out, g):
+    return [g * op.params[0]]
+
+
+@rule("scalar_div")
+def _s_div(op, a, out, g):
+    v, left = op.params
+    if left:  # v / x
+        return [-(g * v / a[0].sqr())]
+    return [g * (1.0 / v)]
+
+
+@rule("scalar_pow")
+def _s_pow(op, a, out, g):
+    v, left = op.params
+    if left:  # v ** x
+        return [g * out * math.log(v)]
+    return [g * a[0].powf(v - 1.0) * v]
+
+
+@rule("scalar_maximum", "scalar_minimum")
+def _s_extreme(op, a, out, g):
+    x = a[0]
+    v, _ = op.params
+    win = (x > v) if op.name == "scalar_maximum" else (x < v)
+    m = _mask(win, g) + _mask(x == v, g) * 0.5
+    return [g * m]
+
+
+@rule("where_cond")
+def _where(op, a, out, g):
+    c = a[0]
+    z = _like(g, 0.0)
+    return [None, c.where_cond(g, z), c.where_cond(z, g)]
+
+
+# -- reductions -------------------------------------------------------------------------
+
+@rule("sum_keepdim")
+def _sum(op, a, out, g):
+    return [g.broadcast_as(a[0].shape)]
+
+
+@rule("max_keepdim", "min_keepdim")
+def _max(op, a, out, g):
+    x = a[0]
+    dims = op.params
+    if len(dims) == 1:
+        # Route to the first arg position (PyTorch's max(dim) / min(dim)).
+        d = dims[0]
+        idx = x.argmax_keepdim(d) if op.name == "max_keepdim" else x.argmin_keepdim(d)
+        from .creation import zeros_like
+
+        return [zeros_like(x).scatter_add(idx, g, d)]
+    # Over several dims: split evenly among equal extremes (PyTorch's max()).
+    m = _mask(x == out.broadcast_as(x.shape), g)
+    count = m.sum_keepdim(dims)
+    return [m * (g / count).broadcast_as(x.shape)]
+
+
+@rule("cumsum")
+def _cumsum(op, a, out, g):
+    d = op.params
+    return [g.flip(d).cumsum(d).flip(d)]
+
+
+@rule("matmul")
+def _matmul(op, a, out, g):
+    x, y = a
+    return [g.matmul(y.transpose(-1, -2)), x.transpose(-1, -2).matmul(g)]
+
+
+# -- moves and copies -------------------------------------------------------------------
+
+@rule("to_dtype")
+def _to_dtype(op, a, out, g):
+    return [g.to_dtype(op.params)]
+
+
+@rule("to_device")
+def _to_device(op, a, out, g):
+    return [g.to_device(op.params)]
+
+
+@rule("contiguous", "copy", "force_contiguous")
+def _copy(op, a, out, g):
+    return [g]
+
+
+# -- views ------------------------------------------------------------------------------
+
+@rule("reshape")
+def _reshape(op, a, out, g):
+    return [g.reshape(op.params)]
+
+
+@rule("transpose")
+def _transpose(op, a, out, g):
+    d1, d2 = op.params
+    return [g.transpose(d1, d2)]
+
+
+@rule("permute")
+def _permute(op, a, out, g):
+    dims = op.params
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return [g.permute(tuple(inverse))]
+
+
+@rule("narrow")
+def _narrow(op, a, out, g):
+    d, start, length = op.params
+    size = a[0].shape[d]
+    return [g.pad_with_zeros(d, start, size - start - length)]
+
+
+@rule("slice_step")
+def _slice_step(op, a, out, g):
+    from .creation import arange, zeros_like
+
+    d, start, length, step = op.params
+    ids = arange(start, start + length * step, step, dtype=dt.i64, device=g.device) if length else None
+    z = zeros_like(a[0])
+    return [z if ids is None else z.index_add(ids, g, d)]
+
+
+@rule("broadcast_as")
+def _broadcast(op, a, out, g):
+    src = op.params
+    extra = len(g.shape) - len(src)
+    if extra:
+        g = g.sum(tuple(range(extra)))
+    dims = tuple(i for i, (s, o) in enumerate(zip(src, g.shape)) if s == 1 and o != 1)
+    if dims:
+        g = g.sum_keepdim(dims)
+    return [g]
+
+
+# -- indexing ---------------------------------------------------------------------------
+
+@rule("index_select")
+def _index_select(op, a, out, g):
+    from .creation import zeros_like
+
+    x, ids = a
+    return [zeros_like(x).index_add(ids, g, op.params), None]
+
+
+@rule("gather")
+def _gather(op, a, out, g):
+    from .creation import zeros_like
+
+    x, ids = a
+    return [zeros_like(x).scatter_add(ids, g, op.params), None]
+
+
+@rule("scatter_add")
+def _scatter_add(op, a, out, g):
+    x, ids, src = a
+    d = op.params
+    return [g, None, _fit(g.gather(ids, d), src)]
+
+
+@rule("scatter")
+def _scatter(op, a, out, g):
+    from .creation import zeros_like
+
+    x, ids, src = a
+    d = op.params
+    return [g.scatter(ids, zeros_like(src), d), None, _fit(g.gather(ids, d), src)]
+
+
+def _fit(g, like):
+    """Pad a gradient computed over the ids' extent to the source's shape."""
+    for d, (n, m) in enumerate(zip(g.shape, like.shape)):
+        if n < m:
+            g = g.pad_with_zeros(d, 0, m - n)
+    return g
+
+
+@rule("index_add")
+def _index_add(op, a, out, g):
+    x, ids, src = a
+    return [g, None, g.index_select(ids, op.params)]
+
+
+@rule("slice_scatter")
+def _slice_scatter(op, a, out, g):
+    from .creation import zeros_like
+
+    x, src = a
+    d, start = op.params
+    return [g.slice_scatter(zeros_like(src), d, start), g.narrow(d, start, src.shape[d])]
+
+
+@rule("slice_assign")
+def _slice_assign(op, a, out, g):
+    from .creation import zeros_like
+
+    x, src = a
+    starts, lens = op.params
+    ranges = [(s, s + n) for s, n in zip(starts, lens)]
+    region = g
+    for d, (s, n) in enumerate(zip(starts, lens)):
+        region = region.narrow(d, s, n)
+    return [g.slice_assign(ranges, zeros_like(src)), region]
+
+
+@rule("cat")
+def _cat(op, a, out, g):
+    d, sizes = op.params
+    outs, offset = [], 0
+    for n in sizes:
+        outs.append(g.narrow(d, offset, n))
+        offset += n
+    return outs
+
+
+# -- convolutions and pooling -------------------------------------------------------------
+
+def _group_split(t, groups, dim):
+    return t.chunk(groups, dim) if groups > 1 else [t]
+
+
+def _conv_weight_grad(x, g, k_shape, pad, stride, dil, groups, nd):
+    """dL/dkernel of a convolution: a convolution of the input with the output grad."""
+    outs = []
+    for xg, gg in zip(_group_split(x, groups, 1), _group_split(g, groups, 1)):
+        xt = xg.transpose(0, 1)
+        gt = gg.transpose(0, 1)
+        if nd == 1:
+            w = xt.conv1d(gt, padding=pad, stride=dil, dilation=stride)
+        else:
+            w = xt.conv2d(gt, padding=pad, stride=dil, dilation=stride)
+        w = w.transpose(0, 1)
+        for i in range(nd):
+            w = w.narrow(2 + i, 0, k_shape[2 + i])
+        outs.append(w)
+    from .ops_index import cat
+
+    return cat(outs, 0) if len(outs) > 1 else outs[0]
+
+
+@rule("conv1d")
+def _conv1d(op, a, out, g):
+    x, k = a
+    pad, stride, dil, groups = op.params
+    n = x.shape[2]
+    opad = (n + 2 * pad - dil * (k.shape[2] - 1) - 1) % stride
+    gx = g.conv_transpose1d(k, padding=pad, output_padding=opad, stride=stride,
+                            dilation=dil, groups=groups)
+    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 1)
+    return [gx, gk]
+
+
+@rule("conv2d")
+def _conv2d(op, a, out, g):
+    x, k = a
+    pad, stride, dil, groups = op.params
+    opad = tuple(
+        (x.shape[2 + i] + 2 * pad[i] - dil[i] * (k.shape[2 + i] - 1) - 1) % stride[i]
+        for i in range(2)
+    )
+    gx = g.conv_transpose2d(k, padding=pad, output_padding=opad, stride=stride,
+                            dilation=dil, groups=groups)
+    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 2)
+    return [gx, gk]
+
+
+@rule("conv_transpose1d")
+def _conv_t1d(op, a, out, g):
+    x, k = a
+    pad, opad, stride, dil, groups = op.params
+    gx = g.conv1d(k, padding=pad, stride=stride, dilation=dil, groups=groups)
+    # The adjoint's weight gradient comes out as (c_in, c_out / groups, k): the kernel's own layout.
+    return [gx, _conv_weight_grad(g, x, k.shape, pad, stride, dil, groups, 1)]
+
+
+@rule("conv_transpose2d")
+def _conv_t2d(op, a, out, g):
+    x, k = a
+    pad, opad, stride, dil, groups = op.params
+    gx = g.conv2d(k, padding=pad, stride=stride, dilation=dil, groups=groups)
+    return [gx, _conv_weight_grad(g, x, k.shape, pad, stride, dil, groups, 2)]
+
+
+@rule("avg_pool2d")
+def _avg_pool(op, a, out, g):
+    from .creation import ones
+
+    x = a[0]
+    (kh, kw), (sh, sw) = op.params
+    c = x.shape[1]
+    kern = ones((c, 1, kh, kw), dtype=g.dtype, device=g.device) * (1.0 / (kh * kw))
+    gx = g.conv_transpose2d(kern, stride=(sh, sw), groups=c)
+    h, w = x.shape[2:]
+    return [gx.pad_with_zeros(2, 0, h - gx.shape[2]).pad_with_zeros(3, 0, w - gx.shape[3])]
+
+
+@rule("max_pool2d")
+def _max_pool(op, a, out, g):
+    from .creation import arange, zeros
+    from .ops_index import stack
+
+    x = a[0]
+    (kh, kw), (sh, sw) = op.params
+    b, c, h, w = x.shape
+    oh, ow = out.shape[2:]
+    cands = []
+    for i in range(kh):
+        for j in range(kw):
+            cands.append(x[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw])
+    k = stack(cands, 4).argmax(4).to_dtype(dt.i64)  # first max in each window
+    di, dj = k / kw, k - (k / kw) * kw
+    rows = arange(oh, dtype=dt.i64, device=g.device).reshape((oh, 1)) * sh
+    cols = arange(ow, dtype=dt.i64, device=g.device).reshape((1, ow)) * sw
+    pos = (di + rows) * w + dj + cols  # (b, c, oh, ow) flat input positions
+    flat = zeros((b, c, h * w), dtype=g.dtype, device=g.device)
+    gx = flat.scatter_add(pos.reshape((b, c, oh * ow)), g.reshape((b, c, oh * ow)), 2)
+    return [gx.reshape((b, c, h, w))]
+
+
+def _nearest_ids(src, dst, device):
+    import numpy as np
+
+    from .tensor import Tensor
+
+    ids = np.minimum((np.arange(dst) * (src / dst)).astype(np.int64), src - 1)
+    return Tensor(ids).to_device(device)
+
+
+@rule("upsample_nearest1d")
+def _up1(op, a, out, g):
+    from .creation import zeros_like
+
+    x = a[0]
+    ids = _nearest_ids(x.shape[2], op.params, g.device)
+    return [zeros_like(x).index_add(ids, g, 2)]
+
+
+@rule("upsample_nearest2d")
+def _up2(op, a, out, g):
+    from .creation import zeros
+
+    x = a[0]
+    b, c, h, w = x.shape
+    H, W = op.params
+    gw = zeros((b, c, H, w), dtype=g.dtype, device=g.device).index_add(
+        _nearest_ids(w, W, g.device), g, 3)
+    gh = zeros((b, c, h, w), dtype=g.dtype, device=g.device).index_add(
+        _nearest_ids(h, H, g.device), gw, 2)
+    return [gh]
+
+
+@rule("custom")
+def _custom(op, a, out, g):
+    return list(op.params.backward(a, out, g))

@@ -1,0 +1,70 @@
+"""From Python data and NumPy arrays to (array, dtype), with candle-pyo3's inference.
+
+Python data: floats (or a mix of floats and ints) -> f32; ints all within
+0..2**32 -> u32; other ints -> i64; bools -> u8. NumPy arrays keep their dtype
+(types tallow lacks widen losslessly: bool -> u8, int8/16/32 -> i64, uint16 -> u32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtype as dt
+from .errors import ShapeMismatchError, UnsupportedDTypeError
+
+
+def infer_python(data):
+    """(np.ndarray, DType) for a scalar or (nested) list/tuple of numbers."""
+    try:
+        arr = np.array(data)
+    except (ValueError, OverflowError) as e:
+        if isinstance(e, OverflowError) or "int" in str(e):
+            arr = np.array(data, dtype=object)
+        else:
+            raise ShapeMismatchError(f"tensor: data is not rectangular ({e})") from None
+    kind = arr.dtype.kind
+    if kind == "b":
+        return arr.astype(np.uint8), dt.u8
+    if kind == "f":
+        return arr.astype(np.float32), dt.f32
+    if kind in "iu":
+        if arr.size == 0 or (arr.min() >= 0 and arr.max() < 2**32):
+            return arr.astype(np.uint32), dt.u32
+        return arr.astype(np.int64), dt.i64
+    if kind == "O":
+        flat = arr.ravel().tolist()
+        if all(isinstance(v, int) for v in flat):
+            raise OverflowError("tensor: an integer does not fit in i64")
+        raise TypeError("tensor: data must be numbers (or nested lists of numbers)")
+    raise TypeError(f"tensor: cannot make a tensor from {type(data).__name__} data of kind {arr.dtype}")
+
+
+def from_data(data, dtype=None):
+    """(C-contiguous np.ndarray, DType) for any accepted input, always a copy."""
+    if isinstance(data, np.ndarray):
+        if dtype is None:
+            dtype = dt.from_numpy_dtype(data.dtype, allow_widening=True)
+        return np.array(data, dtype=dtype.np, order="C", copy=True), dtype
+    if isinstance(data, np.generic):
+        return from_data(np.asarray(data), dtype)
+    if hasattr(data, "__array__") and not isinstance(data, (list, tuple)):
+        return from_data(np.asarray(data), dtype)
+    if dtype is None:
+        arr, dtype = infer_python(data)
+        return np.ascontiguousarray(arr), dtype
+    try:
+        arr = np.array(data, dtype=dtype.np if dtype is not dt.bf16 else np.float32)
+    except ValueError as e:
+        raise ShapeMismatchError(f"tensor: data is not rectangular ({e})") from None
+    if arr.dtype.kind == "O":
+        raise TypeError("tensor: data must be numbers (or nested lists of numbers)")
+    return np.ascontiguousarray(arr.astype(dtype.np, copy=False)), dtype
+
+
+def check_numpy_exact(array, op: str):
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{op}: expected a NumPy array, got {type(array).__name__}")
+    try:
+        return dt.from_numpy_dtype(array.dtype)
+    except UnsupportedDTypeError as e:
+        raise UnsupportedDTypeError(f"{op}: {e}") from None

@@ -1,0 +1,142 @@
+"""User-defined ops (candle's CustomOp1/2/3 and InplaceOp1/2).
+
+Subclass and implement ``name()`` and ``cpu_fwd(storage, layout, ...)`` returning
+``(array, shape)``: a flat NumPy array of the result in row-major order (or a CPU
+storage) and its shape. ``np.asarray(storage)`` is the input's flat, writable
+element buffer, to be read through ``layout.start_offset`` and ``layout.stride``.
+Optionally ``gpu_fwd`` (same arguments, GPU storages, returning a GPU storage and
+a shape) and ``bwd`` (the gradients as tensors, None where not differentiable).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._construct import make
+from .errors import NotDifferentiableError, TallowError
+from .layout import Layout
+from .op import record
+from .shape import elem_count
+
+_contig = Layout.contiguous_of
+
+
+class _CustomOpBase:
+    def name(self) -> str:
+        return type(self).__name__
+
+    def cpu_fwd(self, *args):
+        raise NotImplementedError(f"custom op {self.name()}: no cpu_fwd")
+
+    def gpu_fwd(self, *args):
+        raise NotImplementedError
+
+
+class CustomOp1(_CustomOpBase):
+    def bwd(self, arg, res, grad_res):
+        raise NotDifferentiableError(f"custom op {self.name()} has no backward (bwd)")
+
+
+class CustomOp2(_CustomOpBase):
+    def bwd(self, arg1, arg2, res, grad_res):
+        raise NotDifferentiableError(f"custom op {self.name()} has no backward (bwd)")
+
+
+class CustomOp3(_CustomOpBase):
+    def bwd(self, arg1, arg2, arg3, res, grad_res):
+        raise NotDifferentiableError(f"custom op {self.name()} has no backward (bwd)")
+
+
+class InplaceOp1(_CustomOpBase):
+    pass
+
+
+class InplaceOp2(_CustomOpBase):
+    pass
+
+
+class _Backward:
+    """The graph's handle on a custom op: calls its ``bwd`` with the right arity."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op):
+        self.op = op
+
+    def backward(self, args, out, grad):
+        grads = self.op.bwd(*args, out, grad)
+        if len(args) == 1:
+            return [grads]
+        return list(grads)
+
+    def __repr__(self):
+        return f"custom:{self.op.name()}"
+
+
+def _run(op, tensors):
+    first = tensors[0]
+    pairs = []
+    for t in tensors:
+        pairs += [t._storage, t._layout]
+    kind = first.device.kind
+    if kind == "cpu":
+        result, shape = op.cpu_fwd(*pairs)
+    else:
+        try:
+            result, shape = op.gpu_fwd(*pairs)
+        except NotImplementedError:
+            raise TallowError(
+                f"custom op {op.name()}: no gpu_fwd, so it cannot run on {first.device}"
+            ) from None
+    shape = tuple(int(d) for d in shape)
+    if kind == "cpu" and not hasattr(result, "bdev"):
+        arr = np.ascontiguousarray(np.asarray(result)).reshape(-1)
+        if arr.size != elem_count(shape):
+            raise TallowError(
+                f"custom op {op.name()}: returned {arr.size} elements for shape {shape}"
+            )
+        from . import dtype as dt
+
+        dtype = dt.from_numpy_dtype(arr.dtype)
+        storage = first._storage.bdev.from_numpy(arr, dtype, copy=False)
+    else:
+        storage = result
+    return make(storage, _contig(shape), record("custom", tensors, _Backward(op)))
+
+
+class CustomOpMethods:
+    """Mixed into Tensor: ``apply_op1/2/3`` and ``inplace_op1/2``."""
+
+    __slots__ = ()
+
+    def apply_op1(self, op):
+        return _run(op, (self,))
+
+    def apply_op2(self, rhs, op):
+        _same_device(op, self, rhs)
+        return _run(op, (self, rhs))
+
+    def apply_op3(self, b, c, op):
+        _same_device(op, self, b)
+        _same_device(op, self, c)
+        return _run(op, (self, b, c))
+
+    def inplace_op1(self, op):
+        if self.device.kind == "cpu":
+            op.cpu_fwd(self._storage, self._layout)
+        else:
+            op.gpu_fwd(self._storage, self._layout)
+
+    def inplace_op2(self, rhs, op):
+        _same_device(op, self, rhs)
+        if self.device.kind == "cpu":
+            op.cpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)
+        else:
+            op.gpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)
+
+
+def _same_device(op, a, b):
+    if a._storage.bdev is not b._storage.bdev:
+        from .errors import DeviceMismatchError
+
+        raise DeviceMismatchError(f"custom op {op.name()}: tensors on {a.device} and {b.device}")

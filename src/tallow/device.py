@@ -1,0 +1,150 @@
+"""Devices: cheap handles over one shared state per physical device.
+
+``Device.cpu()`` and ``Device.gpu(ordinal)`` return handles; every handle of the
+same device shares its backend state (queue, pools, kernel cache, seed), and
+sameness is decided by the in-process device id. A handle compares equal to its
+string form ("cpu", "gpu" for ordinal 0, "gpu:1").
+"""
+
+from __future__ import annotations
+
+from .errors import TallowError
+
+
+class Device:
+    __slots__ = ("_state",)
+
+    def __init__(self, state):
+        self._state = state
+
+    # -- constructors ------------------------------------------------------------
+    @staticmethod
+    def cpu() -> "Device":
+        return cpu
+
+    @staticmethod
+    def gpu(ordinal: int = 0) -> "Device":
+        from .backends.gpu import gpu_device_state
+
+        return Device(gpu_device_state(ordinal))
+
+    @staticmethod
+    def parse(value) -> "Device":
+        if isinstance(value, Device):
+            return value
+        kind, ordinal = _parse_name(value)
+        return Device.cpu() if kind == "cpu" else Device.gpu(ordinal)
+
+    # -- identity ----------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        return self._state.kind
+
+    @property
+    def ordinal(self) -> int:
+        return self._state.ordinal
+
+    @property
+    def id(self) -> int:
+        return self._state.id
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._state.kind == "cpu"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self._state.kind == "gpu"
+
+    def same_device(self, other) -> bool:
+        return isinstance(other, Device) and other._state is self._state
+
+    def __eq__(self, other):
+        if isinstance(other, Device):
+            return other._state is self._state
+        if isinstance(other, str):
+            try:
+                return _parse_name(other) == (self.kind, self.ordinal)
+            except TallowError:
+                return False
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(("tallow.Device", self._state.id))
+
+    def __copy__(self):
+        return Device(self._state)
+
+    def __deepcopy__(self, memo):
+        return Device(self._state)
+
+    def __reduce__(self):
+        return (Device.parse, (str(self),))
+
+    def __str__(self):
+        if self.kind == "cpu":
+            return "cpu"
+        return f"gpu:{self.ordinal}"
+
+    def __repr__(self):
+        return f"Device({str(self)!r})"
+
+    # -- control -----------------------------------------------------------------
+    def synchronize(self) -> None:
+        self._state.synchronize()
+
+    def set_seed(self, seed: int) -> None:
+        self._state.set_seed(int(seed))
+
+    def supports_dtype(self, dtype) -> bool:
+        from .dtype import DType
+
+        return self._state.supports_dtype(DType.parse(dtype))
+
+    def info(self) -> dict:
+        return self._state.info()
+
+    def _gpu_only(self, what: str):
+        if self.kind != "gpu":
+            raise TallowError(f"{what} is only available on a GPU device, not on {self}")
+        return self._state
+
+    def memory_stats(self) -> dict:
+        return self._gpu_only("memory_stats").memory_stats()
+
+    def set_cache_limit(self, nbytes: int) -> None:
+        self._gpu_only("set_cache_limit").set_cache_limit(int(nbytes))
+
+    def kernel_stats(self) -> dict:
+        return self._gpu_only("kernel_stats").kernel_stats()
+
+
+def _parse_name(value) -> tuple:
+    if not isinstance(value, str):
+        raise TypeError(f"a device is a Device or a string, got {type(value).__name__}")
+    name = value.strip().lower()
+    if name == "cpu":
+        return "cpu", 0
+    kind, _, ordinal = name.partition(":")
+    if kind in ("gpu", "wgpu", "webgpu"):
+        if not ordinal:
+            return "gpu", 0
+        if ordinal.isdigit():
+            return "gpu", int(ordinal)
+    if kind in ("cuda", "metal"):
+        raise TallowError(
+            f"device {value!r}: tallow has no {kind} backend; its GPU backend is 'gpu' "
+            "(WebGPU: Metal, Vulkan or D3D12 underneath)"
+        )
+    raise TallowError(f"unknown device {value!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+
+
+def _make_cpu() -> Device:
+    from .backends.cpu.device import CPU_STATE
+
+    handle = Device(CPU_STATE)
+    CPU_STATE.handle = handle
+    return handle
+
+
+cpu = _make_cpu()

@@ -1,0 +1,46 @@
+"""The error hierarchy. Every error tallow raises on bad input is a TallowError.
+
+Subclasses also derive from the built-in exception a Python user would catch for
+the same mistake (ValueError for a shape mismatch, IndexError for an index out of
+range), so code written for NumPy or PyTorch keeps working.
+"""
+
+
+class TallowError(Exception):
+    """Base class of every error raised by tallow."""
+
+
+class ShapeMismatchError(TallowError, ValueError):
+    """Shapes that an op needs to agree (or to broadcast) do not."""
+
+
+class DTypeMismatchError(TallowError, TypeError):
+    """Two operands have different dtypes (tallow never converts implicitly)."""
+
+
+class DeviceMismatchError(TallowError, ValueError):
+    """Two operands live on different devices."""
+
+
+class UnsupportedDTypeError(TallowError, TypeError):
+    """The op cannot run on this dtype, or the device cannot hold it."""
+
+
+class DimOutOfRangeError(TallowError, IndexError):
+    """A dimension index is outside ``-rank..rank-1``."""
+
+
+class NarrowOutOfBoundsError(TallowError, IndexError):
+    """A narrow, slice or in-place write reaches outside the tensor."""
+
+
+class IndexOutOfRangeError(TallowError, IndexError):
+    """An index value (in ``index_select``, ``gather``, ...) is outside the indexed dim."""
+
+
+class NotDifferentiableError(TallowError):
+    """Backward reached an op that has no gradient."""
+
+
+class FileFormatError(TallowError, ValueError):
+    """A file is truncated, corrupted or not in the expected format."""

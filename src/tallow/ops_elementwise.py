@@ -1,0 +1,342 @@
+"""Element-wise ops: unary maps, scalar ops, binary ops with and without broadcasting,
+comparisons and where_cond.
+
+Methods named like the op (``add``) require equal shapes, as in candle;
+``broadcast_*`` and the Python operators broadcast (as candle-pyo3). Binary ops
+on tracked inputs record the broadcast views they insert, so gradients are summed
+back over broadcast dims.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._construct import make
+from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
+from .errors import ShapeMismatchError, UnsupportedDTypeError
+from .layout import Layout
+from .op import Op, record1
+from .shape import broadcast_shapes
+
+_contig = Layout.contiguous_of
+
+
+def _unary(name):
+    def method(self):
+        out = self._storage.unary(name, self._layout)
+        return make(out, _contig(self._layout.shape),
+                    Op(name, (self,)) if self._track else None)
+
+    method.__name__ = name
+    method.__doc__ = f"Element-wise {name}."
+    return method
+
+
+class ElementwiseOps:
+    __slots__ = ()
+
+    neg = _unary("neg")
+    abs = _unary("abs")
+    exp = _unary("exp")
+    log = _unary("log")
+    sin = _unary("sin")
+    cos = _unary("cos")
+    tanh = _unary("tanh")
+    sqr = _unary("sqr")
+    sqrt = _unary("sqrt")
+    recip = _unary("recip")
+    relu = _unary("relu")
+    gelu = _unary("gelu")
+    gelu_erf = _unary("gelu_erf")
+    erf = _unary("erf")
+    silu = _unary("silu")
+    sigmoid = _unary("sigmoid")
+    floor = _unary("floor")
+    ceil = _unary("ceil")
+    round = _unary("round")
+    sign = _unary("sign")
+
+    def affine(self, mul, add):
+        """``self * mul + add``."""
+        mul, add = float(mul), float(add)
+        out = self._storage.affine(self._layout, mul, add)
+        return make(out, _contig(self._layout.shape), record1("affine", self, (mul, add)))
+
+    def powf(self, exponent):
+        exponent = float(exponent)
+        out = self._storage.powf(self._layout, exponent)
+        return make(out, _contig(self._layout.shape), record1("powf", self, exponent))
+
+    def elu(self, alpha=1.0):
+        alpha = float(alpha)
+        out = self._storage.elu(self._layout, alpha)
+        return make(out, _contig(self._layout.shape), record1("elu", self, alpha))
+
+    def clamp(self, low=None, high=None):
+        from .tensor import Tensor
+
+        if isinstance(low, Tensor) or isinstance(high, Tensor):
+            out = self
+            if low is not None:
+                out = out.broadcast_maximum(low if isinstance(low, Tensor) else _full_like(self, low))
+            if high is not None:
+                out = out.broadcast_minimum(high if isinstance(high, Tensor) else _full_like(self, high))
+            return out
+        dtype = self.dtype
+        lo = None if low is None else _bound(low, dtype, "clamp", up=True)
+        hi = None if high is None else _bound(high, dtype, "clamp", up=False)
+        out = self._storage.clamp(self._layout, lo, hi)
+        return make(out, _contig(self._layout.shape), record1("clamp", self, (lo, hi)))
+
+    def round_to(self, decimals=0):
+        """Round to ``decimals`` decimal places (halves away from zero)."""
+        m = 10.0 ** int(decimals)
+        return (self * m).round() * (1.0 / m)
+
+    # -- binary ----------------------------------------------------------------------
+    def _binop(self, name, rhs, broadcast):
+        ls = rhs_s = None
+        ls = self._storage
+        rhs_s = rhs._storage
+        if ls.dtype is not rhs_s.dtype or ls.bdev is not rhs_s.bdev:
+            binary_mismatch(name, self, rhs)
+        ll = self._layout
+        rl = rhs._layout
+        shape = ll.shape
+        if shape != rl.shape:
+            if not broadcast:
+                same_shape(name, self, rhs)
+            shape = broadcast_shapes(shape, rl.shape, f"broadcast_{name}")
+            lhs = self.broadcast_as(shape)
+            rhs = rhs.broadcast_as(shape)
+            return lhs._binop(name, rhs, False)
+        out = ls.binary(name, ll, rhs_s, rl)
+        return make(out, _contig(shape),
+                    Op(name, (self, rhs)) if (self._track or rhs._track) else None)
+
+    def _scalar(self, name, value, on_left):
+        value = scalar_for(name, value, self._storage.dtype)
+        out = self._storage.binary_scalar(name, self._layout, value, on_left)
+        return make(out, _contig(self._layout.shape),
+                    Op("scalar_" + name, (self,), (value, on_left)) if self._track else None)
+
+    def _operand(self, name, rhs, on_left=False):
+        """Dispatch ``self (op) rhs`` for the operators: tensor, scalar or array operand."""
+        from .tensor import Tensor
+
+        if isinstance(rhs, Tensor):
+            return self._binop(name, rhs, True) if not on_left else rhs._binop(name, self, True)
+        if is_scalar(rhs):
+            return self._scalar(name, rhs, on_left)
+        if isinstance(rhs, (np.ndarray, list, tuple)):
+            other = Tensor(np.asarray(rhs)).to_device(self.device)
+            if other.dtype is not self.dtype and not isinstance(rhs, np.ndarray):
+                other = other.to_dtype(self.dtype)
+            return self._binop(name, other, True) if not on_left else other._binop(name, self, True)
+        return NotImplemented
+
+    def add(self, rhs):
+        return self._binop("add", rhs, False)
+
+    def sub(self, rhs):
+        return self._binop("sub", rhs, False)
+
+    def mul(self, rhs):
+        return self._binop("mul", rhs, False)
+
+    def div(self, rhs):
+        return self._binop("div", rhs, False)
+
+    def maximum(self, rhs):
+        if is_scalar(rhs):
+            return self._scalar("maximum", rhs, False)
+        return self._binop("maximum", rhs, False)
+
+    def minimum(self, rhs):
+        if is_scalar(rhs):
+            return self._scalar("minimum", rhs, False)
+        return self._binop("minimum", rhs, False)
+
+    def pow(self, rhs):
+        if is_scalar(rhs):
+            return self._scalar("pow", rhs, False)
+        return self._binop("pow", rhs, False)
+
+    def broadcast_add(self, rhs):
+        return self._binop("add", rhs, True)
+
+    def broadcast_sub(self, rhs):
+        return self._binop("sub", rhs, True)
+
+    def broadcast_mul(self, rhs):
+        return self._binop("mul", rhs, True)
+
+    def broadcast_div(self, rhs):
+        return self._binop("div", rhs, True)
+
+    def broadcast_maximum(self, rhs):
+        return self._binop("maximum", rhs, True)
+
+    def broadcast_minimum(self, rhs):
+        return self._binop("minimum", rhs, True)
+
+    def broadcast_pow(self, rhs):
+        return self._binop("pow", rhs, True)
+
+    # -- Python operators -------------------------------------------------------------
+    def __add__(self, rhs):
+        if rhs.__class__ is self.__class__:
+            return self._binop("add", rhs, True)
+        return self._operand("add", rhs)
+
+    def __radd__(self, lhs):
+        return self._operand("add", lhs, on_left=True)
+
+    def __sub__(self, rhs):
+        if rhs.__class__ is self.__class__:
+            return self._binop("sub", rhs, True)
+        return self._operand("sub", rhs)
+
+    def __rsub__(self, lhs):
+        return self._operand("sub", lhs, on_left=True)
+
+    def __mul__(self, rhs):
+        if rhs.__class__ is self.__class__:
+            return self._binop("mul", rhs, True)
+        return self._operand("mul", rhs)
+
+    def __rmul__(self, lhs):
+        return self._operand("mul", lhs, on_left=True)
+
+    def __truediv__(self, rhs):
+        if rhs.__class__ is self.__class__:
+            return self._binop("div", rhs, True)
+        return self._operand("div", rhs)
+
+    def __rtruediv__(self, lhs):
+        return self._operand("div", lhs, on_left=True)
+
+    def __pow__(self, rhs):
+        return self._operand("pow", rhs)
+
+    def __rpow__(self, lhs):
+        return self._operand("pow", lhs, on_left=True)
+
+    def __neg__(self):
+        return self.neg()
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    # -- comparisons (u8 results) -------------------------------------------------------
+    def _cmp(self, name, rhs):
+        from .tensor import Tensor
+
+        if isinstance(rhs, Tensor):
+            ls, rs = self._storage, rhs._storage
+            if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
+                binary_mismatch(name, self, rhs)
+            lhs = self
+            shape = self._layout.shape
+            if shape != rhs._layout.shape:
+                shape = broadcast_shapes(shape, rhs._layout.shape, name)
+                lhs, rhs = self.broadcast_as(shape), rhs.broadcast_as(shape)
+            out = lhs._storage.cmp(name, lhs._layout, rhs._storage, rhs._layout)
+            return make(out, _contig(shape))
+        if is_scalar(rhs):
+            dtype = self._storage.dtype
+            value = rhs.item() if isinstance(rhs, np.generic) else rhs
+            if dtype.is_int and isinstance(value, float) and value != int(value):
+                # Compare an integer tensor with a fraction exactly, in f64.
+                return self.to_dtype("f64")._cmp(name, value)
+            if dtype.is_int and not dtype.min <= value <= dtype.max:
+                return self.to_dtype("f64")._cmp(name, float(value))
+            out = self._storage.cmp_scalar(name, self._layout, scalar_for(name, value, dtype))
+            return make(out, _contig(self._layout.shape))
+        if isinstance(rhs, (np.ndarray, list)):
+            return self._cmp(name, Tensor(np.asarray(rhs)).to_dtype(self.dtype).to_device(self.device))
+        return NotImplemented
+
+    def eq(self, rhs):
+        return self._cmp("eq", rhs)
+
+    def ne(self, rhs):
+        return self._cmp("ne", rhs)
+
+    def lt(self, rhs):
+        return self._cmp("lt", rhs)
+
+    def le(self, rhs):
+        return self._cmp("le", rhs)
+
+    def gt(self, rhs):
+        return self._cmp("gt", rhs)
+
+    def ge(self, rhs):
+        return self._cmp("ge", rhs)
+
+    def __eq__(self, rhs):
+        return self._cmp("eq", rhs)
+
+    def __ne__(self, rhs):
+        return self._cmp("ne", rhs)
+
+    def __lt__(self, rhs):
+        return self._cmp("lt", rhs)
+
+    def __le__(self, rhs):
+        return self._cmp("le", rhs)
+
+    def __gt__(self, rhs):
+        return self._cmp("gt", rhs)
+
+    def __ge__(self, rhs):
+        return self._cmp("ge", rhs)
+
+    def where_cond(self, on_true, on_false):
+        """Pick ``on_true`` where self (an integer mask) is nonzero, else ``on_false``.
+
+        The three shapes must broadcast together.
+        """
+        from .tensor import Tensor
+
+        if not self.dtype.is_int:
+            raise UnsupportedDTypeError(f"where_cond: the condition must be an integer tensor, got {self.dtype}")
+        if is_scalar(on_true):
+            on_true = _full_like(on_false, on_true)
+        if is_scalar(on_false):
+            on_false = _full_like(on_true, on_false)
+        if not isinstance(on_true, Tensor) or not isinstance(on_false, Tensor):
+            raise TypeError("where_cond: on_true and on_false must be tensors or scalars")
+        binary_mismatch("where_cond", on_true, on_false)
+        if self._storage.bdev is not on_true._storage.bdev:
+            from .errors import DeviceMismatchError
+
+            raise DeviceMismatchError(
+                f"where_cond: condition on {self.device}, values on {on_true.device}")
+        shape = broadcast_shapes(self.shape, on_true.shape, "where_cond")
+        shape = broadcast_shapes(shape, on_false.shape, "where_cond")
+        c, t, f = self.broadcast_as(shape), on_true.broadcast_as(shape), on_false.broadcast_as(shape)
+        out = c._storage.where_cond(c._layout, t._storage, t._layout, f._storage, f._layout)
+        op = None
+        if t._track or f._track:
+            op = Op("where_cond", (c, t, f))
+        return make(out, _contig(shape), op)
+
+
+def _full_like(t, value):
+    from .creation import full
+
+    return full((), value, dtype=t.dtype, device=t.device)
+
+
+def _bound(value, dtype, op, up):
+    if dtype.is_float:
+        return float(value)
+    import math
+
+    v = math.ceil(value) if up else math.floor(value)
+    return int(min(max(v, int(dtype.min)), int(dtype.max)))

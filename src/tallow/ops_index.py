@@ -1,0 +1,329 @@
+"""Index ops (select, gather, scatter, index_add, embedding), slice writes,
+in-place fills, padding, flips, rolls and repeats, and cat/stack.
+
+In-place ops (``slice_set``, ``scatter_set``, ``zero_set``, ``one_set``,
+``const_set``) validate every argument before writing anything.
+"""
+
+from __future__ import annotations
+
+from ._construct import make
+from .checks import same_dtype_device, scalar_for
+from .errors import (
+    DeviceMismatchError, NarrowOutOfBoundsError, ShapeMismatchError, TallowError,
+    UnsupportedDTypeError,
+)
+from .layout import Layout
+from .op import record, record1
+from .shape import normalize_dim
+
+_contig = Layout.contiguous_of
+
+
+def _check_ids(op, t, ids):
+    if not ids.dtype.is_int:
+        raise UnsupportedDTypeError(f"{op}: indices must be u8, u32 or i64, got {ids.dtype}")
+    if ids._storage.bdev is not t._storage.bdev:
+        raise DeviceMismatchError(f"{op}: tensor on {t.device}, indices on {ids.device}")
+
+
+def _check_src(op, t, src):
+    same_dtype_device(op, (t, src))
+
+
+def _fresh_copy(t):
+    """A contiguous private copy of ``t``'s elements (a storage, not a tensor)."""
+    return t._storage.copy_strided(t._layout)
+
+
+class IndexOps:
+    __slots__ = ()
+
+    # -- selection -----------------------------------------------------------------------
+    def index_select(self, ids, dim):
+        d = normalize_dim(dim, self.rank, "index_select")
+        _check_ids("index_select", self, ids)
+        if ids.rank != 1:
+            raise ShapeMismatchError(f"index_select: ids must be 1-D, got shape {ids.shape}")
+        shape = self.shape[:d] + (ids.shape[0],) + self.shape[d + 1:]
+        out = self._storage.index_select(self._layout, ids._storage, ids._layout, d)
+        return make(out, _contig(shape), record("index_select", (self, ids), d))
+
+    def embedding(self, ids):
+        """Rows of this (vocab, hidden) table for ``ids`` of any shape."""
+        if self.rank != 2:
+            raise ShapeMismatchError(f"embedding: the table must be 2-D, got shape {self.shape}")
+        flat = ids.flatten_all() if ids.rank != 1 else ids
+        rows = self.index_select(flat, 0)
+        return rows.reshape(ids.shape + (self.shape[1],)) if ids.rank != 1 else rows
+
+    def gather(self, ids, dim):
+        d = normalize_dim(dim, self.rank, "gather")
+        _check_ids("gather", self, ids)
+        if ids.rank != self.rank or any(
+            i != d and n > m for i, (n, m) in enumerate(zip(ids.shape, self.shape))
+        ):
+            raise ShapeMismatchError(
+                f"gather: ids shape {ids.shape} does not fit tensor shape {self.shape} on dim {d}"
+            )
+        out = self._storage.gather(self._layout, ids._storage, ids._layout, d)
+        return make(out, _contig(ids.shape), record("gather", (self, ids), d))
+
+    # -- scatters --------------------------------------------------------------------------
+    def _check_scatter(self, op, ids, src, d):
+        _check_ids(op, self, ids)
+        _check_src(op, self, src)
+        if not (ids.rank == src.rank == self.rank):
+            raise ShapeMismatchError(
+                f"{op}: ids {ids.shape}, src {src.shape} and tensor {self.shape} must have one rank"
+            )
+        for i, (n_ids, n_src, n_dst) in enumerate(zip(ids.shape, src.shape, self.shape)):
+            if n_ids > n_src or (i != d and n_ids > n_dst):
+                raise ShapeMismatchError(
+                    f"{op}: ids shape {ids.shape} does not fit src {src.shape} / tensor "
+                    f"{self.shape} on dim {d}"
+                )
+
+    def scatter_add(self, ids, src, dim):
+        """A copy of self with ``src`` added at ``ids`` along ``dim``."""
+        d = normalize_dim(dim, self.rank, "scatter_add")
+        self._check_scatter("scatter_add", ids, src, d)
+        out = _fresh_copy(self)
+        lay = _contig(self.shape)
+        out.scatter_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d, True)
+        return make(out, lay, record("scatter_add", (self, ids, src), d))
+
+    def scatter(self, ids, src, dim):
+        """A copy of self with ``src`` written at ``ids`` along ``dim``."""
+        d = normalize_dim(dim, self.rank, "scatter")
+        self._check_scatter("scatter", ids, src, d)
+        out = _fresh_copy(self)
+        lay = _contig(self.shape)
+        out.scatter_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d, False)
+        return make(out, lay, record("scatter", (self, ids, src), d))
+
+    def scatter_set(self, ids, src, dim):
+        """In place: write ``src`` at ``ids`` along ``dim`` into this tensor's storage."""
+        d = normalize_dim(dim, self.rank, "scatter_set")
+        self._check_scatter("scatter_set", ids, src, d)
+        self._storage.scatter_inplace(self._layout, ids._storage, ids._layout,
+                                      src._storage, src._layout, d, False)
+
+    def index_add(self, ids, src, dim):
+        """A copy of self with ``src``'s slices added at rows ``ids`` of ``dim``."""
+        d = normalize_dim(dim, self.rank, "index_add")
+        _check_ids("index_add", self, ids)
+        _check_src("index_add", self, src)
+        if ids.rank != 1:
+            raise ShapeMismatchError(f"index_add: ids must be 1-D, got shape {ids.shape}")
+        want = self.shape[:d] + (ids.shape[0],) + self.shape[d + 1:]
+        if src.shape != want:
+            raise ShapeMismatchError(f"index_add: src shape {src.shape}, expected {want}")
+        out = _fresh_copy(self)
+        lay = _contig(self.shape)
+        out.index_add_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d)
+        return make(out, lay, record("index_add", (self, ids, src), d))
+
+    # -- slice writes ------------------------------------------------------------------------
+    def _region(self, op, dim, offset, src):
+        d = normalize_dim(dim, self.rank, op)
+        _check_src(op, self, src)
+        if src.rank != self.rank or any(
+            i != d and a != b for i, (a, b) in enumerate(zip(src.shape, self.shape))
+        ):
+            raise ShapeMismatchError(
+                f"{op}: src shape {src.shape} does not match {self.shape} off dim {d}"
+            )
+        offset = int(offset)
+        if offset < 0 or offset + src.shape[d] > self.shape[d]:
+            raise NarrowOutOfBoundsError(
+                f"{op}: offset {offset} + {src.shape[d]} exceeds dim {d} of size {self.shape[d]}"
+            )
+        return d, offset
+
+    def slice_set(self, src, dim, offset):
+        """In place: write ``src`` into this tensor at ``offset`` along ``dim``."""
+        d, offset = self._region("slice_set", dim, offset, src)
+        if self._storage is src._storage:
+            raise TallowError("slice_set: self and src share their storage")
+        region = self._layout.narrow(d, offset, src.shape[d])
+        self._storage.copy_into_inplace(region, src._storage, src._layout)
+
+    def slice_scatter(self, src, dim, start):
+        """A copy of self with ``src`` written at ``start`` along ``dim``."""
+        d, start = self._region("slice_scatter", dim, start, src)
+        out = _fresh_copy(self)
+        lay = _contig(self.shape)
+        out.copy_into_inplace(lay.narrow(d, start, src.shape[d]), src._storage, src._layout)
+        return make(out, lay, record("slice_scatter", (self, src), (d, start)))
+
+    def slice_scatter0(self, src, start):
+        return self.slice_scatter(src, 0, start)
+
+    def slice_assign(self, ranges, src):
+        """A copy of self with the block ``ranges`` (one per dim) replaced by ``src``."""
+        if len(ranges) > self.rank:
+            raise ShapeMismatchError(f"slice_assign: {len(ranges)} ranges for rank {self.rank}")
+        starts, lens = [], []
+        for d, r in enumerate(list(ranges) + [slice(None)] * (self.rank - len(ranges))):
+            size = self.shape[d]
+            if isinstance(r, slice):
+                a, b, step = r.indices(size)
+                if step != 1:
+                    raise ShapeMismatchError("slice_assign: ranges must have step 1")
+            elif isinstance(r, int):
+                a, b = r, r + 1
+            else:
+                a, b = r
+                a = 0 if a is None else a
+                b = size if b is None else b
+            if not 0 <= a <= b <= size:
+                raise NarrowOutOfBoundsError(f"slice_assign: range {r} outside dim {d} of size {size}")
+            starts.append(a)
+            lens.append(max(0, b - a))
+        _check_src("slice_assign", self, src)
+        if tuple(lens) != src.shape:
+            raise ShapeMismatchError(
+                f"slice_assign: src shape {src.shape} does not match the range shape {tuple(lens)}"
+            )
+        out = _fresh_copy(self)
+        lay = _contig(self.shape)
+        region = lay
+        for d, (a, n) in enumerate(zip(starts, lens)):
+            region = region.narrow(d, a, n)
+        out.copy_into_inplace(region, src._storage, src._layout)
+        return make(out, lay, record("slice_assign", (self, src), (tuple(starts), tuple(lens))))
+
+    def zero_set(self):
+        self._storage.fill_inplace(self._layout, 0)
+
+    def one_set(self):
+        self._storage.fill_inplace(self._layout, 1)
+
+    def const_set(self, value):
+        self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
+
+    # -- padding, flips, rolls, repeats -------------------------------------------------------
+    def pad_with_zeros(self, dim, left, right):
+        from .creation import zeros
+
+        d = normalize_dim(dim, self.rank, "pad_with_zeros")
+        if left == 0 and right == 0:
+            return self
+        parts = []
+        if left:
+            parts.append(zeros(self.shape[:d] + (left,) + self.shape[d + 1:], self.dtype, self.device))
+        parts.append(self)
+        if right:
+            parts.append(zeros(self.shape[:d] + (right,) + self.shape[d + 1:], self.dtype, self.device))
+        return cat(parts, d)
+
+    def pad_with_same(self, dim, left, right):
+        d = normalize_dim(dim, self.rank, "pad_with_same")
+        size = self.shape[d]
+        if left == 0 and right == 0:
+            return self
+        if size == 0:
+            raise ShapeMismatchError("pad_with_same: cannot pad an empty dim")
+        parts = []
+        if left:
+            first = self.narrow(d, 0, 1)
+            parts.append(first.broadcast_as(self.shape[:d] + (left,) + self.shape[d + 1:]))
+        parts.append(self)
+        if right:
+            last = self.narrow(d, size - 1, 1)
+            parts.append(last.broadcast_as(self.shape[:d] + (right,) + self.shape[d + 1:]))
+        return cat(parts, d)
+
+    def flip(self, dims):
+        from .creation import arange
+
+        if isinstance(dims, int):
+            dims = [dims]
+        out = self
+        for dim in dims:
+            d = normalize_dim(dim, self.rank, "flip")
+            n = self.shape[d]
+            if n > 1:
+                ids = arange(n - 1, -1, -1, dtype="i64", device=self.device)
+                out = out.index_select(ids, d)
+        return out
+
+    def roll(self, shift, dim):
+        d = normalize_dim(dim, self.rank, "roll")
+        size = self.shape[d]
+        if size == 0:
+            return self
+        shift = int(shift) % size
+        if shift == 0:
+            return self
+        a = self.narrow(d, 0, size - shift)
+        b = self.narrow(d, size - shift, shift)
+        return cat([b, a], d)
+
+    def repeat(self, *shape):
+        """Tile the tensor ``shape[i]`` times along dim i (extra leading dims allowed)."""
+        from .shape import parse_shape
+
+        reps = parse_shape(shape, "repeat")
+        t = self
+        if len(reps) < t.rank:
+            raise ShapeMismatchError(f"repeat: {reps} has fewer dims than shape {self.shape}")
+        own = (1,) * (len(reps) - t.rank) + t.shape
+        t = t.reshape(own)
+        inter = []
+        target = []
+        for r, n in zip(reps, own):
+            inter += [1, n]
+            target += [r, n]
+        tiled = t.reshape(tuple(inter)).broadcast_as(tuple(target))
+        return tiled.reshape(tuple(r * n for r, n in zip(reps, own)))
+
+
+def cat(tensors, dim):
+    """Concatenate along ``dim`` (shapes equal off ``dim``)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeMismatchError("cat: needs at least one tensor")
+    first = tensors[0]
+    d = normalize_dim(dim, first.rank, "cat")
+    same_dtype_device("cat", tensors)
+    for t in tensors[1:]:
+        if t.rank != first.rank or any(
+            i != d and a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
+        ):
+            raise ShapeMismatchError(
+                f"cat: shapes {[tuple(x.shape) for x in tensors]} differ off dim {d}"
+            )
+    if len(tensors) == 1:
+        return first
+    sizes = tuple(t.shape[d] for t in tensors)
+    shape = first.shape[:d] + (sum(sizes),) + first.shape[d + 1:]
+    out = first._storage.bdev.zeros(_count(shape), first.dtype)
+    lay = _contig(shape)
+    offset = 0
+    for t, n in zip(tensors, sizes):
+        if n:
+            out.copy_into_inplace(lay.narrow(d, offset, n), t._storage, t._layout)
+        offset += n
+    return make(out, lay, record("cat", tensors, (d, sizes)))
+
+
+def stack(tensors, dim):
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeMismatchError("stack: needs at least one tensor")
+    d = normalize_dim(dim, tensors[0].rank + 1, "stack")
+    for t in tensors[1:]:
+        if t.shape != tensors[0].shape:
+            raise ShapeMismatchError(
+                f"stack: shapes {[tuple(x.shape) for x in tensors]} are not all equal"
+            )
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+def _count(shape):
+    n = 1
+    for x in shape:
+        n *= x
+    return n

@@ -1,0 +1,80 @@
+"""Matrix products: matmul (equal batch dims), broadcast_matmul, dot, mv and ``@``.
+
+The backend gets the two operands' layouts as they are (transposed, narrowed,
+stride-0 batches): no copy is made here, and every stride pattern gives the
+right result (candle refuses or miscomputes non-mergeable batch strides).
+"""
+
+from __future__ import annotations
+
+from ._construct import make
+from .checks import binary_mismatch
+from .errors import ShapeMismatchError
+from .layout import Layout
+from .op import record2
+from .shape import broadcast_shapes
+
+_contig = Layout.contiguous_of
+
+
+class LinalgOps:
+    __slots__ = ()
+
+    def matmul(self, rhs):
+        ls, rs = self._storage, rhs._storage
+        if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
+            binary_mismatch("matmul", self, rhs)
+        a, b = self._layout.shape, rhs._layout.shape
+        if len(a) < 2 or len(b) < 2:
+            raise ShapeMismatchError(f"matmul: operands need rank >= 2, got {a} and {b}")
+        if len(a) != len(b) or a[:-2] != b[:-2]:
+            raise ShapeMismatchError(
+                f"matmul: batch dims differ, lhs {a}, rhs {b} (use broadcast_matmul)"
+            )
+        if a[-1] != b[-2]:
+            raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")
+        out = ls.matmul(self._layout, rs, rhs._layout)
+        shape = a[:-1] + (b[-1],)
+        return make(out, _contig(shape), record2("matmul", self, rhs))
+
+    def broadcast_matmul(self, rhs):
+        a, b = self.shape, rhs.shape
+        if len(a) < 2 or len(b) < 2:
+            raise ShapeMismatchError(f"broadcast_matmul: operands need rank >= 2, got {a} and {b}")
+        batch = broadcast_shapes(a[:-2], b[:-2], "broadcast_matmul")
+        lhs = self.broadcast_as(batch + a[-2:])
+        rhs = rhs.broadcast_as(batch + b[-2:])
+        return lhs.matmul(rhs)
+
+    def dot(self, rhs):
+        """The inner product of two 1-D tensors (a rank-0 result)."""
+        if self.rank != 1 or rhs.rank != 1 or self.shape != rhs.shape:
+            raise ShapeMismatchError(f"dot: expects two 1-D tensors of one length, got {self.shape} and {rhs.shape}")
+        return self.mul(rhs).sum_all()
+
+    def mv(self, vec):
+        """Matrix (m, k) times vector (k,) -> (m,)."""
+        if self.rank != 2 or vec.rank != 1:
+            raise ShapeMismatchError(f"mv: expects (m, k) and (k,), got {self.shape} and {vec.shape}")
+        return self.matmul(vec.unsqueeze(1)).squeeze(1)
+
+    def __matmul__(self, rhs):
+        from .tensor import Tensor
+
+        if not isinstance(rhs, Tensor):
+            return NotImplemented
+        lhs = self
+        squeeze_m = squeeze_n = False
+        if lhs.rank == 1:
+            lhs, squeeze_m = lhs.unsqueeze(0), True
+        if rhs.rank == 1:
+            rhs, squeeze_n = rhs.unsqueeze(1), True
+        out = lhs.broadcast_matmul(rhs)
+        if squeeze_n:
+            out = out.squeeze(-1)
+        if squeeze_m:
+            out = out.squeeze(-2 if squeeze_n is False else -1) if out.rank else out
+        return out
+
+    def __rmatmul__(self, lhs):
+        return NotImplemented

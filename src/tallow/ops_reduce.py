@@ -1,0 +1,159 @@
+"""Reductions (sum/mean/max/min/arg*), variance, cumsum, log-sum-exp, norms, sorting.
+
+``x_keepdim(dims)`` keeps the reduced dims as size 1; ``x(dims)`` squeezes them,
+recorded as two ops (keepdim then squeeze), as candle does.
+"""
+
+from __future__ import annotations
+
+from ._construct import make
+from .errors import ShapeMismatchError, UnsupportedDTypeError
+from .layout import Layout
+from .op import record1
+from .shape import normalize_dim, normalize_dims
+
+_contig = Layout.contiguous_of
+
+
+def _keep_shape(shape, dims):
+    return tuple(1 if i in dims else n for i, n in enumerate(shape))
+
+
+class ReduceOps:
+    __slots__ = ()
+
+    def _reduce(self, op, dims, name):
+        lay = self._layout
+        out_shape = _keep_shape(lay.shape, dims)
+        out = self._storage.reduce(op, lay, dims)
+        rec = None
+        if op in ("sum", "max", "min"):
+            rec = record1(name, self, dims)
+        return make(out, _contig(out_shape), rec)
+
+    def _single_dim(self, dim, name):
+        if isinstance(dim, (list, tuple)):
+            if len(dim) != 1:
+                raise ShapeMismatchError(f"{name}: expects a single dim, got {dim}")
+            dim = dim[0]
+        return normalize_dim(dim, self.rank, name)
+
+    # -- sums and means -------------------------------------------------------------
+    def sum_keepdim(self, dims):
+        dims = normalize_dims(dims, self.rank, "sum_keepdim")
+        return self._reduce("sum", dims, "sum_keepdim")
+
+    def sum(self, dims):
+        dims = normalize_dims(dims, self.rank, "sum")
+        return self._reduce("sum", dims, "sum_keepdim").squeeze_dims(dims)
+
+    def sum_all(self):
+        dims = tuple(range(self.rank))
+        return self._reduce("sum", dims, "sum_keepdim").reshape(())
+
+    def _mean_scale(self, dims, name):
+        if not self.dtype.is_float:
+            raise UnsupportedDTypeError(f"{name}: needs a float dtype, got {self.dtype}")
+        n = 1
+        for d in dims:
+            n *= self._layout.shape[d]
+        return 1.0 / n if n else float("nan")
+
+    def mean_keepdim(self, dims):
+        dims = normalize_dims(dims, self.rank, "mean_keepdim")
+        return self.sum_keepdim(dims) * self._mean_scale(dims, "mean_keepdim")
+
+    def mean(self, dims):
+        dims = normalize_dims(dims, self.rank, "mean")
+        return self.sum(dims) * self._mean_scale(dims, "mean")
+
+    def mean_all(self):
+        return self.sum_all() * self._mean_scale(tuple(range(self.rank)), "mean_all")
+
+    # -- extremes -------------------------------------------------------------------------
+    def max_keepdim(self, dim):
+        d = self._single_dim(dim, "max_keepdim")
+        return self._reduce("max", (d,), "max_keepdim")
+
+    def max(self, dim):
+        d = self._single_dim(dim, "max")
+        return self._reduce("max", (d,), "max_keepdim").squeeze(d)
+
+    def min_keepdim(self, dim):
+        d = self._single_dim(dim, "min_keepdim")
+        return self._reduce("min", (d,), "min_keepdim")
+
+    def min(self, dim):
+        d = self._single_dim(dim, "min")
+        return self._reduce("min", (d,), "min_keepdim").squeeze(d)
+
+    def max_all(self):
+        dims = tuple(range(self.rank))
+        return self._reduce("max", dims, "max_keepdim").reshape(())
+
+    def min_all(self):
+        dims = tuple(range(self.rank))
+        return self._reduce("min", dims, "min_keepdim").reshape(())
+
+    def argmax_keepdim(self, dim):
+        d = self._single_dim(dim, "argmax_keepdim")
+        return self._reduce("argmax", (d,), "argmax_keepdim")
+
+    def argmax(self, dim):
+        d = self._single_dim(dim, "argmax")
+        return self._reduce("argmax", (d,), "argmax_keepdim").squeeze(d)
+
+    def argmin_keepdim(self, dim):
+        d = self._single_dim(dim, "argmin_keepdim")
+        return self._reduce("argmin", (d,), "argmin_keepdim")
+
+    def argmin(self, dim):
+        d = self._single_dim(dim, "argmin")
+        return self._reduce("argmin", (d,), "argmin_keepdim").squeeze(d)
+
+    # -- statistics -------------------------------------------------------------------------
+    def var_keepdim(self, dim, unbiased=True):
+        """Variance over ``dim`` (n - 1 in the denominator, as candle), kept as size 1."""
+        d = self._single_dim(dim, "var_keepdim")
+        n = self._layout.shape[d]
+        mean = self.mean_keepdim(d)
+        squares = self.broadcast_sub(mean).sqr()
+        denom = (n - 1) if unbiased else n
+        return squares.sum_keepdim(d) * (1.0 / denom if denom > 0 else float("nan"))
+
+    def var(self, dim, unbiased=True):
+        d = self._single_dim(dim, "var")
+        return self.var_keepdim(d, unbiased).squeeze(d)
+
+    def cumsum(self, dim):
+        d = normalize_dim(dim, self.rank, "cumsum")
+        out = self._storage.cumsum(self._layout, d)
+        return make(out, _contig(self._layout.shape), record1("cumsum", self, d))
+
+    def log_sum_exp(self, dims):
+        """``log(sum(exp(x)))`` over ``dims``, stable (the max is subtracted first)."""
+        dims = normalize_dims(dims, self.rank, "log_sum_exp")
+        if not dims:
+            return self
+        mx = self.max_keepdim(dims[0])
+        for d in dims[1:]:
+            mx = mx.max_keepdim(d)
+        mx = mx.detach()
+        s = self.broadcast_sub(mx).exp().sum(dims)
+        return s.log() + mx.squeeze_dims(dims)
+
+    def norm(self):
+        """The Frobenius norm: ``sqrt(sum(x^2))`` over every element."""
+        return self.sqr().sum_all().sqrt()
+
+    # -- sorting ------------------------------------------------------------------------------
+    def arg_sort_last_dim(self, asc=True):
+        if self.rank == 0:
+            raise ShapeMismatchError("arg_sort_last_dim: needs rank >= 1")
+        out = self._storage.arg_sort_last_dim(self._layout, bool(asc))
+        return make(out, _contig(self._layout.shape))
+
+    def sort_last_dim(self, asc=True):
+        """(sorted values, u32 indices) along the last dim."""
+        idx = self.arg_sort_last_dim(asc)
+        return self.gather(idx, self.rank - 1), idx

@@ -1,0 +1,218 @@
+"""View ops: new layouts over the same storage (a copy only where a view cannot be).
+
+Every view records its op when the input is tracked, so gradients flow back
+through it. ``reshape`` of a non-contiguous tensor is the one copy here.
+"""
+
+from __future__ import annotations
+
+from ._construct import make
+from .errors import ShapeMismatchError
+from .layout import Layout
+from .op import record1
+from .shape import normalize_dim, parse_shape, parse_shape_with_hole
+
+_contig = Layout.contiguous_of
+
+
+class ViewOps:
+    __slots__ = ()
+
+    def _view(self, layout, name, params=None):
+        return make(self._storage, layout, record1(name, self, params))
+
+    # -- reshape and flatten -----------------------------------------------------
+    def reshape(self, *shape):
+        lay = self._layout
+        shape = parse_shape_with_hole(shape, lay.count, "reshape")
+        if shape == lay.shape:
+            return self
+        count = 1
+        for d in shape:
+            count *= d
+        if count != lay.count:
+            raise ShapeMismatchError(
+                f"reshape: cannot reshape {lay.shape} ({lay.count} elements) into {shape}"
+            )
+        op = record1("reshape", self, lay.shape)
+        view = lay.reshape_view(shape)
+        if view is not None:
+            return make(self._storage, view, op)
+        return make(self._storage.copy_strided(lay), _contig(shape), op)
+
+    def flatten_all(self):
+        return self.reshape((self._layout.count,))
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        shape = self._layout.shape
+        if not shape:
+            return self.reshape((1,))
+        s = normalize_dim(start_dim, len(shape), "flatten")
+        e = normalize_dim(end_dim, len(shape), "flatten")
+        if s > e:
+            raise ShapeMismatchError(f"flatten: start dim {start_dim} is after end dim {end_dim}")
+        merged = 1
+        for d in shape[s:e + 1]:
+            merged *= d
+        return self.reshape(shape[:s] + (merged,) + shape[e + 1:])
+
+    def flatten_from(self, start_dim):
+        return self.flatten(start_dim, -1)
+
+    def flatten_to(self, end_dim):
+        return self.flatten(0, end_dim)
+
+    # -- dims -------------------------------------------------------------------------
+    def squeeze(self, dim):
+        """Drop ``dim`` if it has size 1; otherwise return the tensor unchanged (as candle)."""
+        lay = self._layout
+        d = normalize_dim(dim, len(lay.shape), "squeeze")
+        if lay.shape[d] != 1:
+            return self
+        return self._view(lay.squeeze(d), "reshape", lay.shape)
+
+    def squeeze_dims(self, dims):
+        lay = self._layout
+        ds = sorted({normalize_dim(d, len(lay.shape), "squeeze_dims") for d in dims})
+        shape = tuple(n for i, n in enumerate(lay.shape) if not (i in ds and n == 1))
+        if shape == lay.shape:
+            return self
+        stride = tuple(s for i, (n, s) in enumerate(zip(lay.shape, lay.stride))
+                       if not (i in ds and n == 1))
+        return self._view(Layout(shape, stride, lay.start_offset), "reshape", lay.shape)
+
+    def unsqueeze(self, dim):
+        lay = self._layout
+        d = normalize_dim(dim, len(lay.shape) + 1, "unsqueeze")
+        return self._view(lay.unsqueeze(d), "reshape", lay.shape)
+
+    def transpose(self, dim1, dim2):
+        lay = self._layout
+        rank = len(lay.shape)
+        d1 = normalize_dim(dim1, rank, "transpose")
+        d2 = normalize_dim(dim2, rank, "transpose")
+        if d1 == d2:
+            return self
+        return self._view(lay.transpose(d1, d2), "transpose", (d1, d2))
+
+    def t(self):
+        rank = len(self._layout.shape)
+        if rank < 2:
+            raise ShapeMismatchError(f"t: expects a tensor of rank >= 2, got shape {self.shape}")
+        return self.transpose(rank - 2, rank - 1)
+
+    @property
+    def T(self):
+        return self.permute(tuple(reversed(range(self.rank))))
+
+    def permute(self, *dims):
+        if len(dims) == 1 and not isinstance(dims[0], int):
+            dims = tuple(dims[0])
+        lay = self._layout
+        rank = len(lay.shape)
+        ds = tuple(normalize_dim(d, rank, "permute") for d in dims)
+        if sorted(ds) != list(range(rank)):
+            raise ShapeMismatchError(
+                f"permute: {tuple(dims)} is not a permutation of the dims of shape {lay.shape}"
+            )
+        if ds == tuple(range(rank)):
+            return self
+        return self._view(lay.permute(ds), "permute", ds)
+
+    def narrow(self, dim, start, length):
+        lay = self._layout
+        d = normalize_dim(dim, len(lay.shape), "narrow")
+        start, length = int(start), int(length)
+        if start == 0 and length == lay.shape[d]:
+            return self
+        return self._view(lay.narrow(d, start, length), "narrow", (d, start, length))
+
+    def _slice_step(self, dim, start, length, step):
+        lay = self._layout
+        if step == 1:
+            return self.narrow(dim, start, length)
+        return self._view(lay.slice(dim, start, length, step), "slice_step",
+                          (dim, start, length, step))
+
+    def get(self, index):
+        """Row ``index`` of dim 0 (negative counts from the end)."""
+        from .indexing import int_index
+
+        return int_index(self, 0, index)
+
+    # -- broadcasting -------------------------------------------------------------------
+    def broadcast_as(self, *shape):
+        shape = parse_shape(shape, "broadcast_as")
+        lay = self._layout
+        if shape == lay.shape:
+            return self
+        return self._view(lay.broadcast_as(shape), "broadcast_as", lay.shape)
+
+    def broadcast_left(self, *left):
+        left = parse_shape(left, "broadcast_left")
+        return self.broadcast_as(left + self._layout.shape)
+
+    def expand(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        own = self._layout.shape
+        extra = len(shape) - len(own)
+        if extra < 0:
+            raise ShapeMismatchError(f"expand: cannot expand shape {own} to {tuple(shape)}")
+        resolved = tuple(
+            own[i - extra] if (n == -1 and i >= extra) else n for i, n in enumerate(shape)
+        )
+        return self.broadcast_as(resolved)
+
+    def broadcast_to(self, *shape):
+        return self.broadcast_as(*shape)
+
+    # -- splitting ------------------------------------------------------------------------
+    def chunk(self, chunks, dim=0):
+        """candle's chunk: ``chunks`` pieces, the first ``size % chunks`` one longer."""
+        d = normalize_dim(dim, self.rank, "chunk")
+        size = self._layout.shape[d]
+        chunks = int(chunks)
+        if chunks < 1:
+            raise ValueError(f"chunk: need at least one chunk, got {chunks}")
+        if size < chunks:
+            return [self.narrow(d, i, 1) for i in range(size)]
+        base, extra = divmod(size, chunks)
+        out, start = [], 0
+        for i in range(chunks):
+            n = base + 1 if i < extra else base
+            out.append(self.narrow(d, start, n))
+            start += n
+        return out
+
+    def split(self, split_size_or_sections, dim=0):
+        """PyTorch's split: pieces of one size (the last may be shorter) or given sizes."""
+        d = normalize_dim(dim, self.rank, "split")
+        size = self._layout.shape[d]
+        if isinstance(split_size_or_sections, int):
+            step = split_size_or_sections
+            if step < 1:
+                raise ValueError(f"split: size must be positive, got {step}")
+            sizes = [min(step, size - s) for s in range(0, size, step)]
+        else:
+            sizes = [int(n) for n in split_size_or_sections]
+            if sum(sizes) != size or any(n < 0 for n in sizes):
+                raise ShapeMismatchError(
+                    f"split: sizes {sizes} do not add up to dim {d} of size {size}"
+                )
+        out, start = [], 0
+        for n in sizes:
+            out.append(self.narrow(d, start, n))
+            start += n
+        return out
+
+    # -- indexing ----------------------------------------------------------------------------
+    def i(self, index):
+        from .indexing import getitem
+
+        return getitem(self, index)
+
+    def __getitem__(self, index):
+        from .indexing import getitem
+
+        return getitem(self, index)

@@ -1,0 +1,185 @@
+"""Files (safetensors, npy/npz, GGUF), threads and backend availability."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .backends.cpu.threads import CONFIG as _THREADS
+from .errors import FileFormatError
+
+
+# -- threads ----------------------------------------------------------------------------
+
+def get_num_threads() -> int:
+    """Threads the CPU backend uses (see ``tallow info`` for the rule that chose it)."""
+    return _THREADS.get()
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` threads from now on, in tallow's own pool and NumPy's BLAS."""
+    _THREADS.set(n)
+
+
+def num_threads_rule() -> str:
+    return _THREADS.rule()
+
+
+# -- backends ----------------------------------------------------------------------------
+
+def gpu_is_available() -> bool:
+    """True when a WebGPU adapter can be opened (Metal, Vulkan, D3D12 or lavapipe)."""
+    try:
+        from .backends.gpu import adapter_available
+    except ImportError:
+        return False
+    return adapter_available()
+
+
+def cuda_is_available() -> bool:
+    return False
+
+
+def has_mkl() -> bool:
+    return any("mkl" in str(d.get("internal_api", "")).lower() for d in _THREADS.blas_info())
+
+
+def has_accelerate() -> bool:
+    return False
+
+
+# -- safetensors --------------------------------------------------------------------------
+
+def _missing(path, what):
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{what}: no such file: {path}")
+
+
+def load_safetensors(path, device=None) -> dict:
+    """Every tensor of a ``.safetensors`` file, by name."""
+    from .tensor import Tensor
+
+    with SafetensorsFile(path) as f:
+        return {name: f.get(name, device=device) for name in f.keys()}
+
+
+def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
+    from safetensors.numpy import save_file
+
+    from .tensor import Tensor
+
+    arrays = {}
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}, not a Tensor")
+        arrays[name] = np.ascontiguousarray(t.numpy())
+    save_file(arrays, str(path), metadata=metadata)
+
+
+class SafetensorsFile:
+    """A lazily read safetensors file: names, shapes and dtypes up front, data on demand."""
+
+    def __init__(self, path):
+        from safetensors import SafetensorError, safe_open
+
+        self.path = str(path)
+        _missing(self.path, "load_safetensors")
+        try:
+            self._f = safe_open(self.path, framework="numpy")
+            self._keys = list(self._f.keys())
+        except (SafetensorError, OSError, ValueError, TypeError) as e:
+            raise FileFormatError(f"{self.path}: not a valid safetensors file ({e})") from None
+        self.metadata = self._f.metadata() or {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._f = None
+
+    def keys(self):
+        return list(self._keys)
+
+    def __contains__(self, name):
+        return name in self._keys
+
+    def shape(self, name):
+        return tuple(self._f.get_slice(name).get_shape())
+
+    def dtype(self, name):
+        from .dtype import DType
+
+        return DType.parse(_SAFETENSORS_DTYPES.get(self._f.get_slice(name).get_dtype(), "?"))
+
+    def get(self, name, device=None):
+        from safetensors import SafetensorError
+
+        from .tensor import Tensor
+
+        if name not in self._keys:
+            raise KeyError(f"{self.path}: no tensor named {name!r}")
+        try:
+            arr = self._f.get_tensor(name)
+        except (SafetensorError, OSError, ValueError, TypeError) as e:
+            raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
+        return Tensor.from_vec(np.ascontiguousarray(arr), None, device=device)
+
+
+_SAFETENSORS_DTYPES = {
+    "U8": "u8", "U32": "u32", "I64": "i64", "F16": "f16", "BF16": "bf16", "F32": "f32",
+    "F64": "f64",
+}
+
+
+# -- npy / npz ---------------------------------------------------------------------------
+
+def load_npy(path, device=None):
+    from .tensor import Tensor
+
+    _missing(str(path), "load_npy")
+    try:
+        arr = np.load(str(path), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:
+        raise FileFormatError(f"{path}: not a valid .npy file ({e})") from None
+    if not isinstance(arr, np.ndarray):
+        raise FileFormatError(f"{path}: holds an archive, not one array (use load_npz)")
+    return Tensor(arr, device=device)
+
+
+def save_npy(path, tensor) -> None:
+    np.save(str(path), np.ascontiguousarray(tensor.numpy()), allow_pickle=False)
+
+
+def load_npz(path, device=None) -> dict:
+    import zipfile
+
+    from .tensor import Tensor
+
+    _missing(str(path), "load_npz")
+    try:
+        with np.load(str(path), allow_pickle=False) as z:
+            return {k: Tensor(z[k], device=device) for k in z.files}
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, KeyError) as e:
+        raise FileFormatError(f"{path}: not a valid .npz archive ({e})") from None
+
+
+def save_npz(path, tensors: dict) -> None:
+    np.savez(str(path), **{k: np.ascontiguousarray(t.numpy()) for k, t in tensors.items()})
+
+
+# -- gguf ----------------------------------------------------------------------------------
+
+def load_gguf(path, device=None):
+    from .quantized.gguf_file import load_gguf as _load
+
+    return _load(path, device=device)
+
+
+def save_gguf(path, tensors, metadata) -> None:
+    from .quantized.gguf_file import save_gguf as _save
+
+    _save(path, tensors, metadata)

@@ -1,0 +1,65 @@
+"""Var: a tensor whose value can change in place and whose ops are tracked."""
+
+from __future__ import annotations
+
+from .errors import ShapeMismatchError
+from .tensor import Tensor
+
+
+class Var(Tensor):
+    """A tracked tensor owning a compact contiguous buffer (candle's ``Var``).
+
+    ``Var(data)`` accepts what ``Tensor(data)`` does; from a tensor it copies.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, data, dtype=None, device=None):
+        if isinstance(data, Tensor):
+            src = data
+            if device is not None:
+                src = src.to_device(device)
+            if dtype is not None:
+                src = src.to_dtype(dtype)
+            own = src.copy()
+            self._storage, self._layout = own._storage, own._layout
+            from . import _construct
+
+            self._op = None
+            self._id = _construct.new_id()
+        else:
+            Tensor.__init__(self, data, dtype=dtype, device=device)
+        self._track = True
+
+    @staticmethod
+    def from_tensor(t: Tensor) -> "Var":
+        return Var(t)
+
+    def as_tensor(self) -> "Var":
+        """The variable itself (a Var is a Tensor)."""
+        return self
+
+    def as_detached_tensor(self) -> Tensor:
+        return self.detach()
+
+    def is_variable(self) -> bool:
+        return True
+
+    def set(self, value: Tensor) -> None:
+        """Replace the value in place (the buffer, shape, dtype and device stay)."""
+        if not isinstance(value, Tensor):
+            value = Tensor(value, dtype=self.dtype, device=self.device)
+        if value.shape != self.shape:
+            raise ShapeMismatchError(f"Var.set: shape {value.shape} does not match {self.shape}")
+        from .checks import same_dtype_device
+
+        same_dtype_device("Var.set", (self, value))
+        if value._storage is self._storage and value._layout == self._layout:
+            return
+        src = value
+        if value._storage is self._storage:
+            src = value.copy()
+        self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
+
+    def __repr__(self):
+        return "Var(" + Tensor.__repr__(self) + ")"
