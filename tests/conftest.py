@@ -1,0 +1,51 @@
+"""Shared fixtures: the ``device`` fixture runs a test on the CPU and on the GPU.
+
+The GPU is WebGPU: a real adapter or Mesa's lavapipe. Where none is found the GPU
+cases skip, except when ``TALLOW_REQUIRE_GPU=1`` or ``CI=true``: then a missing
+adapter is a failure, so CI can never pass by skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import tallow as tl
+
+REQUIRE_GPU = os.environ.get("TALLOW_REQUIRE_GPU") == "1" or os.environ.get("CI") == "true"
+
+
+def gpu_or_skip():
+    if tl.utils.gpu_is_available():
+        return tl.Device.gpu(0)
+    if REQUIRE_GPU:
+        pytest.fail("no WebGPU adapter, and TALLOW_REQUIRE_GPU / CI requires one")
+    pytest.skip("no WebGPU adapter")
+
+
+@pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def device(request):
+    if request.param == "cpu":
+        return tl.cpu
+    return gpu_or_skip()
+
+
+@pytest.fixture
+def gpu():
+    return gpu_or_skip()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def device_supports(device, dtype) -> bool:
+    return device.supports_dtype(dtype)
+
+
+def skip_unsupported(device, dtype):
+    if not device.supports_dtype(dtype):
+        pytest.skip(f"{device} has no {dtype}")
