@@ -30,11 +30,17 @@ def compact_for_kernel(storage, layout):
     return s, Layout.contiguous_of(layout.shape)
 
 
-def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS):
+def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False):
     """A fresh buffer with ``n`` elements of ``out_dtype``: element g is the kernel's
-    ``elem(g)`` over ``operands`` ((storage, layout) pairs sharing one shape)."""
+    ``elem(g)`` over ``operands`` ((storage, layout) pairs sharing one shape).
+
+    ``raw``: the kernel indexes its inputs itself from the words in ``scalars``
+    (which may run past word 15); the operands' layouts are not passed."""
     layouts = [lay for _, lay in operands]
-    rank, bits, tail = map_tail(layouts)
+    if raw:
+        rank, bits, tail = 0, 0, ()
+    else:
+        rank, bits, tail = map_tail(layouts)
     if rank is None:
         operands = [compact_for_kernel(s, l) for s, l in operands]
         return map_new(state, pipe, operands, out_dtype, n, scalars)
@@ -50,7 +56,7 @@ def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS):
         bufs = [s.buf for s, _ in operands]
         offs = [lay.start_offset for lay in layouts]
         offs += [0] * (3 - len(offs))
-        if out.size <= mb and all(b.size <= mb for b in bufs):
+        if raw or (out.size <= mb and all(b.size <= mb for b in bufs)):
             nwords = (n + epw - 1) // epw
             words = (n, nwords, 0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
             bufs.append(out)

@@ -73,9 +73,10 @@ fn m_log(x: T) -> T {
     if (x == T(0)) { return -m_inf(); }
     if (x == m_inf()) { return x; }
     let fr = frexp(x);
-    var m = fr.fract;
-    var e = fr.exp;
-    if (m < 0.70710678118654752440) { m = m * 2.0; e = e - 1; }
+    // select, not a branch: llvmpipe's LLVM fails on a branchy f64 / i32 phi here
+    let adj = fr.fract < 0.70710678118654752440;
+    let m = select(fr.fract, fr.fract * 2.0, adj);
+    let e = select(fr.exp, fr.exp - 1, adj);
     let f = m - 1.0;
     let s = f / (2.0 + f);
     let z = s * s;
