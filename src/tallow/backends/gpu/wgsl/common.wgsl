@@ -19,6 +19,7 @@ fn lin(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
 }
 
 const F32_NAN_BITS: u32 = 0x7fc00000u;
+fn isnan32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 const F32_INF_BITS: u32 = 0x7f800000u;
 
 // -- f16 and bf16 codecs (bit exact, round to nearest even, as NumPy) ------------
@@ -71,6 +72,7 @@ fn f32_to_bf16(f: f32) -> u32 {
 }
 
 //#if HAS_F64
+fn isnan64(x: f64) -> bool { return !(x == x); }
 // An f64 from its two 32-bit halves (WGSL cannot bitcast to f64).
 fn f64_from_words(lo: u32, hi: u32) -> f64 {
     let e = (hi >> 20u) & 0x7ffu;

@@ -6,18 +6,26 @@
 
 fn m_nan() -> T { return T(bitcast<f32>(F32_NAN_BITS)); }
 fn m_inf() -> T { return T(bitcast<f32>(F32_INF_BITS)); }
-fn m_isnan(x: T) -> bool { return x != x; }
+// NaN tests: WGSL's `!=` is an *ordered* comparison in naga's output (NaN != NaN
+// is false), so NaN is found from the bits (f32) or as "not equal to itself".
+fn m_isnan(x: T) -> bool {
+//#if T_F64
+    return isnan64(x);
+//#else
+    return isnan32(x);
+//#endif
+}
 fn m_isinf(x: T) -> bool { return abs(x) == m_inf(); }
 
 // NaN-propagating max / min (NumPy's maximum / minimum).
 fn m_max(a: T, b: T) -> T {
-    if (a != a) { return a; }
-    if (b != b) { return b; }
+    if (m_isnan(a)) { return a; }
+    if (m_isnan(b)) { return b; }
     return select(a, b, b > a);
 }
 fn m_min(a: T, b: T) -> T {
-    if (a != a) { return a; }
-    if (b != b) { return b; }
+    if (m_isnan(a)) { return a; }
+    if (m_isnan(b)) { return b; }
     return select(a, b, b < a);
 }
 
@@ -29,7 +37,7 @@ fn m_round(x: T) -> T {
 }
 
 fn m_sign(x: T) -> T {
-    if (x != x) { return x; }
+    if (m_isnan(x)) { return x; }
     if (x > T(0)) { return T(1); }
     if (x < T(0)) { return T(-1); }
     return x;
@@ -42,7 +50,7 @@ fn m_sqrt(x: T) -> T {
 
 //#if T_F64
 fn m_exp(x: T) -> T {
-    if (x != x) { return x; }
+    if (m_isnan(x)) { return x; }
     if (x > 709.782712893384) { return m_inf(); }
     if (x < -745.1332191019412) { return T(0); }
     let k = floor(x * 1.4426950408889634 + 0.5);
@@ -68,7 +76,7 @@ fn m_exp(x: T) -> T {
 }
 
 fn m_log(x: T) -> T {
-    if (x != x) { return x; }
+    if (m_isnan(x)) { return x; }
     if (x < T(0)) { return m_nan(); }
     if (x == T(0)) { return -m_inf(); }
     if (x == m_inf()) { return x; }
@@ -134,7 +142,7 @@ fn trig_reduce(x: T) -> vec2<f64> {
     return vec2<f64>(r, k);
 }
 fn m_sin(x: T) -> T {
-    if (x != x || m_isinf(x)) { return m_nan(); }
+    if (m_isnan(x) || m_isinf(x)) { return m_nan(); }
     let rk = trig_reduce(x);
     let q = i32(rk.y) & 3;
     let r = rk.x;
@@ -144,7 +152,7 @@ fn m_sin(x: T) -> T {
     return -cos_kernel(r);
 }
 fn m_cos(x: T) -> T {
-    if (x != x || m_isinf(x)) { return m_nan(); }
+    if (m_isnan(x) || m_isinf(x)) { return m_nan(); }
     let rk = trig_reduce(x);
     let q = i32(rk.y) & 3;
     let r = rk.x;
@@ -156,7 +164,7 @@ fn m_cos(x: T) -> T {
 //#else
 fn m_exp(x: T) -> T { return exp(x); }
 fn m_log(x: T) -> T {
-    if (x != x) { return x; }
+    if (m_isnan(x)) { return x; }
     if (x < T(0)) { return m_nan(); }
     if (x == T(0)) { return -m_inf(); }
     return log(x);
@@ -191,7 +199,7 @@ fn m_expm1(x: T) -> T {
 }
 
 fn m_tanh(x: T) -> T {
-    if (x != x) { return x; }
+    if (m_isnan(x)) { return x; }
     let ax = abs(x);
     var t: T;
     if (ax > T(22)) {
@@ -209,12 +217,16 @@ fn m_sigmoid(x: T) -> T { return T(1) / (m_exp(-x) + T(1)); }
 
 fn m_pow(x: T, y: T) -> T {
     if (y == T(0)) { return T(1); }
+    // NumPy computes x ** 0.5 as sqrt(x) (so (-inf) ** 0.5 is NaN, not C's inf).
+    if (y == T(0.5)) { return m_sqrt(x); }
     if (x == T(1)) { return T(1); }
-    if (x != x || y != y) { return m_nan(); }
+    if (m_isnan(x) || m_isnan(y)) { return m_nan(); }
     let ax = abs(x);
     let yint = floor(y) == y;
-    let yodd = yint && abs(y) < T(9007199254740992.0) && floor(y * T(0.5)) * T(2) != y;
+    let yodd = yint && abs(y) < T(9007199254740992.0) && !(floor(y * T(0.5)) * T(2) == y);
     let neg = x < T(0) || (x == T(0) && T(1) / x < T(0));
+    // A finite negative base with a non-integer exponent is NaN (C's pow).
+    if (neg && !yint && !(ax == T(0)) && !(ax == m_inf())) { return m_nan(); }
     var r: T;
     if (ax == T(0)) {
         r = select(m_inf(), T(0), y > T(0));
@@ -230,7 +242,6 @@ fn m_pow(x: T, y: T) -> T {
 //#else
         r = pow(ax, y);
 //#endif
-        if (neg && !yint) { return m_nan(); }
     }
     if (neg && yodd) { r = -r; }
     return r;
@@ -239,7 +250,7 @@ fn m_pow(x: T, y: T) -> T {
 // erf, after Sun's fdlibm s_erf.c (its published coefficients; freely
 // distributable), evaluated in T.
 fn m_erf(x: T) -> T {
-    if (x != x) { return x; }
+    if (m_isnan(x)) { return x; }
     let ax = abs(x);
     let sgn = select(T(1), T(-1), x < T(0));
     if (ax < T(0.84375)) {

@@ -18,7 +18,7 @@ fn at(r: u32, j: u32) -> T {
 
 fn is_nan(x: T) -> bool {
 //#if T_FLOAT
-    return x != x;
+    return m_isnan(x);
 //#else
     return false;
 //#endif

@@ -23,8 +23,13 @@ fn before(a: T, ia: u32, b: T, ib: u32) -> bool {
     if (ia == PAD) { return false; }
     if (ib == PAD) { return true; }
 //#if T_FLOAT
-    let an = a != a;
-    let bn = b != b;
+//#if T_F64
+    let an = isnan64(a);
+    let bn = isnan64(b);
+//#else
+    let an = isnan32(a);
+    let bn = isnan32(b);
+//#endif
     if (an || bn) {
         if (an && bn) { return ia < ib; }
         return an == DESCENDING;

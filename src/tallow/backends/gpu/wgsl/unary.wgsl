@@ -32,7 +32,7 @@ fn f(x: T) -> T {
         case 21u: { return m_pow(x, sc(0u)); }
         case 22u: {
             let neg = x < T(0) || (x == T(0) && T(1) / x < T(0));
-            if (x != x) { return x; }
+            if (m_isnan(x)) { return x; }
             return select(x, m_expm1(x) * sc(0u), neg);
         }
         case 23u: {
