@@ -30,16 +30,19 @@ import warnings
 import numpy as np
 from wgpu import BufferUsage, ShaderStage
 from wgpu.backends.wgpu_native import _api
-from wgpu.backends.wgpu_native._ffi import ffi
+from wgpu.backends.wgpu_native._ffi import ffi, lib
 
 from ...errors import TallowError
 from .kernels import IN_BASE, OUT_BASE
 from .pool import PoolBuffer
 
 libf = _api.libf
-_set_pipeline = libf.wgpuComputePassEncoderSetPipeline
-_set_bind_group = libf.wgpuComputePassEncoderSetBindGroup
-_dispatch = libf.wgpuComputePassEncoderDispatchWorkgroups
+# Compute-pass commands go straight to the C library: wgpu records a bad command
+# as an error of the encoder, which ``finish()`` (through the checked wrapper)
+# raises, so nothing is lost by skipping the per-call error capture.
+_set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+_set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+_dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
 _poll = libf.wgpuDevicePoll
 _submit = libf.wgpuQueueSubmitForIndex
 _write_buffer = libf.wgpuQueueWriteBuffer

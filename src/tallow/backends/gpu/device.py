@@ -20,6 +20,7 @@ from ..base import BackendDevice
 from .commands import Commands
 from .kernels import Kernels
 from .pool import BufferPool
+from .storage import GpuStorage  # binds every op (imports the ops_* modules)
 from .wgsl_types import TYPES
 
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
@@ -161,7 +162,6 @@ class GpuDeviceState(BackendDevice):
         return rand(self, count, dtype, "normal", mean, std)
 
     def from_numpy(self, array, dtype, copy=True):
-        from .storage import GpuStorage
 
         self.check_dtype(dtype, "to_device")
         import numpy as np

@@ -15,6 +15,8 @@ from ...errors import TallowError
 from .layouts import ZERO_SCALARS, grid, map_tail, touched
 from .wgsl_types import TYPES
 
+_EPW = {name: t.epw for name, t in TYPES.items()}
+
 CHUNK_QUANTUM = 1024  # elements: keeps every window offset aligned
 
 
@@ -44,24 +46,35 @@ def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
     if rank is None:
         operands = [compact_for_kernel(s, l) for s, l in operands]
         return map_new(state, pipe, operands, out_dtype, n, scalars)
-    wt = TYPES[out_dtype.name]
-    epw = wt.epw
+    epw = _EPW[out_dtype.name]
     isz = out_dtype.size_in_bytes
     cmd = state.commands
     mb = state.max_binding
+    nops = len(operands)
+    if nops == 1:
+        bufs = [operands[0][0].buf]
+        offs = (layouts[0].start_offset, 0, 0)
+    elif nops == 2:
+        bufs = [operands[0][0].buf, operands[1][0].buf]
+        offs = (layouts[0].start_offset, layouts[1].start_offset, 0)
+    else:
+        bufs = [s.buf for s, _ in operands]
+        offs = tuple(lay.start_offset for lay in layouts) + (0,) * (3 - nops)
     with cmd.lock:
         out = state.pool.alloc(n * isz)
         if n == 0:
             return out
-        bufs = [s.buf for s, _ in operands]
-        offs = [lay.start_offset for lay in layouts]
-        offs += [0] * (3 - len(offs))
         if raw or (out.size <= mb and all(b.size <= mb for b in bufs)):
             nwords = (n + epw - 1) // epw
-            words = (n, nwords, 0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
+            words = (n, nwords, 0, rank, bits) + offs + scalars + tail
             bufs.append(out)
-            cmd.dispatch(pipe, bufs, words, *grid(nwords))
+            groups = (nwords + 255) >> 8
+            if groups <= 65535:
+                cmd.dispatch(pipe, bufs, words, groups)
+            else:
+                cmd.dispatch(pipe, bufs, words, *grid(nwords))
             return out
+        offs = list(offs)
         _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail, scalars)
         return out
 
