@@ -76,10 +76,12 @@ def gpu_device_state(ordinal: int = 0) -> "GpuDeviceState":
     return state
 
 
-def new_device_state(ordinal: int = 0, disable_features=()) -> "GpuDeviceState":
+def new_device_state(ordinal: int = 0, disable_features=(), max_binding=None) -> "GpuDeviceState":
     """A fresh, independent device on adapter ``ordinal`` (its own queue, pool and
     kernel cache, and its own id). ``Device.gpu(n)`` shares one per ordinal; this is
-    for tests and benchmarks (a second device, or one with features masked)."""
+    for tests and benchmarks: a second device, one with features masked, or one that
+    pretends its max storage binding size is ``max_binding`` bytes (to exercise the
+    split of large tensors without allocating gigabytes)."""
     try:
         found = adapters()
     except Exception as e:
@@ -88,7 +90,10 @@ def new_device_state(ordinal: int = 0, disable_features=()) -> "GpuDeviceState":
         raise TallowError(
             f"gpu:{ordinal}: no such adapter ({len(found)} WebGPU adapter(s) found"
             + (": " + ", ".join(_describe(a.info) for a in found) if found else "") + ")")
-    return GpuDeviceState(found[ordinal], ordinal, disable_features)
+    state = GpuDeviceState(found[ordinal], ordinal, disable_features)
+    if max_binding is not None:
+        state.max_binding = state.commands.max_binding = min(int(max_binding), state.max_binding)
+    return state
 
 
 def _describe(info) -> str:

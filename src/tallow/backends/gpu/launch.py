@@ -131,7 +131,8 @@ def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, 
                     lo, hi = touched(lay, g0, g1)
                     w, base_el = _window(state, s.buf, lo, hi, s.dtype.size_in_bytes)
                     wins.append(w)
-                    offs.append(lay.start_offset - base_el)
+                    # relative to the window; may be "negative": u32 arithmetic wraps
+                    offs.append((lay.start_offset - base_el) & 0xFFFFFFFF)
                 break
             except TallowError:
                 if size <= CHUNK_QUANTUM:
