@@ -73,7 +73,7 @@ def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}, not a Tensor")
-        arrays[name] = np.ascontiguousarray(t.numpy())
+        arrays[name] = np.asarray(t.numpy(), order="C")
     save_file(arrays, str(path), metadata=metadata)
 
 
@@ -126,7 +126,7 @@ class SafetensorsFile:
             arr = self._f.get_tensor(name)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
-        return Tensor.from_vec(np.ascontiguousarray(arr), None, device=device)
+        return Tensor.from_vec(np.asarray(arr, order="C"), None, device=device)
 
 
 _SAFETENSORS_DTYPES = {
@@ -151,7 +151,7 @@ def load_npy(path, device=None):
 
 
 def save_npy(path, tensor) -> None:
-    np.save(str(path), np.ascontiguousarray(tensor.numpy()), allow_pickle=False)
+    np.save(str(path), np.asarray(tensor.numpy(), order="C"), allow_pickle=False)
 
 
 def load_npz(path, device=None) -> dict:
@@ -168,7 +168,7 @@ def load_npz(path, device=None) -> dict:
 
 
 def save_npz(path, tensors: dict) -> None:
-    np.savez(str(path), **{k: np.ascontiguousarray(t.numpy()) for k, t in tensors.items()})
+    np.savez(str(path), **{k: np.asarray(t.numpy(), order="C") for k, t in tensors.items()})
 
 
 # -- gguf ----------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ def _int_div(a, b):
     # Rust truncates toward zero: undo the floor where the remainder is nonzero
     # and the operands' signs differ.
     r = a - q * b
-    q += ((r != 0) & ((r < 0) != (b < 0))).astype(q.dtype)
+    q += ((r != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
     return q
 
 
