@@ -26,6 +26,15 @@ def num_threads_rule() -> str:
     return _THREADS.rule()
 
 
+def parse_absolute_shape(*shape, element_count=None) -> list:
+    """A shape as a list, with a -1 hole resolved against ``element_count``."""
+    from .shape import parse_shape, parse_shape_with_hole
+
+    if element_count is None:
+        return list(parse_shape(shape, "parse_absolute_shape"))
+    return list(parse_shape_with_hole(shape, int(element_count), "parse_absolute_shape"))
+
+
 # -- backends ----------------------------------------------------------------------------
 
 def gpu_is_available() -> bool:
@@ -56,12 +65,31 @@ def _missing(path, what):
         raise FileNotFoundError(f"{what}: no such file: {path}")
 
 
-def load_safetensors(path, device=None) -> dict:
-    """Every tensor of a ``.safetensors`` file, by name."""
-    from .tensor import Tensor
+def safetensors_paths(path) -> list:
+    """The files behind ``path``: one file, a list of files, or every .safetensors in a folder."""
+    if isinstance(path, (list, tuple)):
+        return [str(p) for p in path]
+    path = str(path)
+    if os.path.isdir(path):
+        files = sorted(
+            os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")
+        )
+        if not files:
+            raise FileNotFoundError(f"load_safetensors: no .safetensors files in {path}")
+        return files
+    return [path]
 
-    with SafetensorsFile(path) as f:
-        return {name: f.get(name, device=device) for name in f.keys()}
+
+def load_safetensors(path, device=None) -> dict:
+    """Every tensor of a ``.safetensors`` file (or a list of files, or a folder of them)."""
+    out = {}
+    for p in safetensors_paths(path):
+        with SafetensorsFile(p) as f:
+            for name in f.keys():
+                if name in out:
+                    raise FileFormatError(f"{p}: tensor {name!r} also appears in another file")
+                out[name] = f.get(name, device=device)
+    return out
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
