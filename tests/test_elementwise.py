@@ -344,3 +344,27 @@ def test_float_to_int_saturates_and_zeroes_nan():
     t = tl.Tensor(np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 2.9, -2.9], np.float32))
     assert t.to_dtype(tl.u8).values() == [0, 255, 0, 255, 0, 2, 0]
     assert t.to_dtype(tl.i64).values() == [0, 2**63 - 1, -2**63, 2**63 - 1, -2**63, 2, -2]
+
+
+def test_large_ops_split_over_threads_give_the_same_values():
+    from tallow.backends.cpu import parallel
+
+    before = tl.utils.get_num_threads()
+    rng = np.random.default_rng(0)
+    n = int(np.sqrt(parallel.MIN_ELEMENTS)) + 37  # above the threshold, rows not divisible evenly
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n,)).astype(np.float32)
+    try:
+        tl.utils.set_num_threads(3)
+        ta, tb = tl.Tensor(a), tl.Tensor(b)
+        np.testing.assert_array_equal((ta + ta).numpy(), a + a)
+        np.testing.assert_array_equal(ta.t().contiguous().numpy(), a.T)
+        np.testing.assert_array_equal((ta.t() * ta).numpy(), a.T * a)
+        np.testing.assert_array_equal(ta.broadcast_add(tb).numpy(), a + b)
+        np.testing.assert_array_equal((ta * 2.0).numpy(), a * 2.0)
+        np.testing.assert_array_equal(ta.exp().numpy(), np.exp(a))
+        np.testing.assert_allclose(ta.gelu_erf().numpy(), FLOAT_REFS["gelu_erf"](a.astype(np.float64)), rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(ta.relu().numpy(), np.maximum(a, 0))
+        np.testing.assert_array_equal(ta.abs().sqrt().numpy(), np.sqrt(np.abs(a)))
+    finally:
+        tl.utils.set_num_threads(before)
