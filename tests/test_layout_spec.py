@@ -157,3 +157,14 @@ def test_views_of_views_share_storage_and_values():
     expect = np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(1, 2, 0)[:, 1:3][::2]
     np.testing.assert_array_equal(v.numpy(), expect)
     assert ptr(v) == ptr(a)
+
+
+@pytest.mark.parametrize("perm", [(1, 0), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)])
+def test_contiguous_copies_of_permuted_tensors(perm):
+    # Large enough for the tiled transposed copy; odd sizes leave partial tiles.
+    shape = {2: (131, 197), 3: (5, 67, 93)}[len(perm)]
+    arr = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    t = tl.Tensor(arr).permute(perm)
+    np.testing.assert_array_equal(t.contiguous().numpy(), np.transpose(arr, perm))
+    np.testing.assert_array_equal((t + t).numpy(), 2 * np.transpose(arr, perm))
+    assert (t + t).is_contiguous()

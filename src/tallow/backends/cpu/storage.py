@@ -153,7 +153,9 @@ class CpuStorage(BackendStorage):
 def wrap(arr: np.ndarray, dtype) -> CpuStorage:
     """A storage owning a freshly computed array (made C-contiguous if it is not)."""
     if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
+        from .parallel import copy
+
+        arr = copy(arr)
     s = _new(CpuStorage)
     s.arr = arr
     s.dtype = dtype
