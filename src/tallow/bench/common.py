@@ -1,8 +1,10 @@
 """Timing helpers: medians of alternating repeats, and plain-text tables.
 
 Machines are noisy and first runs pay warm-up (allocator, thread pools, caches),
-so every candidate is run once untimed, then the candidates take turns, and the
-median of each one's repeats is reported.
+so the candidates take turns, and the median of each one's repeats is reported.
+Each turn starts with one untimed call: what the previous candidate left behind
+(freed memory handed back to the system, cold caches) is paid there, not by
+whichever candidate happens to follow it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import time
 
 def alternate(candidates: dict, repeats: int = 5, number: int = 1) -> dict:
     """{name: median seconds per call} for callables timed in turns."""
-    for fn in candidates.values():
-        fn()
     times = {name: [] for name in candidates}
     names = list(candidates)
     for r in range(repeats):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             fn = candidates[name]
+            fn()
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()

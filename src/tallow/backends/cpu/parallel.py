@@ -56,9 +56,15 @@ def run_rows(kernel, out: np.ndarray, *inputs) -> np.ndarray:
 
 
 def ufunc(f, out_dtype, *inputs) -> np.ndarray:
-    """``f(*inputs)`` for a NumPy ufunc, split over threads when large."""
+    """``f(*inputs)`` for a NumPy ufunc, split over threads when large.
+
+    Transposed inputs are not split by rows: NumPy computes them fastest in their
+    own memory order, and the result's tiled copy to row-major is split instead.
+    """
     shape = np.broadcast_shapes(*[np.shape(x) for x in inputs])
-    if not worth_splitting(shape):
+    if not worth_splitting(shape) or any(
+        isinstance(x, np.ndarray) and _transposed_axis(x) is not None for x in inputs
+    ):
         return f(*inputs)
     out = np.empty(shape, out_dtype)
     return run_rows(lambda o, *xs: f(*xs, out=o), out, *inputs)
