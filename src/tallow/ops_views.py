@@ -25,7 +25,7 @@ class ViewOps:
     def reshape(self, *shape):
         lay = self._layout
         shape = parse_shape_with_hole(shape, lay.count, "reshape")
-        if shape == lay.shape:
+        if shape == lay.shape and lay.contiguous:
             return self
         count = 1
         for d in shape:
