@@ -58,7 +58,9 @@ def parse_shape_with_hole(args, count: int, op: str = "reshape") -> tuple:
         raise ShapeMismatchError(f"{op}: at most one -1 is allowed in shape {tuple(dims)}")
     for d in dims:
         if d < -1:
-            raise OverflowError(f"{op}: negative dimension {d} in shape {tuple(dims)}")
+            raise ShapeMismatchError(
+                f"{op}: invalid dimension {d} in shape {tuple(dims)} (only -1 may stand for a hole)"
+            )
     if holes:
         known = 1
         for i, d in enumerate(dims):
@@ -103,6 +105,20 @@ def broadcast_shapes(lhs: tuple, rhs: tuple, op: str) -> tuple:
     """NumPy's broadcasting rule: align right, sizes equal or one of them 1."""
     if lhs == rhs:
         return lhs
+    key = (lhs, rhs)
+    found = _BROADCAST_CACHE.get(key)
+    if found is not None:
+        return found
+    out = _broadcast(lhs, rhs, op)
+    if len(_BROADCAST_CACHE) < 4096:
+        _BROADCAST_CACHE[key] = out
+    return out
+
+
+_BROADCAST_CACHE: dict = {}
+
+
+def _broadcast(lhs: tuple, rhs: tuple, op: str) -> tuple:
     n = max(len(lhs), len(rhs))
     a = (1,) * (n - len(lhs)) + lhs
     b = (1,) * (n - len(rhs)) + rhs

@@ -37,10 +37,24 @@ def _device_of(device) -> Device:
     return Device.parse(device)
 
 
-def _storage_from_array(arr: np.ndarray, dtype, device: Device, copy: bool):
+def _checked_state(device: Device, dtype):
     state = device._state
     state.check_dtype(dtype, "tensor")
-    return state.from_numpy(arr, dtype, copy=copy)
+    return state
+
+
+def _storage_from_array(arr: np.ndarray, dtype, device: Device, copy: bool):
+    """A storage from an array the caller keeps (``copy=False`` shares its buffer)."""
+    return _checked_state(device, dtype).from_numpy(arr, dtype, copy=copy)
+
+
+def adopt_array(arr: np.ndarray, dtype, device: Device):
+    """A storage from a private array made for it (the CPU takes the buffer over)."""
+    state = _checked_state(device, dtype)
+    adopt = getattr(state, "adopt_numpy", None)
+    if adopt is not None:
+        return adopt(arr, dtype)
+    return state.from_numpy(arr, dtype, copy=False)
 
 
 class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, CustomOpMethods):
@@ -56,7 +70,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             self._storage, self._layout = s._storage, s._layout
         else:
             arr, dtype_ = from_data(data, None if dtype is None else dt.DType.parse(dtype))
-            self._storage = _storage_from_array(arr, dtype_, _device_of(device), copy=False)
+            self._storage = adopt_array(arr, dtype_, _device_of(device))
             self._layout = _contig(arr.shape)
         self._op = None
         self._track = False
@@ -77,7 +91,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             raise ShapeMismatchError(
                 f"from_slice: {arr.size} elements do not fill shape {shape}"
             )
-        storage = _storage_from_array(arr.reshape(-1), dtype, _device_of(device), copy=False)
+        storage = adopt_array(arr.reshape(-1), dtype, _device_of(device))
         return make(storage, _contig(shape))
 
     @staticmethod
@@ -185,8 +199,13 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     # -- values out -------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """The values as a NumPy array (a view of the buffer on the CPU; a copy from a GPU)."""
-        return self._storage.to_numpy(self._layout)
+        """The values as a NumPy array (a view of the buffer on the CPU; a copy from a GPU).
+
+        On the CPU writes to the array show in the tensor, as with PyTorch's ``numpy()``.
+        """
+        s = self._storage
+        writable = getattr(s, "to_numpy_writable", None)
+        return writable(self._layout) if writable is not None else s.to_numpy(self._layout)
 
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()
@@ -197,7 +216,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return arr
 
     def _pyvalues(self):
-        arr = self.numpy()
+        arr = self._storage.to_numpy(self._layout)
         if self._storage.dtype in (dt.f16, dt.bf16):
             arr = arr.astype(np.float32)
         return arr.tolist()
@@ -234,7 +253,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return self.flatten_all()._pyvalues()[0]
 
     def __dlpack__(self, *args, **kwargs):
-        arr = np.ascontiguousarray(self.numpy())
+        arr = np.asarray(self.numpy(), order="C")
         return arr.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -243,7 +262,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     def to_torch(self):
         import torch
 
-        arr = np.ascontiguousarray(self.numpy())
+        arr = np.asarray(self.numpy(), order="C")
         if self._storage.dtype is dt.bf16:
             return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
         if self._storage.dtype is dt.u32:
@@ -292,7 +311,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     __hash__ = object.__hash__
 
     def __reduce__(self):
-        return (_rebuild, (np.ascontiguousarray(self.numpy()).copy(), str(self.dtype), str(self.device)))
+        return (_rebuild, (np.asarray(self.numpy(), order="C").copy(), str(self.dtype), str(self.device)))
 
     # -- dtype and device moves -----------------------------------------------------
     def to_dtype(self, dtype) -> "Tensor":
@@ -309,7 +328,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         s = self._storage
         if device._state is s.bdev:
             return self
-        arr = np.ascontiguousarray(s.to_numpy(self._layout))
+        arr = np.asarray(s.to_numpy(self._layout), order="C")
         out = _storage_from_array(arr, s.dtype, device, copy=True)
         return make(out, _contig(self._layout.shape), record1("to_device", self, self.device))
 

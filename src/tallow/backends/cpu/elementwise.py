@@ -11,7 +11,10 @@ import numpy as np
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
+from . import parallel
 from .storage import wrap
+
+_MIN = parallel.MIN_ELEMENTS
 
 METHODS = (
     "unary", "affine", "powf", "elu", "clamp", "binary", "binary_scalar", "cmp",
@@ -67,10 +70,18 @@ def _round_half_away(x):
     return t + np.copysign((np.abs(frac) >= 0.5).astype(x.dtype), x)
 
 
+def _relu(x, out=None):
+    return np.maximum(x, x.dtype.type(0), out=out)
+
+
+_relu.takes_out = True
+
+
 def _quiet(f):
-    def run(x):
+    def run(x, **kw):
         with np.errstate(all="ignore"):
-            return f(x)
+            return f(x, **kw)
+    run.takes_out = True  # forwards ``out=`` to the ufunc
     return run
 
 
@@ -78,7 +89,7 @@ _FLOAT_UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": _quiet(np.exp), "log": _quiet(np.log),
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sqr": np.square,
     "sqrt": _quiet(np.sqrt), "recip": _quiet(np.reciprocal),
-    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": _gelu_tanh,
+    "relu": _relu, "gelu": _gelu_tanh,
     "gelu_erf": _gelu_erf, "erf": lambda x: _erf(x.astype(np.float64)),
     "silu": _silu, "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil,
     "round": _round_half_away, "sign": np.sign,
@@ -93,7 +104,7 @@ def _int_neg(x):
 
 _INT_UNARY = {
     "neg": _int_neg, "abs": np.abs, "sqr": np.square,
-    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "sign": np.sign,
+    "relu": _relu, "sign": np.sign,
 }
 
 
@@ -115,17 +126,29 @@ def _unsupported(op, dtype):
     return UnsupportedDTypeError(f"{op}: not supported for dtype {dtype} on cpu")
 
 
+def _apply(f, x):
+    if x.size < _MIN:
+        return f(x)
+    if op_takes_out(f):
+        return parallel.ufunc(f, x.dtype, x)
+    return parallel.mapped(f, None, x)
+
+
+def op_takes_out(f) -> bool:
+    return isinstance(f, np.ufunc) or getattr(f, "takes_out", False)
+
+
 def unary(s, op, layout):
     dtype = s.dtype
     if dtype.is_float:
         f = _FLOAT_UNARY.get(op)
         if f is None:
             raise ValueError(f"unknown unary op {op!r}")
-        return _float_out(f(_float_in(s, layout)), dtype)
+        return _float_out(_apply(f, _float_in(s, layout)), dtype)
     f = _INT_UNARY.get(op)
     if f is None:
         raise _unsupported(op, dtype)
-    return wrap(f(s.view(layout)), dtype)
+    return wrap(_apply(f, s.view(layout)), dtype)
 
 
 def affine(s, layout, mul, add):
@@ -212,7 +235,9 @@ def binary(s, op, lhs_layout, rhs, rhs_layout):
     f = _BINARY_NATIVE.get(op)
     dtype = s.dtype
     if f is not None:
-        return wrap(f(a, b), dtype)
+        if a.size < _MIN:
+            return wrap(f(a, b), dtype)
+        return wrap(parallel.ufunc(f, a.dtype, a, b), dtype)
     if op == "div":
         if dtype.is_int:
             return wrap(_int_div(a, b), dtype)
@@ -233,6 +258,9 @@ def binary_scalar(s, op, layout, scalar, scalar_on_left):
     c = dtype.np.type(scalar)
     f = _BINARY_NATIVE.get(op)
     if f is not None:
+        if x.size >= _MIN:
+            args = (c, x) if scalar_on_left else (x, c)
+            return wrap(parallel.ufunc(f, x.dtype, *args), dtype)
         return wrap(f(c, x) if scalar_on_left else f(x, c), dtype)
     if op == "div":
         if dtype.is_int:
