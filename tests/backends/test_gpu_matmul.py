@@ -104,6 +104,9 @@ def test_empty_and_zero_k(gpu):
 
 def test_tile_choice():
     assert pick_tile(1024, 1024, 1, tl.f32) == (4, 4)
+    assert pick_tile(1024, 1024, 1, tl.f32, gpu_class=True) == (8, 8)
+    assert pick_tile(1024, 1024, 1, tl.f16, gpu_class=True) == (8, 8)
+    assert pick_tile(1024, 1024, 1, tl.f64, gpu_class=True) == (2, 2)
     assert pick_tile(1024, 1024, 1, tl.f64) == (2, 2)
     assert pick_tile(64, 64, 1, tl.f32) == (1, 1)  # few tiles: small ones fill the device
     assert pick_tile(256, 256, 1, tl.f32) == (2, 2)
@@ -119,3 +122,20 @@ def test_large_matmul_against_numpy(gpu):
     h = (tl.Tensor(a, device=gpu).to_dtype("f16") @ tl.Tensor(b, device=gpu).to_dtype("f16")).numpy()
     ref = (a.astype(np.float16).astype(np.float32) @ b.astype(np.float16).astype(np.float32))
     np.testing.assert_allclose(h.astype(np.float32), ref, rtol=2e-3, atol=3e-2)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 4, 8])
+def test_every_tile_size_is_right(gpu, tile, monkeypatch):
+    # Real GPUs get 8 x 8 per-thread tiles; check every variant here whatever the adapter.
+    import tallow.backends.gpu.ops_matmul as mm
+
+    monkeypatch.setattr(mm, "pick_tile", lambda *a, **k: (tile, tile))
+    for m, k, n in ((128, 64, 128), (130, 70, 129), (17, 200, 300), (256, 16, 256)):
+        a = values((2, m, k), tl.f32, m)
+        b = values((2, k, n), tl.f32, n)
+        check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)
+        check(lambda x, y: x.transpose(1, 2).contiguous().transpose(1, 2).matmul(y.transpose(1, 2).contiguous().transpose(1, 2)),
+              [a, b], tl.f32, gpu)
+    a = values((70, 40), tl.f16, 1)
+    b = values((40, 90), tl.f16, 2)
+    check(lambda x, y: x.matmul(y), [a, b], tl.f16, gpu, loose=True)

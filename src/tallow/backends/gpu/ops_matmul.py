@@ -20,16 +20,23 @@ from .storage import wrap
 METHODS = ("matmul",)
 
 GEMM = family("gemm", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)])
+GEMM_BIG = family("gemm_big", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)],
+                  file="gemm.wgsl", flags=("BIG",))
 MAX_BATCH_RANK = 6
+BK = 16
 MAX_Z = 65535
 
 
-def pick_tile(m: int, n: int, batch: int, dtype) -> tuple:
+def pick_tile(m: int, n: int, batch: int, dtype, gpu_class: bool = False) -> tuple:
     """(TM, TN): each thread computes TM x TN outputs of a (16 TM) x (16 TN) tile.
     Big tiles for big products; small ones when big tiles would leave too few
-    workgroups to fill the device; f64 keeps tiles small (workgroup memory)."""
-    big = 2 if dtype.size_in_bytes >= 8 else 4
-    for t in (big, 2, 1):
+    workgroups to fill the device; f64 keeps tiles small (workgroup memory). 8 x 8
+    (128 x 128 tiles, 64 accumulators per thread) only on real GPUs: a CPU
+    adapter (lavapipe) runs them slower than 4 x 4."""
+    big = 2 if dtype.size_in_bytes >= 8 else (8 if gpu_class else 4)
+    for t in (big, 4, 2, 1):
+        if t > big:
+            continue
         tiles = ((m + 16 * t - 1) // (16 * t)) * ((n + 16 * t - 1) // (16 * t)) * batch
         if tiles >= 32 or t == 1:
             return t, t
@@ -94,12 +101,12 @@ def matmul(s, lhs_layout, rhs, rhs_layout):
                          sr, sk, sv, 0, len(bshape), 0, 0, 0, 0, 0) + bw
                 cmd.dispatch(pipe, (s.buf, rhs.buf, out.buf), words, gx, gy, min(MAX_Z, nb - z0))
         return out
-    tm, tn = pick_tile(m, n, nb, dtype)
+    tm, tn = pick_tile(m, n, nb, dtype, state.adapter_info.get("adapter_type") != "CPU")
     bm, bn = 16 * tm, 16 * tn
     aligned = m % bm == 0 and n % bn == 0 and k % 16 == 0
     consts = (("TM", tm), ("TN", tn), ("A_MMAJOR", sam == 1 and sak != 1),
               ("B_KMAJOR", sbk == 1 and sbn != 1), ("ALIGNED", aligned))
-    pipe = state.kernels.get(GEMM, key, "gemm", consts)
+    pipe = state.kernels.get(GEMM_BIG if tm > 4 else GEMM, key, "gemm", consts)
     gx, gy = (n + bn - 1) // bn, (m + bm - 1) // bm
     with cmd.lock:
         for z0 in range(0, nb, MAX_Z):

@@ -6,7 +6,8 @@
 // what candle's Metal kernel gets wrong for non-mergeable batch dims. y is
 // contiguous (batch, M, N). T accumulates (f32 for f16 / bf16).
 //
-// gemm: a 16x16 workgroup computes a (16 TM) x (16 TN) tile, TM x TN per thread,
+// gemm: a 16x16 workgroup computes a (16 TM) x (16 TN) tile, TM x TN per thread (at most
+// 4 x 4, or 8 x 8 in the gemm_big family, whose registers only big GPUs afford),
 // staging BK-deep slices of a and b in workgroup memory. Override constants pick
 // the tile (TM, TN), the load order that reads consecutive addresses for the
 // operands' transpositions (A_MMAJOR, B_KMAJOR), and drop bounds checks when the
@@ -21,7 +22,7 @@ override B_KMAJOR: bool = false;
 override ALIGNED: bool = false;
 override MAT_IS_B: bool = false;
 override ROWS_WG: bool = false;
-const BK: u32 = 16u;
+override BK: u32 = 16u;
 
 var<workgroup> As: array<T, BK * 16u * TM>;
 var<workgroup> Bs: array<T, BK * 16u * TN>;
@@ -46,10 +47,14 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let m0 = wid.y * BM;
     let n0 = wid.x * BN;
     let tid = lid.y * 16u + lid.x;
+//#if BIG
+    var acc: array<T, 64>;
+//#else
     var acc: array<T, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) { acc[i] = T(0); }
+//#endif
+    for (var i = 0u; i < TM * TN; i = i + 1u) { acc[i] = T(0); }
     for (var kt = 0u; kt < K; kt = kt + BK) {
-        for (var r = 0u; r < TM; r = r + 1u) {
+        for (var r = 0u; r < TM * BK / 16u; r = r + 1u) {
             let e = tid + r * 256u;
             var mm: u32;
             var kk: u32;
@@ -60,7 +65,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             if (ALIGNED || (gm < M && gk < K)) { v = T(ld_a(aoff + gm * sam + gk * sak)); }
             As[kk * BM + mm] = v;
         }
-        for (var r = 0u; r < TN; r = r + 1u) {
+        for (var r = 0u; r < TN * BK / 16u; r = r + 1u) {
             let e = tid + r * 256u;
             var nn: u32;
             var kk: u32;
@@ -73,13 +78,18 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
+//#if BIG
+            var av: array<T, 8>;
+            var bv: array<T, 8>;
+//#else
             var av: array<T, 4>;
             var bv: array<T, 4>;
+//#endif
             for (var i = 0u; i < TM; i = i + 1u) { av[i] = As[kk * BM + lid.y + 16u * i]; }
             for (var j = 0u; j < TN; j = j + 1u) { bv[j] = Bs[kk * BN + lid.x + 16u * j]; }
             for (var i = 0u; i < TM; i = i + 1u) {
                 for (var j = 0u; j < TN; j = j + 1u) {
-                    acc[i * 4u + j] = acc[i * 4u + j] + av[i] * bv[j];
+                    acc[i * TN + j] = acc[i * TN + j] + av[i] * bv[j];
                 }
             }
         }
@@ -90,7 +100,7 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let gm = m0 + lid.y + 16u * i;
         for (var j = 0u; j < TN; j = j + 1u) {
             let gn = n0 + lid.x + 16u * j;
-            if (ALIGNED || (gm < M && gn < N)) { st_y(ybase + gm * N + gn, TY(acc[i * 4u + j])); }
+            if (ALIGNED || (gm < M && gn < N)) { st_y(ybase + gm * N + gn, TY(acc[i * TN + j])); }
         }
     }
 }
