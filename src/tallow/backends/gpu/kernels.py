@@ -235,12 +235,43 @@ class Pipeline:
         self.build_s = build_s
 
 
+class KernelRef:
+    """An element-wise kernel whose two variants (strided operands, or all
+    operands contiguous: CONTIG = true) are built on first use of each."""
+
+    __slots__ = ("_kernels", "_args", "_general", "_contig")
+
+    def __init__(self, kernels, fam, dtypes, entry, constants):
+        self._kernels = kernels
+        self._args = (fam, dtypes, entry, constants)
+        self._general = None
+        self._contig = None
+
+    def general(self) -> Pipeline:
+        p = self._general
+        if p is None:
+            p = self._general = self._kernels.get(*self._args)
+        else:
+            p.hits += 1
+        return p
+
+    def contig(self) -> Pipeline:
+        p = self._contig
+        if p is None:
+            fam, dtypes, entry, constants = self._args
+            p = self._contig = self._kernels.get(fam, dtypes, entry, constants + (("CONTIG", True),))
+        else:
+            p.hits += 1
+        return p
+
+
 class Kernels:
     """Per-device module and pipeline caches with compile timings."""
 
     def __init__(self, state):
         self._state = state
         self._pipes: dict = {}
+        self._refs: dict = {}
         self._modules: dict = {}
         self._locks: dict = {}
         self._guard = threading.Lock()
@@ -252,6 +283,13 @@ class Kernels:
             p.hits += 1
             return p
         return self._build(key, fam, dtypes, entry, constants)
+
+    def ref(self, fam: Family, dtypes: tuple, entry: str = "main", constants: tuple = ()) -> KernelRef:
+        key = (fam.name, dtypes, entry, constants)
+        r = self._refs.get(key)
+        if r is None:
+            r = self._refs.setdefault(key, KernelRef(self, fam, dtypes, entry, constants))
+        return r
 
     def _lock_for(self, mkey):
         with self._guard:

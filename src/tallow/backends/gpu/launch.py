@@ -32,7 +32,7 @@ def compact_for_kernel(storage, layout):
     return s, Layout.contiguous_of(layout.shape)
 
 
-def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False):
+def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False):
     """A fresh buffer with ``n`` elements of ``out_dtype``: element g is the kernel's
     ``elem(g)`` over ``operands`` ((storage, layout) pairs sharing one shape).
 
@@ -45,7 +45,7 @@ def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
         rank, bits, tail = map_tail(layouts)
     if rank is None:
         operands = [compact_for_kernel(s, l) for s, l in operands]
-        return map_new(state, pipe, operands, out_dtype, n, scalars)
+        return map_new(state, kref, operands, out_dtype, n, scalars)
     epw = _EPW[out_dtype.name]
     isz = out_dtype.size_in_bytes
     cmd = state.commands
@@ -60,11 +60,17 @@ def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
     else:
         bufs = [s.buf for s, _ in operands]
         offs = tuple(lay.start_offset for lay in layouts) + (0,) * (3 - nops)
+    # The pipeline is fetched (and, the first time, built) before taking the lock:
+    # a compile must never hold up other threads' ops.
+    fits = raw or (state.pool.bucket(n * isz) <= mb and all(b.size <= mb for b in bufs))
+    pipe = None
+    if n:
+        pipe = kref.contig() if fits and bits == (1 << nops) - 1 and not raw else kref.general()
     with cmd.lock:
         out = state.pool.alloc(n * isz)
         if n == 0:
             return out
-        if raw or (out.size <= mb and all(b.size <= mb for b in bufs)):
+        if fits:
             nwords = (n + epw - 1) // epw
             words = (n, nwords, 0, rank, bits) + offs + scalars + tail
             bufs.append(out)
@@ -74,12 +80,11 @@ def map_new(state, pipe, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
             else:
                 cmd.dispatch(pipe, bufs, words, *grid(nwords))
             return out
-        offs = list(offs)
         _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail, scalars)
         return out
 
 
-def map_inplace(state, pipe, operands, dst, dst_layout, scalars=ZERO_SCALARS):
+def map_inplace(state, kref, operands, dst, dst_layout, scalars=ZERO_SCALARS):
     """Run an in-place kernel (one invocation per element of ``dst_layout``) whose
     last operand slot is ``dst`` (written through its layout)."""
     layouts = [lay for _, lay in operands] + [dst_layout]
@@ -93,9 +98,11 @@ def map_inplace(state, pipe, operands, dst, dst_layout, scalars=ZERO_SCALARS):
             "do not merge to 8 or fewer: make the destination contiguous first")
     cmd = state.commands
     mb = state.max_binding
+    bufs = [s.buf for s, _ in operands] + [dst.buf]
+    fits = all(b.size <= mb for b in bufs)
+    pipe = kref.contig() if fits and bits == (1 << len(layouts)) - 1 else kref.general()
     with cmd.lock:
-        bufs = [s.buf for s, _ in operands] + [dst.buf]
-        if all(b.size <= mb for b in bufs):
+        if fits:
             offs = [lay.start_offset for lay in layouts] + [0] * (3 - len(layouts))
             words = (n, 0, 0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
             cmd.dispatch(pipe, bufs, words, *grid(n))

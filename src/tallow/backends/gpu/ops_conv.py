@@ -50,7 +50,7 @@ def _conv2d(s, layout, k, klayout, pad, stride, dil, groups):
     ow = (w + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
     L, K = oh * ow, cg * kh * kw
     n = b * groups * L * K
-    pipe = state.kernels.get(IM2COL, (s.dtype.name,))
+    pipe = state.kernels.ref(IM2COL, (s.dtype.name,))
     words = (0,) * 8 + (groups, oh, ow, cg, kh, kw, h, w, stride[0], stride[1], pad[0], pad[1],
                         dil[0], dil[1]) + tuple(layout.stride) + (layout.start_offset,)
     cols = wrap(state, map_new(state, pipe, ((s, layout),), s.dtype, n, words, raw=True), s.dtype, n)
@@ -87,7 +87,7 @@ def _convt2d(s, layout, k, klayout, pad, out_pad, stride, dil, groups):
     oh = (h - 1) * stride[0] - 2 * pad[0] + dil[0] * (kh - 1) + out_pad[0] + 1
     ow = (w - 1) * stride[1] - 2 * pad[1] + dil[1] * (kw - 1) + out_pad[1] + 1
     n = b * co * oh * ow
-    pipe = state.kernels.get(CONVT, (s.dtype.name,))
+    pipe = state.kernels.ref(CONVT, (s.dtype.name,))
     words = (0,) * 8 + (co, oh, ow, cog, ci // groups, kh, kw, h, w, stride[0], stride[1],
                         pad[0], pad[1], dil[0], dil[1]) + tuple(layout.stride) \
         + (layout.start_offset,) + tuple(klayout.stride) + (klayout.start_offset,)
@@ -114,7 +114,7 @@ def _pool(s, layout, kernel, stride, op):
     oh = (h - kernel[0]) // stride[0] + 1
     ow = (w - kernel[1]) // stride[1] + 1
     n = b * c * oh * ow
-    pipe = state.kernels.get(POOL, (s.dtype.name,), "main", (("OP", op),))
+    pipe = state.kernels.ref(POOL, (s.dtype.name,), "main", (("OP", op),))
     words = (0,) * 8 + (c, oh, ow, kernel[0], kernel[1], stride[0], stride[1]) \
         + tuple(layout.stride) + (layout.start_offset,)
     return wrap(state, map_new(state, pipe, ((s, layout),), s.dtype, n, words, raw=True), s.dtype, n)

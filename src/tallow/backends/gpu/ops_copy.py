@@ -26,7 +26,7 @@ def copy_strided(s, layout):
     """A new compact buffer with the elements of ``layout`` (always a new buffer)."""
     state = s.bdev
     key = (s.dtype.name,)
-    pipe = state.kernels.get(COPY, key)
+    pipe = state.kernels.ref(COPY, key)
     n = layout.count
     buf = map_new(state, pipe, ((s, layout),), s.dtype, n)
     return wrap(state, buf, s.dtype, n)
@@ -38,19 +38,19 @@ def copy_into_inplace(s, dst_layout, src, src_layout):
         # A buffer cannot be bound for reading and writing in one dispatch.
         src = src.copy_strided(src_layout)
         src_layout = Layout.contiguous_of(src_layout.shape)
-    pipe = state.kernels.get(COPY_INTO, (s.dtype.name,))
+    pipe = state.kernels.ref(COPY_INTO, (s.dtype.name,))
     map_inplace(state, pipe, ((src, src_layout),), s, dst_layout)
 
 
 def fill_inplace(s, layout, value):
     state = s.bdev
-    pipe = state.kernels.get(FILL_INTO, (s.dtype.name,))
+    pipe = state.kernels.ref(FILL_INTO, (s.dtype.name,))
     map_inplace(state, pipe, (), s, layout, pad_scalars(scalar_words(s.dtype, value)))
 
 
 def fill(state, count, dtype, value):
     state.check_dtype(dtype, "full")
-    pipe = state.kernels.get(FILL, (dtype.name,))
+    pipe = state.kernels.ref(FILL, (dtype.name,))
     buf = map_new(state, pipe, (), dtype, count, pad_scalars(scalar_words(dtype, value)))
     return wrap(state, buf, dtype, count)
 
@@ -58,7 +58,7 @@ def fill(state, count, dtype, value):
 def arange(state, start, step, count, dtype):
     state.check_dtype(dtype, "arange")
     if dtype.is_int:
-        pipe = state.kernels.get(FILL, (dtype.name,), constants=(("MODE", 1),))
+        pipe = state.kernels.ref(FILL, (dtype.name,), constants=(("MODE", 1),))
         words = pad_scalars(scalar_words(dtype, int(start)) + scalar_words(dtype, int(step)))
         buf = map_new(state, pipe, (), dtype, count, words)
         return wrap(state, buf, dtype, count)

@@ -54,7 +54,7 @@ def _unsupported(s, op):
 
 def _map1(s, layout, fam, constants, scalars=ZERO_SCALARS, out_dtype=None):
     state = s.bdev
-    pipe = state.kernels.get(fam, (s.dtype.name,), "main", constants)
+    pipe = state.kernels.ref(fam, (s.dtype.name,), "main", constants)
     out_dtype = out_dtype or s.dtype
     n = layout.count
     return wrap(state, map_new(state, pipe, ((s, layout),), out_dtype, n, scalars), out_dtype, n)
@@ -118,7 +118,7 @@ def binary(s, op, lhs_layout, rhs, rhs_layout):
         if op == "div":
             _check_div(rhs, rhs_layout)
     state = s.bdev
-    pipe = state.kernels.get(BINARY, (dtype.name,), "main", consts)
+    pipe = state.kernels.ref(BINARY, (dtype.name,), "main", consts)
     n = lhs_layout.count
     buf = map_new(state, pipe, ((s, lhs_layout), (rhs, rhs_layout)), dtype, n)
     return wrap(state, buf, dtype, n)
@@ -145,7 +145,7 @@ def binary_scalar(s, op, layout, scalar, scalar_on_left):
 
 def cmp(s, op, lhs_layout, rhs, rhs_layout):
     state = s.bdev
-    pipe = state.kernels.get(CMP, (s.dtype.name,), "main", _CMP_CONSTS[op])
+    pipe = state.kernels.ref(CMP, (s.dtype.name,), "main", _CMP_CONSTS[op])
     n = lhs_layout.count
     buf = map_new(state, pipe, ((s, lhs_layout), (rhs, rhs_layout)), dt.u8, n)
     return wrap(state, buf, dt.u8, n)
@@ -159,7 +159,7 @@ def cmp_scalar(s, op, layout, scalar):
 def where_cond(s, layout, on_true, true_layout, on_false, false_layout):
     state = s.bdev
     dtype = on_true.dtype
-    pipe = state.kernels.get(WHERE, (s.dtype.name, dtype.name))
+    pipe = state.kernels.ref(WHERE, (s.dtype.name, dtype.name))
     n = layout.count
     ops = ((s, layout), (on_true, true_layout), (on_false, false_layout))
     return wrap(state, map_new(state, pipe, ops, dtype, n), dtype, n)
@@ -171,5 +171,5 @@ def to_dtype(s, layout, dtype):
     n = layout.count
     if dtype is s.dtype:
         return s.copy_strided(layout)
-    pipe = state.kernels.get(CAST, (s.dtype.name, dtype.name))
+    pipe = state.kernels.ref(CAST, (s.dtype.name, dtype.name))
     return wrap(state, map_new(state, pipe, ((s, layout),), dtype, n), dtype, n)

@@ -37,7 +37,7 @@ def _gather(s, layout, ids, ids_view, dim, out_shape):
     stride[dim] = 0
     src_view = Layout(out_shape, tuple(stride), layout.start_offset)
     n = src_view.count
-    pipe = state.kernels.get(GATHER, (ids.dtype.name, s.dtype.name))
+    pipe = state.kernels.ref(GATHER, (ids.dtype.name, s.dtype.name))
     words = _words(layout.shape[dim], layout.stride[dim])
     buf = map_new(state, pipe, ((s, src_view), (ids, ids_view)), s.dtype, n, words)
     return wrap(state, buf, s.dtype, n)
@@ -77,7 +77,7 @@ def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
     src_col = Layout(cols, src_layout.stride, src_layout.start_offset)
     words = _words(layout.shape[dim], layout.stride[dim], walk, ids_view.stride[dim],
                    src_layout.stride[dim])
-    pipe = state.kernels.get(SCATTER, (ids.dtype.name, s.dtype.name), "main",
+    pipe = state.kernels.ref(SCATTER, (ids.dtype.name, s.dtype.name), "main",
                              (("ACCUMULATE", bool(accumulate)),))
     map_inplace(state, pipe, ((ids, ids_col), (src, src_col)), s, dst_col, words)
 

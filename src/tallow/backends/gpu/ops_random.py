@@ -22,7 +22,7 @@ def rand(state, count, dtype, kind, a, b):
         raise UnsupportedDTypeError(f"{op}: random tensors must have a float dtype, got {dtype}")
     state.check_dtype(dtype, "rand")
     seed, offset = state.next_rng_block(count)
-    pipe = state.kernels.get(RANDOM, (dtype.name,), "main", (("OP", 0 if kind == "uniform" else 1),))
+    pipe = state.kernels.ref(RANDOM, (dtype.name,), "main", (("OP", 0 if kind == "uniform" else 1),))
     words = pad_scalars(scalar_words(dtype, a, False) + scalar_words(dtype, b, False)) + (
         seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, offset & 0xFFFFFFFF, (offset >> 32) & 0xFFFFFFFF)
     return wrap(state, map_new(state, pipe, (), dtype, count, words), dtype, count)

@@ -114,8 +114,13 @@ fn strided(i: u32, rank: u32, shape_w: u32, stride_w: u32, off: u32) -> u32 {
 // Word map: 0 n (elements of this dispatch), 1 output words, 2 base (global index
 // of element 0 of this dispatch), 3 rank, 4 contiguous-operand bits, 5..7 operand
 // offsets, 8..15 scalars (two words each), 16..23 shape, 24.. 8 strides per operand.
+// CONTIG (an override constant) is set when every operand is contiguous: the
+// pipeline then has no strided code at all.
+override CONTIG: bool = false;
+
 fn map_idx(g: u32, k: u32) -> u32 {
     let off = pw(5u + k);
+    if (CONTIG) { return off + g; }
     if ((pw(4u) & (1u << k)) != 0u) { return off + g; }
     return strided(g, pw(3u), 16u, 24u + 8u * k, off);
 }
