@@ -257,8 +257,17 @@ class Commands:
         """Submit the current batch; returns its submission index (or the last one)."""
         if self.encoder is None:
             return self._last_index
-        self._close_pass()
-        cb = self.encoder.finish()
+        try:
+            self._close_pass()
+            cb = self.encoder.finish()
+        except Exception:
+            # A bad command invalidated the batch: drop it (its ops are lost and the
+            # error says why) so the device keeps working for what comes next.
+            self._pass = self._pass_raw = self.encoder = self._last_pipe = None
+            self.batch += 1
+            self.ring_pos = 0
+            self.in_batch = 0
+            raise
         if self.ring_pos:
             _write_buffer(self._queue_raw, self.ring_buf._internal, 0, self._ring_ptr, self.ring_pos)
         arr = ffi.new("WGPUCommandBuffer[1]", [cb._internal])

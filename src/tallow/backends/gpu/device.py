@@ -210,7 +210,7 @@ class GpuDeviceState(BackendDevice):
 
     def info(self) -> dict:
         info = {
-            "backend": "gpu (WebGPU, wgpu-native)",
+            "backend": f"WebGPU on {self.adapter_info.get('backend_type')} (wgpu-native)",
             "adapter": self.adapter_name,
             "adapter_name": self.adapter_info.get("device"),
             "adapter_type": self.adapter_info.get("adapter_type"),
