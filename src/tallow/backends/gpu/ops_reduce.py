@@ -14,7 +14,7 @@ from .storage import wrap
 
 METHODS = ("reduce", "cumsum", "arg_sort_last_dim", "softmax_last_dim", "rms_norm", "layer_norm")
 
-REDUCE = family("reduce", [("a", "in", 0), ("y", "atomic", 0)], math=True)
+REDUCE = family("reduce", [("a", "in", 0), ("y", "atomic", 1)], math=True)  # dtypes (in, out)
 REDUCE_ARG = family("reduce_arg", [("a", "in", 0), ("y", "atomic", "u32")], math=True,
                     file="reduce.wgsl", flags=("ARG",))
 SOFTMAX = family("softmax", [("a", "in", 0), ("b", "in", 0), ("c", "in", 0), ("y", "atomic", 0)],
@@ -24,6 +24,11 @@ SORT = family("sort", [("a", "in", 0), ("y", "rw", "u32")])
 
 _OPS = {"sum": 0, "max": 1, "min": 2, "argmax": 3, "argmin": 4}
 _SMALL_ROW = 64
+_FEW_ROWS = 256  # fewer rows than this, each longer than _LONG_ROW: two passes
+_LONG_ROW = 32768
+_CHUNK = 8192
+_MAX_PARTS = 1024
+_ACC = {dt.f16: dt.f32, dt.bf16: dt.f32}
 LOCAL_SORT_MAX = 1024
 
 
@@ -78,13 +83,32 @@ def reduce(s, op, layout, dims):
         return out
     check_window(state, s, op)
     check_window(state, out, op)
-    fam = REDUCE_ARG if arg else REDUCE
     inner_contig = rr == 0 or rstride[-1] == 1
     per_thread = m <= _SMALL_ROW or (not inner_contig and rows >= 1024)
-    entry = "reduce_thread" if per_thread else "reduce_wg"
-    pipe = state.kernels.get(fam, (s.dtype.name,), entry, (("OP", code),))
-    words = (rows, m, rk, rr, layout.start_offset, 0, 0, 0) + (0,) * 8 + tail
+    consts = (("OP", code),)
     cmd = state.commands
+    if not arg and not per_thread and rows < _FEW_ROWS and m > _LONG_ROW:
+        # Two passes: chunks of every row into partials (in the accumulation type),
+        # then the partials, so a long row is spread over many workgroups.
+        parts = min(_MAX_PARTS, -(-m // _CHUNK))
+        length = -(-m // parts)
+        acc = _ACC.get(s.dtype, s.dtype)
+        partial = new_empty(state, rows * parts, acc)
+        check_window(state, partial, op)
+        p1 = state.kernels.get(REDUCE, (s.dtype.name, acc.name), "reduce_wg", consts)
+        p2 = state.kernels.get(REDUCE, (acc.name, s.dtype.name), "reduce_wg", consts)
+        w1 = (rows, m, rk, rr, layout.start_offset, parts, length, 0) + (0,) * 8 + tail
+        w2 = (rows, parts, 1, 1, 0, 1, parts, 0) + (0,) * 8 + _pad((rows,)) + _pad((parts,)) \
+            + _pad((parts,)) + _pad((1,))
+        with cmd.lock:
+            cmd.dispatch(p1, (s.buf, partial.buf), w1, *_rows_grid(rows * parts))
+            cmd.dispatch(p2, (partial.buf, out.buf), w2, *_rows_grid(rows))
+        return out
+    fam = REDUCE_ARG if arg else REDUCE
+    key = (s.dtype.name,) if arg else (s.dtype.name, s.dtype.name)
+    entry = "reduce_thread" if per_thread else "reduce_wg"
+    pipe = state.kernels.get(fam, key, entry, consts)
+    words = (rows, m, rk, rr, layout.start_offset, 1, m, 0) + (0,) * 8 + tail
     with cmd.lock:
         groups = grid(rows) if per_thread else _rows_grid(rows)
         cmd.dispatch(pipe, (s.buf, out.buf), words, *groups)

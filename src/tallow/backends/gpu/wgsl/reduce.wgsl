@@ -2,6 +2,8 @@
 // The view is (kept dims..., reduced dims...): row r, element j of the row is at
 //   off + strided(r, kept) + strided(j, reduced).
 // Word map: 0 rows, 1 m (row length), 2 kept rank, 3 reduced rank, 4 offset,
+// 5 P, 6 L: reduce_wg reduces chunk c (elements c*L .. c*L+L-1) of row r into output
+// r*P + c (a first pass over long rows; P = 1, L = m for a single pass),
 // 16..23 kept shape, 24..31 kept strides, 32..39 reduced shape, 40..47 reduced strides.
 // OP: 0 sum, 1 max, 2 min, 3 argmax, 4 argmin. Entry points: reduce_wg (one
 // workgroup per row, a tree in workgroup memory) and reduce_thread (one
@@ -54,12 +56,16 @@ fn store(r: u32, v: T, i: u32) {
 @compute @workgroup_size(256)
 fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-    let r = wid.y * nwg.x + wid.x;
-    if (r >= pw(0u)) { return; }
-    let m = pw(1u);
+    let rc = wid.y * nwg.x + wid.x;
+    let P = pw(5u);
+    if (rc >= pw(0u) * P) { return; }
+    let r = rc / P;
+    let L = pw(6u);
+    let j0 = (rc % P) * L;
+    let m = min(pw(1u), j0 + L);
     var acc = identity();
     var ai = 0xffffffffu;
-    var j = lid;
+    var j = j0 + lid;
     if (OP != 0u && j < m) {
         acc = at(r, j);
         ai = j;
@@ -89,7 +95,7 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         }
         workgroupBarrier();
     }
-    if (lid == 0u) { store(r, sv[0], si[0]); }
+    if (lid == 0u) { store(rc, sv[0], si[0]); }
 }
 
 @compute @workgroup_size(256)
