@@ -52,6 +52,7 @@ SLOT = 256  # bytes of parameters one dispatch may read (64 u32 words)
 RING_BYTES = 256 * 1024
 BIND_GROUP_CACHE = 8192
 STAGING_CACHE_BYTES = 256 << 20
+READ_CHUNK = 64 << 20
 _STRUCTS = [struct.Struct(f"<{n}I") for n in range(SLOT // 4 + 1)]
 
 
@@ -327,10 +328,17 @@ class Commands:
 
     def read(self, buf: PoolBuffer, offset: int, nbytes: int) -> np.ndarray:
         """``nbytes`` bytes of ``buf`` from ``offset``, as a fresh uint8 array: waits
-        for the submission that carries the copy, and only for that one."""
+        for the submission that carries the copy, and only for that one. Reads of
+        more than READ_CHUNK bytes go in chunks (bounded staging memory)."""
         out = np.empty(nbytes, np.uint8)
-        if nbytes == 0:
-            return out
+        pos = 0
+        while pos < nbytes:
+            n = min(READ_CHUNK, nbytes - pos)
+            self._read_into(buf, offset + pos, n, out[pos:pos + n])
+            pos += n
+        return out
+
+    def _read_into(self, buf, offset, nbytes, out):
         a0 = offset & ~3
         size = ((offset + nbytes + 3) & ~3) - a0
         with self.lock:
@@ -352,7 +360,6 @@ class Commands:
             raise
         with self.lock:
             self._staging_put(staging)
-        return out
 
     def _staging_get(self, size):
         s = max(256, _next_pow2(size))
