@@ -241,3 +241,12 @@ def test_prepared_memory_reported():
     assert compact.nbytes == 64 * 512 * 9 // 8
     assert wide.nbytes == 64 * 512 * (4 + 1 / 8)
     assert dense.nbytes == 64 * 512 * 4
+
+
+def test_blas_thread_setting_is_restored():
+    from threadpoolctl import threadpool_info
+
+    before = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    p = prepare_weight(ggml_type("Q4_0").quantize(np.ones((8, 64), F)), "Q4_0", 8, 64)
+    p.matmul_t(np.ones((3, 64), F), num_threads=2)
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before

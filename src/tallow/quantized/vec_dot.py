@@ -35,7 +35,9 @@ dequantize the whole matrix and use a float32 GEMM, with no activation rounding.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -71,6 +73,40 @@ def _executor(n: int) -> ThreadPoolExecutor:
             _pool.shutdown(wait=False)
         _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
     return _pool
+
+
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limiter = None
+_blas_controller = None
+
+
+@contextmanager
+def _single_threaded_blas():
+    """Run BLAS on one thread while the integer path parallelises by itself.
+
+    Its BLAS calls are many small products; BLAS's own threads add nothing
+    there and, on busy cores, their spin-waiting costs 10-20x.  The BLAS
+    thread count is process-wide, so overlapping callers share one limit and
+    the last one out restores the original setting.
+    """
+    global _blas_users, _blas_limiter, _blas_controller
+    with _blas_lock:
+        if _blas_users == 0:
+            if _blas_controller is None:
+                from threadpoolctl import ThreadpoolController
+
+                _blas_controller = ThreadpoolController()  # scans the loaded libraries once
+            _blas_limiter = _blas_controller.limit(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0 and _blas_limiter is not None:
+                _blas_limiter.restore_original_limits()
+                _blas_limiter = None
 
 
 def _split(total: int, parts: int, align: int) -> list[tuple[int, int]]:
@@ -194,12 +230,13 @@ class PreparedWeight:
         xplanes, xscale, s = self.quantize_activations(x)
         groups = self.planes.shape[0]
         ranges = _split(groups, min(threads, -(-groups // _ACC)), _ACC)
-        if len(ranges) == 1:
-            partials = [self._partial(xplanes, xscale, 0, groups)]
-        else:
-            pool = _executor(len(ranges))
-            futures = [pool.submit(self._partial, xplanes, xscale, a, b) for a, b in ranges]
-            partials = [f.result() for f in futures]
+        with _single_threaded_blas():
+            if len(ranges) == 1:
+                partials = [self._partial(xplanes, xscale, 0, groups)]
+            else:
+                pool = _executor(len(ranges))
+                futures = [pool.submit(self._partial, xplanes, xscale, a, b) for a, b in ranges]
+                partials = [f.result() for f in futures]
         out = partials[0]
         for p in partials[1:]:
             out += p
