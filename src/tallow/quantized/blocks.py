@@ -38,16 +38,23 @@ def float_blocks(x: np.ndarray, block_size: int, type_name: str) -> np.ndarray:
     return x.reshape(-1, block_size)
 
 
+def as_bytes(raw) -> np.ndarray:
+    """Any array or buffer as a flat uint8 array (a view when possible)."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return np.frombuffer(raw, dtype=np.uint8)
+    data = np.asarray(raw)
+    if data.dtype != np.uint8:
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return data.reshape(-1)
+
+
 def byte_blocks(raw, n_elements: int, block_size: int, type_size: int, type_name: str) -> np.ndarray:
     """View raw bytes as ``(n_blocks, type_size)`` uint8 blocks, checking the size."""
     if n_elements < 0 or n_elements % block_size != 0:
         raise ValueError(
             f"{type_name}: element count {n_elements} is not a multiple of the block size {block_size}"
         )
-    data = np.asarray(raw)
-    if data.dtype != np.uint8:
-        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    data = data.reshape(-1)
+    data = as_bytes(raw)
     n_blocks = n_elements // block_size
     expected = n_blocks * type_size
     if data.size != expected:

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .blocks import as_bytes
 from .types import GgmlType, ggml_type, is_known_type_id
 
 GGUF_MAGIC = b"GGUF"
@@ -452,13 +453,11 @@ def _as_tensor(name: str, t: Any) -> GgufTensor:
         return t
     if isinstance(t, np.ndarray) and t.dtype in (np.float32, np.float16):
         kind = ggml_type("F32" if t.dtype == np.float32 else "F16")
-        data = np.ascontiguousarray(t).reshape(-1).view(np.uint8)
-        return GgufTensor(name, tuple(t.shape), kind, data)
+        return GgufTensor(name, tuple(t.shape), kind, as_bytes(t))
     if isinstance(t, tuple) and len(t) == 3:
         data, shape, kind = t
         kind = ggml_type(kind)
-        data = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else np.asarray(data)
-        return GgufTensor(name, tuple(int(d) for d in shape), kind, data.reshape(-1).view(np.uint8))
+        return GgufTensor(name, tuple(int(d) for d in shape), kind, as_bytes(data))
     raise GgufError(f"tensor {name!r}: give a float32/float16 array, a GgufTensor, or (bytes, shape, ggml_type)")
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import floats, kquants, legacy
-from .blocks import byte_blocks, float_blocks
+from .blocks import as_bytes, byte_blocks, float_blocks
 from .planes import ActPlanes, Planes
 
 # Elements per chunk: large enough that per-call overhead vanishes, small
@@ -71,9 +71,7 @@ class GgmlType:
 
         ``n_elements`` defaults to what the bytes hold; when given it must match.
         """
-        data = np.asarray(raw).reshape(-1)
-        if data.dtype != np.uint8:
-            data = np.ascontiguousarray(data).view(np.uint8)
+        data = as_bytes(raw)
         if n_elements is None:
             if data.size % self.type_size:
                 raise ValueError(f"{self.name}: {data.size} bytes is not a whole number of {self.type_size}-byte blocks")
