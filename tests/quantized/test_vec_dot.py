@@ -250,3 +250,22 @@ def test_blas_thread_setting_is_restored():
     p = prepare_weight(ggml_type("Q4_0").quantize(np.ones((8, 64), F)), "Q4_0", 8, 64)
     p.matmul_t(np.ones((3, 64), F), num_threads=2)
     assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == before
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q5_1", "Q3K", "Q4K"])
+@pytest.mark.parametrize("layout", ["int", "f32"])
+def test_chunk_size_does_not_change_results(monkeypatch, name, layout):
+    # Small test shapes fit one chunk; force many chunks (and several row chunks).
+    import tallow.quantized.vec_dot as vd
+
+    rng = np.random.default_rng(14)
+    n, k = 40, 1024
+    raw = ggml_type(name).quantize(rng.standard_normal((n, k)).astype(F))
+    x = rng.standard_normal((7, k)).astype(F)
+    p = prepare_weight(raw, name, n, k, layout=layout)
+    one_chunk = p.matmul_t(x, num_threads=1), p.matmul_t(x[:1], num_threads=1)
+    monkeypatch.setattr(vd, "_CHUNK", 2**10)
+    monkeypatch.setattr(vd, "_ROWS", 3)
+    assert p._chunk_groups(3) == vd._ACC < p.planes.shape[0]
+    np.testing.assert_array_equal(p.matmul_t(x, num_threads=1), one_chunk[0])
+    np.testing.assert_array_equal(p.matmul_t(x[:1], num_threads=1), one_chunk[1])
