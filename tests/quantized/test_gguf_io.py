@@ -329,3 +329,14 @@ def test_version_2_reads_like_version_3(tmp_path):
     path.write_bytes(bytes(data))
     f = read_gguf(path)
     assert f.version == 2 and f.metadata["b"].value == "xyz" and f.tensors["t"].nbytes == 34
+
+
+def test_strings_that_are_not_utf8_survive(tmp_path):
+    # Some vocabularies hold raw byte tokens; they must come back byte for byte.
+    raw_token = b"\xff\xfe<0x0A>"
+    data = header(0, 1) + kv("toks", VT.ARRAY, struct.pack("<IQ", VT.STRING, 1) + struct.pack("<Q", len(raw_token)) + raw_token)
+    p1, p2 = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    p1.write_bytes(data)
+    f = read_gguf(p1)
+    write_gguf(p2, {}, f.metadata)
+    assert p2.read_bytes() == data
