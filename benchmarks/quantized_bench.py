@@ -11,8 +11,13 @@ Compares, per GGML type:
                on the cached dequantized weight;
 * ``deq/call`` ``matmul_t_dequantized``: dequantize the weight on every call.
 
-Timings are medians over repeats, taken round-robin (one call of each
-variant in turn) so that load from other processes affects all alike.
+Each repeat visits the variants round-robin, so that load from other
+processes affects all alike.  A visit waits ``--pause`` seconds (after a
+multi-threaded BLAS call OpenBLAS's idle workers spin for about 0.1 s and
+would slow whatever runs next on the same cores), then makes three calls:
+the first is reported as "idle" (data and cores gone cold, as for one layer
+of a large model), the median of the other two as "hot" (the same weight
+again at once).  The table gives medians over repeats of both.
 Run:  PYTHONPATH=src python benchmarks/quantized_bench.py [--repeats 15]
 """
 
@@ -36,6 +41,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=default_threads())
+    ap.add_argument("--pause", type=float, default=0.2, help="seconds of idle before each timed call")
     args = ap.parse_args()
 
     n = k = args.size
@@ -45,7 +51,7 @@ def main() -> None:
     print(f"weight {n}x{k}, {args.threads} threads, median of {args.repeats} round-robin repeats (ms), "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'type':6} {'batch':>5} {'f32':>8} {'f32/1t':>8} {'int':>8} {'f32pl':>8} {'deq':>8} {'deq/call':>9}"
-          f"   memory MiB: raw / int / f32pl / deq")
+          f"   stat    memory MiB: raw / int / f32pl / deq")
     for name in args.types.split(","):
         t = ggml_type(name)
         t0 = time.perf_counter()
@@ -67,17 +73,25 @@ def main() -> None:
                 "deq": lambda: prepared["dequantized"].matmul_t(x),
                 "deq/call": lambda: matmul_t_dequantized(x, raw, name, n, k),
             }
-            times = {key: [] for key in variants}
+            idle = {key: [] for key in variants}
+            hot = {key: [] for key in variants}
             for f in variants.values():
                 f()  # warm up: page in, allocate the pools
             for _ in range(args.repeats):
                 for key, f in variants.items():
-                    s = time.perf_counter()
-                    f()
-                    times[key].append(time.perf_counter() - s)
-            med = {key: 1e3 * float(np.median(v)) for key, v in times.items()}
-            print(f"{name:6} {m:5d} {med['f32']:8.2f} {med['f32/1t']:8.2f} {med['int']:8.2f} {med['f32pl']:8.2f} {med['deq']:8.2f} "
-                  f"{med['deq/call']:9.2f}   {mem}  (quantize {qtime:.1f} s)")
+                    time.sleep(args.pause)
+                    calls = []
+                    for _ in range(3):
+                        s = time.perf_counter()
+                        f()
+                        calls.append(time.perf_counter() - s)
+                    idle[key].append(calls[0])
+                    hot[key].append(np.median(calls[1:]))
+            for label, times in (("hot", hot), ("idle", idle)):
+                v = {key: 1e3 * float(np.median(t)) for key, t in times.items()}
+                print(f"{name:6} {m:5d} {v['f32']:8.2f} {v['f32/1t']:8.2f} {v['int']:8.2f} {v['f32pl']:8.2f} "
+                      f"{v['deq']:8.2f} {v['deq/call']:9.2f}   {label:6}  {mem}")
+        print(f"{name}: quantizing the {n}x{k} weight took {qtime:.1f} s")
 
 
 if __name__ == "__main__":

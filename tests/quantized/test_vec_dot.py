@@ -269,3 +269,18 @@ def test_chunk_size_does_not_change_results(monkeypatch, name, layout):
     assert p._chunk_groups(3) == vd._ACC < p.planes.shape[0]
     np.testing.assert_array_equal(p.matmul_t(x, num_threads=1), one_chunk[0])
     np.testing.assert_array_equal(p.matmul_t(x[:1], num_threads=1), one_chunk[1])
+
+
+def test_concurrent_callers_with_different_thread_counts():
+    # Callers sharing the worker pool (and the BLAS limit) must not disturb each other.
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(15)
+    w = rng.standard_normal((64, 512)).astype(F)
+    x = rng.standard_normal((3, 512)).astype(F)
+    p = prepare_weight(ggml_type("Q4K").quantize(w), "Q4K", 64, 512)
+    expected = {t: p.matmul_t(x, num_threads=t) for t in (1, 2, 3)}
+    with ThreadPoolExecutor(6) as ex:
+        jobs = [(t, ex.submit(p.matmul_t, x, t)) for t in (1, 2, 3) * 8]
+        for t, job in jobs:
+            np.testing.assert_array_equal(job.result(), expected[t])

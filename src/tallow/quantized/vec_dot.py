@@ -47,8 +47,8 @@ from .types import GgmlType, ggml_type
 
 F32 = np.float32
 # Elements of float32 scratch per work item (the cast group chunk, or the
-# (groups, rows, n) sums): about a core's L2.
-_CHUNK = 1 << 19
+# (groups, rows, n) sums): 4 MiB, few enough calls that their overhead vanishes.
+_CHUNK = 1 << 20
 # Activation rows handled together: bounds the (groups, rows, n) scratch.
 _ROWS = 64
 # Groups added to the output per step; fixed so results do not depend on batch size.
@@ -56,6 +56,7 @@ _ACC = 8
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_pool_lock = threading.Lock()
 
 
 def default_threads() -> int:
@@ -67,12 +68,16 @@ def default_threads() -> int:
 
 
 def _executor(n: int) -> ThreadPoolExecutor:
+    """A shared pool with at least ``n`` workers.
+
+    A smaller pool is replaced, not shut down: a concurrent caller may still
+    be submitting to it; its idle threads end once it is unreferenced.
+    """
     global _pool, _pool_size
-    if _pool is None or _pool_size < n:
-        if _pool is not None:
-            _pool.shutdown(wait=False)
-        _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
-    return _pool
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
+        return _pool
 
 
 _blas_lock = threading.Lock()
@@ -135,6 +140,7 @@ class PreparedWeight:
         self.type, self.n, self.k, self.layout = t, n, k, layout
         blocks = byte_blocks(raw, n * k, t.block_size, t.type_size, t.name)
         self.dense: np.ndarray | None = None
+        self.mins_width = 0
         p = None if t.is_float else t.planes(blocks)
         self.offset = None if p is None or p.offset is None else np.ascontiguousarray(p.offset.reshape(n, -1), F32)
         if t.is_float or layout == "dequantized":
@@ -146,7 +152,6 @@ class PreparedWeight:
         # integer sums are one BLAS call on contiguous memory.
         parts = [p.q.reshape(n, g, GROUP).transpose(1, 0, 2)]
         scales = [p.gscale.reshape(n, g).T]
-        self.mins_width = 0
         if p.mins is not None:
             # The sub-block minimums become one extra group per block, paired
             # with the activation's partial sums (see planes.py).
