@@ -62,8 +62,11 @@ class GgmlType:
         blocks = float_blocks(x, self.block_size, self.name)
         out = np.empty((blocks.shape[0], self.type_size), dtype=np.uint8)
         step = max(1, _CHUNK_ELEMENTS // self.block_size)
-        for i in range(0, blocks.shape[0], step):
-            out[i : i + step] = self._quantize(blocks[i : i + step])
+        # Non-finite inputs give unspecified (but well-formed) blocks, as in
+        # ggml; the float warnings they raise inside the codecs are noise.
+        with np.errstate(all="ignore"):
+            for i in range(0, blocks.shape[0], step):
+                out[i : i + step] = self._quantize(blocks[i : i + step])
         return out.reshape(*x.shape[:-1], x.shape[-1] // self.block_size * self.type_size)
 
     def dequantize(self, raw, n_elements: int | None = None) -> np.ndarray:
