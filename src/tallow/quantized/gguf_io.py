@@ -145,11 +145,7 @@ def to_gguf_value(v: Any) -> GgufValue:
         t = _BY_NUMPY[v.dtype.newbyteorder("=")]
         return GgufValue(t, v.item())
     if isinstance(v, int):
-        for t in (ValueType.INT32, ValueType.INT64, ValueType.UINT64):
-            lo, hi = _INT_RANGE[t]
-            if lo <= v <= hi:
-                return GgufValue(t, v)
-        raise GgufError(f"integer {v} does not fit any GGUF integer type")
+        return GgufValue(_int_type(v, v), v)
     if isinstance(v, float):
         return GgufValue(ValueType.FLOAT32, v)
     if isinstance(v, (str, bytes)):
@@ -168,6 +164,15 @@ def to_gguf_value(v: Any) -> GgufValue:
     raise GgufError(f"no GGUF type for a value of type {type(v).__name__}")
 
 
+def _int_type(lo: int, hi: int) -> ValueType:
+    """The type plain Python ints get: INT32, else INT64, else UINT64."""
+    for t in (ValueType.INT32, ValueType.INT64, ValueType.UINT64):
+        t_lo, t_hi = _INT_RANGE[t]
+        if t_lo <= lo and hi <= t_hi:
+            return t
+    raise GgufError(f"integers in [{lo}, {hi}] do not fit one GGUF integer type")
+
+
 def _list_value(items: list) -> GgufValue:
     if not items:
         return GgufValue(ValueType.ARRAY, np.zeros(0, np.int32), ValueType.INT32)
@@ -184,10 +189,8 @@ def _list_value(items: list) -> GgufValue:
         return GgufValue(ValueType.ARRAY, np.array([x.value for x in typed], _NUMPY[t].newbyteorder("=")), t)
     if all(isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items):
         values = [int(i) for i in items]
-        for t in (ValueType.INT32, ValueType.INT64, ValueType.UINT64):
-            lo, hi = _INT_RANGE[t]
-            if lo <= min(values) and max(values) <= hi:
-                return GgufValue(ValueType.ARRAY, np.array(values, _NUMPY[t]).astype(_NUMPY[t].newbyteorder("=")), t)
+        t = _int_type(min(values), max(values))
+        return GgufValue(ValueType.ARRAY, np.array(values, _NUMPY[t].newbyteorder("=")), t)
     if kinds <= {ValueType.FLOAT32, ValueType.INT32, ValueType.INT64}:
         return GgufValue(ValueType.ARRAY, np.array([float(t.value) for t in typed], np.float32), ValueType.FLOAT32)
     raise GgufError(f"cannot store a list mixing {sorted(k.name for k in kinds)} as one GGUF array")
