@@ -262,3 +262,15 @@ class BackendStorage:
 
     def layer_norm(self, layout, alpha, alpha_layout, beta, beta_layout, eps: float):
         raise NotImplementedError
+
+    def gelu_erf_fast(self, layout):
+        """Exact-form GELU in the tensor's own precision (within 1e-6 of ``gelu_erf``)."""
+        raise NotImplementedError
+
+    def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved: bool):
+        """Rotary embedding of ``(b, h, t, d)``; cos/sin ``(t, d/2)`` or ``(b, t, d/2)``."""
+        raise NotImplementedError
+
+    def linear(self, layout, weight, weight_layout, bias, bias_layout):
+        """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
+        raise NotImplementedError

@@ -31,6 +31,19 @@ def linear(x: Tensor, weight, bias=None) -> Tensor:
         raise ShapeMismatchError(
             f"linear: input of shape {shape} does not end in {in_features} "
             f"(weight {weight.shape})")
+    if not (x._track or weight._track or (bias is not None and bias._track)):
+        from .ops import fused
+
+        if bias is None or (bias.shape == (out_features,)):
+            from ..checks import same_dtype_device
+
+            same_dtype_device("linear", (x, weight) if bias is None else (x, weight, bias))
+            y = fused("linear", x, weight._storage, weight._layout,
+                      None if bias is None else bias._storage,
+                      None if bias is None else bias._layout,
+                      shape=shape[:-1] + (out_features,))
+            if y is not None:
+                return y
     if len(shape) == 2:
         y = x.matmul(weight.t())
     else:

@@ -23,11 +23,11 @@ _contig = Layout.contiguous_of
 _MISSING: dict = {}
 
 
-def fused(name, x, *args):
+def fused(name, x, *args, shape=None):
     """Run the backend's fused op ``name`` on ``x``'s storage; None when it has none.
 
     ``args`` are passed after ``x``'s layout. The result is a contiguous tensor of
-    ``x``'s shape.
+    ``shape`` (default: ``x``'s shape).
     """
     s = x._storage
     missing = _MISSING.get(type(s))
@@ -41,7 +41,7 @@ def fused(name, x, *args):
     except NotImplementedError:
         _MISSING.setdefault(type(s), set()).add(name)
         return None
-    return make(out, _contig(x._layout.shape))
+    return make(out, _contig(x._layout.shape if shape is None else shape))
 
 
 def _float_only(op, x):

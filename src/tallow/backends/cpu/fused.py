@@ -1,0 +1,213 @@
+"""Fused CPU kernels for the backend's optional ops (softmax, norms, GELU, RoPE, linear).
+
+Each one replaces a chain of Tensor ops (and their intermediate arrays) by a
+single pass over the data. Rows are processed in chunks of about
+``CHUNK`` elements, so the few temporaries a kernel needs stay in the CPU cache
+instead of streaming through memory once per NumPy call. f16/bf16 compute in
+f32 and round once at the end. None of these is differentiated directly: the
+Tensor layer composes the op from primitives whenever an input is tracked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtype as dt
+from .storage import wrap
+from .threads import CONFIG
+
+METHODS = ("softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear")
+
+CHUNK = 1 << 15  # elements per chunk: a few temporaries of this size fit in L2
+_HALF = (dt.f16, dt.bf16)
+
+
+def _compute_dtype(dtype):
+    return np.float64 if dtype is dt.f64 else np.float32
+
+
+def _rows(s, layout):
+    """(2-D array of rows over the last dim, compute dtype)."""
+    x = s.view(layout)
+    n = x.shape[-1] if x.ndim else 1
+    rows = x.reshape(-1, n)
+    cd = _compute_dtype(s.dtype)
+    if rows.dtype != cd:
+        rows = rows.astype(cd)
+    return rows, cd
+
+
+def _finish(out, shape, dtype):
+    out = out.reshape(shape)
+    if out.dtype != dtype.np:
+        out = out.astype(dtype.np)
+    return wrap(out, dtype)
+
+
+def _step(n):
+    return max(1, CHUNK // max(n, 1))
+
+
+def _vec(s, layout, cd):
+    v = s.view(layout)
+    return v.astype(cd) if v.dtype != cd else v
+
+
+# -- softmax ----------------------------------------------------------------------------------
+
+def softmax_last_dim(s, layout):
+    rows, cd = _rows(s, layout)
+    m, n = rows.shape
+    out = np.empty((m, n), cd)
+    step = _step(n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, m, step):
+            r = rows[i:i + step]
+            o = out[i:i + step]
+            np.subtract(r, r.max(axis=1, keepdims=True), out=o)
+            np.exp(o, out=o)
+            o /= o.sum(axis=1, keepdims=True)
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- normalisations ---------------------------------------------------------------------------
+
+def rms_norm(s, layout, alpha, alpha_layout, eps):
+    rows, cd = _rows(s, layout)
+    w = _vec(alpha, alpha_layout, cd)
+    m, n = rows.shape
+    out = np.empty((m, n), cd)
+    step = _step(n)
+    inv_n = 1.0 / n
+    for i in range(0, m, step):
+        r = rows[i:i + step]
+        o = out[i:i + step]
+        ms = np.einsum("ij,ij->i", r, r)
+        ms *= inv_n
+        ms += eps
+        np.sqrt(ms, out=ms)
+        np.reciprocal(ms, out=ms)
+        np.multiply(r, ms[:, None], out=o)
+        o *= w
+    return _finish(out, layout.shape, s.dtype)
+
+
+def layer_norm(s, layout, alpha, alpha_layout, beta, beta_layout, eps):
+    rows, cd = _rows(s, layout)
+    w = _vec(alpha, alpha_layout, cd)
+    b = None if beta is None else _vec(beta, beta_layout, cd)
+    m, n = rows.shape
+    out = np.empty((m, n), cd)
+    step = _step(n)
+    inv_n = 1.0 / n
+    for i in range(0, m, step):
+        r = rows[i:i + step]
+        o = out[i:i + step]
+        mean = r.sum(axis=1, keepdims=True)
+        mean *= inv_n
+        np.subtract(r, mean, out=o)
+        var = np.einsum("ij,ij->i", o, o)
+        var *= inv_n
+        var += eps
+        np.sqrt(var, out=var)
+        np.reciprocal(var, out=var)
+        o *= var[:, None]
+        o *= w
+        if b is not None:
+            o += b
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- GELU (erf) ---------------------------------------------------------------------------------
+
+# erf(z) = 1 - poly(t) exp(-z^2), t = 1 / (1 + p z) for z >= 0 (Abramowitz & Stegun
+# 7.1.26, |error| <= 1.5e-7), odd in z. GELU(x) = x / 2 (1 + erf(x / sqrt 2)).
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_INV_SQRT2 = 0.7071067811865476
+
+
+def _gelu_chunk(x, o):
+    cd = x.dtype.type
+    z = np.multiply(x, cd(_INV_SQRT2))
+    a = np.abs(z)
+    t = np.multiply(a, cd(_P))
+    t += 1
+    np.reciprocal(t, out=t)
+    np.multiply(t, cd(_A[4]), out=o)
+    for c in (_A[3], _A[2], _A[1], _A[0]):
+        o += cd(c)
+        o *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    o *= a                  # 1 - erf(|z|)
+    np.subtract(1, o, out=o)
+    np.copysign(o, z, out=o)  # erf(z)
+    o += 1
+    o *= x
+    o *= cd(0.5)
+
+
+def gelu_erf_fast(s, layout):
+    """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
+    rows, cd = _rows(s, layout)
+    m, n = rows.shape
+    out = np.empty((m, n), cd)
+    step = _step(n)
+    with np.errstate(over="ignore", under="ignore"):
+        for i in range(0, m, step):
+            _gelu_chunk(rows[i:i + step], out[i:i + step])
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- rotary embeddings ----------------------------------------------------------------------------
+
+def rope(s, layout, cos, cos_layout, sin, sin_layout, interleaved):
+    """x (b, h, t, d); cos/sin (t, d/2) or (b, t, d/2)."""
+    x = s.view(layout)
+    cd = _compute_dtype(s.dtype)
+    if x.dtype != cd:
+        x = x.astype(cd)
+    c = _vec(cos, cos_layout, cd)
+    sn = _vec(sin, sin_layout, cd)
+    b, _h, t, d = x.shape
+    half = d // 2
+    if c.ndim == 3:
+        c, sn = c[:, None], sn[:, None]
+    out = np.empty(x.shape, cd)
+    if interleaved:
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        o0, o1 = out[..., 0::2], out[..., 1::2]
+    else:
+        x0, x1 = x[..., :half], x[..., half:]
+        o0, o1 = out[..., :half], out[..., half:]
+    np.multiply(x0, c, out=o0)
+    o0 -= x1 * sn
+    np.multiply(x1, c, out=o1)
+    o1 += x0 * sn
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- linear ---------------------------------------------------------------------------------------
+
+def linear(s, layout, weight, weight_layout, bias, bias_layout):
+    """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
+    CONFIG.apply()
+    x = s.view(layout)
+    w = weight.view(weight_layout)
+    dtype = s.dtype
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if dtype in _HALF:
+        y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
+    else:
+        if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
+            x2 = np.ascontiguousarray(x2)
+        if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
+            w = np.ascontiguousarray(w)
+        y = np.matmul(x2, w.T)
+    if bias is not None:
+        bv = bias.view(bias_layout)
+        y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
+    return _finish(y, layout.shape[:-1] + (w.shape[0],), dtype)
