@@ -35,6 +35,10 @@ Tensor.zeros = staticmethod(zeros)
 Tensor.ones = staticmethod(ones)
 Tensor.arange = staticmethod(arange)
 
+# ``tallow.tensor`` is the constructor function (importing the submodule of the same
+# name rebinds the attribute, so it is set again here).
+from .creation import tensor  # noqa: E402,F811
+
 __version__ = "0.1.0"
 
 _LAZY = ("nn", "models")

@@ -51,14 +51,14 @@ def from_data(data, dtype=None):
         return from_data(np.asarray(data), dtype)
     if dtype is None:
         arr, dtype = infer_python(data)
-        return np.ascontiguousarray(arr), dtype
+        return np.asarray(arr, order="C"), dtype
     try:
         arr = np.array(data, dtype=dtype.np if dtype is not dt.bf16 else np.float32)
     except ValueError as e:
         raise ShapeMismatchError(f"tensor: data is not rectangular ({e})") from None
     if arr.dtype.kind == "O":
         raise TypeError("tensor: data must be numbers (or nested lists of numbers)")
-    return np.ascontiguousarray(arr.astype(dtype.np, copy=False)), dtype
+    return np.asarray(arr.astype(dtype.np, copy=False), order="C"), dtype
 
 
 def check_numpy_exact(array, op: str):

@@ -146,7 +146,7 @@ def randn_like(t, mean=0.0, std=1.0):
 
 def from_array(arr, dtype, device):
     state = _checked_state(device, dtype, "tensor")
-    arr = np.ascontiguousarray(arr, dtype=dtype.np)
+    arr = np.asarray(arr, dtype=dtype.np, order="C")
     return make(state.from_numpy(arr, dtype, copy=False), _contig(arr.shape))
 
 

@@ -90,7 +90,7 @@ def _run(op, tensors):
             ) from None
     shape = tuple(int(d) for d in shape)
     if kind == "cpu" and not hasattr(result, "bdev"):
-        arr = np.ascontiguousarray(np.asarray(result)).reshape(-1)
+        arr = np.asarray(np.asarray(result), order="C").reshape(-1)
         if arr.size != elem_count(shape):
             raise TallowError(
                 f"custom op {op.name()}: returned {arr.size} elements for shape {shape}"

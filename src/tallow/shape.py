@@ -58,7 +58,9 @@ def parse_shape_with_hole(args, count: int, op: str = "reshape") -> tuple:
         raise ShapeMismatchError(f"{op}: at most one -1 is allowed in shape {tuple(dims)}")
     for d in dims:
         if d < -1:
-            raise OverflowError(f"{op}: negative dimension {d} in shape {tuple(dims)}")
+            raise ShapeMismatchError(
+                f"{op}: invalid dimension {d} in shape {tuple(dims)} (only -1 may stand for a hole)"
+            )
     if holes:
         known = 1
         for i, d in enumerate(dims):

@@ -237,7 +237,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return self.flatten_all()._pyvalues()[0]
 
     def __dlpack__(self, *args, **kwargs):
-        arr = np.ascontiguousarray(self.numpy())
+        arr = np.asarray(self.numpy(), order="C")
         return arr.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -246,7 +246,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     def to_torch(self):
         import torch
 
-        arr = np.ascontiguousarray(self.numpy())
+        arr = np.asarray(self.numpy(), order="C")
         if self._storage.dtype is dt.bf16:
             return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
         if self._storage.dtype is dt.u32:
@@ -295,7 +295,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     __hash__ = object.__hash__
 
     def __reduce__(self):
-        return (_rebuild, (np.ascontiguousarray(self.numpy()).copy(), str(self.dtype), str(self.device)))
+        return (_rebuild, (np.asarray(self.numpy(), order="C").copy(), str(self.dtype), str(self.device)))
 
     # -- dtype and device moves -----------------------------------------------------
     def to_dtype(self, dtype) -> "Tensor":
@@ -317,7 +317,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         s = self._storage
         if device._state is s.bdev:
             return self
-        arr = np.ascontiguousarray(s.to_numpy(self._layout))
+        arr = np.asarray(s.to_numpy(self._layout), order="C")
         out = _storage_from_array(arr, s.dtype, device, copy=True)
         return make(out, _contig(self._layout.shape), record1("to_device", self, self.device))
 

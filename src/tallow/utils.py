@@ -26,6 +26,15 @@ def num_threads_rule() -> str:
     return _THREADS.rule()
 
 
+def parse_absolute_shape(*shape, element_count=None) -> list:
+    """A shape as a list, with a -1 hole resolved against ``element_count``."""
+    from .shape import parse_shape, parse_shape_with_hole
+
+    if element_count is None:
+        return list(parse_shape(shape, "parse_absolute_shape"))
+    return list(parse_shape_with_hole(shape, int(element_count), "parse_absolute_shape"))
+
+
 # -- backends ----------------------------------------------------------------------------
 
 def gpu_is_available() -> bool:
@@ -56,12 +65,31 @@ def _missing(path, what):
         raise FileNotFoundError(f"{what}: no such file: {path}")
 
 
-def load_safetensors(path, device=None) -> dict:
-    """Every tensor of a ``.safetensors`` file, by name."""
-    from .tensor import Tensor
+def safetensors_paths(path) -> list:
+    """The files behind ``path``: one file, a list of files, or every .safetensors in a folder."""
+    if isinstance(path, (list, tuple)):
+        return [str(p) for p in path]
+    path = str(path)
+    if os.path.isdir(path):
+        files = sorted(
+            os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")
+        )
+        if not files:
+            raise FileNotFoundError(f"load_safetensors: no .safetensors files in {path}")
+        return files
+    return [path]
 
-    with SafetensorsFile(path) as f:
-        return {name: f.get(name, device=device) for name in f.keys()}
+
+def load_safetensors(path, device=None) -> dict:
+    """Every tensor of a ``.safetensors`` file (or a list of files, or a folder of them)."""
+    out = {}
+    for p in safetensors_paths(path):
+        with SafetensorsFile(p) as f:
+            for name in f.keys():
+                if name in out:
+                    raise FileFormatError(f"{p}: tensor {name!r} also appears in another file")
+                out[name] = f.get(name, device=device)
+    return out
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
@@ -73,7 +101,7 @@ def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}, not a Tensor")
-        arrays[name] = np.ascontiguousarray(t.numpy())
+        arrays[name] = np.asarray(t.numpy(), order="C")
     save_file(arrays, str(path), metadata=metadata)
 
 
@@ -126,7 +154,7 @@ class SafetensorsFile:
             arr = self._f.get_tensor(name)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
-        return Tensor.from_vec(np.ascontiguousarray(arr), None, device=device)
+        return Tensor.from_vec(np.asarray(arr, order="C"), None, device=device)
 
 
 _SAFETENSORS_DTYPES = {
@@ -151,7 +179,7 @@ def load_npy(path, device=None):
 
 
 def save_npy(path, tensor) -> None:
-    np.save(str(path), np.ascontiguousarray(tensor.numpy()), allow_pickle=False)
+    np.save(str(path), np.asarray(tensor.numpy(), order="C"), allow_pickle=False)
 
 
 def load_npz(path, device=None) -> dict:
@@ -168,7 +196,7 @@ def load_npz(path, device=None) -> dict:
 
 
 def save_npz(path, tensors: dict) -> None:
-    np.savez(str(path), **{k: np.ascontiguousarray(t.numpy()) for k, t in tensors.items()})
+    np.savez(str(path), **{k: np.asarray(t.numpy(), order="C") for k, t in tensors.items()})
 
 
 # -- gguf ----------------------------------------------------------------------------------

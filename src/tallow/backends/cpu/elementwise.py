@@ -11,7 +11,10 @@ import numpy as np
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
+from . import parallel
 from .storage import wrap
+
+_MIN = parallel.MIN_ELEMENTS
 
 METHODS = (
     "unary", "affine", "powf", "elu", "clamp", "binary", "binary_scalar", "cmp",
@@ -68,9 +71,10 @@ def _round_half_away(x):
 
 
 def _quiet(f):
-    def run(x):
+    def run(x, **kw):
         with np.errstate(all="ignore"):
-            return f(x)
+            return f(x, **kw)
+    run.takes_out = True  # forwards ``out=`` to the ufunc
     return run
 
 
@@ -115,17 +119,29 @@ def _unsupported(op, dtype):
     return UnsupportedDTypeError(f"{op}: not supported for dtype {dtype} on cpu")
 
 
+def _apply(f, x):
+    if x.size < _MIN:
+        return f(x)
+    if op_takes_out(f):
+        return parallel.ufunc(f, x.dtype, x)
+    return parallel.mapped(f, None, x)
+
+
+def op_takes_out(f) -> bool:
+    return isinstance(f, np.ufunc) or getattr(f, "takes_out", False)
+
+
 def unary(s, op, layout):
     dtype = s.dtype
     if dtype.is_float:
         f = _FLOAT_UNARY.get(op)
         if f is None:
             raise ValueError(f"unknown unary op {op!r}")
-        return _float_out(f(_float_in(s, layout)), dtype)
+        return _float_out(_apply(f, _float_in(s, layout)), dtype)
     f = _INT_UNARY.get(op)
     if f is None:
         raise _unsupported(op, dtype)
-    return wrap(f(s.view(layout)), dtype)
+    return wrap(_apply(f, s.view(layout)), dtype)
 
 
 def affine(s, layout, mul, add):
@@ -184,7 +200,7 @@ def _int_div(a, b):
     # Rust truncates toward zero: undo the floor where the remainder is nonzero
     # and the operands' signs differ.
     r = a - q * b
-    q += ((r != 0) & ((r < 0) != (b < 0))).astype(q.dtype)
+    q += ((r != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
     return q
 
 
@@ -212,7 +228,9 @@ def binary(s, op, lhs_layout, rhs, rhs_layout):
     f = _BINARY_NATIVE.get(op)
     dtype = s.dtype
     if f is not None:
-        return wrap(f(a, b), dtype)
+        if a.size < _MIN:
+            return wrap(f(a, b), dtype)
+        return wrap(parallel.ufunc(f, a.dtype, a, b), dtype)
     if op == "div":
         if dtype.is_int:
             return wrap(_int_div(a, b), dtype)
@@ -233,6 +251,9 @@ def binary_scalar(s, op, layout, scalar, scalar_on_left):
     c = dtype.np.type(scalar)
     f = _BINARY_NATIVE.get(op)
     if f is not None:
+        if x.size >= _MIN:
+            args = (c, x) if scalar_on_left else (x, c)
+            return wrap(parallel.ufunc(f, x.dtype, *args), dtype)
         return wrap(f(c, x) if scalar_on_left else f(x, c), dtype)
     if op == "div":
         if dtype.is_int:

@@ -90,7 +90,9 @@ class CpuStorage(BackendStorage):
 
     # -- copies and in-place writes ------------------------------------------------
     def copy_strided(self, layout):
-        return wrap(self.view(layout).copy(order="C"), self.dtype)
+        from . import parallel
+
+        return wrap(parallel.copy(self.view(layout)), self.dtype)
 
     def copy_into_inplace(self, dst_layout, src, src_layout):
         np.copyto(self.view(dst_layout), src.view(src_layout))
