@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtype as dt
+from . import parallel
 from .storage import wrap
 from .threads import CONFIG
 
@@ -48,6 +49,23 @@ def _step(n):
     return max(1, CHUNK // max(n, 1))
 
 
+def _run(kernel, out, rows, *extra):
+    """``kernel(o, r, *extra)`` over row chunks of ``rows`` into ``out`` (both 2-D),
+    with the rows split over the CPU threads when the op is large."""
+    step = _step(rows.shape[1])
+
+    def chunks(o, r):
+        for i in range(0, r.shape[0], step):
+            kernel(o[i:i + step], r[i:i + step], *extra)
+
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if parallel.worth_splitting(out.shape):
+            parallel.run_rows(chunks, out, rows)
+        else:
+            chunks(out, rows)
+    return out
+
+
 def _vec(s, layout, cd):
     v = s.view(layout)
     return v.astype(cd) if v.dtype != cd else v
@@ -55,66 +73,58 @@ def _vec(s, layout, cd):
 
 # -- softmax ----------------------------------------------------------------------------------
 
+def _softmax_chunk(o, r):
+    np.subtract(r, r.max(axis=1, keepdims=True), out=o)
+    np.exp(o, out=o)
+    o /= o.sum(axis=1, keepdims=True)
+
+
 def softmax_last_dim(s, layout):
     rows, cd = _rows(s, layout)
-    m, n = rows.shape
-    out = np.empty((m, n), cd)
-    step = _step(n)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(0, m, step):
-            r = rows[i:i + step]
-            o = out[i:i + step]
-            np.subtract(r, r.max(axis=1, keepdims=True), out=o)
-            np.exp(o, out=o)
-            o /= o.sum(axis=1, keepdims=True)
+    out = _run(_softmax_chunk, np.empty(rows.shape, cd), rows)
     return _finish(out, layout.shape, s.dtype)
 
 
 # -- normalisations ---------------------------------------------------------------------------
 
+def _rms_chunk(o, r, w, eps):
+    ms = np.einsum("ij,ij->i", r, r)
+    ms *= 1.0 / r.shape[1]
+    ms += eps
+    np.sqrt(ms, out=ms)
+    np.reciprocal(ms, out=ms)
+    np.multiply(r, ms[:, None], out=o)
+    o *= w
+
+
 def rms_norm(s, layout, alpha, alpha_layout, eps):
     rows, cd = _rows(s, layout)
     w = _vec(alpha, alpha_layout, cd)
-    m, n = rows.shape
-    out = np.empty((m, n), cd)
-    step = _step(n)
-    inv_n = 1.0 / n
-    for i in range(0, m, step):
-        r = rows[i:i + step]
-        o = out[i:i + step]
-        ms = np.einsum("ij,ij->i", r, r)
-        ms *= inv_n
-        ms += eps
-        np.sqrt(ms, out=ms)
-        np.reciprocal(ms, out=ms)
-        np.multiply(r, ms[:, None], out=o)
-        o *= w
+    out = _run(_rms_chunk, np.empty(rows.shape, cd), rows, w, eps)
     return _finish(out, layout.shape, s.dtype)
+
+
+def _ln_chunk(o, r, w, b, eps):
+    inv_n = 1.0 / r.shape[1]
+    mean = r.sum(axis=1, keepdims=True)
+    mean *= inv_n
+    np.subtract(r, mean, out=o)
+    var = np.einsum("ij,ij->i", o, o)
+    var *= inv_n
+    var += eps
+    np.sqrt(var, out=var)
+    np.reciprocal(var, out=var)
+    o *= var[:, None]
+    o *= w
+    if b is not None:
+        o += b
 
 
 def layer_norm(s, layout, alpha, alpha_layout, beta, beta_layout, eps):
     rows, cd = _rows(s, layout)
     w = _vec(alpha, alpha_layout, cd)
     b = None if beta is None else _vec(beta, beta_layout, cd)
-    m, n = rows.shape
-    out = np.empty((m, n), cd)
-    step = _step(n)
-    inv_n = 1.0 / n
-    for i in range(0, m, step):
-        r = rows[i:i + step]
-        o = out[i:i + step]
-        mean = r.sum(axis=1, keepdims=True)
-        mean *= inv_n
-        np.subtract(r, mean, out=o)
-        var = np.einsum("ij,ij->i", o, o)
-        var *= inv_n
-        var += eps
-        np.sqrt(var, out=var)
-        np.reciprocal(var, out=var)
-        o *= var[:, None]
-        o *= w
-        if b is not None:
-            o += b
+    out = _run(_ln_chunk, np.empty(rows.shape, cd), rows, w, b, eps)
     return _finish(out, layout.shape, s.dtype)
 
 
@@ -127,7 +137,7 @@ _A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _INV_SQRT2 = 0.7071067811865476
 
 
-def _gelu_chunk(x, o):
+def _gelu_chunk(o, x):
     cd = x.dtype.type
     z = np.multiply(x, cd(_INV_SQRT2))
     a = np.abs(z)
@@ -152,12 +162,7 @@ def _gelu_chunk(x, o):
 def gelu_erf_fast(s, layout):
     """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
     rows, cd = _rows(s, layout)
-    m, n = rows.shape
-    out = np.empty((m, n), cd)
-    step = _step(n)
-    with np.errstate(over="ignore", under="ignore"):
-        for i in range(0, m, step):
-            _gelu_chunk(rows[i:i + step], out[i:i + step])
+    out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
     return _finish(out, layout.shape, s.dtype)
 
 
