@@ -274,3 +274,8 @@ class BackendStorage:
     def linear(self, layout, weight, weight_layout, bias, bias_layout):
         """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
         raise NotImplementedError
+
+    def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale: float):
+        """``softmax(q k^T * scale + mask) v``: q ``(b, h, sq, d)``, k/v ``(b, hk, sk, d)``
+        (h a multiple of hk), mask None or additive, broadcastable to ``(b, h, sq, sk)``."""
+        raise NotImplementedError

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import dtype as dt
-from ..creation import arange, zeros_like
+from ..creation import zeros_like
 from ..errors import ShapeMismatchError
 from ..nn import ops
 from ..nn.container import ModuleList
@@ -106,15 +106,10 @@ class BertSelfAttention(Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         b, s, h = x.shape
-        scale = 1.0 / math.sqrt(self.head_dim)
-        q = self._heads(self.query(x) * scale, b, s)
+        q = self._heads(self.query(x), b, s)
         k = self._heads(self.key(x), b, s)
         v = self._heads(self.value(x), b, s)
-        scores = q.matmul(k.transpose(-1, -2))
-        if mask is not None:
-            scores = scores.broadcast_add(mask)
-        probs = ops.softmax_last_dim(scores)
-        ctx = probs.matmul(v)
+        ctx = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
         return ctx.transpose(1, 2).reshape((b, s, h))
 
 

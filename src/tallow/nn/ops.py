@@ -198,3 +198,52 @@ def dropout(x: Tensor, p: float, train: bool = False) -> Tensor:
     return x * keep * (1.0 / (1.0 - p))
 
 
+
+
+# -- attention --------------------------------------------------------------------------------
+
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """``(b, hk, s, d)`` -> ``(b, hk * n_rep, s, d)``, each kv head repeated ``n_rep`` times."""
+    if n_rep == 1:
+        return x
+    b, hk, s, d = x.shape
+    return x.unsqueeze(2).broadcast_as((b, hk, n_rep, s, d)).reshape((b, hk * n_rep, s, d))
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 scale: float | None = None) -> Tensor:
+    """``softmax(q k^T * scale + mask) v``.
+
+    q ``(b, h, sq, d)``; k, v ``(b, hk, sk, d)`` where ``h`` is a multiple of ``hk``
+    (grouped-query attention: each kv head serves ``h / hk`` query heads); ``mask``
+    is additive (0 or a large negative), broadcastable to ``(b, h, sq, sk)``.
+    ``scale`` defaults to ``1 / sqrt(d)``.
+    """
+    import math
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.rank != 4:
+            raise ShapeMismatchError(f"attention: {name} must be (batch, heads, seq, dim), got {t.shape}")
+    b, h, sq, d = q.shape
+    hk = k.shape[1]
+    if k.shape[0] != b or v.shape[:3] != k.shape[:3] or k.shape[3] != d or h % hk:
+        raise ShapeMismatchError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
+    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    same_dtype_device("attention", tensors)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if mask is not None:
+        from ..shape import broadcast_shapes
+
+        broadcast_shapes(mask.shape, (b, h, sq, k.shape[2]), "attention mask")
+    if not any(t._track for t in tensors):
+        out = fused("attention", q, k._storage, k._layout, v._storage, v._layout,
+                    None if mask is None else mask._storage,
+                    None if mask is None else mask._layout, scale,
+                    shape=(b, h, sq, v.shape[3]))
+        if out is not None:
+            return out
+    k, v = repeat_kv(k, h // hk), repeat_kv(v, h // hk)
+    scores = q.matmul(k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.broadcast_add(mask)
+    return softmax(scores, -1).matmul(v)

@@ -17,9 +17,13 @@ from . import parallel
 from .storage import wrap
 from .threads import CONFIG
 
-METHODS = ("softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear")
+METHODS = (
+    "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear", "attention",
+)
 
-CHUNK = 1 << 15  # elements per chunk: a few temporaries of this size fit in L2
+# Elements per chunk: temporaries of this size stay in L2, and each NumPy call is
+# long enough that two threads rarely wait on each other for the GIL.
+CHUNK = 1 << 17
 _HALF = (dt.f16, dt.bf16)
 
 
@@ -216,3 +220,63 @@ def linear(s, layout, weight, weight_layout, bias, bias_layout):
         bv = bias.view(bias_layout)
         y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
     return _finish(y, layout.shape[:-1] + (w.shape[0],), dtype)
+
+
+# -- attention ------------------------------------------------------------------------------------
+
+def _attention_rows(o, q, k, v, mask, scale, groups):
+    """One block of batch rows: o[b] = softmax(q[b] k[b]^T * scale + mask[b]) v[b].
+
+    The scale is applied to q (seq x dim) rather than to the scores (seq x seq), and
+    the softmax's division to the output rather than to the probabilities.
+    """
+    for b in range(q.shape[0]):
+        kb, vb = k[b], v[b]
+        if groups > 1:
+            kb = np.repeat(kb, groups, axis=0)
+            vb = np.repeat(vb, groups, axis=0)
+        qb = q[b] * q.dtype.type(scale) if scale != 1.0 else q[b]
+        s = np.matmul(qb, kb.transpose(0, 2, 1))
+        if mask is not None:
+            s += mask[b]
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        total = s.sum(axis=-1, keepdims=True)
+        ob = o[b]
+        np.matmul(s, vb, out=ob)
+        ob /= total
+
+
+def attention(s, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
+    """Scaled dot-product attention, one batch element at a time (the score matrix of
+    one element stays in cache; the full (b, h, q, k) scores never exist).
+
+    q (b, h, sq, d); k, v (b, hk, sk, d) with h a multiple of hk (grouped-query
+    attention); mask None or additive, broadcastable to (b, h, sq, sk).
+    """
+    CONFIG.apply()
+    dtype = s.dtype
+    cd = _compute_dtype(dtype)
+    q = s.view(layout)
+    kk = k.view(k_layout)
+    vv = v.view(v_layout)
+    if q.dtype != cd:
+        q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
+    b, h, sq, d = q.shape
+    groups = h // kk.shape[1]
+    m = None
+    if mask is not None:
+        m = mask.view(mask_layout)
+        if m.dtype != cd:
+            m = m.astype(cd)
+        m = np.broadcast_to(m, (b,) + np.broadcast_shapes(m.shape[1:], (h, sq, kk.shape[2])))
+    out = np.empty((b, h, sq, vv.shape[-1]), cd)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        work = b * h * sq * kk.shape[2]
+        if b > 1 and work >= parallel.MIN_ELEMENTS and CONFIG.get() > 1:
+            parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
+                o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
+                out, q, kk, vv, *(() if m is None else (m,)))
+        else:
+            _attention_rows(out, q, kk, vv, m, scale, groups)
+    return _finish(out, out.shape, dtype)
