@@ -23,6 +23,8 @@ from .bert import BertConfig, BertModel
 from .config import ModelFormatError, read_json
 
 POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")
+_SHORT_MODES = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens",
+                "mean_sqrt_len": "mean_sqrt_len_tokens"}
 
 
 def load_tokenizer(path):
@@ -66,6 +68,15 @@ class Pooling:
     def from_json(path) -> "Pooling":
         data = read_json(path, "pooling config")
         modes = [m for m in POOLING_MODES if data.get(f"pooling_mode_{m}")]
+        named = data.get("pooling_mode")  # newer sentence-transformers: a name or a list
+        if named is not None:
+            for m in [named] if isinstance(named, str) else list(named):
+                full = _SHORT_MODES.get(m, m)
+                if full not in POOLING_MODES:
+                    raise ModelFormatError(f"{path}: pooling mode {m!r} is not supported "
+                                           f"({', '.join(POOLING_MODES)})")
+                if full not in modes:
+                    modes.append(full)
         unknown = [k for k, v in data.items() if k.startswith("pooling_mode_") and v
                    and k[len("pooling_mode_"):] not in POOLING_MODES]
         if unknown:
@@ -150,11 +161,7 @@ class SentenceEmbedder:
                     "Pooling, Normalize)")
         pool_cfg = os.path.join(model_dir, pooling_dir, "config.json")
         pooling = Pooling.from_json(pool_cfg) if os.path.exists(pool_cfg) else Pooling()
-        max_len = cfg.max_position_embeddings
-        st_cfg = os.path.join(model_dir, "sentence_bert_config.json")
-        if os.path.exists(st_cfg):
-            max_len = min(int(read_json(st_cfg, "sentence_bert_config").get("max_seq_length", max_len)),
-                          max_len)
+        max_len = _max_seq_length(model_dir, cfg.max_position_embeddings)
         vb = VarBuilder.from_safetensors(weights, dtype=dtype, device=device)
         model = BertModel.load(vb, cfg)
         return SentenceEmbedder(model, tokenizer, pooling, normalize, max_len, device, model_dir)
@@ -232,6 +239,19 @@ class SentenceEmbedder:
             if bar is not None:
                 bar.close()
         return out[0] if single else out
+
+
+def _max_seq_length(model_dir, limit):
+    """sentence_bert_config.json's ``max_seq_length``, else tokenizer_config.json's
+    ``model_max_length``, capped by the model's positions (sentence-transformers' rule)."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"),
+                      ("tokenizer_config.json", "model_max_length")):
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            value = read_json(path, name).get(key)
+            if isinstance(value, (int, float)) and 0 < value < 1e9:
+                return min(int(value), limit)
+    return limit
 
 
 def _pad_id(tokenizer, default):
