@@ -16,7 +16,7 @@ from ..errors import ShapeMismatchError
 from ..nn import ops
 from ..nn.container import ModuleList
 from ..nn.embedding import Embedding
-from ..nn.linear import Linear
+from ..nn.linear import Linear, linear
 from ..nn.module import Module
 from ..nn.norm import LayerNorm
 from ..tensor import Tensor
@@ -104,11 +104,34 @@ class BertSelfAttention(Module):
     def _heads(self, x, b, s):
         return x.reshape((b, s, self.num_heads, self.head_dim)).transpose(1, 2)
 
+    def _qkv_weights(self):
+        """Query, key and value weights stacked into one (3h, h) matrix (and bias), so the
+        three projections run as one GEMM; rebuilt if the weights are replaced."""
+        parts = (self.query, self.key, self.value)
+        key = tuple(id(t) for m in parts for t in (m.weight, m.bias))
+        cached = self.__dict__.get("_qkv")
+        if cached is None or cached[0] != key:
+            from ..ops_index import cat
+
+            w = cat([m.weight for m in parts], 0)
+            bias = None if any(m.bias is None for m in parts) else cat([m.bias for m in parts], 0)
+            cached = (key, w, bias)
+            self.__dict__["_qkv"] = cached
+        return cached[1], cached[2]
+
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         b, s, h = x.shape
-        q = self._heads(self.query(x), b, s)
-        k = self._heads(self.key(x), b, s)
-        v = self._heads(self.value(x), b, s)
+        parts = (self.query, self.key, self.value)
+        plain = all(isinstance(m.weight, Tensor) and not m.weight._track and
+                    (m.bias is None or not m.bias._track) for m in parts)
+        if plain and not x._track:
+            w, bias = self._qkv_weights()
+            qkv = linear(x, w, bias).reshape((b, s, 3, self.num_heads, self.head_dim))
+            q, k, v = (qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
+        else:
+            q = self._heads(self.query(x), b, s)
+            k = self._heads(self.key(x), b, s)
+            v = self._heads(self.value(x), b, s)
         ctx = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
         return ctx.transpose(1, 2).reshape((b, s, h))
 

@@ -194,13 +194,48 @@ class SentenceEmbedder:
         pooled = self.pooling(hidden, t_mask)
         return pooled
 
+    def _map_batches(self, run, batches, workers):
+        """``run`` over the batches, in order. On a multi-core CPU the batches run
+        concurrently, one per core, each single-threaded (NumPy and BLAS release the
+        GIL): this keeps every core busy through the many small element-wise steps
+        that would not split well over threads inside one batch."""
+        if workers is None:
+            from ..utils import get_num_threads
+
+            workers = get_num_threads() if self.device.kind == "cpu" else 1
+        workers = max(1, min(int(workers), len(batches)))
+        if workers == 1:
+            for b in batches:
+                yield run(b)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        from threadpoolctl import threadpool_limits
+
+        from ..backends.cpu import parallel
+
+        def job(b):
+            with parallel.serial():
+                return run(b)
+
+        with threadpool_limits(limits=1, user_api="blas"), \
+                ThreadPoolExecutor(workers, thread_name_prefix="tallow-embed") as pool:
+            futures = [pool.submit(job, b) for b in batches]
+            try:
+                for f in futures:
+                    yield f.result()
+            finally:
+                for f in futures:
+                    f.cancel()
+
     def encode(self, sentences, batch_size: int = 32, normalize=None, show_progress_bar=None,
-               convert_to_numpy: bool = True):
+               convert_to_numpy: bool = True, workers: int | None = None):
         """Embeddings of ``sentences`` (a string or a list) as an ``(n, dim)`` float32 array.
 
         ``normalize``: None does what the directory says (a ``Normalize`` module);
         True / False force it. A progress bar shows for long runs
-        (``show_progress_bar`` None: more than 8 batches).
+        (``show_progress_bar`` None: more than 8 batches). ``workers``: batches run at
+        once on the CPU (default: the thread count, ``tl.utils.get_num_threads()``).
         """
         single = isinstance(sentences, str)
         if single:
@@ -225,13 +260,16 @@ class SentenceEmbedder:
             from tqdm import tqdm
 
             bar = tqdm(total=len(sentences), desc="embedding", unit="text")
+        batches = [order[start:start + batch_size] for start in starts]
+
+        def run(idx):
+            pooled = self.embed_batch([encodings[i] for i in idx])
+            if do_norm:
+                pooled = l2_normalize(pooled)
+            return pooled.to_dtype(dt.f32).numpy()
+
         try:
-            for start in starts:
-                idx = order[start:start + batch_size]
-                pooled = self.embed_batch([encodings[i] for i in idx])
-                if do_norm:
-                    pooled = l2_normalize(pooled)
-                vals = pooled.to_dtype(dt.f32).numpy()
+            for idx, vals in zip(batches, self._map_batches(run, batches, workers)):
                 out[idx] = vals
                 if bar is not None:
                     bar.update(len(idx))

@@ -238,7 +238,9 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
         qb = q[b] * q.dtype.type(scale) if scale != 1.0 else q[b]
         s = np.matmul(qb, kb.transpose(0, 2, 1))
         if mask is not None:
-            s += mask[b]
+            mb = mask[b]
+            if mb.any():  # a row without padding needs no mask
+                s += mb
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         total = s.sum(axis=-1, keepdims=True)
@@ -272,8 +274,7 @@ def attention(s, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
         m = np.broadcast_to(m, (b,) + np.broadcast_shapes(m.shape[1:], (h, sq, kk.shape[2])))
     out = np.empty((b, h, sq, vv.shape[-1]), cd)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        work = b * h * sq * kk.shape[2]
-        if b > 1 and work >= parallel.MIN_ELEMENTS and CONFIG.get() > 1:
+        if parallel.worth_splitting((b, h, sq, kk.shape[2])):
             parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
                 o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
                 out, q, kk, vv, *(() if m is None else (m,)))
