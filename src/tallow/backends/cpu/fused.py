@@ -10,6 +10,8 @@ Tensor layer composes the op from primitives whenever an input is tracked.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ... import dtype as dt
@@ -230,56 +232,74 @@ def linear(s, layout, weight, weight_layout, bias, bias_layout):
 
 # -- attention ------------------------------------------------------------------------------------
 
+_SCRATCH = threading.local()
+
+
+def _scratch(shape, dtype) -> np.ndarray:
+    """A per-thread reusable buffer (grown as needed): score matrices are large and
+    short-lived, and a fresh allocation each time costs page faults."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.nbytes < n:
+        buf = _SCRATCH.buf = np.empty(max(n, 1), np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
+
+
 _TINY_SUM = 1e-26  # a row whose exp-sum falls below this is redone with its exact max
 
 
 def _attention_rows(o, q, k, v, mask, scale, groups):
-    """One block of batch rows: o[b] = softmax(q[b] k[b]^T * scale + mask[b]) v[b].
+    """A block of batch rows: o[b] = softmax(q[b] k[b]^T * scale + mask[b]) v[b].
 
+    Batch elements go in groups whose score matrices together hold about ``CHUNK``
+    elements (one element at a time for long sequences, many for short ones), so
+    the scores stay in cache and short sequences do not pay per-element overhead.
     The softmax shift is an upper bound of each row's maximum, |q_i| max_j |k_j|
     (Cauchy-Schwarz), cheaper than the row maximum itself: softmax does not
     depend on the shift, and a bound never lets exp overflow. Should a bound be so
     loose that a row's terms underflow (its sum below ``_TINY_SUM``), or a mask add
-    positive terms, the element is redone with the exact maximum. The scale goes
-    on q (seq x dim) rather than the scores (seq x seq), the division on the output.
+    positive terms, the group is redone with the exact maximum. The scale goes on
+    q (seq x dim) rather than the scores (seq x seq), the division on the output.
     """
-    h, sq, sk = q.shape[1], q.shape[2], k.shape[2]
+    nb, h, sq = q.shape[:3]
+    sk = k.shape[2]
     cd = q.dtype.type
-    buf = np.empty((h, sq, sk), q.dtype)
+    g = max(1, min(nb, 2 * CHUNK // max(h * sq * sk, 1)))
     ones = np.ones(sk, q.dtype)
-    for b in range(q.shape[0]):
-        kb, vb = k[b], v[b]
+    scores = _scratch((g, h, sq, sk), q.dtype)
+    for b0 in range(0, nb, g):
+        b1 = min(nb, b0 + g)
+        kb, vb = k[b0:b1], v[b0:b1]
         if groups > 1:
-            kb = np.repeat(kb, groups, axis=0)
-            vb = np.repeat(vb, groups, axis=0)
-        qb = q[b] * cd(scale)
-        np.matmul(qb, kb.transpose(0, 2, 1), out=buf)
+            kb = np.repeat(kb, groups, axis=1)
+            vb = np.repeat(vb, groups, axis=1)
+        qb = q[b0:b1] * cd(scale)
+        buf = scores[:b1 - b0]
+        np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
         mb = None
         if mask is not None:
-            mb = mask[b]
-            if not mb.any():  # a row without padding needs no mask
+            mb = mask[b0:b1]
+            if not mb.any():  # rows without padding need no mask
                 mb = None
         exact = mb is not None and mb.max() > 0
         if not exact:
-            qn = np.sqrt(np.einsum("hsd,hsd->hs", qb, qb))
-            kn = np.sqrt(np.einsum("hsd,hsd->hs", kb, kb).max(axis=1))
-            shift = qn
-            shift *= kn[:, None]
+            shift = np.sqrt(np.einsum("bhsd,bhsd->bhs", qb, qb))
+            shift *= np.sqrt(np.einsum("bhsd,bhsd->bhs", kb, kb).max(axis=2))[..., None]
         if mb is not None:
             buf += mb
         if exact:
             shift = buf.max(axis=-1)
         buf -= shift[..., None]
         np.exp(buf, out=buf)
-        total = (buf.reshape(-1, sk) @ ones).reshape(h, sq, 1)
+        total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
         if not exact and not (total >= _TINY_SUM).all():
-            np.matmul(qb, kb.transpose(0, 2, 1), out=buf)
+            np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
             if mb is not None:
                 buf += mb
             buf -= buf.max(axis=-1, keepdims=True)
             np.exp(buf, out=buf)
-            total = (buf.reshape(-1, sk) @ ones).reshape(h, sq, 1)
-        ob = o[b]
+            total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+        ob = o[b0:b1]
         np.matmul(buf, vb, out=ob)
         ob /= total
 
