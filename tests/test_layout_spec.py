@@ -157,3 +157,89 @@ def test_views_of_views_share_storage_and_values():
     expect = np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(1, 2, 0)[:, 1:3][::2]
     np.testing.assert_array_equal(v.numpy(), expect)
     assert ptr(v) == ptr(a)
+
+
+@pytest.mark.parametrize("perm", [(1, 0), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)])
+def test_contiguous_copies_of_permuted_tensors(perm):
+    # Large enough for the tiled transposed copy; odd sizes leave partial tiles.
+    shape = {2: (131, 197), 3: (5, 67, 93)}[len(perm)]
+    arr = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    t = tl.Tensor(arr).permute(perm)
+    np.testing.assert_array_equal(t.contiguous().numpy(), np.transpose(arr, perm))
+    np.testing.assert_array_equal((t + t).numpy(), 2 * np.transpose(arr, perm))
+    assert (t + t).is_contiguous()
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def view_chain(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+    steps = draw(st.lists(st.sampled_from(
+        ["t", "permute", "narrow", "unsqueeze", "squeeze", "reshape", "flatten", "step", "broadcast"]),
+        min_size=1, max_size=5))
+    return shape, steps, draw(st.randoms(use_true_random=False))
+
+
+@settings(max_examples=60, deadline=None)
+@given(view_chain())
+def test_chains_of_views_match_numpy(case):
+    shape, steps, rnd = case
+    arr = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    t = tl.Tensor(arr)
+    base_ptr = ptr(t)
+    copied = False
+    for step in steps:
+        rank = arr.ndim
+        if step == "t" and rank >= 2:
+            t, arr = t.t(), np.swapaxes(arr, -1, -2)
+        elif step == "permute" and rank >= 1:
+            perm = list(range(rank))
+            rnd.shuffle(perm)
+            t, arr = t.permute(tuple(perm)), np.transpose(arr, perm)
+        elif step == "narrow" and rank >= 1:
+            d = rnd.randrange(rank)
+            start = rnd.randrange(arr.shape[d])
+            n = rnd.randint(1, arr.shape[d] - start)
+            t = t.narrow(d, start, n)
+            sl = [slice(None)] * rank
+            sl[d] = slice(start, start + n)
+            arr = arr[tuple(sl)]
+        elif step == "unsqueeze":
+            d = rnd.randint(0, rank)
+            t, arr = t.unsqueeze(d), np.expand_dims(arr, d)
+        elif step == "squeeze" and rank >= 1:
+            d = rnd.randrange(rank)
+            t = t.squeeze(d)
+            arr = np.squeeze(arr, d) if arr.shape[d] == 1 else arr
+        elif step == "reshape":
+            # A reshape is a view of a contiguous tensor and a copy otherwise.
+            if not t.is_contiguous():
+                copied, arr = True, np.ascontiguousarray(arr)
+            t, arr = t.reshape(-1), arr.reshape(-1)
+        elif step == "flatten" and rank >= 2:
+            if not t.is_contiguous():
+                copied, arr = True, np.ascontiguousarray(arr)
+            t, arr = t.flatten_from(rank - 2), arr.reshape(arr.shape[:-2] + (-1,))
+        elif step == "step" and rank >= 1:
+            d = rnd.randrange(rank)
+            sl = [slice(None)] * rank
+            sl[d] = slice(None, None, 2)
+            t, arr = t[tuple(sl)], arr[tuple(sl)]
+        elif step == "broadcast":
+            t, arr = t.broadcast_left(2), np.broadcast_to(arr, (2,) + arr.shape)
+        assert t.shape == arr.shape
+        np.testing.assert_array_equal(t.numpy(), arr)
+        assert t.is_contiguous() == _np_contig(arr)
+    assert (ptr(t) == base_ptr) != copied
+
+
+def _np_contig(arr):
+    # NumPy ignores strides of size-1 dims like tallow does, except for broadcasts.
+    acc = arr.itemsize
+    for n, s in zip(reversed(arr.shape), reversed(arr.strides)):
+        if n > 1 and s != acc:
+            return False
+        acc *= n
+    return True

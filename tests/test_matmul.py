@@ -115,3 +115,32 @@ def test_matmul_shape_errors(device):
         tl.zeros(4, device=device).matmul(tl.zeros(4, device=device))
     with pytest.raises(tl.ShapeMismatchError):
         tl.zeros(3, device=device).dot(tl.zeros(4, device=device))
+
+
+def test_transposed_operand_cache_follows_writes():
+    # A transposed weight is cached as a row-major copy: writes through tallow and
+    # buffers shared with outside code must never serve stale values.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w0 = rng.standard_normal((12, 16)).astype(np.float32)
+    tx = tl.Tensor(x)
+    w = tl.Var(w0)
+    np.testing.assert_allclose(tx.matmul(w.t()).numpy(), x @ w0.T, rtol=1e-5, atol=1e-5)
+    w1 = rng.standard_normal((12, 16)).astype(np.float32)
+    w.set(tl.Tensor(w1))
+    np.testing.assert_allclose(tx.matmul(w.t()).numpy(), x @ w1.T, rtol=1e-5, atol=1e-5)
+    w.narrow(0, 0, 3).zero_set()
+    w1[:3] = 0
+    np.testing.assert_allclose(tx.matmul(w.t()).numpy(), x @ w1.T, rtol=1e-5, atol=1e-5)
+    w.numpy()[5] = 7.0  # a write from outside, through the writable view
+    w1[5] = 7.0
+    np.testing.assert_allclose(tx.matmul(w.t()).numpy(), x @ w1.T, rtol=1e-5, atol=1e-5)
+    ext = rng.standard_normal((12, 16)).astype(np.float32)
+    shared = tl.Tensor.from_vec(ext, (12, 16))
+    tx.matmul(shared.t())
+    ext[:] = 1.0
+    np.testing.assert_allclose(tx.matmul(shared.t()).numpy(), x @ ext.T, rtol=1e-5, atol=1e-5)
+    tid = tl.Tensor(np.array([[0] * 16], np.int64))
+    w.scatter_set(tid, tl.full((1, 16), 2.0), 0)
+    w1[0] = 2.0
+    np.testing.assert_allclose(tx.matmul(w.t()).numpy(), x @ w1.T, rtol=1e-5, atol=1e-5)

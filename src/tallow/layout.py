@@ -42,7 +42,7 @@ def _is_f_contiguous(shape: tuple, stride: tuple) -> bool:
 
 
 class Layout:
-    __slots__ = ("shape", "stride", "start_offset", "contiguous", "count", "__weakref__")
+    __slots__ = ("shape", "stride", "start_offset", "contiguous", "count", "_bcast", "__weakref__")
 
     def __init__(self, shape: tuple, stride: tuple, start_offset: int = 0):
         self.shape = shape
@@ -50,6 +50,7 @@ class Layout:
         self.start_offset = start_offset
         self.contiguous = _is_c_contiguous(shape, stride)
         self.count = elem_count(shape)
+        self._bcast = None
 
     # -- construction -------------------------------------------------------------
     @staticmethod
@@ -167,6 +168,16 @@ class Layout:
             else:
                 raise ShapeMismatchError(f"{op}: cannot broadcast shape {self.shape} to {shape}")
         return Layout(tuple(shape), tuple(stride), self.start_offset)
+
+    def broadcast_cached(self, shape: tuple) -> "Layout":
+        """``broadcast_as(shape)``, remembering the last one (a bias broadcast every call
+        then reuses one layout object, and with it the storage's cached view)."""
+        c = self._bcast
+        if c is not None and c[0] == shape:
+            return c[1]
+        lay = self.broadcast_as(shape)
+        self._bcast = (shape, lay)
+        return lay
 
     def squeeze(self, dim: int) -> "Layout":
         return Layout(

@@ -95,7 +95,6 @@ class ElementwiseOps:
 
     # -- binary ----------------------------------------------------------------------
     def _binop(self, name, rhs, broadcast):
-        ls = rhs_s = None
         ls = self._storage
         rhs_s = rhs._storage
         if ls.dtype is not rhs_s.dtype or ls.bdev is not rhs_s.bdev:
@@ -107,9 +106,14 @@ class ElementwiseOps:
             if not broadcast:
                 same_shape(name, self, rhs)
             shape = broadcast_shapes(shape, rl.shape, f"broadcast_{name}")
-            lhs = self.broadcast_as(shape)
-            rhs = rhs.broadcast_as(shape)
-            return lhs._binop(name, rhs, False)
+            if self._track or rhs._track:
+                # Record the broadcasts: their backward sums the gradient back.
+                return self.broadcast_as(shape)._binop(name, rhs.broadcast_as(shape), False)
+            if ll.shape != shape:
+                ll = ll.broadcast_cached(shape)
+            if rl.shape != shape:
+                rl = rl.broadcast_cached(shape)
+            return make(ls.binary(name, ll, rhs_s, rl), _contig(shape))
         out = ls.binary(name, ll, rhs_s, rl)
         return make(out, _contig(shape),
                     Op(name, (self, rhs)) if (self._track or rhs._track) else None)

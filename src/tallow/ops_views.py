@@ -25,7 +25,7 @@ class ViewOps:
     def reshape(self, *shape):
         lay = self._layout
         shape = parse_shape_with_hole(shape, lay.count, "reshape")
-        if shape == lay.shape:
+        if shape == lay.shape and lay.contiguous:
             return self
         count = 1
         for d in shape:
@@ -146,7 +146,7 @@ class ViewOps:
         lay = self._layout
         if shape == lay.shape:
             return self
-        return self._view(lay.broadcast_as(shape), "broadcast_as", lay.shape)
+        return self._view(lay.broadcast_cached(shape), "broadcast_as", lay.shape)
 
     def broadcast_left(self, *left):
         left = parse_shape(left, "broadcast_left")

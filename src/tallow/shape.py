@@ -105,6 +105,20 @@ def broadcast_shapes(lhs: tuple, rhs: tuple, op: str) -> tuple:
     """NumPy's broadcasting rule: align right, sizes equal or one of them 1."""
     if lhs == rhs:
         return lhs
+    key = (lhs, rhs)
+    found = _BROADCAST_CACHE.get(key)
+    if found is not None:
+        return found
+    out = _broadcast(lhs, rhs, op)
+    if len(_BROADCAST_CACHE) < 4096:
+        _BROADCAST_CACHE[key] = out
+    return out
+
+
+_BROADCAST_CACHE: dict = {}
+
+
+def _broadcast(lhs: tuple, rhs: tuple, op: str) -> tuple:
     n = max(len(lhs), len(rhs))
     a = (1,) * (n - len(lhs)) + lhs
     b = (1,) * (n - len(rhs)) + rhs

@@ -37,13 +37,27 @@ def _device_of(device) -> Device:
     return Device.parse(device)
 
 
-def _storage_from_array(arr: np.ndarray, dtype, device: Device, copy: bool):
+def _checked_state(device: Device, dtype):
     state = device._state
     if not state.supports_dtype(dtype):
         from .errors import UnsupportedDTypeError
 
         raise UnsupportedDTypeError(f"dtype {dtype} is not supported on device {device}")
-    return state.from_numpy(arr, dtype, copy=copy)
+    return state
+
+
+def _storage_from_array(arr: np.ndarray, dtype, device: Device, copy: bool):
+    """A storage from an array the caller keeps (``copy=False`` shares its buffer)."""
+    return _checked_state(device, dtype).from_numpy(arr, dtype, copy=copy)
+
+
+def adopt_array(arr: np.ndarray, dtype, device: Device):
+    """A storage from a private array made for it (the CPU takes the buffer over)."""
+    state = _checked_state(device, dtype)
+    adopt = getattr(state, "adopt_numpy", None)
+    if adopt is not None:
+        return adopt(arr, dtype)
+    return state.from_numpy(arr, dtype, copy=False)
 
 
 class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, CustomOpMethods):
@@ -59,7 +73,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             self._storage, self._layout = s._storage, s._layout
         else:
             arr, dtype_ = from_data(data, None if dtype is None else dt.DType.parse(dtype))
-            self._storage = _storage_from_array(arr, dtype_, _device_of(device), copy=False)
+            self._storage = adopt_array(arr, dtype_, _device_of(device))
             self._layout = _contig(arr.shape)
         self._op = None
         self._track = False
@@ -80,7 +94,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             raise ShapeMismatchError(
                 f"from_slice: {arr.size} elements do not fill shape {shape}"
             )
-        storage = _storage_from_array(arr.reshape(-1), dtype, _device_of(device), copy=False)
+        storage = adopt_array(arr.reshape(-1), dtype, _device_of(device))
         return make(storage, _contig(shape))
 
     @staticmethod
@@ -188,8 +202,13 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     # -- values out -------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """The values as a NumPy array (a view of the buffer on the CPU; a copy from a GPU)."""
-        return self._storage.to_numpy(self._layout)
+        """The values as a NumPy array (a view of the buffer on the CPU; a copy from a GPU).
+
+        On the CPU writes to the array show in the tensor, as with PyTorch's ``numpy()``.
+        """
+        s = self._storage
+        writable = getattr(s, "to_numpy_writable", None)
+        return writable(self._layout) if writable is not None else s.to_numpy(self._layout)
 
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()
@@ -200,7 +219,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return arr
 
     def _pyvalues(self):
-        arr = self.numpy()
+        arr = self._storage.to_numpy(self._layout)
         if self._storage.dtype in (dt.f16, dt.bf16):
             arr = arr.astype(np.float32)
         return arr.tolist()

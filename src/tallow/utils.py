@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from .backends.cpu.threads import CONFIG as _THREADS
+from .device import Device, cpu
 from .errors import FileFormatError
 
 
@@ -154,7 +155,15 @@ class SafetensorsFile:
             arr = self._f.get_tensor(name)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
-        return Tensor.from_vec(np.asarray(arr, order="C"), None, device=device)
+        from .dtype import from_numpy_dtype
+        from .tensor import adopt_array
+        from ._construct import make
+        from .layout import Layout
+
+        arr = np.asarray(arr, order="C")
+        dtype = from_numpy_dtype(arr.dtype)
+        return make(adopt_array(arr, dtype, Device.parse(device) if device else cpu),
+                    Layout.contiguous_of(arr.shape))
 
 
 _SAFETENSORS_DTYPES = {

@@ -64,9 +64,16 @@ class CpuDeviceState(BackendDevice):
         return wrap(vals.astype(dtype.np, copy=False), dtype)
 
     def from_numpy(self, array, dtype, copy=True):
-        flat = array.reshape(-1) if array.flags.c_contiguous else None
-        if flat is None or copy:
-            flat = np.array(array, dtype=dtype.np, order="C", copy=True).reshape(-1)
+        """``copy=False`` keeps a C-contiguous array of the dtype as the buffer itself:
+        its owner may still write it, so the storage is marked shared."""
+        if not copy and array.dtype == dtype.np and array.flags.c_contiguous:
+            return CpuStorage.from_flat(array.reshape(-1), dtype, shared=True)
+        flat = np.array(array, dtype=dtype.np, order="C", copy=True).reshape(-1)
+        return CpuStorage.from_flat(flat, dtype)
+
+    def adopt_numpy(self, array, dtype):
+        """A storage taking over a private, freshly made array (nobody else writes it)."""
+        flat = np.asarray(array, dtype=dtype.np, order="C").reshape(-1)
         return CpuStorage.from_flat(flat, dtype)
 
     # -- control -------------------------------------------------------------------

@@ -70,6 +70,13 @@ def _round_half_away(x):
     return t + np.copysign((np.abs(frac) >= 0.5).astype(x.dtype), x)
 
 
+def _relu(x, out=None):
+    return np.maximum(x, x.dtype.type(0), out=out)
+
+
+_relu.takes_out = True
+
+
 def _quiet(f):
     def run(x, **kw):
         with np.errstate(all="ignore"):
@@ -82,7 +89,7 @@ _FLOAT_UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": _quiet(np.exp), "log": _quiet(np.log),
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sqr": np.square,
     "sqrt": _quiet(np.sqrt), "recip": _quiet(np.reciprocal),
-    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": _gelu_tanh,
+    "relu": _relu, "gelu": _gelu_tanh,
     "gelu_erf": _gelu_erf, "erf": lambda x: _erf(x.astype(np.float64)),
     "silu": _silu, "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil,
     "round": _round_half_away, "sign": np.sign,
@@ -97,7 +104,7 @@ def _int_neg(x):
 
 _INT_UNARY = {
     "neg": _int_neg, "abs": np.abs, "sqr": np.square,
-    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "sign": np.sign,
+    "relu": _relu, "sign": np.sign,
 }
 
 

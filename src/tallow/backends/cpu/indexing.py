@@ -88,6 +88,7 @@ def scatter_inplace(s, layout, ids, ids_layout, src, src_layout, dim, accumulate
         np.add.at(dst, index, values)
     else:
         dst[index] = values
+    s.mark_written()
 
 
 def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
@@ -103,3 +104,4 @@ def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
     sel = [slice(None)] * dst.ndim
     sel[dim] = idx
     np.add.at(dst, tuple(sel), values)
+    s.mark_written()

@@ -4,6 +4,13 @@ A layout over it is read as a NumPy strided view built directly on the buffer
 (no copy). The last view built is cached by layout identity: tensors produced by
 ops get interned contiguous layouts, so the common case is a tuple compare.
 
+Writes are tracked so derived data can be cached safely (see ``matmul``'s
+transposed-operand cache): every in-place write through tallow bumps a version,
+and a buffer that may be written from outside tallow (one given to ``from_vec``,
+or handed out writable through ``np.asarray(storage)`` / ``Tensor.numpy()``) is
+marked *shared* and never cached from. The metadata is created on first need,
+so fresh op results pay nothing for it.
+
 The kernels live in sibling modules (elementwise, reduce, matmul, indexing,
 conv), written as functions of the storage and bound here as its methods.
 """
@@ -19,8 +26,20 @@ _new = object.__new__
 _contig = Layout.contiguous_of
 
 
+class WriteState:
+    """Version of a buffer's contents, whether outside code may write it, caches."""
+
+    __slots__ = ("version", "shared", "cache")
+
+    def __init__(self, shared=False):
+        self.version = 0
+        self.shared = shared
+        self.cache = None
+
+
 class CpuStorage(BackendStorage):
-    __slots__ = ("arr", "dtype", "_vc", "__weakref__")
+    # ``_ws`` (a WriteState) is left unset until something needs it.
+    __slots__ = ("arr", "dtype", "_vc", "_ws", "__weakref__")
 
     def __init__(self, arr: np.ndarray, dtype):
         self.arr = arr
@@ -28,12 +47,31 @@ class CpuStorage(BackendStorage):
         self._vc = None
 
     @staticmethod
-    def from_flat(flat: np.ndarray, dtype) -> "CpuStorage":
+    def from_flat(flat: np.ndarray, dtype, shared: bool = False) -> "CpuStorage":
         s = _new(CpuStorage)
         s.arr = flat
         s.dtype = dtype
         s._vc = None
+        if shared:
+            s._ws = WriteState(shared=True)
         return s
+
+    # -- write tracking ------------------------------------------------------------
+    def write_state(self) -> WriteState:
+        ws = getattr(self, "_ws", None)
+        if ws is None:
+            ws = self._ws = WriteState()
+        return ws
+
+    def mark_written(self) -> None:
+        ws = self.write_state()
+        ws.version += 1
+        ws.cache = None
+
+    def mark_shared(self) -> None:
+        ws = self.write_state()
+        ws.shared = True
+        ws.cache = None
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -55,13 +93,17 @@ class CpuStorage(BackendStorage):
     @property
     def buf(self) -> np.ndarray:
         """The flat, writable element buffer."""
+        self.mark_shared()
         return self.arr.reshape(-1)
 
     def __array__(self, dtype=None, copy=None):
         flat = self.arr.reshape(-1)
         if dtype is not None and np.dtype(dtype) != flat.dtype:
             return flat.astype(dtype)
-        return flat.copy() if copy else flat
+        if copy:
+            return flat.copy()
+        self.mark_shared()
+        return flat
 
     def __repr__(self):
         return f"CpuStorage({self.dtype}, count={self.count})"
@@ -88,6 +130,11 @@ class CpuStorage(BackendStorage):
     def to_numpy(self, layout):
         return self.view(layout)
 
+    def to_numpy_writable(self, layout):
+        """A view handed to outside code, which may write it (marks the buffer shared)."""
+        self.mark_shared()
+        return self.view(layout)
+
     # -- copies and in-place writes ------------------------------------------------
     def copy_strided(self, layout):
         from . import parallel
@@ -96,15 +143,19 @@ class CpuStorage(BackendStorage):
 
     def copy_into_inplace(self, dst_layout, src, src_layout):
         np.copyto(self.view(dst_layout), src.view(src_layout))
+        self.mark_written()
 
     def fill_inplace(self, layout, value):
         self.view(layout)[...] = value
+        self.mark_written()
 
 
 def wrap(arr: np.ndarray, dtype) -> CpuStorage:
     """A storage owning a freshly computed array (made C-contiguous if it is not)."""
     if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
+        from .parallel import copy
+
+        arr = copy(arr)
     s = _new(CpuStorage)
     s.arr = arr
     s.dtype = dtype

@@ -1,0 +1,224 @@
+"""``tallow bench cpu``: the CPU lesson's experiments (candle's l03_bench), beside
+NumPy and PyTorch measured in the same run.
+
+1. n x n matmul, n = 256/512/1024, f32/f64/f16, default threads and 1 thread,
+   GFLOPS at 2n^3, and an i-k-j loop without a blocked GEMM for reference;
+2. 2048x2048 f32 element-wise ops (contiguous, strided, broadcast, copy, exp,
+   relu, a view), default threads and 1 thread;
+3. a 3-layer 256->256 ReLU network, batch 64, 200 forward passes, plain tensors
+   and Var weights, two alternating rounds;
+4. per-op overhead: 5000 chained adds of 1024-element f32 tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tallow as tl
+
+from .common import alternate, have_torch, ms, ratio, table, write_json
+
+
+def _threads(n):
+    """Set tallow's (and so NumPy's BLAS) and PyTorch's thread counts."""
+    tl.utils.set_num_threads(n)
+    torch = have_torch()
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def ikj_loop(a, b):
+    """The textbook i-k-j loop (rows updated by axpy), no blocking, no BLAS."""
+    n = a.shape[0]
+    c = np.zeros((n, b.shape[1]), a.dtype)
+    for i in range(n):
+        ci = c[i]
+        ai = a[i]
+        for k in range(n):
+            ci += ai[k] * b[k]
+    return c
+
+
+def bench_matmul(sizes, repeats, default_threads, quick):
+    torch = have_torch()
+    rows, results = [], []
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        for threads in (default_threads, 1):
+            _threads(threads)
+            a32 = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+            b32 = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+            cands = {}
+            for name, dtype in (("f32", tl.f32), ("f64", tl.f64), ("f16", tl.f16)):
+                ta = tl.Tensor(a32).to_dtype(dtype)
+                tb = tl.Tensor(b32).to_dtype(dtype)
+                cands["tallow " + name] = (lambda x, y: lambda: x.matmul(y))(ta, tb)
+            cands["numpy f32"] = lambda: a32 @ b32
+            if torch is not None:
+                xa, xb = torch.from_numpy(a32), torch.from_numpy(b32)
+                cands["torch f32"] = lambda: xa @ xb
+                ha, hb = xa.half(), xb.half()
+                cands["torch f16"] = lambda: ha @ hb
+            t = alternate(cands, repeats)
+            loop = None
+            if threads == 1 and n <= (256 if quick else 512):
+                loop = alternate({"loop": lambda: ikj_loop(a32, b32)}, 1)["loop"]
+            gflops = 2 * n**3 / t["tallow f32"] / 1e9
+            row = dict(n=n, threads=threads, **{k: ms(v) for k, v in t.items()},
+                       gflops_f32=gflops, vs_numpy=ratio(t["numpy f32"], t["tallow f32"]),
+                       loop_f32=ms(loop))
+            results.append(row)
+            rows.append([n, threads, ms(t["tallow f32"]), ms(t["tallow f64"]), ms(t["tallow f16"]),
+                         gflops, ms(t["numpy f32"]), ms(t.get("torch f32")), ms(t.get("torch f16")),
+                         ratio(t["numpy f32"], t["tallow f32"]), ms(loop)])
+    print(table("matmul n x n (ms; speed vs numpy = numpy time / tallow time, f32)",
+                ["n", "threads", "f32", "f64", "f16", "GFLOPS f32", "numpy f32", "torch f32",
+                 "torch f16", "speed vs numpy", "i-k-j loop f32"], rows))
+    return results
+
+
+def bench_elementwise(repeats, default_threads, n=2048):
+    torch = have_torch()
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    ta, tb, tbias = tl.Tensor(a), tl.Tensor(b), tl.Tensor(bias)
+    if torch is not None:
+        xa, xb, xbias = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(bias)
+    ops = [
+        ("a + b, contiguous", lambda: ta + tb, lambda: a + b, lambda: xa + xb),
+        ("a.t() + b.t(), strided", lambda: ta.t() + tb.t(), lambda: a.T + b.T, lambda: xa.t() + xb.t()),
+        ("a.broadcast_add(bias)", lambda: ta.broadcast_add(tbias), lambda: a + bias, lambda: xa + xbias),
+        ("a.t().contiguous(), a copy", lambda: ta.t().contiguous(), lambda: np.ascontiguousarray(a.T),
+         lambda: xa.t().contiguous()),
+        ("a.exp()", lambda: ta.exp(), lambda: np.exp(a), lambda: xa.exp()),
+        ("a.relu()", lambda: ta.relu(), lambda: np.maximum(a, 0), lambda: xa.relu()),
+        ("a.t(), a view", lambda: ta.t(), lambda: a.T, lambda: xa.t()),
+    ]
+    rows, results = [], []
+    for threads in (default_threads, 1):
+        _threads(threads)
+        for name, f_tl, f_np, f_torch in ops:
+            cands = {"tallow": f_tl, "numpy": f_np}
+            if torch is not None:
+                cands["torch"] = f_torch
+            t = alternate(cands, repeats, number=3)
+            results.append(dict(op=name, threads=threads, **{k: ms(v) for k, v in t.items()}))
+            rows.append([name, threads, ms(t["tallow"]), ms(t["numpy"]), ms(t.get("torch")),
+                         ratio(t["numpy"], t["tallow"])])
+    print(table(f"element-wise, {n}x{n} f32 (ms; speed vs numpy = numpy time / tallow time)",
+                ["op", "threads", "tallow", "numpy", "torch", "speed vs numpy"], rows))
+    return results
+
+
+def _network(torch, repeats, rounds=2, passes=200):
+    rng = np.random.default_rng(2)
+    ws = [rng.uniform(-0.06, 0.06, (256, 256)).astype(np.float32) for _ in range(3)]
+    bs = [rng.uniform(-0.06, 0.06, 256).astype(np.float32) for _ in range(3)]
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    plain = [(tl.Tensor(w), tl.Tensor(b)) for w, b in zip(ws, bs)]
+    tracked = [(tl.Var(w), tl.Var(b)) for w, b in zip(ws, bs)]
+    tx = tl.Tensor(x)
+
+    def run_tallow(layers):
+        def go():
+            for _ in range(passes):
+                h = tx
+                for w, b in layers:
+                    h = h.matmul(w.t()).broadcast_add(b).relu()
+            return h
+        return go
+
+    cands = {"tallow plain": run_tallow(plain), "tallow Var": run_tallow(tracked)}
+    if torch is not None:
+        tp = [(torch.from_numpy(w), torch.from_numpy(b)) for w, b in zip(ws, bs)]
+        tv = [(torch.from_numpy(w).clone().requires_grad_(), torch.from_numpy(b).clone().requires_grad_())
+              for w, b in zip(ws, bs)]
+        xt = torch.from_numpy(x)
+
+        def run_torch(layers):
+            def go():
+                for _ in range(passes):
+                    h = xt
+                    for w, b in layers:
+                        h = (h @ w.t() + b).relu()
+                return h
+            return go
+
+        cands["torch plain"] = run_torch(tp)
+        cands["torch requires_grad"] = run_torch(tv)
+    out = []
+    for r in range(rounds):
+        out.append(alternate(cands, repeats))
+    return out
+
+
+def bench_network(repeats, default_threads):
+    torch = have_torch()
+    rows, results = [], []
+    for threads in (default_threads, 1):
+        _threads(threads)
+        for r, t in enumerate(_network(torch, repeats), 1):
+            results.append(dict(threads=threads, round=r, **{k: ms(v) for k, v in t.items()}))
+            rows.append([threads, r, ms(t["tallow plain"]), ms(t["tallow Var"]),
+                         ms(t.get("torch plain")), ms(t.get("torch requires_grad")),
+                         ratio(t["tallow plain"], t.get("torch plain"))])
+    print(table("3-layer 256->256 ReLU network, batch 64, 200 forward passes (ms; time vs torch = tallow / torch)",
+                ["threads", "round", "tallow plain", "tallow Var", "torch plain", "torch grad",
+                 "time vs torch"], rows))
+    return results
+
+
+def bench_overhead(repeats, chain=5000):
+    torch = have_torch()
+    x, y = tl.rand(1024), tl.rand(1024)
+    nx, ny = x.numpy().copy(), y.numpy().copy()
+
+    def run_tl():
+        z = x
+        for _ in range(chain):
+            z = z + y
+        return z
+
+    def run_np():
+        z = nx
+        for _ in range(chain):
+            z = z + ny
+        return z
+
+    cands = {"tallow": run_tl, "numpy": run_np}
+    if torch is not None:
+        tx, ty = torch.from_numpy(nx), torch.from_numpy(ny)
+
+        def run_torch():
+            z = tx
+            for _ in range(chain):
+                z = z + ty
+            return z
+
+        cands["torch"] = run_torch
+    t = alternate(cands, repeats)
+    per = {k: v / chain * 1e6 for k, v in t.items()}
+    print(table(f"per-op overhead: {chain} chained adds of 1024 f32 (µs per op; time vs torch = tallow / torch)",
+                ["", "tallow", "numpy", "torch eager", "time vs torch"],
+                [["µs/op", per["tallow"], per["numpy"], per.get("torch"), ratio(per["tallow"], per.get("torch"))]]))
+    return per
+
+
+def run(args) -> int:
+    quick = getattr(args, "quick", False)
+    repeats = args.repeats or (3 if quick else 7)
+    default_threads = tl.utils.get_num_threads()
+    print(f"threads: {default_threads} ({tl.utils.num_threads_rule()}); "
+          f"processor: {tl.cpu.info()['name']}")
+    results = {"threads": default_threads}
+    try:
+        results["overhead"] = bench_overhead(repeats)
+        results["matmul"] = bench_matmul((256, 512, 1024), repeats, default_threads, quick)
+        results["elementwise"] = bench_elementwise(repeats, default_threads)
+        results["network"] = bench_network(repeats, default_threads)
+    finally:
+        _threads(default_threads)
+    write_json(getattr(args, "json", None), results)
+    return 0
