@@ -159,3 +159,10 @@ def test_encode_edge_cases(tiny_bert_dir, tmp_path):
     a = ours.encode(texts, batch_size=5)
     b = np.stack([ours.encode(t) for t in texts])
     np.testing.assert_allclose(a, b, atol=2e-6)
+
+
+def test_sentence_embedder_on_every_device(tiny_bert_dir, tmp_path, device):
+    path, st = _st_dir(tiny_bert_dir, tmp_path, "mean", True)
+    ours = SentenceEmbedder.from_pretrained(path, device=device)
+    np.testing.assert_allclose(ours.encode(SENTENCES, batch_size=2), st.encode(SENTENCES),
+                               atol=5e-5, rtol=1e-4)

@@ -207,3 +207,14 @@ def test_bf16_weights_run(tiny_llama):
     want, _ = hf_step(hf, PROMPT, None)
     # bf16 keeps ~3 significant digits: the logits agree loosely and the argmax usually
     assert np.abs(got[0] - want[-1]).max() < 0.1
+
+
+def test_text_generator_on_every_device(tiny_llama, device):
+    d, hf = tiny_llama
+    ours = load(d, device)
+    res = TextGenerator(ours, load_tokenizer(d), temperature=0, repeat_penalty=1.0,
+                        eos_token_ids=[]).generate(PROMPT, max_tokens=10)
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([PROMPT]), max_new_tokens=10, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)[0, len(PROMPT):].tolist()
+    assert res.token_ids == want
