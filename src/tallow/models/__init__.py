@@ -14,7 +14,12 @@ _NAMES = {"SentenceEmbedder": "sentence", "BertModel": "bert", "BertConfig": "be
 
 def __getattr__(name):
     if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     if name in _NAMES:
         return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
