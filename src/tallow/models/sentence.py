@@ -174,7 +174,7 @@ class SentenceEmbedder:
         return self.tokenizer.encode_batch(list(sentences))
 
     def embed_batch(self, encodings) -> np.ndarray:
-        """One padded batch of encodings -> (n, dim) array (not normalised here)."""
+        """One padded batch of encodings -> pooled (n, dim) tensor (not normalised here)."""
         n = len(encodings)
         seq = max(len(e.ids) for e in encodings)
         ids = np.full((n, seq), self.pad_id, dtype=np.uint32)
