@@ -147,6 +147,12 @@ def bench_llama(prompt_len=16, new_tokens=64, rounds=3, quiet=False):
     from tallow.models.llama import Cache, Llama, LlamaConfig
 
     torch.set_num_threads(tl.utils.get_num_threads())
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
     with tempfile.TemporaryDirectory() as d:
         hf = make_random_llama(d)
         cfg = LlamaConfig.from_json(os.path.join(d, "config.json"))

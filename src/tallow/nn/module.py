@@ -227,7 +227,9 @@ class Module:
 
         def load(module, local, prefix=""):
             meta = {} if metadata is None else dict(metadata.get(prefix[:-1], {}))
-            module._load_from_state_dict(local, prefix, meta, strict, missing, unexpected, errors)
+            # Missing and unexpected keys are always collected (and returned, as PyTorch
+            # does); only ``strict`` turns them into an error.
+            module._load_from_state_dict(local, prefix, meta, True, missing, unexpected, errors)
             for name, child in module._modules.items():
                 if child is not None:
                     p = prefix + name + "."
