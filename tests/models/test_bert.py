@@ -166,3 +166,12 @@ def test_sentence_embedder_on_every_device(tiny_bert_dir, tmp_path, device):
     ours = SentenceEmbedder.from_pretrained(path, device=device)
     np.testing.assert_allclose(ours.encode(SENTENCES, batch_size=2), st.encode(SENTENCES),
                                atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f64"])
+def test_sentence_embedder_dtypes(tiny_bert_dir, tmp_path, dtype):
+    path, _ = _st_dir(tiny_bert_dir, tmp_path, "mean", True)
+    ref = SentenceEmbedder.from_pretrained(path).encode(SENTENCES)
+    got = SentenceEmbedder.from_pretrained(path, dtype=dtype).encode(SENTENCES)
+    assert got.dtype == np.float32
+    assert cosines(got, ref).min() > (0.999 if dtype == "bf16" else 0.99999)

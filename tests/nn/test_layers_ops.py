@@ -307,3 +307,26 @@ def test_dropout():
     kept = y != 0
     assert 0.65 < kept.mean() < 0.85
     np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)
+
+
+def test_attention_with_a_loose_softmax_bound_and_fully_masked_rows():
+    # One key of huge norm orthogonal to every query: the shift bound |q| max|k| is far
+    # above the real scores, so the kernel must fall back to the exact row maximum.
+    d = 8
+    q = np.zeros((1, 1, 3, d), np.float32)
+    q[..., 0] = [[3.0, -2.0, 1.0]]
+    k = arr(1, 1, 4, d)
+    k[..., 1:] = 0
+    k[0, 0, 3] = 0
+    k[0, 0, 3, 5] = 1e4
+    v = arr(1, 1, 4, d)
+    got = ops.scaled_dot_product_attention(tt(q), tt(k), tt(v), None, 1.0)
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), scale=1.0)
+    close(got, want, atol=1e-5)
+    # a row whose keys are all masked (additive min) averages every value, as torch does
+    mask = np.zeros((1, 1, 3, 4), np.float32)
+    mask[0, 0, 1] = np.finfo(np.float32).min
+    got = ops.scaled_dot_product_attention(tt(q), tt(k), tt(v), tt(mask), 1.0)
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
+                                          attn_mask=torch.from_numpy(mask), scale=1.0)
+    close(got, want, atol=1e-5)
