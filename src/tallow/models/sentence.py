@@ -213,6 +213,9 @@ class SentenceEmbedder:
         from threadpoolctl import threadpool_limits
 
         from ..backends.cpu import parallel
+        from ..backends.cpu.threads import CONFIG
+
+        CONFIG.apply()  # settle tallow's own BLAS setting first, so the workers keep the limit below
 
         def job(b):
             with parallel.serial():
