@@ -326,7 +326,12 @@ def attention(s, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
         m = mask.view(mask_layout)
         if m.dtype != cd:
             m = m.astype(cd)
-        m = np.broadcast_to(m, (b,) + np.broadcast_shapes(m.shape[1:], (h, sq, kk.shape[2])))
+        # Keep the mask compact (a key-padding mask is (b, 1, 1, sk)): NumPy broadcasts
+        # it when it is added, and the checks on it stay cheap. Only the batch dim is
+        # made explicit, so the mask can be sliced like q.
+        while m.ndim < 4:
+            m = m[None]
+        m = np.broadcast_to(m, (b,) + m.shape[1:])
     out = np.empty((b, h, sq, vv.shape[-1]), cd)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         if parallel.worth_splitting((b, h, sq, kk.shape[2])):
