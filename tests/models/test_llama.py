@@ -218,3 +218,26 @@ def test_text_generator_on_every_device(tiny_llama, device):
         want = hf.generate(torch.tensor([PROMPT]), max_new_tokens=10, do_sample=False,
                            eos_token_id=None, pad_token_id=0)[0, len(PROMPT):].tolist()
     assert res.token_ids == want
+
+
+def test_cache_grows_and_keeps_every_position():
+    cfg = LlamaConfig(vocab_size=10, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=700)
+    cache = Cache(cfg)
+    rng = np.random.default_rng(0)
+    ks, vs, pos = [], [], 0
+    for n in (5, 1, 300, 1, 200, 3, 100):
+        k = rng.standard_normal((1, 1, n, 4)).astype(np.float32)
+        v = rng.standard_normal((1, 1, n, 4)).astype(np.float32)
+        ks.append(k)
+        vs.append(v)
+        kk, vv = cache.update(0, tl.Tensor(k), tl.Tensor(v), pos)
+        pos += n
+        np.testing.assert_array_equal(kk.numpy(), np.concatenate(ks, 2))
+        np.testing.assert_array_equal(vv.numpy(), np.concatenate(vs, 2))
+    assert cache._kv[0][0].shape[2] == 700  # 256 -> 512 -> capped at the context
+    # rewinding overwrites from that position on
+    k = np.ones((1, 1, 2, 4), np.float32)
+    kk, _ = cache.update(0, tl.Tensor(k), tl.Tensor(k), 3)
+    assert kk.shape == (1, 1, 5, 4)
+    np.testing.assert_array_equal(kk.numpy()[0, 0, 3:], 1.0)

@@ -5,7 +5,7 @@ Grouped-query attention, rotary embeddings (Hugging Face's half-split layout, ba
 ``rope_theta``, optional Llama-3 frequency scaling), RMSNorm, a SiLU-gated MLP and,
 when the config says so (or the file has no ``lm_head.weight``), the output layer
 tied to the token embeddings. ``Cache`` holds the rotary tables and the per-layer
-keys and values, preallocated for the whole context and filled in place.
+keys and values, grown by doubling and written in place.
 """
 
 from __future__ import annotations
@@ -160,22 +160,35 @@ class Cache:
         return Tensor(m).to_dtype(self.dtype).to_device(self.device)
 
     def update(self, layer: int, k: Tensor, v: Tensor, index_pos: int):
-        """Store ``k, v`` (b, hk, seq, d) at ``index_pos``; return all keys/values so far."""
+        """Store ``k, v`` (b, hk, seq, d) at ``index_pos``; return all keys/values so far.
+
+        The buffers grow by doubling (from 256 positions, capped at the context), so a
+        long context costs memory only when it is used, and each step writes in place.
+        """
         if not self.use_kv_cache:
             return k, v
         b, hk, seq, d = k.shape
+        total = index_pos + seq
         entry = self._kv[layer]
         if entry is None or entry[0].shape[0] != b:
             if index_pos != 0:
                 raise ShapeMismatchError(
                     f"Cache: index_pos {index_pos} with an empty cache (start at 0 or reset)")
-            kb = zeros((b, hk, self.max_positions, d), dtype=k.dtype, device=k.device)
-            vb = zeros((b, hk, self.max_positions, v.shape[3]), dtype=v.dtype, device=v.device)
+            entry = None
+        if entry is None or entry[0].shape[2] < total:
+            cap = 256 if entry is None else entry[0].shape[2]
+            while cap < total:
+                cap *= 2
+            cap = min(cap, self.max_positions)
+            kb = zeros((b, hk, cap, d), dtype=k.dtype, device=k.device)
+            vb = zeros((b, hk, cap, v.shape[3]), dtype=v.dtype, device=v.device)
+            if entry is not None and index_pos:
+                kb.slice_set(entry[0].narrow(2, 0, index_pos), 2, 0)
+                vb.slice_set(entry[1].narrow(2, 0, index_pos), 2, 0)
             entry = self._kv[layer] = (kb, vb)
         kb, vb = entry
         kb.slice_set(k, 2, index_pos)
         vb.slice_set(v, 2, index_pos)
-        total = index_pos + seq
         return kb.narrow(2, 0, total), vb.narrow(2, 0, total)
 
 
