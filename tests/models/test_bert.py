@@ -1,7 +1,6 @@
 """BERT and SentenceEmbedder against transformers / sentence-transformers."""
 
 import json
-import os
 import shutil
 
 import numpy as np
