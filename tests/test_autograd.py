@@ -485,3 +485,78 @@ def test_linear_regression_with_sgd_on_var_set():
         b.set(b - grads[b] * 0.1)
     np.testing.assert_allclose(w.numpy(), w_true, atol=1e-3)
     np.testing.assert_allclose(b.numpy(), b_true, atol=1e-3)
+
+
+# -- custom ops on the GPU ---------------------------------------------------------
+
+ELU_WGSL = """
+struct Params { w: array<vec4<u32>, 16> }
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let n = P.w[0][0];
+    let offset = P.w[0][1];
+    let alpha = bitcast<f32>(P.w[0][2]);
+    let i = gid.x;
+    if (i >= n) { return; }
+    let v = x[offset + i];
+    y[i] = select(alpha * (exp(v) - 1.0), v, v >= 0.0);
+}
+"""
+
+ADD_ONE_WGSL = """
+struct Params { w: array<vec4<u32>, 16> }
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x >= P.w[0][0]) { return; }
+    let i = P.w[0][1] + gid.x;
+    y[i] = y[i] + 1.0;
+}
+"""
+
+
+class GpuElu(Elu):
+    def gpu_fwd(self, s, layout):
+        from tallow.backends.gpu import run_wgsl
+
+        if not layout.is_contiguous():
+            raise NotImplementedError
+        n = layout.elem_count()
+        (out,) = run_wgsl(ELU_WGSL, inputs=[s], outputs=[(tl.f32, n)],
+                          params=[n, layout.start_offset, float(self.alpha)],
+                          workgroups=((n + 63) // 64,))
+        return out, layout.shape
+
+
+class GpuAddOne(AddOneInPlace):
+    def gpu_fwd(self, s, layout):
+        from tallow.backends.gpu import run_wgsl
+
+        n = layout.elem_count()
+        run_wgsl(ADD_ONE_WGSL, inplace=[s], params=[n, layout.start_offset], workgroups=((n + 63) // 64,))
+
+
+def test_custom_op_on_the_gpu_with_gradient(gpu):
+    x = rnd(4, 37).astype(np.float32)
+    check_grads(lambda t: t.narrow(0, 1, 2).apply_op1(GpuElu(0.5)),
+                lambda t: F.elu(t[1:3], 0.5), [x], gpu)
+    with pytest.raises(tl.TallowError, match="gpu_fwd"):
+        tl.Tensor(x, device=gpu).apply_op1(Elu(0.5))
+
+
+def test_inplace_custom_op_on_the_gpu(gpu):
+    t = tl.zeros(100, device=gpu)
+    t.narrow(0, 10, 20).inplace_op1(GpuAddOne())
+    expected = np.zeros(100, np.float32)
+    expected[10:30] = 1
+    np.testing.assert_array_equal(t.numpy(), expected)
+    with pytest.raises(tl.TallowError, match="compile"):
+        from tallow.backends.gpu import run_wgsl
+
+        run_wgsl("this is not wgsl", inplace=[t.storage_and_layout()[0]])

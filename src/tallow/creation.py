@@ -11,7 +11,6 @@ import numpy as np
 from . import dtype as dt
 from ._construct import make
 from .device import Device, cpu
-from .errors import UnsupportedDTypeError
 from .layout import Layout
 from .shape import elem_count, parse_shape
 
@@ -28,8 +27,7 @@ def _dtype(dtype, default=dt.f32):
 
 def _checked_state(device, dtype, op):
     state = device._state
-    if not state.supports_dtype(dtype):
-        raise UnsupportedDTypeError(f"{op}: dtype {dtype} is not supported on device {device}")
+    state.check_dtype(dtype, op)
     return state
 
 

@@ -86,7 +86,7 @@ def _run(op, tensors):
             result, shape = op.gpu_fwd(*pairs)
         except NotImplementedError:
             raise TallowError(
-                f"custom op {op.name()}: no gpu_fwd, so it cannot run on {first.device}"
+                f"custom op {op.name()}: no gpu_fwd for this input, so it cannot run on {first.device}"
             ) from None
     shape = tuple(int(d) for d in shape)
     if kind == "cpu" and not hasattr(result, "bdev"):

@@ -50,6 +50,9 @@ def _select(t, dim, index):
 
             fixed = np.where(arr < 0, arr + size, arr)
             ids = Tensor(fixed).to_device(t.device)
+        elif arr is None and ids.nelement:
+            # On a GPU: wrap on the device (reading the ids back would wait).
+            ids = ids.lt(0).where_cond(ids + size, ids)
     shape = ids.shape
     out = t.index_select(ids.flatten_all() if len(shape) != 1 else ids, dim)
     if len(shape) != 1:

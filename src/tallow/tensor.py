@@ -39,10 +39,7 @@ def _device_of(device) -> Device:
 
 def _checked_state(device: Device, dtype):
     state = device._state
-    if not state.supports_dtype(dtype):
-        from .errors import UnsupportedDTypeError
-
-        raise UnsupportedDTypeError(f"dtype {dtype} is not supported on device {device}")
+    state.check_dtype(dtype, "tensor")
     return state
 
 
@@ -322,12 +319,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         s = self._storage
         if dtype is s.dtype:
             return self
-        if not s.bdev.supports_dtype(dtype):
-            from .errors import UnsupportedDTypeError
-
-            raise UnsupportedDTypeError(
-                f"to_dtype: dtype {dtype} is not supported on device {self.device}"
-            )
+        s.bdev.check_dtype(dtype, "to_dtype")
         out = s.to_dtype(self._layout, dtype)
         return make(out, _contig(self._layout.shape), record1("to_dtype", self, s.dtype))
 

@@ -80,6 +80,14 @@ class BackendDevice:
     def supports_dtype(self, dtype) -> bool:
         return True
 
+    def check_dtype(self, dtype, op: str) -> None:
+        """Raise ``UnsupportedDTypeError`` (naming the op, the dtype and the device)
+        when this device cannot hold ``dtype``."""
+        if not self.supports_dtype(dtype):
+            from ..errors import UnsupportedDTypeError
+
+            raise UnsupportedDTypeError(f"{op}: dtype {dtype} is not supported on device {self.handle}")
+
     def info(self) -> dict:
         raise NotImplementedError
 

@@ -1,0 +1,36 @@
+// cast.wgsl: y = a converted to y's dtype, with NumPy's / Rust's rules: float to
+// int truncates toward zero and saturates (NaN -> 0); int to int wraps.
+fn conv(x: TA) -> TY {
+//#if FLOAT_A and A_IS_f64
+    let nan = isnan64(x);
+//#elif FLOAT_A
+    let nan = isnan32(x);
+//#endif
+//#if FLOAT_A and FLOAT_Y
+    return TY(x);
+//#elif FLOAT_A and Y_IS_u8
+    if (nan) { return 0u; }
+    return u32(clamp(x, TA(0), TA(255)));
+//#elif FLOAT_A and Y_IS_u32
+    if (nan || x <= TA(0)) { return 0u; }
+    if (x >= TA(4294967295.0)) { return 0xffffffffu; }
+    return u32(x);
+//#elif FLOAT_A and Y_IS_i64
+    if (nan) { return 0li; }
+    if (x >= TA(9.223372036854775807e18)) { return 9223372036854775807li; }
+    if (x <= TA(-9.223372036854775808e18)) { return -9223372036854775807li - 1li; }
+    return i64(x);
+//#elif FLOAT_Y
+    return TY(x);
+//#elif Y_IS_i64
+    return i64(x);
+//#elif A_IS_i64 and Y_IS_u8
+    return u32(x & 0xffli);
+//#elif A_IS_i64
+    return u32(x & 0xffffffffli);
+//#else
+    return TY(x);
+//#endif
+}
+
+fn elem(g: u32) -> TY { return conv(ld_a(map_idx(g, 0u))); }
