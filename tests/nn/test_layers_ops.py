@@ -99,17 +99,19 @@ def test_softmax_log_softmax(device, dim):
     close(ops.softmax(v, dim), torch.softmax(torch.from_numpy(x), dim), atol=1e-6)
 
 
-def test_softmax_last_dim_strided_and_large_values():
+def test_softmax_last_dim_strided_and_large_values(device):
     x = arr(6, 7, scale=50.0)
-    t = tt(x).t()  # a strided view
+    t = tt(x, device).t()  # a strided view
     close(ops.softmax_last_dim(t), torch.softmax(torch.from_numpy(x).T, -1), atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
-def test_fused_norms_match_composed(dtype):
+def test_fused_norms_match_composed(dtype, device):
+    if not device.supports_dtype(tl.DType.parse(dtype)):
+        pytest.skip(f"{device} has no {dtype}")
     x = arr(5, 33, scale=2.0)
     w, b = arr(33), arr(33)
-    xt, wt, bt = (tl.Tensor(a).to_dtype(dtype) for a in (x, w, b))
+    xt, wt, bt = (tl.Tensor(a).to_dtype(dtype).to_device(device) for a in (x, w, b))
     tol = {"f32": 2e-5, "f64": 1e-10, "f16": 2e-2, "bf16": 1e-1}[dtype]
     fused = ops.layer_norm(xt, wt, bt, 1e-5)
     composed = ops.layer_norm(tl.Var(xt), wt, bt, 1e-5)
@@ -126,9 +128,11 @@ def test_fused_norms_match_composed(dtype):
     close(c2.to_dtype("f64"), ref2, atol=tol, rtol=tol)
 
 
-def test_layer_norm_without_beta_and_bad_weight():
+def test_layer_norm_without_beta_and_bad_weight(device):
     x, w = arr(4, 8), arr(8)
-    close(ops.layer_norm(tt(x), tt(w), None, 1e-5),
+    close(ops.layer_norm(tt(x, device), tt(w, device), None, 1e-5),
+          F.layer_norm(torch.from_numpy(x), (8,), torch.from_numpy(w), None, 1e-5), atol=2e-5)
+    close(ops.layer_norm(tl.Var(x, device=device), tt(w, device), None, 1e-5),
           F.layer_norm(torch.from_numpy(x), (8,), torch.from_numpy(w), None, 1e-5), atol=2e-5)
     with pytest.raises(tl.ShapeMismatchError):
         ops.layer_norm(tt(x), tt(arr(7)), None, 1e-5)
@@ -236,13 +240,13 @@ def test_scaled_dot_product_attention(device, groups, masked):
     close(got2, want, atol=1e-5)
 
 
-def test_attention_on_strided_inputs_and_causal_mask():
+def test_attention_on_strided_inputs_and_causal_mask(device):
     b, s, h, d = 2, 5, 4, 8
     qkv = arr(b, s, 3, h, d)
-    q, k, v = (tt(qkv).narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
+    q, k, v = (tt(qkv, device).narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
     assert not q.is_contiguous()
-    causal = np.triu(np.full((s, s), -np.inf, np.float32), 1)
-    got = ops.scaled_dot_product_attention(q, k, v, tt(causal), 0.3)
+    causal = np.triu(np.full((s, s), np.finfo(np.float32).min, np.float32), 1)
+    got = ops.scaled_dot_product_attention(q, k, v, tt(causal, device), 0.3)
     tq, tk, tv = (torch.from_numpy(qkv[:, :, i]).transpose(1, 2) for i in range(3))
     want = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=0.3)
     close(got, want, atol=1e-5)
@@ -256,16 +260,17 @@ def test_attention_shape_errors():
 
 # -- gradients through the ops, against torch ------------------------------------------------
 
-def test_gradients_through_nn_ops_match_torch():
+def test_gradients_through_nn_ops_match_torch(device):
     x, w, b = arr(3, 6), arr(6), arr(6)
     lw, lb = arr(4, 6), arr(4)
-    vx, vw, vb, vlw, vlb = (tl.Var(a) for a in (x, w, b, lw, lb))
+    vx, vw, vb, vlw, vlb = (tl.Var(a, device=device) for a in (x, w, b, lw, lb))
     ang = RNG.uniform(-3, 3, (3, 2)).astype(np.float32)
     cos, sin = np.cos(ang), np.sin(ang)
     y = ops.layer_norm(vx, vw, vb, 1e-5)
     y = tl.nn.linear(y, vlw, vlb)
-    y = ops.gelu_erf(y) + ops.softmax(y, -1) + ops.rms_norm(y, tl.Tensor(arr(4)).abs() + 0.5, 1e-5) * 0
-    r = rope(y.reshape((1, 1, 3, 4)), tl.Tensor(cos), tl.Tensor(sin))
+    alpha = tt(np.abs(arr(4)) + 0.5, device)
+    y = ops.gelu_erf(y) + ops.softmax(y, -1) + ops.rms_norm(y, alpha, 1e-5) * 0
+    r = rope(y.reshape((1, 1, 3, 4)), tt(cos, device), tt(sin, device))
     loss = (r.sqr().sum_all() + ops.log_softmax(y, 0).sum_all())
     grads = loss.backward()
 
@@ -288,9 +293,9 @@ def _rope_ref_t(x, cos, sin):
     return x * cos2 + rot * sin2
 
 
-def test_attention_gradient_matches_torch():
+def test_attention_gradient_matches_torch(device):
     q, k, v = arr(1, 2, 3, 4), arr(1, 1, 5, 4), arr(1, 1, 5, 4)
-    vq, vk, vv = tl.Var(q), tl.Var(k), tl.Var(v)
+    vq, vk, vv = tl.Var(q, device=device), tl.Var(k, device=device), tl.Var(v, device=device)
     out = ops.scaled_dot_product_attention(vq, vk, vv)
     grads = (out * out).sum_all().backward()
     tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))

@@ -57,17 +57,17 @@ def test_mse_and_bce_with_logits():
                                                   torch.tensor([[0.0, 1.0]])), rtol=1e-6)
 
 
-def _train(make_opt, make_topt, steps=10):
+def _train(make_opt, make_topt, steps=10, device=tl.cpu):
     """Both frameworks minimise the same small regression; returns (ours, theirs)."""
     w0 = RNG.standard_normal((3, 4)).astype(np.float32)
     b0 = RNG.standard_normal((3,)).astype(np.float32)
     x = RNG.standard_normal((8, 4)).astype(np.float32)
     y = RNG.standard_normal((8, 3)).astype(np.float32)
-    w, b = tl.Var(w0), tl.Var(b0)
+    w, b = tl.Var(w0, device=device), tl.Var(b0, device=device)
     opt = make_opt([w, b])
     tw, tb = torch.from_numpy(w0.copy()).requires_grad_(), torch.from_numpy(b0.copy()).requires_grad_()
     topt = make_topt([tw, tb])
-    xt, yt = tl.Tensor(x), tl.Tensor(y)
+    xt, yt = tl.Tensor(x, device=device), tl.Tensor(y, device=device)
     for _ in range(steps):
         opt.backward_step(loss.mse(tl.nn.linear(xt, w, b).tanh(), yt))
         topt.zero_grad()
@@ -87,9 +87,9 @@ def test_sgd_matches_torch():
 
 
 @pytest.mark.parametrize("wd", [0.0, 0.01, 0.1])
-def test_adamw_matches_torch_over_10_steps(wd):
+def test_adamw_matches_torch_over_10_steps(wd, device):
     ours, theirs = _train(lambda p: tl.nn.AdamW(p, lr=0.05, weight_decay=wd),
-                          lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=wd))
+                          lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=wd), device=device)
     for a, b in zip(ours, theirs):
         close(a, b, atol=1e-6, rtol=0)
 

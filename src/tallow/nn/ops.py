@@ -171,8 +171,13 @@ def layer_norm(x: Tensor, alpha: Tensor, beta: Tensor | None, eps: float) -> Ten
     _check_norm("layer_norm", x, *params)
     eps = float(eps)
     if not any(t._track for t in (x,) + params):
-        b = (None, None) if beta is None else (beta._storage, beta._layout)
-        out = fused("layer_norm", x, alpha._storage, alpha._layout, b[0], b[1], eps)
+        if beta is None:  # the backend kernel always takes a bias
+            from ..creation import zeros
+
+            b = zeros(alpha.shape, dtype=alpha.dtype, device=alpha.device)
+        else:
+            b = beta
+        out = fused("layer_norm", x, alpha._storage, alpha._layout, b._storage, b._layout, eps)
         if out is not None:
             return out
     dtype = x.dtype
