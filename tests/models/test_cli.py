@@ -110,3 +110,13 @@ def test_import_tallow_stays_light():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_embed_reads_stdin(st_tiny, tmp_path, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(TEXTS) + "\n"))
+    out = tmp_path / "o.npy"
+    assert main(["embed", "--model", str(st_tiny), "--input", "-", "--output", str(out)]) == 0
+    want = SentenceEmbedder.from_pretrained(st_tiny).encode(TEXTS)
+    np.testing.assert_allclose(np.load(out), want, atol=1e-6)
