@@ -226,7 +226,7 @@ def bench_llama(prompt_len=16, new_tokens=64, rounds=3, quiet=False, size=None):
 
 def run(args) -> int:
     quick = getattr(args, "quick", False)
-    rounds = getattr(args, "repeats", None) or (1 if quick else 5)
+    rounds = getattr(args, "repeats", None) or (2 if quick else 5)
     results = {"embed": bench_embed(n=200 if quick else 1000, rounds=rounds),
                "llama": bench_llama(new_tokens=16 if quick else 64, rounds=rounds)}
     path = getattr(args, "json", None)
