@@ -41,6 +41,17 @@ from .creation import tensor  # noqa: E402,F811
 
 __version__ = "0.1.0"
 
+_LAZY = ("nn", "models")
+
+
+def __getattr__(name):
+    # tl.nn and tl.models load on first use, so ``import tallow`` stays fast.
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "Tensor", "Var", "Device", "DType", "Layout", "GradStore", "D", "cpu",
     "u8", "u32", "i64", "f16", "bf16", "f32", "f64",
@@ -51,5 +62,5 @@ __all__ = [
     "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError",
     "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
     "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
-    "testing", "utils",
+    "testing", "utils", "nn", "models",
 ]

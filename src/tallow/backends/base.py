@@ -270,3 +270,20 @@ class BackendStorage:
 
     def layer_norm(self, layout, alpha, alpha_layout, beta, beta_layout, eps: float):
         raise NotImplementedError
+
+    def gelu_erf_fast(self, layout):
+        """Exact-form GELU in the tensor's own precision (within 1e-6 of ``gelu_erf``)."""
+        raise NotImplementedError
+
+    def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved: bool):
+        """Rotary embedding of ``(b, h, t, d)``; cos/sin ``(t, d/2)`` or ``(b, t, d/2)``."""
+        raise NotImplementedError
+
+    def linear(self, layout, weight, weight_layout, bias, bias_layout):
+        """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
+        raise NotImplementedError
+
+    def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale: float):
+        """``softmax(q k^T * scale + mask) v``: q ``(b, h, sq, d)``, k/v ``(b, hk, sk, d)``
+        (h a multiple of hk), mask None or additive, broadcastable to ``(b, h, sq, sk)``."""
+        raise NotImplementedError

@@ -9,15 +9,32 @@ per-op fast path short).
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from .threads import CONFIG
 
 MIN_ELEMENTS = 1 << 18  # 262,144 elements: below this one thread is faster
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def serial():
+    """Keep the calling thread's ops on that thread (for callers that already run
+    independent work on every core, e.g. one batch per thread)."""
+    before = getattr(_local, "serial", False)
+    _local.serial = True
+    try:
+        yield
+    finally:
+        _local.serial = before
+
 
 def worth_splitting(shape) -> bool:
-    if not shape or shape[0] < 2:
+    if not shape or shape[0] < 2 or getattr(_local, "serial", False):
         return False
     n = 1
     for d in shape:

@@ -164,9 +164,9 @@ def wrap(arr: np.ndarray, dtype) -> CpuStorage:
 
 
 def _bind():
-    from . import conv, elementwise, indexing, matmul, reduce
+    from . import conv, elementwise, fused, indexing, matmul, reduce
 
-    for module in (elementwise, reduce, matmul, indexing, conv):
+    for module in (elementwise, reduce, matmul, indexing, conv, fused):
         for name in module.METHODS:
             setattr(CpuStorage, name, getattr(module, name))
 

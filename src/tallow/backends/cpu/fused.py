@@ -1,0 +1,343 @@
+"""Fused CPU kernels for the backend's optional ops (softmax, norms, GELU, RoPE, linear).
+
+Each one replaces a chain of Tensor ops (and their intermediate arrays) by a
+single pass over the data. Rows are processed in chunks of about
+``CHUNK`` elements, so the few temporaries a kernel needs stay in the CPU cache
+instead of streaming through memory once per NumPy call. f16/bf16 compute in
+f32 and round once at the end. None of these is differentiated directly: the
+Tensor layer composes the op from primitives whenever an input is tracked.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ... import dtype as dt
+from . import parallel
+from .storage import wrap
+from .threads import CONFIG
+
+METHODS = (
+    "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear", "attention",
+)
+
+# Elements per chunk: temporaries of this size stay in L2, and each NumPy call is
+# long enough that two threads rarely wait on each other for the GIL.
+CHUNK = 1 << 17
+_HALF = (dt.f16, dt.bf16)
+
+
+def _compute_dtype(dtype):
+    return np.float64 if dtype is dt.f64 else np.float32
+
+
+def _rows(s, layout):
+    """(2-D array of rows over the last dim, compute dtype)."""
+    x = s.view(layout)
+    n = x.shape[-1] if x.ndim else 1
+    rows = x.reshape(-1, n)
+    cd = _compute_dtype(s.dtype)
+    if rows.dtype != cd:
+        rows = rows.astype(cd)
+    return rows, cd
+
+
+def _finish(out, shape, dtype):
+    out = out.reshape(shape)
+    if out.dtype != dtype.np:
+        out = out.astype(dtype.np)
+    return wrap(out, dtype)
+
+
+def _step(n):
+    return max(1, CHUNK // max(n, 1))
+
+
+def _run(kernel, out, rows, *extra):
+    """``kernel(o, r, *extra)`` over row chunks of ``rows`` into ``out`` (both 2-D),
+    with the rows split over the CPU threads when the op is large."""
+    step = _step(rows.shape[1])
+
+    def chunks(o, r):
+        for i in range(0, r.shape[0], step):
+            kernel(o[i:i + step], r[i:i + step], *extra)
+
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if parallel.worth_splitting(out.shape):
+            parallel.run_rows(chunks, out, rows)
+        else:
+            chunks(out, rows)
+    return out
+
+
+def _vec(s, layout, cd):
+    v = s.view(layout)
+    return v.astype(cd) if v.dtype != cd else v
+
+
+# -- softmax ----------------------------------------------------------------------------------
+
+def _row_sums(x):
+    """Sums of the rows of a 2-D array: a BLAS matrix-vector product (NumPy's own
+    reduction along a short contiguous axis is several times slower)."""
+    if not x.flags.c_contiguous:
+        return x.sum(axis=1)
+    return x @ np.ones(x.shape[1], x.dtype)
+
+
+def _softmax_chunk(o, r):
+    np.subtract(r, r.max(axis=1, keepdims=True), out=o)
+    np.exp(o, out=o)
+    o /= _row_sums(o)[:, None]
+
+
+def softmax_last_dim(s, layout):
+    rows, cd = _rows(s, layout)
+    out = _run(_softmax_chunk, np.empty(rows.shape, cd), rows)
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- normalisations ---------------------------------------------------------------------------
+
+def _rms_chunk(o, r, w, eps):
+    ms = np.einsum("ij,ij->i", r, r)
+    ms *= 1.0 / r.shape[1]
+    ms += eps
+    np.sqrt(ms, out=ms)
+    np.reciprocal(ms, out=ms)
+    np.multiply(r, ms[:, None], out=o)
+    o *= w
+
+
+def rms_norm(s, layout, alpha, alpha_layout, eps):
+    rows, cd = _rows(s, layout)
+    w = _vec(alpha, alpha_layout, cd)
+    out = _run(_rms_chunk, np.empty(rows.shape, cd), rows, w, eps)
+    return _finish(out, layout.shape, s.dtype)
+
+
+def _ln_chunk(o, r, w, b, eps):
+    inv_n = 1.0 / r.shape[1]
+    mean = _row_sums(r)
+    mean *= inv_n
+    np.subtract(r, mean[:, None], out=o)
+    var = np.einsum("ij,ij->i", o, o)
+    var *= inv_n
+    var += eps
+    np.sqrt(var, out=var)
+    np.reciprocal(var, out=var)
+    o *= var[:, None]
+    o *= w
+    if b is not None:
+        o += b
+
+
+def layer_norm(s, layout, alpha, alpha_layout, beta, beta_layout, eps):
+    rows, cd = _rows(s, layout)
+    w = _vec(alpha, alpha_layout, cd)
+    b = None if beta is None else _vec(beta, beta_layout, cd)
+    out = _run(_ln_chunk, np.empty(rows.shape, cd), rows, w, b, eps)
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- GELU (erf) ---------------------------------------------------------------------------------
+
+# GELU(x) = x Phi(x) = relu(x) - |x| Phi(-|x|), and Phi(-a) = erfc(a / sqrt 2) / 2 with
+# erfc(z) = poly(t) exp(-z^2), t = 1 / (1 + p z) (Abramowitz & Stegun 7.1.26,
+# |error| <= 1.5e-7). The 1/2 and 1/sqrt 2 are folded into the constants; no sign
+# handling is needed (the cheapest form found: ~18 NumPy passes per chunk).
+_P = 0.3275911 * 0.7071067811865476
+_A = tuple(0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
+
+
+def _gelu_chunk(o, x):
+    cd = x.dtype.type
+    a = np.abs(x)
+    t = np.multiply(a, cd(_P))
+    t += 1
+    np.divide(1, t, out=t)
+    np.multiply(t, cd(_A[4]), out=o)
+    for c in (_A[3], _A[2], _A[1], _A[0]):
+        o += cd(c)
+        o *= t
+    e = np.square(a, out=t)     # t is free again
+    e *= cd(-0.5)
+    np.exp(e, out=e)
+    o *= e                      # Phi(-|x|)
+    o *= a
+    np.maximum(x, cd(0), out=a)
+    np.subtract(a, o, out=o)
+
+
+def gelu_erf_fast(s, layout):
+    """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
+    rows, cd = _rows(s, layout)
+    out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- rotary embeddings ----------------------------------------------------------------------------
+
+def rope(s, layout, cos, cos_layout, sin, sin_layout, interleaved):
+    """x (b, h, t, d); cos/sin (t, d/2) or (b, t, d/2)."""
+    x = s.view(layout)
+    cd = _compute_dtype(s.dtype)
+    if x.dtype != cd:
+        x = x.astype(cd)
+    c = _vec(cos, cos_layout, cd)
+    sn = _vec(sin, sin_layout, cd)
+    b, _h, t, d = x.shape
+    half = d // 2
+    if c.ndim == 3:
+        c, sn = c[:, None], sn[:, None]
+    out = np.empty(x.shape, cd)
+    if interleaved:
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        o0, o1 = out[..., 0::2], out[..., 1::2]
+    else:
+        x0, x1 = x[..., :half], x[..., half:]
+        o0, o1 = out[..., :half], out[..., half:]
+    np.multiply(x0, c, out=o0)
+    o0 -= x1 * sn
+    np.multiply(x1, c, out=o1)
+    o1 += x0 * sn
+    return _finish(out, layout.shape, s.dtype)
+
+
+# -- linear ---------------------------------------------------------------------------------------
+
+def linear(s, layout, weight, weight_layout, bias, bias_layout):
+    """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
+    CONFIG.apply()
+    x = s.view(layout)
+    w = weight.view(weight_layout)
+    dtype = s.dtype
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if dtype in _HALF:
+        y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
+    else:
+        if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
+            x2 = np.ascontiguousarray(x2)
+        if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
+            w = np.ascontiguousarray(w)
+        y = np.matmul(x2, w.T)
+    if bias is not None:
+        bv = bias.view(bias_layout)
+        y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
+    return _finish(y, layout.shape[:-1] + (w.shape[0],), dtype)
+
+
+# -- attention ------------------------------------------------------------------------------------
+
+_SCRATCH = threading.local()
+
+
+def _scratch(shape, dtype) -> np.ndarray:
+    """A per-thread reusable buffer (grown as needed): score matrices are large and
+    short-lived, and a fresh allocation each time costs page faults."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.nbytes < n:
+        buf = _SCRATCH.buf = np.empty(max(n, 1), np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
+
+
+_TINY_SUM = 1e-26  # a row whose exp-sum falls below this is redone with its exact max
+
+
+def _attention_rows(o, q, k, v, mask, scale, groups):
+    """A block of batch rows: o[b] = softmax(q[b] k[b]^T * scale + mask[b]) v[b].
+
+    Batch elements go in groups whose score matrices together hold about ``CHUNK``
+    elements (one element at a time for long sequences, many for short ones), so
+    the scores stay in cache and short sequences do not pay per-element overhead.
+    The softmax shift is an upper bound of each row's maximum, |q_i| max_j |k_j|
+    (Cauchy-Schwarz), cheaper than the row maximum itself: softmax does not
+    depend on the shift, and a bound never lets exp overflow. Should a bound be so
+    loose that a row's terms underflow (its sum below ``_TINY_SUM``), or a mask add
+    positive terms, the group is redone with the exact maximum. The scale goes on
+    q (seq x dim) rather than the scores (seq x seq), the division on the output.
+    """
+    nb, h, sq = q.shape[:3]
+    sk = k.shape[2]
+    cd = q.dtype.type
+    g = max(1, min(nb, 2 * CHUNK // max(h * sq * sk, 1)))
+    ones = np.ones(sk, q.dtype)
+    scores = _scratch((g, h, sq, sk), q.dtype)
+    for b0 in range(0, nb, g):
+        b1 = min(nb, b0 + g)
+        kb, vb = k[b0:b1], v[b0:b1]
+        if groups > 1:
+            kb = np.repeat(kb, groups, axis=1)
+            vb = np.repeat(vb, groups, axis=1)
+        qb = q[b0:b1] * cd(scale)
+        buf = scores[:b1 - b0]
+        np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
+        mb = None
+        if mask is not None:
+            mb = mask[b0:b1]
+            if not mb.any():  # rows without padding need no mask
+                mb = None
+        exact = mb is not None and mb.max() > 0
+        if not exact:
+            shift = np.sqrt(np.einsum("bhsd,bhsd->bhs", qb, qb))
+            shift *= np.sqrt(np.einsum("bhsd,bhsd->bhs", kb, kb).max(axis=2))[..., None]
+        if mb is not None:
+            buf += mb
+        if exact:
+            shift = buf.max(axis=-1)
+        buf -= shift[..., None]
+        np.exp(buf, out=buf)
+        total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+        if not exact and not (total >= _TINY_SUM).all():
+            np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
+            if mb is not None:
+                buf += mb
+            buf -= buf.max(axis=-1, keepdims=True)
+            np.exp(buf, out=buf)
+            total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+        ob = o[b0:b1]
+        np.matmul(buf, vb, out=ob)
+        ob /= total
+
+
+def attention(s, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
+    """Scaled dot-product attention, one batch element at a time (the score matrix of
+    one element stays in cache; the full (b, h, q, k) scores never exist).
+
+    q (b, h, sq, d); k, v (b, hk, sk, d) with h a multiple of hk (grouped-query
+    attention); mask None or additive, broadcastable to (b, h, sq, sk).
+    """
+    CONFIG.apply()
+    dtype = s.dtype
+    cd = _compute_dtype(dtype)
+    q = s.view(layout)
+    kk = k.view(k_layout)
+    vv = v.view(v_layout)
+    if q.dtype != cd:
+        q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
+    b, h, sq, d = q.shape
+    groups = h // kk.shape[1]
+    m = None
+    if mask is not None:
+        m = mask.view(mask_layout)
+        if m.dtype != cd:
+            m = m.astype(cd)
+        # Keep the mask compact (a key-padding mask is (b, 1, 1, sk)): NumPy broadcasts
+        # it when it is added, and the checks on it stay cheap. Only the batch dim is
+        # made explicit, so the mask can be sliced like q.
+        while m.ndim < 4:
+            m = m[None]
+        m = np.broadcast_to(m, (b,) + m.shape[1:])
+    out = np.empty((b, h, sq, vv.shape[-1]), cd)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if parallel.worth_splitting((b, h, sq, kk.shape[2])):
+            parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
+                o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
+                out, q, kk, vv, *(() if m is None else (m,)))
+        else:
+            _attention_rows(out, q, kk, vv, m, scale, groups)
+    return _finish(out, out.shape, dtype)

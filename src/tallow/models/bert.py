@@ -1,0 +1,251 @@
+"""BERT encoder (candle-transformers' ``bert.rs``, Hugging Face's ``BertModel`` weights).
+
+``BertModel.load(vb, config)`` reads the weights with Hugging Face's names (at the
+root of the file, or under ``bert.``); ``forward(input_ids, token_type_ids,
+attention_mask)`` returns the last hidden states ``(batch, seq, hidden)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import dtype as dt
+from ..creation import zeros_like
+from ..errors import ShapeMismatchError
+from ..nn import ops
+from ..nn.container import ModuleList
+from ..nn.embedding import Embedding
+from ..nn.linear import Linear, linear
+from ..nn.module import Module
+from ..nn.norm import LayerNorm
+from ..tensor import Tensor
+from .config import ModelFormatError, check_architecture, read_json, require
+
+BERT_TYPES = ("bert",)
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    model_type: str = "bert"
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def from_dict(data: dict, path="config") -> "BertConfig":
+        check_architecture(data, path, BERT_TYPES, "BERT")
+        require(data, path, "vocab_size", "hidden_size", "num_hidden_layers",
+                "num_attention_heads", "intermediate_size")
+        names = set(BertConfig.__dataclass_fields__) - {"extra"}
+        cfg = BertConfig(**{k: data[k] for k in names if k in data})
+        cfg.extra = {k: v for k, v in data.items() if k not in names}
+        if cfg.position_embedding_type != "absolute":
+            raise ModelFormatError(
+                f"{path}: position_embedding_type {cfg.position_embedding_type!r} is not supported "
+                "(only 'absolute')")
+        if cfg.hidden_size % cfg.num_attention_heads:
+            raise ModelFormatError(
+                f"{path}: hidden_size {cfg.hidden_size} is not a multiple of "
+                f"num_attention_heads {cfg.num_attention_heads}")
+        ops.activation(cfg.hidden_act)  # refuse an unknown activation now
+        return cfg
+
+    @staticmethod
+    def from_json(path) -> "BertConfig":
+        """A Hugging Face ``config.json`` (a file or the directory holding it)."""
+        return BertConfig.from_dict(read_json(path), path)
+
+
+class BertEmbeddings(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        h = cfg.hidden_size
+        self.word_embeddings = Embedding.load(vb.pp("word_embeddings"), cfg.vocab_size, h)
+        self.position_embeddings = Embedding.load(vb.pp("position_embeddings"),
+                                                  cfg.max_position_embeddings, h)
+        self.token_type_embeddings = Embedding.load(vb.pp("token_type_embeddings"),
+                                                    cfg.type_vocab_size, h)
+        self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), h, cfg.layer_norm_eps)
+        self.max_positions = cfg.max_position_embeddings
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
+        _b, seq = input_ids.shape
+        if seq > self.max_positions:
+            raise ShapeMismatchError(
+                f"BERT: sequence of {seq} tokens is longer than max_position_embeddings "
+                f"{self.max_positions}")
+        x = self.word_embeddings(input_ids)
+        x = x + self.token_type_embeddings(token_type_ids)
+        pos = self.position_embeddings.weight.narrow(0, 0, seq)
+        x = x.broadcast_add(pos)
+        return self.LayerNorm(x)
+
+
+class BertSelfAttention(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        h = cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads
+        self.head_dim = h // self.num_heads
+        self.query = Linear.load(vb.pp("query"), h, h)
+        self.key = Linear.load(vb.pp("key"), h, h)
+        self.value = Linear.load(vb.pp("value"), h, h)
+
+    def _heads(self, x, b, s):
+        return x.reshape((b, s, self.num_heads, self.head_dim)).transpose(1, 2)
+
+    def _qkv_weights(self):
+        """Query, key and value weights stacked into one (3h, h) matrix (and bias), so the
+        three projections run as one GEMM; rebuilt if the weights are replaced."""
+        parts = (self.query, self.key, self.value)
+        key = tuple(id(t) for m in parts for t in (m.weight, m.bias))
+        cached = self.__dict__.get("_qkv")
+        if cached is None or cached[0] != key:
+            from ..ops_index import cat
+
+            w = cat([m.weight for m in parts], 0)
+            bias = None if any(m.bias is None for m in parts) else cat([m.bias for m in parts], 0)
+            cached = (key, w, bias)
+            self.__dict__["_qkv"] = cached
+        return cached[1], cached[2]
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        b, s, h = x.shape
+        parts = (self.query, self.key, self.value)
+        plain = all(isinstance(m.weight, Tensor) and not m.weight._track and
+                    (m.bias is None or not m.bias._track) for m in parts)
+        if plain and not x._track:
+            w, bias = self._qkv_weights()
+            qkv = linear(x, w, bias).reshape((b, s, 3, self.num_heads, self.head_dim))
+            q, k, v = (qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
+        else:
+            q = self._heads(self.query(x), b, s)
+            k = self._heads(self.key(x), b, s)
+            v = self._heads(self.value(x), b, s)
+        ctx = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
+        return ctx.transpose(1, 2).reshape((b, s, h))
+
+
+class BertSelfOutput(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.dense = Linear.load(vb.pp("dense"), cfg.hidden_size, cfg.hidden_size)
+        self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class BertAttention(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.self = BertSelfAttention(vb.pp("self"), cfg)
+        self.output = BertSelfOutput(vb.pp("output"), cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.output(self.self(x, mask), x)
+
+
+class BertIntermediate(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.dense = Linear.load(vb.pp("dense"), cfg.hidden_size, cfg.intermediate_size)
+        self.act = ops.activation(cfg.hidden_act)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.dense(x))
+
+
+class BertOutput(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.dense = Linear.load(vb.pp("dense"), cfg.intermediate_size, cfg.hidden_size)
+        self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class BertLayer(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(vb.pp("attention"), cfg)
+        self.intermediate = BertIntermediate(vb.pp("intermediate"), cfg)
+        self.output = BertOutput(vb.pp("output"), cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        a = self.attention(x, mask)
+        return self.output(self.intermediate(a), a)
+
+
+class BertEncoder(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.layer = ModuleList(BertLayer(vb.pp(f"layer.{i}"), cfg)
+                                for i in range(cfg.num_hidden_layers))
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        for layer in self.layer:
+            x = layer(x, mask)
+        return x
+
+
+def _root(vb, cfg):
+    """The builder whose names start at ``embeddings.`` (checkpoints differ in prefix)."""
+    if vb.contains_tensor("embeddings.word_embeddings.weight"):
+        return vb
+    for p in ("bert", cfg.model_type):
+        if vb.pp(p).contains_tensor("embeddings.word_embeddings.weight"):
+            return vb.pp(p)
+    raise ModelFormatError(
+        f"no BERT weights in {vb.describe()} (no tensor 'embeddings.word_embeddings.weight', "
+        "also looked under 'bert.')")
+
+
+class BertModel(Module):
+    def __init__(self, vb, cfg: BertConfig):
+        super().__init__()
+        self.config = cfg
+        vb = _root(vb, cfg)
+        self.embeddings = BertEmbeddings(vb.pp("embeddings"), cfg)
+        self.encoder = BertEncoder(vb.pp("encoder"), cfg)
+
+    @classmethod
+    def load(cls, vb, config: BertConfig) -> "BertModel":
+        return cls(vb, config)
+
+    @property
+    def dtype(self):
+        return self.embeddings.word_embeddings.weight.dtype
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None) -> Tensor:
+        if input_ids.rank != 2:
+            raise ShapeMismatchError(f"BERT: input_ids must be (batch, seq), got {input_ids.shape}")
+        if token_type_ids is None:
+            token_type_ids = zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        mask = None
+        if attention_mask is not None:
+            mask = extended_mask(attention_mask, x.dtype)
+        return self.encoder(x, mask)
+
+
+def extended_mask(attention_mask: Tensor, dtype) -> Tensor:
+    """``(batch, seq)`` 1/0 mask -> ``(batch, 1, 1, seq)`` additive mask (0 or the dtype's min)."""
+    if attention_mask.rank != 2:
+        raise ShapeMismatchError(f"attention_mask must be (batch, seq), got {attention_mask.shape}")
+    b, s = attention_mask.shape
+    m = attention_mask.to_dtype(dtype)
+    neg = float(dt.DType.parse(dtype).min)
+    return ((m * -1.0) + 1.0).affine(neg, 0.0).reshape((b, 1, 1, s))

@@ -1,0 +1,313 @@
+"""The Llama family (Llama 2/3, SmolLM2, TinyLlama...): candle-transformers' ``llama.rs``
+on Hugging Face's ``LlamaForCausalLM`` weights.
+
+Grouped-query attention, rotary embeddings (Hugging Face's half-split layout, base
+``rope_theta``, optional Llama-3 frequency scaling), RMSNorm, a SiLU-gated MLP and,
+when the config says so (or the file has no ``lm_head.weight``), the output layer
+tied to the token embeddings. ``Cache`` holds the rotary tables and the per-layer
+keys and values, grown by doubling and written in place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import dtype as dt
+from ..creation import zeros
+from ..device import Device
+from ..errors import ShapeMismatchError
+from ..nn import ops
+from ..nn.container import ModuleList
+from ..nn.embedding import Embedding
+from ..nn.linear import Linear
+from ..nn.module import Module
+from ..nn.norm import RmsNorm
+from ..nn.rotary import rope
+from ..tensor import Tensor
+from .config import ModelFormatError, check_architecture, read_json, require
+
+LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral")
+
+
+class ContextLengthError(ModelFormatError, ValueError):
+    """A prompt (plus what is generated) does not fit in the model's context."""
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    bos_token_id: int | None = 1
+    eos_token_id: object = 2
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    hidden_act: str = "silu"
+    model_type: str = "llama"
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+
+    @property
+    def eos_token_ids(self) -> list:
+        e = self.eos_token_id
+        if e is None:
+            return []
+        return list(e) if isinstance(e, (list, tuple)) else [e]
+
+    @staticmethod
+    def from_dict(data: dict, path="config") -> "LlamaConfig":
+        check_architecture(data, path, LLAMA_TYPES, "Llama")
+        require(data, path, "vocab_size", "hidden_size", "intermediate_size",
+                "num_hidden_layers", "num_attention_heads")
+        data = dict(data)
+        params = data.get("rope_parameters") or {}
+        if "rope_theta" not in data and "rope_theta" in params:
+            data["rope_theta"] = params["rope_theta"]
+        if data.get("rope_scaling") is None and params.get("rope_type", "default") != "default":
+            data["rope_scaling"] = params
+        names = set(LlamaConfig.__dataclass_fields__) - {"extra"}
+        cfg = LlamaConfig(**{k: data[k] for k in names if k in data and data[k] is not None
+                             or k in ("bos_token_id", "eos_token_id", "rope_scaling") and k in data})
+        cfg.extra = {k: v for k, v in data.items() if k not in names}
+        if cfg.num_attention_heads % cfg.num_key_value_heads:
+            raise ModelFormatError(
+                f"{path}: num_attention_heads {cfg.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {cfg.num_key_value_heads}")
+        if cfg.hidden_act not in ("silu", "swish"):
+            raise ModelFormatError(f"{path}: hidden_act {cfg.hidden_act!r} is not supported (silu)")
+        if cfg.head_dim % 2:
+            raise ModelFormatError(f"{path}: head_dim {cfg.head_dim} must be even for RoPE")
+        scaling = cfg.rope_scaling
+        if scaling is not None:
+            kind = scaling.get("rope_type", scaling.get("type", "default"))
+            if kind not in ("default", "llama3"):
+                raise ModelFormatError(f"{path}: rope scaling {kind!r} is not supported "
+                                       "(default, llama3)")
+        return cfg
+
+    @staticmethod
+    def from_json(path) -> "LlamaConfig":
+        """A Hugging Face ``config.json`` (a file or the directory holding it)."""
+        return LlamaConfig.from_dict(read_json(path), path)
+
+
+def rope_frequencies(cfg: LlamaConfig) -> np.ndarray:
+    """Inverse frequencies (head_dim / 2,), in f32 as Hugging Face computes them."""
+    d = cfg.head_dim
+    exps = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
+    inv = (np.float32(1.0) / (np.float32(cfg.rope_theta) ** exps)).astype(np.float32)
+    s = cfg.rope_scaling
+    if s and s.get("rope_type", s.get("type")) == "llama3":
+        factor = float(s["factor"])
+        low, high = float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
+        old = float(s.get("original_max_position_embeddings", 8192))
+        low_wl, high_wl = old / low, old / high
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wl, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+        inv = np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv
+
+
+class Cache:
+    """Rotary tables, causal masks and the key/value cache of one generation."""
+
+    def __init__(self, config: LlamaConfig, dtype=dt.f32, device=None, use_kv_cache: bool = True):
+        self.config = config
+        self.dtype = dt.DType.parse(dtype)
+        self.device = Device.parse(device) if device is not None else Device.cpu()
+        self.use_kv_cache = use_kv_cache
+        self.max_positions = config.max_position_embeddings
+        inv = rope_frequencies(config)
+        t = np.arange(self.max_positions, dtype=np.float32)
+        freqs = np.outer(t, inv).astype(np.float32)
+        self.cos = Tensor(np.cos(freqs)).to_dtype(self.dtype).to_device(self.device)
+        self.sin = Tensor(np.sin(freqs)).to_dtype(self.dtype).to_device(self.device)
+        self._kv = [None] * config.num_hidden_layers
+        self.seq_len = 0
+
+    def reset(self) -> None:
+        self._kv = [None] * self.config.num_hidden_layers
+        self.seq_len = 0
+
+    def mask(self, seq: int, index_pos: int):
+        """Additive causal mask (seq, index_pos + seq), or None for one new token."""
+        if seq == 1:
+            return None
+        total = index_pos + seq
+        i = np.arange(seq)[:, None] + index_pos
+        j = np.arange(total)[None, :]
+        m = np.where(j > i, np.float32(np.finfo(np.float32).min), np.float32(0.0))
+        return Tensor(m).to_dtype(self.dtype).to_device(self.device)
+
+    def update(self, layer: int, k: Tensor, v: Tensor, index_pos: int):
+        """Store ``k, v`` (b, hk, seq, d) at ``index_pos``; return all keys/values so far.
+
+        The buffers grow by doubling (from 256 positions, capped at the context), so a
+        long context costs memory only when it is used, and each step writes in place.
+        """
+        if not self.use_kv_cache:
+            return k, v
+        b, hk, seq, d = k.shape
+        total = index_pos + seq
+        entry = self._kv[layer]
+        if entry is None or entry[0].shape[0] != b:
+            if index_pos != 0:
+                raise ShapeMismatchError(
+                    f"Cache: index_pos {index_pos} with an empty cache (start at 0 or reset)")
+            entry = None
+        if entry is None or entry[0].shape[2] < total:
+            cap = 256 if entry is None else entry[0].shape[2]
+            while cap < total:
+                cap *= 2
+            cap = min(cap, self.max_positions)
+            kb = zeros((b, hk, cap, d), dtype=k.dtype, device=k.device)
+            vb = zeros((b, hk, cap, v.shape[3]), dtype=v.dtype, device=v.device)
+            if entry is not None and index_pos:
+                kb.slice_set(entry[0].narrow(2, 0, index_pos), 2, 0)
+                vb.slice_set(entry[1].narrow(2, 0, index_pos), 2, 0)
+            entry = self._kv[layer] = (kb, vb)
+        kb, vb = entry
+        kb.slice_set(k, 2, index_pos)
+        vb.slice_set(v, 2, index_pos)
+        return kb.narrow(2, 0, total), vb.narrow(2, 0, total)
+
+
+class LlamaAttention(Module):
+    def __init__(self, vb, cfg: LlamaConfig):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_attention_heads, cfg.num_key_value_heads, d)
+        bias = cfg.attention_bias
+        self.q_proj = Linear.load(vb.pp("q_proj"), h, self.num_heads * d, bias)
+        self.k_proj = Linear.load(vb.pp("k_proj"), h, self.num_kv_heads * d, bias)
+        self.v_proj = Linear.load(vb.pp("v_proj"), h, self.num_kv_heads * d, bias)
+        self.o_proj = Linear.load(vb.pp("o_proj"), self.num_heads * d, h, bias)
+
+    def forward(self, x: Tensor, index_pos: int, layer: int, cache: Cache, mask) -> Tensor:
+        b, s, _ = x.shape
+        d = self.head_dim
+        q = self.q_proj(x).reshape((b, s, self.num_heads, d)).transpose(1, 2)
+        k = self.k_proj(x).reshape((b, s, self.num_kv_heads, d)).transpose(1, 2)
+        v = self.v_proj(x).reshape((b, s, self.num_kv_heads, d)).transpose(1, 2)
+        cos = cache.cos.narrow(0, index_pos, s)
+        sin = cache.sin.narrow(0, index_pos, s)
+        q = rope(q, cos, sin)
+        k = rope(k, cos, sin)
+        k, v = cache.update(layer, k, v, index_pos)
+        y = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(d))
+        y = y.transpose(1, 2).reshape((b, s, self.num_heads * d))
+        return self.o_proj(y)
+
+
+class LlamaMlp(Module):
+    def __init__(self, vb, cfg: LlamaConfig):
+        super().__init__()
+        h, i, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
+        self.gate_proj = Linear.load(vb.pp("gate_proj"), h, i, bias)
+        self.up_proj = Linear.load(vb.pp("up_proj"), h, i, bias)
+        self.down_proj = Linear.load(vb.pp("down_proj"), i, h, bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.gate_proj(x).silu() * self.up_proj(x))
+
+
+class LlamaBlock(Module):
+    def __init__(self, vb, cfg: LlamaConfig):
+        super().__init__()
+        self.input_layernorm = RmsNorm.load(vb.pp("input_layernorm"), cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = LlamaAttention(vb.pp("self_attn"), cfg)
+        self.post_attention_layernorm = RmsNorm.load(vb.pp("post_attention_layernorm"),
+                                                     cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = LlamaMlp(vb.pp("mlp"), cfg)
+
+    def forward(self, x, index_pos, layer, cache, mask):
+        h = x + self.self_attn(self.input_layernorm(x), index_pos, layer, cache, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class _Inner(Module):
+    def __init__(self, vb, cfg):
+        super().__init__()
+        self.embed_tokens = Embedding.load(vb.pp("embed_tokens"), cfg.vocab_size, cfg.hidden_size)
+        self.layers = ModuleList(LlamaBlock(vb.pp(f"layers.{i}"), cfg)
+                                 for i in range(cfg.num_hidden_layers))
+        self.norm = RmsNorm.load(vb.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Llama(Module):
+    """``LlamaForCausalLM``: ``forward(input_ids, index_pos, cache)`` -> last-position logits."""
+
+    def __init__(self, vb, cfg: LlamaConfig):
+        super().__init__()
+        self.config = cfg
+        if not vb.contains_tensor("model.embed_tokens.weight"):
+            raise ModelFormatError(
+                f"no Llama weights in {vb.describe()} (no tensor 'model.embed_tokens.weight')")
+        self.model = _Inner(vb.pp("model"), cfg)
+        if cfg.tie_word_embeddings or not vb.contains_tensor("lm_head.weight"):
+            self.lm_head = Linear.from_weights(self.model.embed_tokens.weight)
+        else:
+            self.lm_head = Linear.load(vb.pp("lm_head"), cfg.hidden_size, cfg.vocab_size, False)
+
+    @classmethod
+    def load(cls, vb, config: LlamaConfig) -> "Llama":
+        return cls(vb, config)
+
+    @property
+    def dtype(self):
+        return self.model.embed_tokens.weight.dtype
+
+    def _hidden(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
+        if input_ids.rank != 2:
+            raise ShapeMismatchError(f"Llama: input_ids must be (batch, seq), got {input_ids.shape}")
+        b, s = input_ids.shape
+        if s == 0:
+            raise ShapeMismatchError("Llama: input_ids is empty")
+        index_pos = int(index_pos)
+        if index_pos < 0 or index_pos + s > cache.max_positions:
+            raise ContextLengthError(
+                f"Llama: positions {index_pos}..{index_pos + s - 1} do not fit in the context of "
+                f"{cache.max_positions} tokens (max_position_embeddings)")
+        if cache.use_kv_cache and index_pos > cache.seq_len:
+            raise ShapeMismatchError(
+                f"Llama: index_pos {index_pos} is past the {cache.seq_len} cached positions")
+        x = self.model.embed_tokens(input_ids)
+        mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, index_pos, i, cache, mask)
+        cache.seq_len = index_pos + s
+        return self.model.norm(x)
+
+    def forward(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
+        """Logits ``(batch, vocab)`` (f32) for the position after the last input token."""
+        h = self._hidden(input_ids, index_pos, cache)
+        last = h.narrow(1, h.shape[1] - 1, 1).squeeze(1)
+        return self.lm_head(last).to_dtype(dt.f32)
+
+    def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
+        """Logits ``(batch, seq, vocab)`` (f32) for every input position."""
+        return self.lm_head(self._hidden(input_ids, index_pos, cache)).to_dtype(dt.f32)
+
+    def new_cache(self, use_kv_cache: bool = True) -> Cache:
+        return Cache(self.config, self.dtype, self.model.embed_tokens.weight.device, use_kv_cache)

@@ -1,0 +1,302 @@
+"""SentenceEmbedder: sentence-transformers model directories (BERT + pooling + normalise).
+
+A directory as sentence-transformers saves it: ``config.json``, ``model.safetensors``,
+``tokenizer.json``, ``1_Pooling/config.json`` (``modules.json`` says which modules run,
+e.g. ``2_Normalize``; ``sentence_bert_config.json`` gives ``max_seq_length``).
+Sentences are tokenized together (the ``tokenizers`` package), sorted by length
+and run in batches padded to their longest member, so little work is spent on
+padding; results come back in the input order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from .. import dtype as dt
+from ..device import Device
+from ..nn.var_builder import VarBuilder
+from ..tensor import Tensor
+from .bert import BertConfig, BertModel
+from .config import ModelFormatError, read_json
+
+POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")
+_SHORT_MODES = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens",
+                "mean_sqrt_len": "mean_sqrt_len_tokens"}
+
+
+def load_tokenizer(path):
+    """A ``tokenizers.Tokenizer`` from ``tokenizer.json`` (a file or a directory holding it)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"tokenizer: no such file: {path}")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:  # pragma: no cover - an optional dependency
+        raise ImportError("reading tokenizer.json needs the 'tokenizers' package "
+                          "(pip install tokenizers)") from None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # the Rust side raises plain Exceptions
+        raise ModelFormatError(f"{path}: not a valid tokenizer.json ({e})") from None
+
+
+def _modules(model_dir):
+    path = os.path.join(model_dir, "modules.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class Pooling:
+    """sentence-transformers' Pooling: token embeddings + mask -> one vector per text."""
+
+    def __init__(self, modes=("mean_tokens",)):
+        for m in modes:
+            if m not in POOLING_MODES:
+                raise ModelFormatError(f"pooling mode {m!r} is not supported ({', '.join(POOLING_MODES)})")
+        if not modes:
+            raise ModelFormatError("the pooling config enables no pooling mode")
+        self.modes = tuple(m for m in POOLING_MODES if m in modes)
+
+    @staticmethod
+    def from_json(path) -> "Pooling":
+        data = read_json(path, "pooling config")
+        modes = [m for m in POOLING_MODES if data.get(f"pooling_mode_{m}")]
+        named = data.get("pooling_mode")  # newer sentence-transformers: a name or a list
+        if named is not None:
+            for m in [named] if isinstance(named, str) else list(named):
+                full = _SHORT_MODES.get(m, m)
+                if full not in POOLING_MODES:
+                    raise ModelFormatError(f"{path}: pooling mode {m!r} is not supported "
+                                           f"({', '.join(POOLING_MODES)})")
+                if full not in modes:
+                    modes.append(full)
+        unknown = [k for k, v in data.items() if k.startswith("pooling_mode_") and v
+                   and k[len("pooling_mode_"):] not in POOLING_MODES]
+        if unknown:
+            raise ModelFormatError(f"{path}: pooling {unknown} is not supported")
+        return Pooling(modes)
+
+    def __call__(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """``hidden`` (b, s, h), ``mask`` (b, s) of 0/1 in hidden's dtype -> (b, out)."""
+        m = mask.unsqueeze(-1)
+        outs = []
+        for mode in self.modes:
+            if mode == "cls_token":
+                outs.append(hidden.narrow(1, 0, 1).squeeze(1))
+            elif mode == "max_tokens":
+                # Padding must never win: push it far below any real value.
+                low = (m - 1.0) * 1e9
+                outs.append(hidden.broadcast_mul(m).broadcast_add(low).max(1))
+            else:
+                summed = hidden.broadcast_mul(m).sum(1)
+                count = m.sum(1).clamp(1e-9, None)
+                if mode == "mean_tokens":
+                    outs.append(summed.broadcast_div(count))
+                else:
+                    outs.append(summed.broadcast_div(count.sqrt()))
+        if len(outs) == 1:
+            return outs[0]
+        from ..ops_index import cat
+
+        return cat(outs, -1)
+
+
+def l2_normalize(x: Tensor) -> Tensor:
+    norm = x.sqr().sum_keepdim(-1).sqrt().clamp(1e-12, None)
+    return x.broadcast_div(norm)
+
+
+class SentenceEmbedder:
+    """Sentence embeddings from a sentence-transformers BERT directory."""
+
+    def __init__(self, model: BertModel, tokenizer, pooling: Pooling, normalize: bool,
+                 max_seq_length: int, device=None, model_dir=None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.pooling = pooling
+        self.normalize = normalize
+        self.max_seq_length = max_seq_length
+        self.device = Device.parse(device) if device is not None else Device.cpu()
+        self.model_dir = model_dir
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_seq_length)
+        self.pad_id = _pad_id(tokenizer, model.config.pad_token_id)
+
+    @staticmethod
+    def from_pretrained(model_dir, device=None, dtype=dt.f32) -> "SentenceEmbedder":
+        model_dir = os.fspath(model_dir)
+        if not os.path.isdir(model_dir):
+            raise FileNotFoundError(f"SentenceEmbedder: no such model directory: {model_dir}")
+        cfg = BertConfig.from_json(os.path.join(model_dir, "config.json"))
+        weights = os.path.join(model_dir, "model.safetensors")
+        if not os.path.exists(weights):
+            raise FileNotFoundError(
+                f"SentenceEmbedder: {model_dir} has no model.safetensors (only safetensors "
+                "weights are read)")
+        tokenizer = load_tokenizer(model_dir)
+        vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+        if vocab > cfg.vocab_size:
+            raise ModelFormatError(
+                f"SentenceEmbedder: the tokenizer has {vocab} tokens but the model's vocab_size "
+                f"is {cfg.vocab_size}: tokenizer.json does not belong to this model")
+        modules = _modules(model_dir)
+        pooling_dir, normalize = "1_Pooling", False
+        if modules is not None:
+            kinds = {m.get("type", ""): m for m in modules}
+            pool = next((m for t, m in kinds.items() if t.endswith("Pooling")), None)
+            if pool is not None:
+                pooling_dir = pool.get("path") or pooling_dir
+            normalize = any(t.endswith("Normalize") for t in kinds)
+            unsupported = [t for t in kinds if not t.endswith(("Transformer", "Pooling", "Normalize"))]
+            if unsupported:
+                raise ModelFormatError(
+                    f"{model_dir}: modules {unsupported} are not supported (only Transformer, "
+                    "Pooling, Normalize)")
+        pool_cfg = os.path.join(model_dir, pooling_dir, "config.json")
+        pooling = Pooling.from_json(pool_cfg) if os.path.exists(pool_cfg) else Pooling()
+        max_len = _max_seq_length(model_dir, cfg.max_position_embeddings)
+        vb = VarBuilder.from_safetensors(weights, dtype=dtype, device=device)
+        model = BertModel.load(vb, cfg)
+        return SentenceEmbedder(model, tokenizer, pooling, normalize, max_len, device, model_dir)
+
+    @property
+    def dim(self) -> int:
+        return self.model.config.hidden_size * len(self.pooling.modes)
+
+    def tokenize(self, sentences):
+        return self.tokenizer.encode_batch(list(sentences))
+
+    def embed_batch(self, encodings) -> np.ndarray:
+        """One padded batch of encodings -> pooled (n, dim) tensor (not normalised here)."""
+        n = len(encodings)
+        seq = max(len(e.ids) for e in encodings)
+        ids = np.full((n, seq), self.pad_id, dtype=np.uint32)
+        types = np.zeros((n, seq), dtype=np.uint32)
+        mask = np.zeros((n, seq), dtype=np.float32)
+        for i, e in enumerate(encodings):
+            k = len(e.ids)
+            ids[i, :k] = e.ids
+            types[i, :k] = e.type_ids
+            mask[i, :k] = 1.0
+        dev = self.device
+        t_ids = Tensor.from_vec(ids, None, device=dev)
+        t_types = Tensor.from_vec(types, None, device=dev)
+        t_mask = Tensor.from_vec(mask, None, device=dev).to_dtype(self.model.dtype)
+        full = bool(mask.all())
+        hidden = self.model.forward(t_ids, t_types, None if full else t_mask)
+        pooled = self.pooling(hidden, t_mask)
+        return pooled
+
+    def _map_batches(self, run, batches, workers):
+        """``run`` over the batches, in order. On a multi-core CPU the batches run
+        concurrently, one per core, each single-threaded (NumPy and BLAS release the
+        GIL): this keeps every core busy through the many small element-wise steps
+        that would not split well over threads inside one batch."""
+        if workers is None:
+            from ..utils import get_num_threads
+
+            workers = get_num_threads() if self.device.kind == "cpu" else 1
+        workers = max(1, min(int(workers), len(batches)))
+        if workers == 1:
+            for b in batches:
+                yield run(b)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        from threadpoolctl import threadpool_limits
+
+        from ..backends.cpu import parallel
+        from ..backends.cpu.threads import CONFIG
+
+        CONFIG.apply()  # settle tallow's own BLAS setting first, so the workers keep the limit below
+
+        def job(b):
+            with parallel.serial():
+                return run(b)
+
+        with threadpool_limits(limits=1, user_api="blas"), \
+                ThreadPoolExecutor(workers, thread_name_prefix="tallow-embed") as pool:
+            futures = [pool.submit(job, b) for b in batches]
+            try:
+                for f in futures:
+                    yield f.result()
+            finally:
+                for f in futures:
+                    f.cancel()
+
+    def encode(self, sentences, batch_size: int = 32, normalize=None, show_progress_bar=None,
+               convert_to_numpy: bool = True, workers: int | None = None):
+        """Embeddings of ``sentences`` (a string or a list) as an ``(n, dim)`` float32 array.
+
+        ``normalize``: None does what the directory says (a ``Normalize`` module);
+        True / False force it. A progress bar shows for long runs
+        (``show_progress_bar`` None: more than 8 batches). ``workers``: batches run at
+        once on the CPU (default: the thread count, ``tl.utils.get_num_threads()``).
+        """
+        single = isinstance(sentences, str)
+        if single:
+            sentences = [sentences]
+        sentences = list(sentences)
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise TypeError(f"encode: item {i} is a {type(s).__name__}, not a str")
+        if batch_size < 1:
+            raise ValueError(f"encode: batch_size must be at least 1, got {batch_size}")
+        do_norm = self.normalize if normalize is None else bool(normalize)
+        out = np.zeros((len(sentences), self.dim), dtype=np.float32)
+        if not sentences:
+            return out
+        encodings = self.tokenize(sentences)
+        order = sorted(range(len(sentences)), key=lambda i: -len(encodings[i].ids))
+        starts = range(0, len(order), batch_size)
+        if show_progress_bar is None:
+            show_progress_bar = len(starts) > 8
+        bar = None
+        if show_progress_bar:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(sentences), desc="embedding", unit="text")
+        batches = [order[start:start + batch_size] for start in starts]
+
+        def run(idx):
+            pooled = self.embed_batch([encodings[i] for i in idx])
+            if do_norm:
+                pooled = l2_normalize(pooled)
+            return pooled.to_dtype(dt.f32).numpy()
+
+        try:
+            for idx, vals in zip(batches, self._map_batches(run, batches, workers)):
+                out[idx] = vals
+                if bar is not None:
+                    bar.update(len(idx))
+        finally:
+            if bar is not None:
+                bar.close()
+        return out[0] if single else out
+
+
+def _max_seq_length(model_dir, limit):
+    """sentence_bert_config.json's ``max_seq_length``, else tokenizer_config.json's
+    ``model_max_length``, capped by the model's positions (sentence-transformers' rule)."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"),
+                      ("tokenizer_config.json", "model_max_length")):
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            value = read_json(path, name).get(key)
+            if isinstance(value, (int, float)) and 0 < value < 1e9:
+                return min(int(value), limit)
+    return limit
+
+
+def _pad_id(tokenizer, default):
+    pad = tokenizer.token_to_id("[PAD]")
+    if pad is None:
+        pad = tokenizer.token_to_id("<pad>")
+    return default if pad is None else pad

@@ -1,0 +1,19 @@
+"""Neural-network building blocks (candle-nn): modules, weights, ops, losses, optimisers."""
+
+from . import init, loss, ops, optim
+from . import rotary as rotary_emb
+from .container import ModuleList, Sequential
+from .embedding import Embedding
+from .init import Init
+from .linear import Linear, linear
+from .module import Module
+from .norm import LayerNorm, RmsNorm
+from .optim import SGD, AdamW
+from .var_builder import MissingTensorError, VarBuilder
+from .var_map import VarMap
+
+__all__ = [
+    "Module", "Linear", "Embedding", "LayerNorm", "RmsNorm", "Sequential", "ModuleList",
+    "VarBuilder", "VarMap", "Init", "MissingTensorError", "SGD", "AdamW", "linear",
+    "ops", "loss", "optim", "init", "rotary_emb",
+]

@@ -1,0 +1,254 @@
+"""Neural-network ops: softmax, log-softmax, activations, normalisations.
+
+The normalisations and the last-dim softmax are *optional fused ops* of a
+backend (``softmax_last_dim``, ``rms_norm``, ``layer_norm``): when the backend
+has the kernel and no input is tracked, one kernel runs; otherwise (a backend
+without it, or a Var involved so gradients are needed) the op is composed from
+Tensor primitives, which every backend has and autograd differentiates.
+"""
+
+from __future__ import annotations
+
+from .._construct import make
+from ..checks import same_dtype_device
+from ..errors import ShapeMismatchError, UnsupportedDTypeError
+from ..layout import Layout
+from ..shape import normalize_dim
+from ..tensor import Tensor
+from . import rotary as rotary_emb  # noqa: F401  (tl.nn.ops.rotary_emb.rope / rope_i)
+
+_contig = Layout.contiguous_of
+
+# storage class -> set of fused op names that raised NotImplementedError
+_MISSING: dict = {}
+
+
+def fused(name, x, *args, shape=None):
+    """Run the backend's fused op ``name`` on ``x``'s storage; None when it has none.
+
+    ``args`` are passed after ``x``'s layout. The result is a contiguous tensor of
+    ``shape`` (default: ``x``'s shape).
+    """
+    s = x._storage
+    missing = _MISSING.get(type(s))
+    if missing is not None and name in missing:
+        return None
+    fn = getattr(s, name, None)
+    if fn is None:
+        return None
+    try:
+        out = fn(x._layout, *args)
+    except NotImplementedError:
+        _MISSING.setdefault(type(s), set()).add(name)
+        return None
+    return make(out, _contig(x._layout.shape if shape is None else shape))
+
+
+def _float_only(op, x):
+    if not x.dtype.is_float:
+        raise UnsupportedDTypeError(f"{op}: needs a float tensor, got {x.dtype}")
+
+
+# -- softmax -------------------------------------------------------------------------------
+
+def softmax(x: Tensor, dim=-1) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim``."""
+    _float_only("softmax", x)
+    d = normalize_dim(dim, x.rank, "softmax")
+    if d == x.rank - 1 and not x._track:
+        out = fused("softmax_last_dim", x)
+        if out is not None:
+            return out
+    mx = x.max_keepdim(d).detach()
+    e = x.broadcast_sub(mx).exp()
+    return e.broadcast_div(e.sum_keepdim(d))
+
+
+def softmax_last_dim(x: Tensor) -> Tensor:
+    return softmax(x, -1)
+
+
+def log_softmax(x: Tensor, dim=-1) -> Tensor:
+    """``x - max - log(sum(exp(x - max)))`` along ``dim`` (stable)."""
+    _float_only("log_softmax", x)
+    d = normalize_dim(dim, x.rank, "log_softmax")
+    mx = x.max_keepdim(d).detach()
+    shifted = x.broadcast_sub(mx)
+    return shifted.broadcast_sub(shifted.exp().sum_keepdim(d).log())
+
+
+# -- activations ---------------------------------------------------------------------------
+
+def silu(x: Tensor) -> Tensor:
+    return x.silu()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU with the tanh approximation."""
+    return x.gelu()
+
+
+def gelu_erf(x: Tensor) -> Tensor:
+    """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``."""
+    if not x._track:
+        out = fused("gelu_erf_fast", x)
+        if out is not None:
+            return out
+    return x.gelu_erf()
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return x.relu() - (x.neg().relu() * float(negative_slope))
+
+
+def swiglu(x: Tensor) -> Tensor:
+    """``silu(a) * b`` for the two halves ``a, b`` of the last dim."""
+    a, b = x.chunk(2, -1)
+    return a.silu() * b
+
+
+ACTIVATIONS = {
+    "gelu": gelu_erf,          # Hugging Face's "gelu" is the exact (erf) GELU
+    "gelu_new": gelu,
+    "gelu_pytorch_tanh": gelu,
+    "gelu_fast": gelu,
+    "relu": relu,
+    "silu": silu,
+    "swish": silu,
+    "sigmoid": sigmoid,
+    "tanh": lambda x: x.tanh(),
+}
+
+
+def activation(name: str):
+    """The activation function a Hugging Face config calls ``name``."""
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r} (known: {', '.join(sorted(ACTIVATIONS))})") from None
+
+
+# -- normalisations --------------------------------------------------------------------------
+
+def _check_norm(op, x, *params):
+    _float_only(op, x)
+    if x.rank == 0:
+        raise ShapeMismatchError(f"{op}: needs rank >= 1")
+    n = x.shape[-1]
+    for p in params:
+        if p.shape != (n,):
+            raise ShapeMismatchError(
+                f"{op}: weight of shape {p.shape} does not match the last dim {n} of {x.shape}")
+    same_dtype_device(op, (x,) + params)
+
+
+def rms_norm(x: Tensor, alpha: Tensor, eps: float) -> Tensor:
+    """``x / sqrt(mean(x^2, -1) + eps) * alpha`` (half dtypes computed in f32)."""
+    _check_norm("rms_norm", x, alpha)
+    eps = float(eps)
+    if not (x._track or alpha._track):
+        out = fused("rms_norm", x, alpha._storage, alpha._layout, eps)
+        if out is not None:
+            return out
+    dtype = x.dtype
+    xf = x.to_dtype("f32") if dtype.size_in_bytes < 4 else x
+    norm = xf.sqr().mean_keepdim(-1)
+    y = xf.broadcast_div((norm + eps).sqrt())
+    return y.to_dtype(dtype).broadcast_mul(alpha)
+
+
+def layer_norm(x: Tensor, alpha: Tensor, beta: Tensor | None, eps: float) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * alpha + beta`` over the last dim (biased var)."""
+    params = (alpha,) if beta is None else (alpha, beta)
+    _check_norm("layer_norm", x, *params)
+    eps = float(eps)
+    if not any(t._track for t in (x,) + params):
+        if beta is None:  # the backend kernel always takes a bias
+            from ..creation import zeros
+
+            b = zeros(alpha.shape, dtype=alpha.dtype, device=alpha.device)
+        else:
+            b = beta
+        out = fused("layer_norm", x, alpha._storage, alpha._layout, b._storage, b._layout, eps)
+        if out is not None:
+            return out
+    dtype = x.dtype
+    xf = x.to_dtype("f32") if dtype.size_in_bytes < 4 else x
+    mean = xf.mean_keepdim(-1)
+    centred = xf.broadcast_sub(mean)
+    var = centred.sqr().mean_keepdim(-1)
+    y = centred.broadcast_div((var + eps).sqrt()).to_dtype(dtype).broadcast_mul(alpha)
+    return y if beta is None else y.broadcast_add(beta)
+
+
+# -- misc --------------------------------------------------------------------------------------
+
+def dropout(x: Tensor, p: float, train: bool = False) -> Tensor:
+    """Zero elements with probability ``p`` and rescale the rest (identity when not training)."""
+    if not train or p == 0:
+        return x
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    from ..creation import rand
+
+    keep = rand(x.shape, dtype=x.dtype, device=x.device).ge(p).to_dtype(x.dtype)
+    return x * keep * (1.0 / (1.0 - p))
+
+
+
+
+# -- attention --------------------------------------------------------------------------------
+
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """``(b, hk, s, d)`` -> ``(b, hk * n_rep, s, d)``, each kv head repeated ``n_rep`` times."""
+    if n_rep == 1:
+        return x
+    b, hk, s, d = x.shape
+    return x.unsqueeze(2).broadcast_as((b, hk, n_rep, s, d)).reshape((b, hk * n_rep, s, d))
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 scale: float | None = None) -> Tensor:
+    """``softmax(q k^T * scale + mask) v``.
+
+    q ``(b, h, sq, d)``; k, v ``(b, hk, sk, d)`` where ``h`` is a multiple of ``hk``
+    (grouped-query attention: each kv head serves ``h / hk`` query heads); ``mask``
+    is additive (0 or a large negative), broadcastable to ``(b, h, sq, sk)``.
+    ``scale`` defaults to ``1 / sqrt(d)``.
+    """
+    import math
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.rank != 4:
+            raise ShapeMismatchError(f"attention: {name} must be (batch, heads, seq, dim), got {t.shape}")
+    b, h, sq, d = q.shape
+    hk = k.shape[1]
+    if k.shape[0] != b or v.shape[:3] != k.shape[:3] or k.shape[3] != d or h % hk:
+        raise ShapeMismatchError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
+    tensors = (q, k, v) if mask is None else (q, k, v, mask)
+    same_dtype_device("attention", tensors)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if mask is not None:
+        from ..shape import broadcast_shapes
+
+        broadcast_shapes(mask.shape, (b, h, sq, k.shape[2]), "attention mask")
+    if not any(t._track for t in tensors):
+        out = fused("attention", q, k._storage, k._layout, v._storage, v._layout,
+                    None if mask is None else mask._storage,
+                    None if mask is None else mask._layout, scale,
+                    shape=(b, h, sq, v.shape[3]))
+        if out is not None:
+            return out
+    k, v = repeat_kv(k, h // hk), repeat_kv(v, h // hk)
+    scores = q.matmul(k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.broadcast_add(mask)
+    return softmax(scores, -1).matmul(v)
