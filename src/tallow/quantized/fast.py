@@ -1,0 +1,350 @@
+"""The compiled CPU path of quantized matmul: ggml's block dot products, with numba.
+
+Same semantics as :mod:`vec_dot` (and as candle's ``k_quants::matmul`` and
+ggml's generic ``ggml_vec_dot_*``): each activation row is quantized to the
+weight format's dot type, every block contributes ``scale * (exact integer
+sum)``.  Here the integer sums come from a loop compiled by numba instead of
+BLAS calls on small integers, over a weight layout built for it:
+
+* **Tiles of J rows.**  The weight's small integers (one int8 per weight,
+  unscaled: ``q - 8`` for Q4_0, the 6-bit values for Q6K, ...) are stored as
+  ``(n / J, blocks, block_size, J)``: for one block position the ``J`` output
+  rows are adjacent, so the innermost loop runs over rows with SIMD lanes and
+  each activation value is a broadcast scalar.  The sub-block integer scales
+  (K-quants), the minimums (Q2K, Q4K, Q5K) and the f32 block scales are
+  tiled the same way.  1.06-1.25 bytes per weight (an f32 matrix takes 4).
+* **Exact integer sums.**  The products of one sub-block (16 or 32 values,
+  both factors small integers) are summed in float32, where every partial
+  sum is an integer below 2**24 and therefore exact; the sub-block sums are
+  then combined with the integer scales in int32, exactly as ggml's
+  ``aux32``/``isum`` are.
+* **ggml's float arithmetic.**  The scaled block terms are added in block
+  order with ggml's association: ``(isum * d_w) * d_x`` (+ ``m_w * s_x`` for
+  Q4_1/Q5_1) for the 32-element formats and Q8K, ``d_x d_w isum - d_x dmin_w
+  msum`` for Q2K: bit for bit what candle's ``vec_dot_unopt`` and ggml's
+  generic routines return.  Q3K-Q6K, where ggml keeps eight partial lanes
+  per row, scale the whole super-block's integer sum at once instead (a
+  difference of float rounding, ~1e-7 of the terms).
+
+Each (activation row, output row) pair is computed by the same operations
+whatever the batch size, tile split or thread count: results do not depend
+on them.  Threads split the tiles (each writes its own output columns); the
+kernel releases the GIL.  Compiled on first use, cached on disk by numba.
+
+numba is optional: without it (or with ``TALLOW_NO_NUMBA=1``) quantized
+matmul uses the NumPy path of :mod:`vec_dot`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from .blocks import byte_blocks, f16_field
+from .types import ggml_type
+
+F32 = np.float32
+
+# Block combination modes (see the module doc).
+LEGACY, OFFSET, KQUANT, KMIN = 0, 1, 2, 3
+
+_state = {"checked": False, "kernel": None, "error": None, "compile_seconds": None}
+_lock = threading.Lock()
+
+
+def numba_disabled() -> bool:
+    """``TALLOW_NO_NUMBA`` set to anything but "" or "0"."""
+    return os.environ.get("TALLOW_NO_NUMBA", "") not in ("", "0")
+
+
+def available() -> bool:
+    """True when the compiled path can be used (numba importable and not disabled)."""
+    if numba_disabled():
+        return False
+    return _kernel() is not None
+
+
+def status() -> dict:
+    """What the compiled path is doing: usable, why not, and its first-use compile time."""
+    usable = available()
+    return {"numba": usable, "disabled": numba_disabled(), "error": _state["error"],
+            "compile_seconds": _state["compile_seconds"]}
+
+
+def _kernel():
+    if _state["checked"]:
+        return _state["kernel"]
+    with _lock:
+        if not _state["checked"]:
+            try:
+                _state["kernel"] = _build()
+            except Exception as e:  # numba missing or broken: the NumPy path serves
+                _state["error"] = f"{type(e).__name__}: {e}"
+                _state["kernel"] = None
+            _state["checked"] = True
+    return _state["kernel"]
+
+
+def _build():
+    import numba
+
+    @numba.njit(nogil=True, cache=True, fastmath=False, boundscheck=False)
+    def qmm_tiles(wq, wsc, wd, wmin, wdmin, wm, xf, xd, xs, xms, mode, sub, out, t0, t1):
+        # wq (T, nb, B, J) int8   weights' small integers, J rows side by side
+        # wsc (T, nb, nsub, J) int8  sub-block integer scales (nsub 0: none)
+        # wd (T, nb, J) f32       block scales;  wdmin: K-quant minimum scales
+        # wmin (T, nb, nmin, J) int8  integer minimums (nmin 0: none)
+        # wm (T, nb, J) f32       Q4_1/Q5_1 block minimums
+        # xf (m, nb, B) f32       activation integers;  xd (m, nb) their scales
+        # xs (m, nb) f32          Q8_1 block sums s;  xms (m, nb, nmin) f32 integer partial sums
+        _t, nb, bs, jw = wq.shape
+        m = xf.shape[0]
+        nsub = wsc.shape[2]
+        nmin = wmin.shape[2]
+        step = bs // nsub if nsub > 0 else sub
+        s = np.empty(jw, np.float32)
+        isum = np.empty(jw, np.int32)
+        msum = np.empty(jw, np.int32)
+        res = np.empty((m, jw), np.float32)
+        for tile in range(t0, t1):
+            res[:, :] = 0.0
+            for b in range(nb):
+                for i in range(m):
+                    isum[:] = 0
+                    for sb in range(bs // step):
+                        s[:] = 0.0
+                        for tb in range(sb * step, sb * step + step, 8):
+                            x0 = xf[i, b, tb]
+                            x1 = xf[i, b, tb + 1]
+                            x2 = xf[i, b, tb + 2]
+                            x3 = xf[i, b, tb + 3]
+                            x4 = xf[i, b, tb + 4]
+                            x5 = xf[i, b, tb + 5]
+                            x6 = xf[i, b, tb + 6]
+                            x7 = xf[i, b, tb + 7]
+                            for j in range(jw):
+                                # small integers: every sum below is exact in f32
+                                s[j] += (((np.float32(wq[tile, b, tb, j]) * x0
+                                           + np.float32(wq[tile, b, tb + 1, j]) * x1)
+                                          + (np.float32(wq[tile, b, tb + 2, j]) * x2
+                                             + np.float32(wq[tile, b, tb + 3, j]) * x3))
+                                         + ((np.float32(wq[tile, b, tb + 4, j]) * x4
+                                             + np.float32(wq[tile, b, tb + 5, j]) * x5)
+                                            + (np.float32(wq[tile, b, tb + 6, j]) * x6
+                                               + np.float32(wq[tile, b, tb + 7, j]) * x7)))
+                        if nsub > 0:
+                            for j in range(jw):
+                                isum[j] += np.int32(s[j]) * np.int32(wsc[tile, b, sb, j])
+                        else:
+                            for j in range(jw):
+                                isum[j] += np.int32(s[j])
+                    dx = xd[i, b]
+                    if mode == 0:
+                        for j in range(jw):
+                            res[i, j] += (np.float32(isum[j]) * wd[tile, b, j]) * dx
+                    elif mode == 1:
+                        sx = xs[i, b]
+                        for j in range(jw):
+                            res[i, j] += ((np.float32(isum[j]) * wd[tile, b, j]) * dx) + wm[tile, b, j] * sx
+                    elif mode == 2:
+                        for j in range(jw):
+                            res[i, j] += (wd[tile, b, j] * dx) * np.float32(isum[j])
+                    else:
+                        msum[:] = 0
+                        for u in range(nmin):
+                            xu = np.int32(xms[i, b, u])
+                            for j in range(jw):
+                                msum[j] += np.int32(wmin[tile, b, u, j]) * xu
+                        for j in range(jw):
+                            res[i, j] += ((wd[tile, b, j] * dx) * np.float32(isum[j])
+                                          - (wdmin[tile, b, j] * dx) * np.float32(msum[j]))
+            for i in range(m):
+                for j in range(jw):
+                    out[i, tile * jw + j] = res[i, j]
+
+    t0 = time.perf_counter()
+    _warm(qmm_tiles)
+    _state["compile_seconds"] = time.perf_counter() - t0
+    return qmm_tiles
+
+
+def _warm(kernel):
+    """Compile (or load from numba's cache) the one signature every call uses."""
+    z8 = np.zeros((1, 1, 32, 16), np.int8)
+    e8 = np.zeros((1, 1, 0, 16), np.int8)
+    f = np.zeros((1, 1, 16), F32)
+    x = np.zeros((1, 1, 32), F32)
+    xd = np.zeros((1, 1), F32)
+    xm = np.zeros((1, 1, 0), F32)
+    out = np.zeros((1, 16), F32)
+    kernel(z8, e8, f, e8, f, f, x, xd, xd, xm, 0, 32, out, 0, 1)
+
+
+# ---------------------------------------------------------------- weight unpacking
+def _decompose(t, blocks: np.ndarray) -> dict:
+    """One format's blocks as ggml's vec_dot sees them (see the module doc).
+
+    Returns q (n, B) int8 and d (n,) f32, plus as the format needs: sc (n, nsub)
+    int8 sub-block scales, mins (n, nmin) int8 and dmin (n,) f32, m (n,) f32.
+    """
+    from . import kquants as kq
+    from . import legacy as lg
+
+    name = t.name
+    nb = blocks.shape[0]
+    out: dict = {"mode": LEGACY, "sub": 32}
+    if name == "Q4_0":
+        out.update(q=lg._nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8), d=f16_field(blocks, 0))
+    elif name == "Q4_1":
+        out.update(q=lg._nibbles(blocks[:, 4:]).astype(np.int8), d=f16_field(blocks, 0),
+                   m=f16_field(blocks, 2), mode=OFFSET)
+    elif name == "Q5_0":
+        q = lg._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
+        out.update(q=q, d=f16_field(blocks, 0))
+    elif name == "Q5_1":
+        out.update(q=lg._q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(np.int8), d=f16_field(blocks, 0),
+                   m=f16_field(blocks, 2), mode=OFFSET)
+    elif name == "Q8_0":
+        out.update(q=np.ascontiguousarray(blocks[:, 2:]).view(np.int8), d=f16_field(blocks, 0))
+    elif name == "Q8_1":  # Q8_1 x Q8_1 uses d and qs only
+        out.update(q=np.ascontiguousarray(blocks[:, 4:]).view(np.int8), d=f16_field(blocks, 0))
+    elif name == "Q8K":
+        d, q, _ = kq._q8k_fields(blocks)
+        out.update(q=q, d=d)
+    elif name == "Q2K":
+        sc = blocks[:, :16]
+        out.update(q=kq._unpack_2bit(blocks[:, 16:80]).astype(np.int8), d=f16_field(blocks, 80),
+                   sc=(sc & 0x0F).astype(np.int8), mins=(sc >> 4).astype(np.int8),
+                   dmin=f16_field(blocks, 82), mode=KMIN)
+    elif name == "Q3K":
+        out.update(q=kq._q3_values(blocks), d=f16_field(blocks, 108), sc=kq._q3_scales(blocks[:, 96:108]),
+                   mode=KQUANT)
+    elif name in ("Q4K", "Q5K"):
+        values = kq._unpack_4bit_32(blocks[:, 16:144]) if name == "Q4K" else kq._q5k_values(blocks)
+        d, dmin, sc, mn = kq._k45_fields(blocks)
+        out.update(q=values.reshape(nb, 256).astype(np.int8), d=d, sc=sc.astype(np.int8),
+                   mins=mn.astype(np.int8), dmin=dmin, mode=KMIN)
+    elif name == "Q6K":
+        out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
+                   sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
+    else:
+        raise ValueError(f"{name} has no compiled quantized matmul")
+    for key in ("d", "m", "dmin"):
+        if key in out:
+            out[key] = np.ascontiguousarray(out[key], dtype=F32).reshape(nb)
+    return out
+
+
+def tile_width(n: int) -> int:
+    """Rows per tile: 64 (a multiple of every SIMD width), fewer for small weights."""
+    for j in (64, 32):
+        if n >= 4 * j:
+            return j
+    return 16
+
+
+def _tiles(a: np.ndarray, n: int, per_row: int, jw: int) -> np.ndarray:
+    """(n * per_row, *rest) -> (tiles, per_row, *rest, jw), rows padded with zeros."""
+    rest = a.shape[1:]
+    a = a.reshape((n, per_row) + rest)
+    pad = -n % jw
+    if pad:
+        a = np.concatenate([a, np.zeros((pad, per_row) + rest, a.dtype)])
+    tiles = a.shape[0] // jw
+    a = a.reshape((tiles, jw, per_row) + rest)
+    order = (0, 2) + tuple(range(3, a.ndim)) + (1,)
+    return np.ascontiguousarray(a.transpose(order))
+
+
+class TiledWeight:
+    """A ``(n, k)`` quantized weight in the tiled layout of the compiled kernel."""
+
+    def __init__(self, raw, w_type, n: int, k: int):
+        t = ggml_type(w_type)
+        if t.is_float:
+            raise ValueError(f"{t.name} weights are plain float matrices, not tiled")
+        if n < 0 or k <= 0 or k % t.block_size:
+            raise ValueError(f"{t.name} weight: k={k} must be a positive multiple of the block size {t.block_size}")
+        self.type, self.n, self.k = t, n, k
+        self.dot = t.dot_type
+        blocks = byte_blocks(raw, n * k, t.block_size, t.type_size, t.name)
+        parts = _decompose(t, blocks)
+        per_row = k // t.block_size
+        self.mode, self.sub = parts["mode"], parts["sub"]
+        self.jw = jw = tile_width(n)
+        self.tiles = -(-n // jw)
+        self.wq = _tiles(parts["q"].reshape(-1, t.block_size), n, per_row, jw)
+        self.wd = _tiles(parts["d"], n, per_row, jw)
+        empty8 = np.zeros((self.tiles, per_row, 0, jw), np.int8)
+        zf = np.zeros((self.tiles, per_row, jw), F32)
+        self.wsc = _tiles(parts["sc"], n, per_row, jw) if "sc" in parts else empty8
+        self.wmin = _tiles(parts["mins"], n, per_row, jw) if "mins" in parts else empty8
+        self.wdmin = _tiles(parts["dmin"], n, per_row, jw) if "dmin" in parts else zf
+        self.wm = _tiles(parts["m"], n, per_row, jw) if "m" in parts else zf
+        self._shared_zeros = zf
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the tiled form (the padding rows included)."""
+        arrays = [self.wq, self.wd, self.wsc, self.wmin]
+        for a in (self.wdmin, self.wm):
+            if a is not self._shared_zeros:
+                arrays.append(a)
+        return sum(a.nbytes for a in arrays)
+
+    def quantize_activations(self, x: np.ndarray):
+        """``x`` (m, k) -> (xf (m, nb, B) f32 integers, xd (m, nb), xs (m, nb), xms (m, nb, nmin))."""
+        t, dot = self.type, self.dot
+        m, k = x.shape
+        nb = k // t.block_size
+        raw = dot.quantize(x).reshape(-1, dot.type_size)
+        a = dot.act_planes(raw)
+        xf = a.q.reshape(m, nb, t.block_size).astype(F32)
+        xd = np.ascontiguousarray(a.gscale[:, 0].reshape(m, nb), dtype=F32)
+        xs = np.zeros((m, nb), F32) if a.s is None else np.ascontiguousarray(a.s.reshape(m, nb), dtype=F32)
+        nmin = self.wmin.shape[2]
+        if nmin:
+            sums = a.sums16.astype(np.int32).reshape(m, nb, 16)
+            if nmin == 8:  # Q4K/Q5K minimums cover 32 values: two bsums each
+                sums = sums.reshape(m, nb, 8, 2).sum(axis=-1)
+            xms = np.ascontiguousarray(sums, dtype=F32)
+        else:
+            xms = np.zeros((m, nb, 0), F32)
+        return xf, xd, xs, xms
+
+    def matmul_t(self, x: np.ndarray, num_threads: int | None = None) -> np.ndarray:
+        """``x @ W.T`` for ``x`` (..., k), ggml semantics (see the module doc)."""
+        kernel = _kernel()
+        if kernel is None:
+            raise RuntimeError(f"the compiled quantized matmul is not available ({_state['error']})")
+        x = np.asarray(x, dtype=F32)
+        if x.shape[-1:] != (self.k,):
+            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {self.k}) for a "
+                             f"({self.n}, {self.k}) weight")
+        lead = x.shape[:-1]
+        x2 = np.ascontiguousarray(x.reshape(-1, self.k))
+        m = x2.shape[0]
+        if m == 0 or self.n == 0:
+            return np.zeros(lead + (self.n,), F32)
+        xf, xd, xs, xms = self.quantize_activations(x2)
+        out = np.empty((m, self.tiles * self.jw), F32)
+        args = (self.wq, self.wsc, self.wd, self.wmin, self.wdmin, self.wm, xf, xd, xs, xms,
+                self.mode, self.sub, out)
+        from .vec_dot import _executor, _split, default_threads
+
+        threads = num_threads or default_threads()
+        # A thread is worth its hand-off only for a few hundred microseconds of work.
+        threads = max(1, min(threads, self.tiles, (m * self.n * self.k) >> 21))
+        if threads == 1:
+            kernel(*args, 0, self.tiles)
+        else:
+            pool = _executor(threads)
+            futures = [pool.submit(kernel, *args, a, b) for a, b in _split(self.tiles, threads, 1)]
+            for f in futures:
+                f.result()
+        if out.shape[1] != self.n:
+            out = np.ascontiguousarray(out[:, : self.n])
+        return out.reshape(lead + (self.n,))
