@@ -1,15 +1,19 @@
-"""GGML block formats, quantized matmul and GGUF files, at the NumPy level.
+"""GGML block formats, quantized matmul and GGUF files.
 
-README-quantized.md in this folder describes the interface the Tensor-level
-``QTensor`` / ``QMatMul`` / ``load_gguf`` build on.
+The NumPy layer (block codecs, ggml-semantics matmul, GGUF io; README-quantized.md
+in this folder) and, built on it, the Tensor-level ``QTensor``, ``QMatMul``,
+``load_gguf`` and ``save_gguf``.
 """
 
 from .gguf_io import GgufError, GgufFile, GgufTensor, GgufValue, ValueType, read_gguf, to_gguf_value, write_gguf
 from .types import GGML_TYPES, GgmlType, dequantize, ggml_type, quantize
 from .vec_dot import PreparedWeight, matmul_t, matmul_t_dequantized, prepare_weight
+from .qtensor import QMatMul, QTensor  # noqa: E402  (needs the Tensor core)
+from .gguf_file import load_gguf, save_gguf  # noqa: E402
 
 __all__ = [
     "GGML_TYPES", "GgmlType", "ggml_type", "quantize", "dequantize",
     "PreparedWeight", "prepare_weight", "matmul_t", "matmul_t_dequantized",
     "GgufError", "GgufFile", "GgufTensor", "GgufValue", "ValueType", "read_gguf", "write_gguf", "to_gguf_value",
+    "QTensor", "QMatMul", "load_gguf", "save_gguf",
 ]

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..errors import FileFormatError
 from .blocks import as_bytes
 from .types import GgmlType, ggml_type, is_known_type_id
 
@@ -41,8 +42,11 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 16
 
 
-class GgufError(ValueError):
-    """A GGUF file that cannot be read (or a value that cannot be written)."""
+class GgufError(FileFormatError):
+    """A GGUF file that cannot be read (or a value that cannot be written).
+
+    A :class:`tallow.FileFormatError`, hence a ``TallowError`` and a ``ValueError``.
+    """
 
 
 class ValueType(IntEnum):

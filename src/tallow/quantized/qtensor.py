@@ -1,0 +1,349 @@
+"""QTensor and QMatMul: GGML block-quantized tensors at the Tensor level (candle's ``QTensor``).
+
+A ``QTensor`` is the raw GGML blocks of a tensor (exactly the bytes a GGUF file
+stores), its shape (row-major, the last dimension a multiple of the block
+size) and the GGML type.  On the CPU the bytes are a NumPy ``uint8`` array
+(for a tensor loaded from a GGUF file, a view of the file's memory map); on a
+GPU they are a ``u8`` tensor on that device.
+
+``QMatMul`` multiplies activations by a quantized ``(n, k)`` weight:
+``forward(x) = x @ W.T`` for ``x`` of shape ``(..., k)``.  What it computes is
+ggml's quantized matmul (see ``README-quantized.md``): the activations are
+quantized to the weight format's dot type and block products are exact
+integer sums, then scaled.  On the CPU that runs the compiled kernel of
+:mod:`tallow.quantized.fast` (numba), else the NumPy path of
+:mod:`tallow.quantized.vec_dot`.  F32/F16/BF16 weights, and every weight
+when ``TALLOW_DEQUANTIZE_ALL=1`` (candle's ``CANDLE_DEQUANTIZE_ALL``) or
+``QMatMul(qt, dequantize=True)``, are dequantized once and multiplied as an
+f32 matrix instead.
+
+On a GPU, ``dequantize`` and the quantized product run the kernels of
+``tallow.backends.gpu.ops_quantized`` for the types it supports.  For any
+other type (or without that module) the weight is dequantized on the CPU and
+its f32 matrix uploaded once: the product is then the f32 product
+(``DequantizeAll``), not ggml's quantized-activation product.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from .. import dtype as dt
+from .._construct import make
+from ..device import Device
+from ..errors import DeviceMismatchError, ShapeMismatchError, UnsupportedDTypeError
+from ..layout import Layout
+from ..tensor import Tensor, adopt_array
+from .blocks import as_bytes
+from .types import GgmlType, ggml_type
+
+_contig = Layout.contiguous_of
+
+
+def dequantize_all() -> bool:
+    """``TALLOW_DEQUANTIZE_ALL`` set to anything but "" or "0"."""
+    return os.environ.get("TALLOW_DEQUANTIZE_ALL", "") not in ("", "0")
+
+
+def gpu_ops():
+    """``tallow.backends.gpu.ops_quantized`` when it exists, else None."""
+    try:
+        from ..backends.gpu import ops_quantized
+    except ModuleNotFoundError as e:
+        if e.name and e.name.endswith("ops_quantized"):
+            return None
+        raise
+    return ops_quantized
+
+
+def _gpu_supports(name: str) -> bool:
+    ops = gpu_ops()
+    return ops is not None and bool(ops.supported(name))
+
+
+def _f32_tensor(arr: np.ndarray, shape, device: Device) -> Tensor:
+    """A tensor taking over a freshly made f32 array."""
+    storage = adopt_array(np.ascontiguousarray(arr, dtype=np.float32).reshape(-1), dt.f32, Device.cpu())
+    t = make(storage, _contig(tuple(shape)))
+    return t if device.kind == "cpu" else t.to_device(device)
+
+
+class QTensor:
+    """GGML blocks + shape + type.  Build with ``Tensor.quantize(name)`` or ``QTensor.from_bytes``."""
+
+    __slots__ = ("_type", "_shape", "_raw", "_device", "_cache", "_lock", "__weakref__")
+
+    def __init__(self, raw, shape, ggml_dtype, device=None):
+        t = ggml_type(ggml_dtype)
+        shape = tuple(int(d) for d in shape)
+        if not shape:
+            raise ShapeMismatchError(f"QTensor: a {t.name} tensor needs at least one dimension")
+        if any(d < 0 for d in shape):
+            raise ShapeMismatchError(f"QTensor: negative dimension in shape {shape}")
+        if shape[-1] % t.block_size:
+            raise ShapeMismatchError(
+                f"QTensor: the last dimension of shape {shape} is not a multiple of the "
+                f"{t.name} block size {t.block_size}")
+        n_el = int(np.prod(shape, dtype=np.int64))
+        expected = t.nbytes(n_el)
+        device = Device.cpu() if device is None else Device.parse(device)
+        if isinstance(raw, Tensor):
+            if raw.dtype is not dt.u8 or raw.rank != 1:
+                raise UnsupportedDTypeError(f"QTensor: raw blocks must be a 1-D u8 tensor, got {raw.dtype} {raw.shape}")
+            nbytes = raw.shape[0]
+            if raw.device.kind == "cpu":
+                raw = np.asarray(raw._storage.to_numpy(raw._layout))
+            else:
+                device = raw.device
+                raw = raw.contiguous()
+        else:
+            raw = as_bytes(raw)
+            nbytes = raw.size
+        if nbytes != expected:
+            raise ShapeMismatchError(
+                f"QTensor: shape {shape} as {t.name} takes {expected} bytes, got {nbytes}")
+        if device.kind != "cpu" and not isinstance(raw, Tensor):
+            raw = Tensor.from_vec(np.ascontiguousarray(raw), None, device)
+        self._type, self._shape, self._raw, self._device = t, shape, raw, device
+        self._cache = {}
+        self._lock = threading.Lock()
+
+    # -- construction -------------------------------------------------------------------
+    @staticmethod
+    def quantize(tensor: Tensor, ggml_dtype) -> "QTensor":
+        """Quantize a float tensor (the last dimension a multiple of the block size)."""
+        try:
+            t = ggml_type(ggml_dtype)
+        except (ValueError, TypeError) as e:
+            raise UnsupportedDTypeError(f"quantize: {e}") from None
+        if not tensor.dtype.is_float:
+            raise UnsupportedDTypeError(f"quantize: expected a float tensor, got {tensor.dtype}")
+        shape = tensor.shape
+        if not shape:
+            raise ShapeMismatchError(f"quantize: cannot quantize a scalar to {t.name}")
+        if shape[-1] % t.block_size:
+            raise ShapeMismatchError(
+                f"quantize: the last dimension of shape {shape} is not a multiple of the "
+                f"{t.name} block size {t.block_size}")
+        xt = tensor.to_dtype(dt.f32)
+        x = xt._storage.to_numpy(xt._layout) if xt.device.kind == "cpu" else xt.numpy()
+        raw = t.quantize(x).reshape(-1)
+        return QTensor(raw, shape, t, tensor.device)
+
+    @staticmethod
+    def from_bytes(data, shape, ggml_dtype, device=None) -> "QTensor":
+        """A QTensor over raw GGML blocks (``bytes``, a buffer or a uint8 array, as ``to_bytes`` gives)."""
+        return QTensor(data, shape, ggml_dtype, device)
+
+    # -- inspection -----------------------------------------------------------------------
+    @property
+    def ggml_dtype(self) -> str:
+        """The GGML type's name in upper case, as candle spells it ("Q4_0", "Q4K", "F32")."""
+        return self._type.name
+
+    @property
+    def ggml_type(self) -> GgmlType:
+        return self._type
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dims(self) -> tuple:
+        return self._shape
+
+    @property
+    def rank(self) -> int:
+        return len(self._shape)
+
+    @property
+    def elem_count(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    nelement = elem_count
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the GGML blocks."""
+        return self._type.nbytes(self.elem_count)
+
+    @property
+    def raw(self):
+        """The blocks: a uint8 NumPy array on the CPU, a 1-D u8 tensor on a GPU (no copy)."""
+        return self._raw
+
+    def __repr__(self) -> str:
+        return (f"QTensor(shape={list(self._shape)}, ggml_dtype={self.ggml_dtype}, "
+                f"device={self._device}, {self.nbytes} bytes)")
+
+    # -- conversions ------------------------------------------------------------------------
+    def _cpu_raw(self) -> np.ndarray:
+        if isinstance(self._raw, Tensor):
+            return np.ascontiguousarray(self._raw.numpy())
+        return self._raw
+
+    def to_bytes(self) -> bytes:
+        """The raw GGML blocks, exactly as a GGUF file stores them."""
+        return self._cpu_raw().tobytes()
+
+    def numpy_bytes(self) -> np.ndarray:
+        """The raw blocks as a uint8 NumPy array (a view on the CPU)."""
+        return self._cpu_raw()
+
+    def dequantize(self) -> Tensor:
+        """The values as an f32 tensor of this shape, on this QTensor's device."""
+        name, n = self._type.name, self.elem_count
+        if self._device.kind != "cpu" and _gpu_supports(name):
+            raw = self._raw
+            storage = gpu_ops().dequantize(raw._storage, name, n)
+            return make(storage, _contig(self._shape))
+        return _f32_tensor(self._type.dequantize(self._cpu_raw(), n), self._shape, self._device)
+
+    def to_device(self, device) -> "QTensor":
+        device = Device.parse(device)
+        if device.same_device(self._device):
+            return self
+        if device.kind == "cpu":
+            return QTensor(self._cpu_raw().copy(), self._shape, self._type, device)
+        return QTensor(np.ascontiguousarray(self._cpu_raw()), self._shape, self._type, device)
+
+    def cpu(self) -> "QTensor":
+        return self.to_device(Device.cpu())
+
+    def gpu(self, ordinal: int = 0) -> "QTensor":
+        return self.to_device(Device.gpu(ordinal))
+
+    # -- products -----------------------------------------------------------------------------
+    def matmul_t(self, lhs: Tensor) -> Tensor:
+        """``lhs @ self.T`` for ``lhs`` of shape ``(..., k)`` and this QTensor ``(n, k)`` (QMatMul)."""
+        return self._qmatmul().forward(lhs)
+
+    def _qmatmul(self) -> "QMatMul":
+        key = ("qmatmul", dequantize_all())
+        qm = self._cache.get(key)
+        if qm is None:
+            qm = QMatMul(self)
+            self._cache[key] = qm
+        return qm
+
+    def _cached(self, key, build):
+        """A derived form of the weight (prepared layout, f32 matrix), built once."""
+        v = self._cache.get(key)
+        if v is None:
+            with self._lock:
+                v = self._cache.get(key)
+                if v is None:
+                    v = build()
+                    self._cache[key] = v
+        return v
+
+
+class QMatMul:
+    """``forward(x) = x @ W.T`` for a quantized ``(n, k)`` weight (candle's ``QMatMul``).
+
+    ``dequantize``: None follows ``TALLOW_DEQUANTIZE_ALL``; True multiplies by the
+    dequantized f32 weight; False always uses the quantized product.
+    """
+
+    def __init__(self, qtensor: QTensor, dequantize: bool | None = None):
+        if not isinstance(qtensor, QTensor):
+            raise TypeError(f"QMatMul: expected a QTensor, got {type(qtensor).__name__}")
+        if qtensor.rank != 2:
+            raise ShapeMismatchError(f"QMatMul: the weight must be (n, k), got shape {qtensor.shape}")
+        self.qtensor = qtensor
+        self.n, self.k = qtensor.shape
+        t = qtensor.ggml_type
+        if dequantize is None:
+            dequantize = dequantize_all()
+        if t.is_float or dequantize:
+            self.path = "dequantized"
+        elif qtensor.device.kind != "cpu":
+            self.path = "gpu" if _gpu_supports(t.name) else "gpu-dequantized"
+        else:
+            from . import fast
+
+            self.path = "numba" if fast.available() else "numpy"
+
+    @staticmethod
+    def from_qtensor(qtensor: QTensor, dequantize: bool | None = None) -> "QMatMul":
+        return QMatMul(qtensor, dequantize)
+
+    @property
+    def device(self) -> Device:
+        return self.qtensor.device
+
+    def __repr__(self) -> str:
+        return f"QMatMul({self.qtensor.ggml_dtype}, ({self.n}, {self.k}), {self.path}, {self.device})"
+
+    # -- the prepared weight (kept by the QTensor, so every QMatMul over it shares it) --
+    def weight(self) -> Tensor:
+        """The dequantized f32 ``(n, k)`` weight (built once) used by the dequantized paths."""
+        return self.qtensor._cached("dequantized", self.qtensor.dequantize)
+
+    def prepared(self):
+        """The CPU weight in the layout of this QMatMul's path (built once)."""
+        q = self.qtensor
+        if self.path == "numba":
+            from .fast import TiledWeight
+
+            return q._cached("numba", lambda: TiledWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
+        if self.path == "numpy":
+            from .vec_dot import PreparedWeight
+
+            return q._cached("numpy", lambda: PreparedWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of what the products read: the prepared layout, or the f32 matrix, or the blocks."""
+        if self.path in ("dequantized", "gpu-dequantized"):
+            return self.n * self.k * 4
+        p = self.prepared()
+        return self.qtensor.nbytes if p is None else p.nbytes
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"QMatMul.forward: expected a Tensor, got {type(x).__name__}")
+        shape = x.shape
+        if not shape or shape[-1] != self.k:
+            raise ShapeMismatchError(
+                f"QMatMul: input of shape {shape} does not end in {self.k} (weight {self.qtensor.ggml_dtype} "
+                f"({self.n}, {self.k}))")
+        if not x.dtype.is_float:
+            raise UnsupportedDTypeError(f"QMatMul: expected a float input, got {x.dtype}")
+        if not x.device.same_device(self.device):
+            raise DeviceMismatchError(
+                f"QMatMul: input on {x.device}, weight {self.qtensor.ggml_dtype} ({self.n}, {self.k}) on {self.device}")
+        in_dtype = x.dtype
+        x = x.to_dtype(dt.f32)
+        if self.path in ("dequantized", "gpu-dequantized"):
+            from ..nn.linear import linear
+
+            y = linear(x, self.weight())
+        elif self.path == "gpu":
+            storage = gpu_ops().qmatmul_t(x._storage, x._layout, self.qtensor.raw._storage,
+                                          self.qtensor.ggml_dtype, self.n, self.k)
+            y = make(storage, _contig(shape[:-1] + (self.n,)))
+        else:
+            from ..utils import get_num_threads
+
+            arr = x._storage.to_numpy(x._layout)
+            out = self.prepared().matmul_t(arr, num_threads=get_num_threads())
+            y = make(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), _contig(shape[:-1] + (self.n,)))
+        return y if in_dtype is dt.f32 else y.to_dtype(in_dtype)
+
+    __call__ = forward
+
+
+def quantize(tensor: Tensor, ggml_dtype) -> QTensor:
+    """``tensor.quantize(ggml_dtype)``."""
+    return QTensor.quantize(tensor, ggml_dtype)
