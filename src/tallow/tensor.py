@@ -435,6 +435,13 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             return False
         return bool(np.array_equal(self.numpy(), other.to_device(self.device).numpy()))
 
+    # -- quantization (tallow.quantized) ------------------------------------------------
+    def quantize(self, ggml_dtype):
+        """A ``tallow.QTensor`` of this tensor in a GGML format ("q4_0", "q4k", "f16", ...)."""
+        from .quantized.qtensor import QTensor
+
+        return QTensor.quantize(self, ggml_dtype)
+
     # -- autograd (tallow.backprop) -----------------------------------------------------
     def sorted_nodes(self):
         from .backprop import sorted_nodes
