@@ -41,15 +41,17 @@ from .creation import tensor  # noqa: E402,F811
 
 __version__ = "0.1.0"
 
-_LAZY = ("nn", "models")
+_LAZY = ("nn", "models", "quantized")
+_LAZY_NAMES = {"QTensor": "quantized", "QMatMul": "quantized"}
 
 
 def __getattr__(name):
-    # tl.nn and tl.models load on first use, so ``import tallow`` stays fast.
-    if name in _LAZY:
+    # tl.nn, tl.models and tl.quantized load on first use, so ``import tallow`` stays fast.
+    if name in _LAZY or name in _LAZY_NAMES:
         import importlib
 
-        return importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(f"{__name__}.{_LAZY_NAMES.get(name, name)}")
+        return getattr(module, name) if name in _LAZY_NAMES else module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -62,5 +64,5 @@ __all__ = [
     "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError",
     "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
     "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
-    "testing", "utils", "nn", "models",
+    "testing", "utils", "nn", "models", "quantized", "QTensor",
 ]
