@@ -6,7 +6,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
 import candle_ref
-from conftest import sample_matrix
+from samples import sample_matrix
 from tallow.quantized import GGML_TYPES, ggml_type
 
 F = np.float32
