@@ -280,6 +280,11 @@ class QMatMul:
     def device(self) -> Device:
         return self.qtensor.device
 
+    @property
+    def shape(self) -> tuple:
+        """The weight's ``(n, k)``."""
+        return (self.n, self.k)
+
     def __repr__(self) -> str:
         return f"QMatMul({self.qtensor.ggml_dtype}, ({self.n}, {self.k}), {self.path}, {self.device})"
 
