@@ -33,3 +33,86 @@ def save_llama(d, seed=0, **overrides):
     model.save_pretrained(d)
     make_bpe_tokenizer(os.path.join(d, "tokenizer.json"))
     return model
+
+
+# -- GGUF (llama.cpp layout) ---------------------------------------------------------------
+
+QLLAMA_CFG = dict(LLAMA_CFG, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+
+
+def llama_cpp_permute(w, n_head, n_head_kv):
+    """llama.cpp's convert_hf_to_gguf.py ``LlamaModel.permute`` for q_proj / k_proj rows."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama_cpp_unpermute(w, n_head, n_head_kv):
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_names(n_layers, tied=False):
+    """Hugging Face Llama tensor names -> llama.cpp GGUF names."""
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    if not tied:
+        names["lm_head.weight"] = "output.weight"
+    hf = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+          "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+          "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+          "mlp.down_proj": "ffn_down"}
+    for i in range(n_layers):
+        for a, b in hf.items():
+            names[f"model.layers.{i}.{a}.weight"] = f"blk.{i}.{b}.weight"
+    return names
+
+
+def save_llama_gguf(model, path, fmt="F32", rope_theta=None, eos_token_id=None):
+    """Write a transformers Llama as llama.cpp does, with the gguf package's writer.
+
+    2-D weights are stored as ``fmt`` (F32; Q8_0 quantized by the gguf package; K-quants,
+    which the gguf package cannot quantize, by tallow's candle-exact quantizers), norms F32.
+    """
+    import gguf
+    import numpy as np
+
+    from tallow.quantized import ggml_type
+
+    c = model.config
+    tied = bool(c.tie_word_embeddings)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_freq_base(rope_theta or LLAMA_CFG["rope_theta"])
+    w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    w.add_vocab_size(c.vocab_size)
+    if eos_token_id is not None:
+        w.add_eos_token_id(eos_token_id)
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    for hf_name, name in gguf_names(c.num_hidden_layers, tied).items():
+        a = sd[hf_name]
+        if hf_name.endswith("q_proj.weight"):
+            a = llama_cpp_permute(a, c.num_attention_heads, c.num_attention_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            a = llama_cpp_permute(a, c.num_attention_heads, c.num_key_value_heads)
+        if a.ndim == 1 or fmt == "F32":
+            w.add_tensor(name, np.ascontiguousarray(a))
+            continue
+        qtype = gguf.GGMLQuantizationType[ggml_type(fmt).ggml_name.upper()]
+        try:
+            raw = gguf.quants.quantize(a, qtype)
+        except NotImplementedError:
+            raw = ggml_type(fmt).quantize(a)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

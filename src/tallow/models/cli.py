@@ -115,11 +115,16 @@ def _find(path, names, what):
 
 def _generate(args) -> int:
     import tallow as tl
-    from tallow.models.generate import TextGenerator
     from tallow.models.llama import Llama, LlamaConfig
     from tallow.models.sentence import load_tokenizer
 
     model_path = args.model
+    if os.path.isfile(model_path) and _is_gguf(model_path):
+        from tallow.models.quantized_llama import ModelWeights
+
+        tok_path = _find(args.tokenizer or os.path.dirname(model_path), ["tokenizer.json"], "--tokenizer")
+        model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
+        return _stream(args, model, load_tokenizer(tok_path))
     if os.path.isdir(model_path):
         weights = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
                          if f.endswith(".safetensors"))
@@ -141,7 +146,17 @@ def _generate(args) -> int:
     dtype = tl.DType.parse(args.dtype)
     vb = tl.nn.VarBuilder.from_safetensors(weights, dtype=dtype, device=device)
     model = Llama.load(vb, cfg)
-    tokenizer = load_tokenizer(tok_path)
+    return _stream(args, model, load_tokenizer(tok_path))
+
+
+def _is_gguf(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _stream(args, model, tokenizer) -> int:
+    from tallow.models.generate import TextGenerator
+
     gen = TextGenerator(model, tokenizer, temperature=args.temperature, top_p=args.top_p,
                         top_k=args.top_k, seed=args.seed, repeat_penalty=args.repeat_penalty,
                         repeat_last_n=args.repeat_last_n)
@@ -194,7 +209,8 @@ def add_model_parsers(sub) -> None:
 
     g = sub.add_parser("generate", help="text generation with a Llama-family model")
     g.add_argument("--model", required=True, metavar="PATH",
-                   help="a model directory (config.json + *.safetensors) or a .safetensors file")
+                   help="a model directory (config.json + *.safetensors), a .safetensors file, "
+                        "or a llama.cpp GGUF file (quantized Llama)")
     g.add_argument("--tokenizer", metavar="PATH", default=None,
                    help="tokenizer.json (default: next to the model)")
     g.add_argument("--config", metavar="PATH", default=None,
@@ -209,5 +225,5 @@ def add_model_parsers(sub) -> None:
     g.add_argument("--repeat-penalty", type=float, default=1.1)
     g.add_argument("--repeat-last-n", type=int, default=64)
     g.add_argument("--device", default="cpu")
-    g.add_argument("--dtype", default="f32")
+    g.add_argument("--dtype", default="f32", help="weights dtype (safetensors models; GGUF runs in f32)")
     g.set_defaults(run=_errors(_generate))

@@ -1,0 +1,235 @@
+"""Quantized Llama from a GGUF file (candle-transformers' ``quantized_llama.rs``).
+
+``ModelWeights.from_gguf(path, device)`` reads a file with llama.cpp's tensor
+names and metadata keys (what llama.cpp's ``convert_hf_to_gguf.py`` writes):
+
+    token_embd.weight                       (vocab, hidden)
+    blk.N.attn_norm.weight  blk.N.ffn_norm.weight
+    blk.N.attn_q.weight  blk.N.attn_k.weight  blk.N.attn_v.weight  blk.N.attn_output.weight
+    blk.N.ffn_gate.weight  blk.N.ffn_up.weight  blk.N.ffn_down.weight
+    output_norm.weight  output.weight       (output.weight absent: tied to token_embd)
+
+    general.architecture = "llama", llama.context_length, llama.embedding_length,
+    llama.block_count, llama.feed_forward_length, llama.attention.head_count,
+    llama.attention.head_count_kv, llama.attention.layer_norm_rms_epsilon,
+    llama.rope.freq_base, llama.rope.dimension_count
+
+The projections stay quantized (each ``Linear`` holds its ``QTensor`` and
+multiplies with ggml's quantized matmul); the token embedding and the norms
+are dequantized to f32, as in candle.  The output layer multiplies by
+``output.weight``, or by the quantized ``token_embd.weight`` when the file
+has no output tensor (llama.cpp's rule for tied embeddings).
+
+Rotary embeddings: the converter permutes the rows of ``attn_q``/``attn_k``
+within each head so that ggml's rope, which rotates adjacent pairs
+``(x[2i], x[2i+1])``, reproduces Hugging Face's rotation of the two halves.
+As candle (and llama.cpp) does, the permuted weights are used as they are
+with the interleaved rotation (``rope_i``): the attention scores, and so the
+model, are those of the original Hugging Face weights.
+
+``forward(input_ids, index_pos, cache=None)`` returns the logits of the last
+position; without a ``cache`` it keeps its own (reset when ``index_pos`` is 0),
+as candle's ``ModelWeights::forward``.  ``new_cache()`` / ``config`` make it
+usable by ``TextGenerator`` like ``Llama``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .. import dtype as dt
+from ..device import Device
+from ..errors import ShapeMismatchError
+from ..nn import ops
+from ..nn.container import ModuleList
+from ..nn.embedding import Embedding
+from ..nn.linear import Linear
+from ..nn.module import Module
+from ..nn.norm import RmsNorm
+from ..nn.rotary import rope_i
+from ..quantized.gguf_file import qtensor_of
+from ..quantized.gguf_io import GgufFile, read_gguf
+from ..tensor import Tensor
+from .config import ModelFormatError
+from .llama import Cache, ContextLengthError, LlamaConfig
+
+
+def _linear(qt) -> Linear:
+    """A Linear over a GGUF weight: quantized blocks stay a QTensor, float blocks become f32."""
+    return Linear.from_weights(qt.dequantize() if qt.ggml_type.is_float else qt)
+
+
+class _Attention(Module):
+    def __init__(self, get, prefix, cfg: LlamaConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.attn_q = _linear(get(f"{prefix}.attn_q.weight", (self.n_head * self.head_dim, cfg.hidden_size)))
+        self.attn_k = _linear(get(f"{prefix}.attn_k.weight", (self.n_kv_head * self.head_dim, cfg.hidden_size)))
+        self.attn_v = _linear(get(f"{prefix}.attn_v.weight", (self.n_kv_head * self.head_dim, cfg.hidden_size)))
+        self.attn_output = _linear(get(f"{prefix}.attn_output.weight",
+                                       (cfg.hidden_size, self.n_head * self.head_dim)))
+
+    def forward(self, x: Tensor, index_pos: int, layer: int, cache: Cache, mask) -> Tensor:
+        b, s, _ = x.shape
+        d = self.head_dim
+        q = self.attn_q(x).reshape((b, s, self.n_head, d)).transpose(1, 2)
+        k = self.attn_k(x).reshape((b, s, self.n_kv_head, d)).transpose(1, 2)
+        v = self.attn_v(x).reshape((b, s, self.n_kv_head, d)).transpose(1, 2)
+        cos = cache.cos.narrow(0, index_pos, s)
+        sin = cache.sin.narrow(0, index_pos, s)
+        q = rope_i(q.contiguous(), cos, sin)
+        k = rope_i(k.contiguous(), cos, sin)
+        k, v = cache.update(layer, k, v, index_pos)
+        y = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(d))
+        return self.attn_output(y.transpose(1, 2).reshape((b, s, self.n_head * d)))
+
+
+class _Block(Module):
+    def __init__(self, get, i: int, cfg: LlamaConfig):
+        super().__init__()
+        p = f"blk.{i}"
+        h, f, eps = cfg.hidden_size, cfg.intermediate_size, cfg.rms_norm_eps
+        self.attn_norm = RmsNorm.from_weights(get(f"{p}.attn_norm.weight", (h,)).dequantize(), eps)
+        self.attn = _Attention(get, p, cfg)
+        self.ffn_norm = RmsNorm.from_weights(get(f"{p}.ffn_norm.weight", (h,)).dequantize(), eps)
+        self.ffn_gate = _linear(get(f"{p}.ffn_gate.weight", (f, h)))
+        self.ffn_up = _linear(get(f"{p}.ffn_up.weight", (f, h)))
+        self.ffn_down = _linear(get(f"{p}.ffn_down.weight", (h, f)))
+
+    def forward(self, x, index_pos, layer, cache, mask):
+        h = x + self.attn(self.attn_norm(x), index_pos, layer, cache, mask)
+        y = self.ffn_norm(h)
+        return h + self.ffn_down(ops.silu(self.ffn_gate(y)) * self.ffn_up(y))
+
+
+def config_from_gguf(f: GgufFile) -> LlamaConfig:
+    """A ``LlamaConfig`` from llama.cpp's metadata keys (and the token embedding's shape)."""
+    path = f.path
+    arch = f.value("general.architecture")
+    if arch != "llama":
+        raise ModelFormatError(f"{path}: general.architecture is {arch!r}, expected 'llama'")
+
+    def need(key):
+        v = f.value(f"llama.{key}")
+        if v is None:
+            raise ModelFormatError(f"{path}: missing metadata key llama.{key}")
+        return v
+
+    emb = f.tensors.get("token_embd.weight")
+    if emb is None:
+        raise ModelFormatError(f"{path}: no tensor 'token_embd.weight' (not a llama.cpp Llama file)")
+    hidden = int(need("embedding_length"))
+    heads = int(need("attention.head_count"))
+    kv_heads = int(f.value("llama.attention.head_count_kv", heads))
+    head_dim = int(f.value("llama.attention.key_length", hidden // heads))
+    rope_dim = int(f.value("llama.rope.dimension_count", head_dim))
+    if rope_dim != head_dim:
+        raise ModelFormatError(f"{path}: llama.rope.dimension_count {rope_dim} differs from the head size "
+                               f"{head_dim} (partial rotary embeddings are not supported)")
+    scaling = f.value("llama.rope.scaling.type")
+    factor = float(f.value("llama.rope.scaling.factor", 1.0) or 1.0)
+    if "rope_freqs.weight" in f.tensors or (scaling not in (None, "none") and factor != 1.0):
+        raise ModelFormatError(f"{path}: rope scaling ({scaling or 'rope_freqs.weight'}) is not supported")
+    cfg = LlamaConfig(
+        vocab_size=int(f.value("llama.vocab_size", emb.shape[0])),
+        hidden_size=hidden,
+        intermediate_size=int(need("feed_forward_length")),
+        num_hidden_layers=int(need("block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(f.value("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(f.value("llama.rope.freq_base", 10000.0)),
+        max_position_embeddings=int(f.value("llama.context_length", 4096)),
+        tie_word_embeddings="output.weight" not in f.tensors,
+        bos_token_id=f.value("tokenizer.ggml.bos_token_id"),
+        eos_token_id=f.value("tokenizer.ggml.eos_token_id"),
+    )
+    if heads % kv_heads:
+        raise ModelFormatError(f"{path}: head_count {heads} is not a multiple of head_count_kv {kv_heads}")
+    return cfg
+
+
+class _Inner(Module):
+    """Token embedding, blocks and final norm (``model.embed_tokens`` as in ``Llama``)."""
+
+    def __init__(self, embed, blocks, norm):
+        super().__init__()
+        self.embed_tokens = embed
+        self.layers = blocks
+        self.norm = norm
+
+
+class ModelWeights(Module):
+    """A Llama with GGUF (llama.cpp) weights; see the module doc."""
+
+    def __init__(self, f: GgufFile, device=None):
+        super().__init__()
+        device = Device.cpu() if device is None else Device.parse(device)
+        cfg = config_from_gguf(f)
+        self.config = cfg
+        self.path = f.path
+
+        def get(name, shape):
+            t = f.tensors.get(name)
+            if t is None:
+                raise ModelFormatError(f"{f.path}: missing tensor {name!r}")
+            if tuple(t.shape) != tuple(shape):
+                raise ModelFormatError(f"{f.path}: tensor {name!r} has shape {t.shape}, expected {tuple(shape)}")
+            return qtensor_of(t, device)
+
+        emb_q = get("token_embd.weight", (cfg.vocab_size, cfg.hidden_size))
+        blocks = ModuleList(_Block(get, i, cfg) for i in range(cfg.num_hidden_layers))
+        norm = RmsNorm.from_weights(get("output_norm.weight", (cfg.hidden_size,)).dequantize(), cfg.rms_norm_eps)
+        self.model = _Inner(Embedding.from_weights(emb_q.dequantize()), blocks, norm)
+        out_q = emb_q if cfg.tie_word_embeddings else get("output.weight", (cfg.vocab_size, cfg.hidden_size))
+        self.output = _linear(out_q)
+        self._cache = None
+
+    @classmethod
+    def from_gguf(cls, path, device=None) -> "ModelWeights":
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no such GGUF file: {path}")
+        return cls(read_gguf(path), device)
+
+    @property
+    def dtype(self):
+        return dt.f32
+
+    def new_cache(self, use_kv_cache: bool = True) -> Cache:
+        return Cache(self.config, dt.f32, self.model.embed_tokens.weight.device, use_kv_cache)
+
+    def _hidden(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
+        if input_ids.rank != 2:
+            raise ShapeMismatchError(f"ModelWeights: input_ids must be (batch, seq), got {input_ids.shape}")
+        b, s = input_ids.shape
+        if s == 0:
+            raise ShapeMismatchError("ModelWeights: input_ids is empty")
+        index_pos = int(index_pos)
+        if index_pos < 0 or index_pos + s > cache.max_positions:
+            raise ContextLengthError(
+                f"ModelWeights: positions {index_pos}..{index_pos + s - 1} do not fit in the context of "
+                f"{cache.max_positions} tokens (llama.context_length)")
+        if cache.use_kv_cache and index_pos > cache.seq_len:
+            raise ShapeMismatchError(
+                f"ModelWeights: index_pos {index_pos} is past the {cache.seq_len} cached positions")
+        x = self.model.embed_tokens(input_ids)
+        mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, index_pos, i, cache, mask)
+        cache.seq_len = index_pos + s
+        return self.model.norm(x)
+
+    def forward(self, input_ids: Tensor, index_pos: int, cache: Cache | None = None) -> Tensor:
+        """Logits ``(batch, vocab)`` of the position after the last input token."""
+        if cache is None:
+            if self._cache is None or int(index_pos) == 0:
+                self._cache = self.new_cache()
+            cache = self._cache
+        h = self._hidden(input_ids, index_pos, cache)
+        return self.output(h.narrow(1, h.shape[1] - 1, 1).squeeze(1))
+
+    def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
+        """Logits ``(batch, seq, vocab)`` for every input position."""
+        return self.output(self._hidden(input_ids, index_pos, cache))
