@@ -58,12 +58,13 @@ def hf_logits(model, ids):
         return model(torch.tensor([ids])).logits[0].numpy()
 
 
-def run_cached(model):
+def run_cached(model, device=tl.cpu):
     """Last-position logits for the prompt, then for each cached step."""
     cache = model.new_cache()
-    out = [model.forward(tl.Tensor([PROMPT], dtype="u32"), 0, cache).numpy()[0]]
+    out = [model.forward(tl.Tensor([PROMPT], dtype="u32", device=device), 0, cache).numpy()[0]]
     for i, tok in enumerate(STEPS):
-        out.append(model.forward(tl.Tensor([[tok]], dtype="u32"), len(PROMPT) + i, cache).numpy()[0])
+        ids = tl.Tensor([[tok]], dtype="u32", device=device)
+        out.append(model.forward(ids, len(PROMPT) + i, cache).numpy()[0])
     assert cache.seq_len == len(PROMPT) + len(STEPS)
     return np.array(out)
 
@@ -177,3 +178,15 @@ def test_errors(gguf_files, tmp_path, capsys):
     with pytest.raises(tl.TallowError, match="context"):
         model.forward(tl.Tensor([[1] * (LLAMA_CFG["max_position_embeddings"] + 1)], dtype="u32"), 0)
     assert os.path.basename(model.path) == "model-F32.gguf"
+
+
+@pytest.mark.gpu
+def test_runs_on_the_gpu(gguf_files, gpu, monkeypatch):
+    path = gguf_files[1]["Q4K"]
+    on_gpu = ModelWeights.from_gguf(path, gpu)
+    assert on_gpu.model.layers[0].ffn_up.weight.device == gpu
+    got = run_cached(on_gpu, gpu)
+    monkeypatch.setenv("TALLOW_DEQUANTIZE_ALL", "1")
+    f32_products = run_cached(ModelWeights.from_gguf(path))
+    # GPU kernels (within the activation rounding) or the f32 fallback (exact up to float order)
+    assert np.abs(got - f32_products).max() <= 0.05

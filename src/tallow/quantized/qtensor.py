@@ -48,15 +48,23 @@ def dequantize_all() -> bool:
     return os.environ.get("TALLOW_DEQUANTIZE_ALL", "") not in ("", "0")
 
 
+_GPU_OPS = "tallow.backends.gpu.ops_quantized"
+_gpu_ops_cache: list = []
+
+
 def gpu_ops():
-    """``tallow.backends.gpu.ops_quantized`` when it exists, else None."""
-    try:
-        from ..backends.gpu import ops_quantized
-    except ModuleNotFoundError as e:
-        if e.name and e.name.endswith("ops_quantized"):
-            return None
-        raise
-    return ops_quantized
+    """``tallow.backends.gpu.ops_quantized`` (the GPU kernels) when it exists, else None."""
+    if not _gpu_ops_cache:
+        import importlib
+
+        try:
+            module = importlib.import_module(_GPU_OPS)
+        except ModuleNotFoundError as e:
+            if e.name != _GPU_OPS:
+                raise
+            module = None
+        _gpu_ops_cache.append(module)
+    return _gpu_ops_cache[0]
 
 
 def _gpu_supports(name: str) -> bool:
