@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not fast.available(), reason=f"numba path unavai
 @pytest.fixture(scope="module")
 def problem():
     rng = np.random.default_rng(31)
-    x = rng.standard_normal((3, 512)).astype(F)
+    x = rng.standard_normal((5, 512)).astype(F)  # a group of four rows and a single one
     x[1] *= 40.0
     x[2, :256] *= 1e-3
     w = (rng.standard_normal((7, 512)) * rng.uniform(0.1, 3, (7, 1))).astype(F)
@@ -30,7 +30,7 @@ def test_matches_candle_vec_dot(name, problem):
     raw = t.quantize(w)
     ref = reference_matmul(name, x, raw)
     got = fast.TiledWeight(raw, name, *w.shape).matmul_t(x)
-    assert got.dtype == F and got.shape == (3, 7)
+    assert got.dtype == F and got.shape == (5, 7)
     plain = matmul_t_dequantized(x, raw, name, *w.shape)
     scale = np.abs(x) @ np.abs(t.dequantize(raw).reshape(w.shape)).T
     # The float product without activation quantization is far from ref: agreeing checks the method.
@@ -97,13 +97,14 @@ def test_large_weight_uses_threads_and_agrees():
 
 def test_memory_of_the_tiled_layout():
     w = np.zeros((256, 1024), F)
-    # int8 values plus one f32 scale per block: 1.125 bytes per weight for Q4_0 and Q8_0
-    for name, per_weight in (("Q4_0", 1.125), ("Q8_0", 1.125), ("Q4_1", 1.25)):
+    # int8 values (4-bit ones two per byte) plus one f32 scale per block (and Q4_1's minimum)
+    for name, per_weight in (("Q4_0", 0.625), ("Q8_0", 1.125), ("Q5_0", 1.125), ("Q4_1", 0.75)):
         tw = fast.TiledWeight(ggml_type(name).quantize(w), name, 256, 1024)
-        assert tw.nbytes == 256 * 1024 * per_weight
-    tw = fast.TiledWeight(ggml_type("Q4K").quantize(w), "Q4K", 256, 1024)
+        assert tw.nbytes == 256 * 1024 * per_weight, name
     # values, d and dmin per 256, eight 6-bit scales and mins per 256 (one byte each)
-    assert tw.nbytes == 256 * 1024 * (1 + 8 / 256 + 16 / 256)
+    for name, values in (("Q4K", 0.5), ("Q5K", 1)):
+        tw = fast.TiledWeight(ggml_type(name).quantize(w), name, 256, 1024)
+        assert tw.nbytes == 256 * 1024 * (values + 8 / 256 + 16 / 256), name
 
 
 def test_shapes_and_errors():
@@ -125,3 +126,27 @@ def test_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("TALLOW_NO_NUMBA", "0")
     assert fast.available()
     assert fast.status()["compile_seconds"] is not None
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q5_1", "Q8_1", "Q2K", "Q4K", "Q6K"])
+def test_compiled_activation_quantization_is_the_codecs(name):
+    # Dot types Q8_0, Q8_1 and Q8K: the compiled quantizer gives the NumPy codecs' values.
+    from samples import sample_matrix
+
+    rng = np.random.default_rng(12)
+    k = 512
+    x = sample_matrix(rng, 9, k)
+    x[6, :64] = np.arange(64) * 0.5 - 16  # exact halves: rounding ties
+    x[7] = rng.integers(-3, 4, k) * 0.25
+    x[8, 5] = -x[8].max() * 1.5  # a negative extreme (Q8K keeps its sign)
+    t = ggml_type(name)
+    tw = fast.TiledWeight(t.quantize(np.ones((4, k), F)), name, 4, k)
+    assert fast._state["quantize"] is not None
+    got = tw.quantize_activations(x)
+    want = tw._quantize_activations_numpy(x)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    bad = x.copy()
+    bad[0, 3] = np.nan  # non-finite: the NumPy codec decides
+    for a, b in zip(tw.quantize_activations(bad), tw._quantize_activations_numpy(bad)):
+        np.testing.assert_array_equal(a, b)

@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from .blocks import byte_blocks, f16_field
+from .blocks import byte_blocks, f16_field, f16_round
 from .types import ggml_type
 
 F32 = np.float32
@@ -51,7 +51,7 @@ F32 = np.float32
 # Block combination modes (see the module doc).
 LEGACY, OFFSET, KQUANT, KMIN = 0, 1, 2, 3
 
-_state = {"checked": False, "kernel": None, "error": None, "compile_seconds": None}
+_state = {"checked": False, "kernel": None, "quantize": None, "error": None, "compile_seconds": None}
 _lock = threading.Lock()
 
 
@@ -80,10 +80,10 @@ def _kernel():
     with _lock:
         if not _state["checked"]:
             try:
-                _state["kernel"] = _build()
+                _state["kernel"], _state["quantize"] = _build()
             except Exception as e:  # numba missing or broken: the NumPy path serves
                 _state["error"] = f"{type(e).__name__}: {e}"
-                _state["kernel"] = None
+                _state["kernel"] = _state["quantize"] = None
             _state["checked"] = True
     return _state["kernel"]
 
@@ -91,96 +91,289 @@ def _kernel():
 def _build():
     import numba
 
-    @numba.njit(nogil=True, cache=True, fastmath=False, boundscheck=False)
-    def qmm_tiles(wq, wsc, wd, wmin, wdmin, wm, xf, xd, xs, xms, mode, sub, out, t0, t1):
-        # wq (T, nb, B, J) int8   weights' small integers, J rows side by side
+    # The integer sums: products and sums of small integers, exact in f32 in any
+    # order, so multiply-adds may be fused ("contract") without changing a bit.
+    exact = dict(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})
+
+    @numba.njit(**exact)
+    def sums4(w, xf, b, i0, lo, hi, s):
+        # s[r, j] = sum_{t in [lo, hi)} w[b, t, j] * xf[i0 + r, b, t] for four activation rows
+        jw = w.shape[2]
+        for r in range(4):
+            for j in range(jw):
+                s[r, j] = 0.0
+        for t in range(lo, hi, 2):
+            a0 = xf[i0, b, t]
+            b0 = xf[i0, b, t + 1]
+            a1 = xf[i0 + 1, b, t]
+            b1 = xf[i0 + 1, b, t + 1]
+            a2 = xf[i0 + 2, b, t]
+            b2 = xf[i0 + 2, b, t + 1]
+            a3 = xf[i0 + 3, b, t]
+            b3 = xf[i0 + 3, b, t + 1]
+            for j in range(jw):
+                u = np.float32(w[b, t, j])
+                v = np.float32(w[b, t + 1, j])
+                s[0, j] += u * a0 + v * b0
+                s[1, j] += u * a1 + v * b1
+                s[2, j] += u * a2 + v * b2
+                s[3, j] += u * a3 + v * b3
+
+    @numba.njit(**exact)
+    def sums1(w, xf, b, i, lo, hi, s, r):
+        # s[r, j] = sum_{t in [lo, hi)} w[b, t, j] * xf[i, b, t] for one activation row
+        jw = w.shape[2]
+        for j in range(jw):
+            s[r, j] = 0.0
+        for t in range(lo, hi, 8):
+            x0 = xf[i, b, t]
+            x1 = xf[i, b, t + 1]
+            x2 = xf[i, b, t + 2]
+            x3 = xf[i, b, t + 3]
+            x4 = xf[i, b, t + 4]
+            x5 = xf[i, b, t + 5]
+            x6 = xf[i, b, t + 6]
+            x7 = xf[i, b, t + 7]
+            for j in range(jw):
+                s[r, j] += (((np.float32(w[b, t, j]) * x0 + np.float32(w[b, t + 1, j]) * x1)
+                             + (np.float32(w[b, t + 2, j]) * x2 + np.float32(w[b, t + 3, j]) * x3))
+                            + ((np.float32(w[b, t + 4, j]) * x4 + np.float32(w[b, t + 5, j]) * x5)
+                               + (np.float32(w[b, t + 6, j]) * x6 + np.float32(w[b, t + 7, j]) * x7)))
+
+    @numba.njit(**exact)
+    def sums4p(w, xf, b, i0, lo, hi, s):
+        # sums4 over nibble-packed values: byte [b, t2, j] holds t = 2*t2 (low) and 2*t2+1 (high)
+        jw = w.shape[2]
+        for r in range(4):
+            for j in range(jw):
+                s[r, j] = 0.0
+        for t in range(lo, hi, 2):
+            a0 = xf[i0, b, t]
+            b0 = xf[i0, b, t + 1]
+            a1 = xf[i0 + 1, b, t]
+            b1 = xf[i0 + 1, b, t + 1]
+            a2 = xf[i0 + 2, b, t]
+            b2 = xf[i0 + 2, b, t + 1]
+            a3 = xf[i0 + 3, b, t]
+            b3 = xf[i0 + 3, b, t + 1]
+            t2 = t // 2
+            for j in range(jw):
+                p = w[b, t2, j]
+                u = np.float32(p & 15)
+                v = np.float32(p >> 4)
+                s[0, j] += u * a0 + v * b0
+                s[1, j] += u * a1 + v * b1
+                s[2, j] += u * a2 + v * b2
+                s[3, j] += u * a3 + v * b3
+
+    @numba.njit(**exact)
+    def sums1p(w, xf, b, i, lo, hi, s, r):
+        jw = w.shape[2]
+        for j in range(jw):
+            s[r, j] = 0.0
+        for t in range(lo, hi, 8):
+            x0 = xf[i, b, t]
+            x1 = xf[i, b, t + 1]
+            x2 = xf[i, b, t + 2]
+            x3 = xf[i, b, t + 3]
+            x4 = xf[i, b, t + 4]
+            x5 = xf[i, b, t + 5]
+            x6 = xf[i, b, t + 6]
+            x7 = xf[i, b, t + 7]
+            t2 = t // 2
+            for j in range(jw):
+                p0 = w[b, t2, j]
+                p1 = w[b, t2 + 1, j]
+                p2 = w[b, t2 + 2, j]
+                p3 = w[b, t2 + 3, j]
+                s[r, j] += (((np.float32(p0 & 15) * x0 + np.float32(p0 >> 4) * x1)
+                             + (np.float32(p1 & 15) * x2 + np.float32(p1 >> 4) * x3))
+                            + ((np.float32(p2 & 15) * x4 + np.float32(p2 >> 4) * x5)
+                               + (np.float32(p3 & 15) * x6 + np.float32(p3 >> 4) * x7)))
+
+    # The scaled terms: ggml's float operations in ggml's order (no fast-math at all).
+    @numba.njit(nogil=True, cache=True, boundscheck=False)
+    def qmm_tiles(wq, wp, zero, wsc, wd, wmin, wdmin, wm, xf, xd, xs, xsum, xms, mode, sub, out, t0, t1):
+        # wq (T, nb, B, J) int8   weights' small integers, J rows side by side, or
+        # wp (T, nb, B/2, J) uint8  the same 4-bit values two per byte (wq then empty);
+        #                         zero: subtracted from each value (8 for Q4_0), via xsum
         # wsc (T, nb, nsub, J) int8  sub-block integer scales (nsub 0: none)
         # wd (T, nb, J) f32       block scales;  wdmin: K-quant minimum scales
         # wmin (T, nb, nmin, J) int8  integer minimums (nmin 0: none)
         # wm (T, nb, J) f32       Q4_1/Q5_1 block minimums
         # xf (m, nb, B) f32       activation integers;  xd (m, nb) their scales
         # xs (m, nb) f32          Q8_1 block sums s;  xms (m, nb, nmin) f32 integer partial sums
-        _t, nb, bs, jw = wq.shape
+        packed = wp.shape[2] > 0
+        if packed:
+            _t, nb, half, jw = wp.shape
+            bs = 2 * half
+        else:
+            _t, nb, bs, jw = wq.shape
         m = xf.shape[0]
         nsub = wsc.shape[2]
         nmin = wmin.shape[2]
         step = bs // nsub if nsub > 0 else sub
-        s = np.empty(jw, np.float32)
-        isum = np.empty(jw, np.int32)
+        s = np.empty((4, jw), np.float32)
+        isum = np.empty((4, jw), np.int32)
         msum = np.empty(jw, np.int32)
         res = np.empty((m, jw), np.float32)
         for tile in range(t0, t1):
+            w = wq[tile]
+            wpt = wp[tile]
+            sc = wsc[tile]
+            d = wd[tile]
+            mn = wmin[tile]
+            dm = wdmin[tile]
+            mw = wm[tile]
             res[:, :] = 0.0
             for b in range(nb):
-                for i in range(m):
-                    isum[:] = 0
+                for i0 in range(0, m, 4):
+                    nr = min(4, m - i0)
+                    isum[:, :] = 0
                     for sb in range(bs // step):
-                        s[:] = 0.0
-                        for tb in range(sb * step, sb * step + step, 8):
-                            x0 = xf[i, b, tb]
-                            x1 = xf[i, b, tb + 1]
-                            x2 = xf[i, b, tb + 2]
-                            x3 = xf[i, b, tb + 3]
-                            x4 = xf[i, b, tb + 4]
-                            x5 = xf[i, b, tb + 5]
-                            x6 = xf[i, b, tb + 6]
-                            x7 = xf[i, b, tb + 7]
-                            for j in range(jw):
-                                # small integers: every sum below is exact in f32
-                                s[j] += (((np.float32(wq[tile, b, tb, j]) * x0
-                                           + np.float32(wq[tile, b, tb + 1, j]) * x1)
-                                          + (np.float32(wq[tile, b, tb + 2, j]) * x2
-                                             + np.float32(wq[tile, b, tb + 3, j]) * x3))
-                                         + ((np.float32(wq[tile, b, tb + 4, j]) * x4
-                                             + np.float32(wq[tile, b, tb + 5, j]) * x5)
-                                            + (np.float32(wq[tile, b, tb + 6, j]) * x6
-                                               + np.float32(wq[tile, b, tb + 7, j]) * x7)))
-                        if nsub > 0:
-                            for j in range(jw):
-                                isum[j] += np.int32(s[j]) * np.int32(wsc[tile, b, sb, j])
+                        lo = sb * step
+                        if packed:
+                            if nr == 4:
+                                sums4p(wpt, xf, b, i0, lo, lo + step, s)
+                            else:
+                                for r in range(nr):
+                                    sums1p(wpt, xf, b, i0 + r, lo, lo + step, s, r)
+                        elif nr == 4:
+                            sums4(w, xf, b, i0, lo, lo + step, s)
                         else:
+                            for r in range(nr):
+                                sums1(w, xf, b, i0 + r, lo, lo + step, s, r)
+                        for r in range(nr):
+                            if nsub > 0:
+                                for j in range(jw):
+                                    isum[r, j] += np.int32(s[r, j]) * np.int32(sc[b, sb, j])
+                            else:
+                                for j in range(jw):
+                                    isum[r, j] += np.int32(s[r, j])
+                    if zero != 0:
+                        for r in range(nr):
+                            zx = np.int32(zero) * np.int32(xsum[i0 + r, b])
                             for j in range(jw):
-                                isum[j] += np.int32(s[j])
-                    dx = xd[i, b]
-                    if mode == 0:
-                        for j in range(jw):
-                            res[i, j] += (np.float32(isum[j]) * wd[tile, b, j]) * dx
-                    elif mode == 1:
-                        sx = xs[i, b]
-                        for j in range(jw):
-                            res[i, j] += ((np.float32(isum[j]) * wd[tile, b, j]) * dx) + wm[tile, b, j] * sx
-                    elif mode == 2:
-                        for j in range(jw):
-                            res[i, j] += (wd[tile, b, j] * dx) * np.float32(isum[j])
-                    else:
-                        msum[:] = 0
-                        for u in range(nmin):
-                            xu = np.int32(xms[i, b, u])
+                                isum[r, j] -= zx
+                    for r in range(nr):
+                        i = i0 + r
+                        dx = xd[i, b]
+                        if mode == 0:
                             for j in range(jw):
-                                msum[j] += np.int32(wmin[tile, b, u, j]) * xu
-                        for j in range(jw):
-                            res[i, j] += ((wd[tile, b, j] * dx) * np.float32(isum[j])
-                                          - (wdmin[tile, b, j] * dx) * np.float32(msum[j]))
+                                res[i, j] += (np.float32(isum[r, j]) * d[b, j]) * dx
+                        elif mode == 1:
+                            sx = xs[i, b]
+                            for j in range(jw):
+                                res[i, j] += ((np.float32(isum[r, j]) * d[b, j]) * dx) + mw[b, j] * sx
+                        elif mode == 2:
+                            for j in range(jw):
+                                res[i, j] += (d[b, j] * dx) * np.float32(isum[r, j])
+                        else:
+                            msum[:] = 0
+                            for u in range(nmin):
+                                xu = np.int32(xms[i, b, u])
+                                for j in range(jw):
+                                    msum[j] += np.int32(mn[b, u, j]) * xu
+                            for j in range(jw):
+                                res[i, j] += ((d[b, j] * dx) * np.float32(isum[r, j])
+                                              - (dm[b, j] * dx) * np.float32(msum[j]))
             for i in range(m):
                 for j in range(jw):
                     out[i, tile * jw + j] = res[i, j]
 
+    @numba.njit(nogil=True, cache=True, boundscheck=False)
+    def round_away(v):
+        # Rust's f32::round (half away from zero), exactly: the fraction v - trunc(v) is exact
+        t = np.float32(np.trunc(v))
+        f = v - t
+        if f >= np.float32(0.5):
+            return t + np.float32(1.0)
+        if f <= np.float32(-0.5):
+            return t - np.float32(1.0)
+        return t
+
+    # Activation rows to a dot type, with the float operations of the NumPy codecs
+    # (legacy.q8_0_quantize / kquants.q8k_quantize), so the integers are the same.
+    @numba.njit(nogil=True, cache=True, boundscheck=False)
+    def quantize_rows(x, kind, xf, xd, xsum, xbs):
+        # x (m, nb, B) f32.  kind 0 (Q8_0/Q8_1, B 32): xd = amax / 127 before its f16
+        # rounding.  kind 1 (Q8K, B 256): xd = d, xbs = the sixteen bsums.  Both:
+        # xsum = the sum of the block's integers.  Returns False on a non-finite input (the caller
+        # then uses the NumPy codec, which defines those cases).
+        m, nb, bs = x.shape
+        for i in range(m):
+            for b in range(nb):
+                if kind == 0:
+                    amax = np.float32(0.0)
+                    for t in range(bs):
+                        a = abs(x[i, b, t])
+                        if not (a <= np.float32(3.4028235e38)):
+                            return False
+                        if a > amax:
+                            amax = a
+                    d = amax / np.float32(127.0)
+                    inv = np.float32(0.0) if d == 0 else np.float32(1.0) / d
+                    total = 0
+                    for t in range(bs):
+                        q = round_away(x[i, b, t] * inv)
+                        xf[i, b, t] = q
+                        total += np.int32(q)
+                    xd[i, b] = d
+                    xsum[i, b] = total
+                else:
+                    amax = np.float32(0.0)
+                    mx = np.float32(0.0)
+                    for t in range(bs):
+                        v = x[i, b, t]
+                        a = abs(v)
+                        if not (a <= np.float32(3.4028235e38)):
+                            return False
+                        if a > amax:
+                            amax = a
+                            mx = v
+                    if mx == 0:
+                        for t in range(bs):
+                            xf[i, b, t] = 0.0
+                        xd[i, b] = 0.0
+                    else:
+                        iscale = np.float32(-127.0) / mx
+                        for t in range(bs):
+                            q = round_away(iscale * x[i, b, t])
+                            q = min(max(q, np.float32(-128.0)), np.float32(127.0))
+                            xf[i, b, t] = q
+                        xd[i, b] = np.float32(1.0) / iscale
+                    total = 0
+                    for u in range(bs // 16):
+                        acc = 0
+                        for t in range(16 * u, 16 * u + 16):
+                            acc += np.int32(xf[i, b, t])
+                        xbs[i, b, u] = acc
+                        total += acc
+                    xsum[i, b] = total
+        return True
+
     t0 = time.perf_counter()
-    _warm(qmm_tiles)
+    _warm(qmm_tiles, quantize_rows)
     _state["compile_seconds"] = time.perf_counter() - t0
-    return qmm_tiles
+    return qmm_tiles, quantize_rows
 
 
-def _warm(kernel):
+def _warm(kernel, quantize_rows):
     """Compile (or load from numba's cache) the one signature every call uses."""
     z8 = np.zeros((1, 1, 32, 16), np.int8)
     e8 = np.zeros((1, 1, 0, 16), np.int8)
     f = np.zeros((1, 1, 16), F32)
-    x = np.zeros((1, 1, 32), F32)
-    xd = np.zeros((1, 1), F32)
-    xm = np.zeros((1, 1, 0), F32)
-    out = np.zeros((1, 16), F32)
-    kernel(z8, e8, f, e8, f, f, x, xd, xd, xm, 0, 32, out, 0, 1)
+    p8 = np.zeros((1, 1, 16, 16), np.uint8)
+    ep = np.zeros((1, 1, 0, 16), np.uint8)
+    for m in (1, 4):  # both row paths, both layouts
+        x = np.zeros((m, 1, 32), F32)
+        xd = np.zeros((m, 1), F32)
+        xm = np.zeros((m, 1, 0), F32)
+        out = np.zeros((m, 16), F32)
+        kernel(z8, ep, 0, e8, f, e8, f, f, x, xd, xd, xd, xm, 0, 32, out, 0, 1)
+        kernel(e8, p8, 8, e8, f, e8, f, f, x, xd, xd, xd, xm, 0, 32, out, 0, 1)
+    x = np.zeros((1, 1, 256), F32)
+    quantize_rows(x, 0, x.copy(), np.zeros((1, 1), F32), np.zeros((1, 1), np.int32), np.zeros((1, 1, 16), np.int32))
 
 
 # ---------------------------------------------------------------- weight unpacking
@@ -188,7 +381,9 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     """One format's blocks as ggml's vec_dot sees them (see the module doc).
 
     Returns q (n, B) int8 and d (n,) f32, plus as the format needs: sc (n, nsub)
-    int8 sub-block scales, mins (n, nmin) int8 and dmin (n,) f32, m (n,) f32.
+    int8 sub-block scales, mins (n, nmin) int8 and dmin (n,) f32, m (n,) f32;
+    ``packed`` for 4-bit values (0..15, stored two per byte), ``zero`` the
+    offset subtracted from them (Q4_0's 8).
     """
     from . import kquants as kq
     from . import legacy as lg
@@ -196,11 +391,11 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     name = t.name
     nb = blocks.shape[0]
     out: dict = {"mode": LEGACY, "sub": 32}
-    if name == "Q4_0":
-        out.update(q=lg._nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8), d=f16_field(blocks, 0))
+    if name == "Q4_0":  # values 0..15 kept packed; the -8 is applied to the integer sum
+        out.update(q=lg._nibbles(blocks[:, 2:]).astype(np.int8), d=f16_field(blocks, 0), zero=8, packed=True)
     elif name == "Q4_1":
         out.update(q=lg._nibbles(blocks[:, 4:]).astype(np.int8), d=f16_field(blocks, 0),
-                   m=f16_field(blocks, 2), mode=OFFSET)
+                   m=f16_field(blocks, 2), mode=OFFSET, packed=True)
     elif name == "Q5_0":
         q = lg._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
         out.update(q=q, d=f16_field(blocks, 0))
@@ -226,7 +421,7 @@ def _decompose(t, blocks: np.ndarray) -> dict:
         values = kq._unpack_4bit_32(blocks[:, 16:144]) if name == "Q4K" else kq._q5k_values(blocks)
         d, dmin, sc, mn = kq._k45_fields(blocks)
         out.update(q=values.reshape(nb, 256).astype(np.int8), d=d, sc=sc.astype(np.int8),
-                   mins=mn.astype(np.int8), dmin=dmin, mode=KMIN)
+                   mins=mn.astype(np.int8), dmin=dmin, mode=KMIN, packed=name == "Q4K")
     elif name == "Q6K":
         out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
                    sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
@@ -276,7 +471,16 @@ class TiledWeight:
         self.mode, self.sub = parts["mode"], parts["sub"]
         self.jw = jw = tile_width(n)
         self.tiles = -(-n // jw)
-        self.wq = _tiles(parts["q"].reshape(-1, t.block_size), n, per_row, jw)
+        self.zero = int(parts.get("zero", 0))
+        wq = _tiles(parts["q"].reshape(-1, t.block_size), n, per_row, jw)
+        if parts.get("packed"):
+            # values 0..15: element 2u in the low nibble of byte u, 2u + 1 in the high one
+            lo, hi = wq[:, :, 0::2].view(np.uint8), wq[:, :, 1::2].view(np.uint8)
+            self.wp = np.ascontiguousarray(lo | (hi << 4))
+            self.wq = np.zeros((self.tiles, per_row, 0, jw), np.int8)
+        else:
+            self.wq = wq
+            self.wp = np.zeros((self.tiles, per_row, 0, jw), np.uint8)
         self.wd = _tiles(parts["d"], n, per_row, jw)
         empty8 = np.zeros((self.tiles, per_row, 0, jw), np.int8)
         zf = np.zeros((self.tiles, per_row, jw), F32)
@@ -289,14 +493,52 @@ class TiledWeight:
     @property
     def nbytes(self) -> int:
         """Memory held by the tiled form (the padding rows included)."""
-        arrays = [self.wq, self.wd, self.wsc, self.wmin]
+        arrays = [self.wq, self.wp, self.wd, self.wsc, self.wmin]
         for a in (self.wdmin, self.wm):
             if a is not self._shared_zeros:
                 arrays.append(a)
         return sum(a.nbytes for a in arrays)
 
     def quantize_activations(self, x: np.ndarray):
-        """``x`` (m, k) -> (xf (m, nb, B) f32 integers, xd (m, nb), xs (m, nb), xms (m, nb, nmin))."""
+        """``x`` (m, k) -> (xf (m, nb, B) f32 integers, xd (m, nb) scales, xs (m, nb) Q8_1 sums,
+        xsum (m, nb) integer block sums, xms (m, nb, nmin) partial sums for the minimums).
+
+        Compiled, with the same results as the NumPy codecs of the dot type
+        (which serve for non-finite inputs).
+        """
+        t = self.type
+        m, k = x.shape
+        nb = k // t.block_size
+        quantize_rows = _state["quantize"]
+        if quantize_rows is not None:
+            bs = t.block_size
+            xb = np.ascontiguousarray(x, dtype=F32).reshape(m, nb, bs)
+            xf = np.empty((m, nb, bs), F32)
+            xd = np.empty((m, nb), F32)
+            xsum = np.zeros((m, nb), np.int32)
+            xbs = np.zeros((m, nb, bs // 16), np.int32)
+            kind = 1 if self.dot.name == "Q8K" else 0
+            if quantize_rows(xb, kind, xf, xd, xsum, xbs):
+                xs = np.zeros((m, nb), F32)
+                if kind == 0:
+                    xd = f16_round(xd)  # the block's stored d
+                    if self.dot.name == "Q8_1":  # candle's s: f16(f16(sum) * d)
+                        xs = f16_round(f16_round(xsum.astype(F32)) * xd)
+                return xf, xd, xs, xsum.astype(F32), self._min_sums(xbs)
+        return self._quantize_activations_numpy(x)
+
+    def _min_sums(self, bsums: np.ndarray) -> np.ndarray:
+        """The activation's partial sums the weight's minimums multiply (Q8K bsums, paired for Q4K/Q5K)."""
+        m, nb = bsums.shape[:2]
+        nmin = self.wmin.shape[2]
+        if not nmin:
+            return np.zeros((m, nb, 0), F32)
+        sums = bsums.astype(np.int32).reshape(m, nb, 16)
+        if nmin == 8:  # Q4K/Q5K minimums cover 32 values: two bsums each
+            sums = sums.reshape(m, nb, 8, 2).sum(axis=-1)
+        return np.ascontiguousarray(sums, dtype=F32)
+
+    def _quantize_activations_numpy(self, x: np.ndarray):
         t, dot = self.type, self.dot
         m, k = x.shape
         nb = k // t.block_size
@@ -305,15 +547,9 @@ class TiledWeight:
         xf = a.q.reshape(m, nb, t.block_size).astype(F32)
         xd = np.ascontiguousarray(a.gscale[:, 0].reshape(m, nb), dtype=F32)
         xs = np.zeros((m, nb), F32) if a.s is None else np.ascontiguousarray(a.s.reshape(m, nb), dtype=F32)
-        nmin = self.wmin.shape[2]
-        if nmin:
-            sums = a.sums16.astype(np.int32).reshape(m, nb, 16)
-            if nmin == 8:  # Q4K/Q5K minimums cover 32 values: two bsums each
-                sums = sums.reshape(m, nb, 8, 2).sum(axis=-1)
-            xms = np.ascontiguousarray(sums, dtype=F32)
-        else:
-            xms = np.zeros((m, nb, 0), F32)
-        return xf, xd, xs, xms
+        xms = self._min_sums(a.sums16.reshape(m, nb, 16)) if self.wmin.shape[2] else np.zeros((m, nb, 0), F32)
+        xsum = xf.sum(axis=2, dtype=F32)  # integers below 2**24: exact
+        return xf, xd, xs, xsum, xms
 
     def matmul_t(self, x: np.ndarray, num_threads: int | None = None) -> np.ndarray:
         """``x @ W.T`` for ``x`` (..., k), ggml semantics (see the module doc)."""
@@ -329,10 +565,10 @@ class TiledWeight:
         m = x2.shape[0]
         if m == 0 or self.n == 0:
             return np.zeros(lead + (self.n,), F32)
-        xf, xd, xs, xms = self.quantize_activations(x2)
+        xf, xd, xs, xsum, xms = self.quantize_activations(x2)
         out = np.empty((m, self.tiles * self.jw), F32)
-        args = (self.wq, self.wsc, self.wd, self.wmin, self.wdmin, self.wm, xf, xd, xs, xms,
-                self.mode, self.sub, out)
+        args = (self.wq, self.wp, self.zero, self.wsc, self.wd, self.wmin, self.wdmin, self.wm,
+                xf, xd, xs, xsum, xms, self.mode, self.sub, out)
         from .vec_dot import _executor, _split, default_threads
 
         threads = num_threads or default_threads()
