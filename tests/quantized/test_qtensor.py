@@ -159,3 +159,20 @@ def test_qtensor_devices():
     assert q.to_bytes() == QTensor(tl.Tensor(np.frombuffer(q.to_bytes(), np.uint8)), (4, 64), "q4_0").to_bytes()
     with pytest.raises(tl.UnsupportedDTypeError, match="1-D u8"):
         QTensor(tl.zeros((4, 36), dtype="u8"), (4, 64), "q4_0")
+
+
+def test_without_numba_installed_the_numpy_path_serves():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['numba'] = None\n"  # makes `import numba` fail
+        "import numpy as np, tallow as tl\n"
+        "from tallow.quantized import QMatMul, fast\n"
+        "q = tl.Tensor(np.linspace(-1, 1, 4 * 256, dtype=np.float32).reshape(4, 256)).quantize('q4k')\n"
+        "qm = QMatMul(q)\n"
+        "y = qm.forward(tl.ones((2, 256)))\n"
+        "print(qm.path, fast.available(), 'numba' in (fast.status()['error'] or ''), y.shape)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["numpy", "False", "True", "(2,", "4)"], out.stderr
