@@ -572,13 +572,28 @@ class TiledWeight:
         from .vec_dot import _executor, _split, default_threads
 
         threads = num_threads or default_threads()
+        work = m * self.n * self.k
         # A thread is worth its hand-off only for a few hundred microseconds of work.
-        threads = max(1, min(threads, self.tiles, (m * self.n * self.k) >> 21))
+        threads = max(1, min(threads, self.tiles, work >> 21))
         if threads == 1:
             kernel(*args, 0, self.tiles)
         else:
+            # Several pieces per thread, taken as threads free up: a core busy with
+            # other work then delays a piece, not half of the product.
+            count = min(self.tiles, threads * (4 if work >= 1 << 24 else 1))
+            pieces = iter(_split(self.tiles, count, 1))
+            lock = threading.Lock()
+
+            def worker():
+                while True:
+                    with lock:
+                        piece = next(pieces, None)
+                    if piece is None:
+                        return
+                    kernel(*args, *piece)
+
             pool = _executor(threads)
-            futures = [pool.submit(kernel, *args, a, b) for a, b in _split(self.tiles, threads, 1)]
+            futures = [pool.submit(worker) for _ in range(threads)]
             for f in futures:
                 f.result()
         if out.shape[1] != self.n:
