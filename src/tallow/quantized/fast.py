@@ -95,70 +95,72 @@ def _build():
     # order, so multiply-adds may be fused ("contract") without changing a bit.
     exact = dict(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})
 
+    # Each takes one block of one tile: w (B, J) or its packed (B/2, J) bytes, the
+    # activation block x (B,) or four rows of it x (4, B), and writes s (J,) or (4, J).
     @numba.njit(**exact)
-    def sums4(w, xf, b, i0, lo, hi, s):
-        # s[r, j] = sum_{t in [lo, hi)} w[b, t, j] * xf[i0 + r, b, t] for four activation rows
-        jw = w.shape[2]
+    def sums4(w, x, lo, hi, s):
+        # s[r, j] = sum_{t in [lo, hi)} w[t, j] * x[r, t], r < 4
+        jw = w.shape[1]
         for r in range(4):
             for j in range(jw):
                 s[r, j] = 0.0
         for t in range(lo, hi, 2):
-            a0 = xf[i0, b, t]
-            b0 = xf[i0, b, t + 1]
-            a1 = xf[i0 + 1, b, t]
-            b1 = xf[i0 + 1, b, t + 1]
-            a2 = xf[i0 + 2, b, t]
-            b2 = xf[i0 + 2, b, t + 1]
-            a3 = xf[i0 + 3, b, t]
-            b3 = xf[i0 + 3, b, t + 1]
+            a0 = x[0, t]
+            b0 = x[0, t + 1]
+            a1 = x[1, t]
+            b1 = x[1, t + 1]
+            a2 = x[2, t]
+            b2 = x[2, t + 1]
+            a3 = x[3, t]
+            b3 = x[3, t + 1]
             for j in range(jw):
-                u = np.float32(w[b, t, j])
-                v = np.float32(w[b, t + 1, j])
+                u = np.float32(w[t, j])
+                v = np.float32(w[t + 1, j])
                 s[0, j] += u * a0 + v * b0
                 s[1, j] += u * a1 + v * b1
                 s[2, j] += u * a2 + v * b2
                 s[3, j] += u * a3 + v * b3
 
     @numba.njit(**exact)
-    def sums1(w, xf, b, i, lo, hi, s, r):
-        # s[r, j] = sum_{t in [lo, hi)} w[b, t, j] * xf[i, b, t] for one activation row
-        jw = w.shape[2]
+    def sums1(w, x, lo, hi, s):
+        # s[j] = sum_{t in [lo, hi)} w[t, j] * x[t]
+        jw = w.shape[1]
         for j in range(jw):
-            s[r, j] = 0.0
+            s[j] = 0.0
         for t in range(lo, hi, 8):
-            x0 = xf[i, b, t]
-            x1 = xf[i, b, t + 1]
-            x2 = xf[i, b, t + 2]
-            x3 = xf[i, b, t + 3]
-            x4 = xf[i, b, t + 4]
-            x5 = xf[i, b, t + 5]
-            x6 = xf[i, b, t + 6]
-            x7 = xf[i, b, t + 7]
+            x0 = x[t]
+            x1 = x[t + 1]
+            x2 = x[t + 2]
+            x3 = x[t + 3]
+            x4 = x[t + 4]
+            x5 = x[t + 5]
+            x6 = x[t + 6]
+            x7 = x[t + 7]
             for j in range(jw):
-                s[r, j] += (((np.float32(w[b, t, j]) * x0 + np.float32(w[b, t + 1, j]) * x1)
-                             + (np.float32(w[b, t + 2, j]) * x2 + np.float32(w[b, t + 3, j]) * x3))
-                            + ((np.float32(w[b, t + 4, j]) * x4 + np.float32(w[b, t + 5, j]) * x5)
-                               + (np.float32(w[b, t + 6, j]) * x6 + np.float32(w[b, t + 7, j]) * x7)))
+                s[j] += (((np.float32(w[t, j]) * x0 + np.float32(w[t + 1, j]) * x1)
+                          + (np.float32(w[t + 2, j]) * x2 + np.float32(w[t + 3, j]) * x3))
+                         + ((np.float32(w[t + 4, j]) * x4 + np.float32(w[t + 5, j]) * x5)
+                            + (np.float32(w[t + 6, j]) * x6 + np.float32(w[t + 7, j]) * x7)))
 
     @numba.njit(**exact)
-    def sums4p(w, xf, b, i0, lo, hi, s):
-        # sums4 over nibble-packed values: byte [b, t2, j] holds t = 2*t2 (low) and 2*t2+1 (high)
-        jw = w.shape[2]
+    def sums4p(w, x, lo, hi, s):
+        # sums4 over nibble-packed values: byte [u, j] holds t = 2u (low) and 2u + 1 (high)
+        jw = w.shape[1]
         for r in range(4):
             for j in range(jw):
                 s[r, j] = 0.0
         for t in range(lo, hi, 2):
-            a0 = xf[i0, b, t]
-            b0 = xf[i0, b, t + 1]
-            a1 = xf[i0 + 1, b, t]
-            b1 = xf[i0 + 1, b, t + 1]
-            a2 = xf[i0 + 2, b, t]
-            b2 = xf[i0 + 2, b, t + 1]
-            a3 = xf[i0 + 3, b, t]
-            b3 = xf[i0 + 3, b, t + 1]
-            t2 = t // 2
+            a0 = x[0, t]
+            b0 = x[0, t + 1]
+            a1 = x[1, t]
+            b1 = x[1, t + 1]
+            a2 = x[2, t]
+            b2 = x[2, t + 1]
+            a3 = x[3, t]
+            b3 = x[3, t + 1]
+            u2 = t // 2
             for j in range(jw):
-                p = w[b, t2, j]
+                p = w[u2, j]
                 u = np.float32(p & 15)
                 v = np.float32(p >> 4)
                 s[0, j] += u * a0 + v * b0
@@ -167,29 +169,29 @@ def _build():
                 s[3, j] += u * a3 + v * b3
 
     @numba.njit(**exact)
-    def sums1p(w, xf, b, i, lo, hi, s, r):
-        jw = w.shape[2]
+    def sums1p(w, x, lo, hi, s):
+        jw = w.shape[1]
         for j in range(jw):
-            s[r, j] = 0.0
+            s[j] = 0.0
         for t in range(lo, hi, 8):
-            x0 = xf[i, b, t]
-            x1 = xf[i, b, t + 1]
-            x2 = xf[i, b, t + 2]
-            x3 = xf[i, b, t + 3]
-            x4 = xf[i, b, t + 4]
-            x5 = xf[i, b, t + 5]
-            x6 = xf[i, b, t + 6]
-            x7 = xf[i, b, t + 7]
-            t2 = t // 2
+            x0 = x[t]
+            x1 = x[t + 1]
+            x2 = x[t + 2]
+            x3 = x[t + 3]
+            x4 = x[t + 4]
+            x5 = x[t + 5]
+            x6 = x[t + 6]
+            x7 = x[t + 7]
+            u2 = t // 2
             for j in range(jw):
-                p0 = w[b, t2, j]
-                p1 = w[b, t2 + 1, j]
-                p2 = w[b, t2 + 2, j]
-                p3 = w[b, t2 + 3, j]
-                s[r, j] += (((np.float32(p0 & 15) * x0 + np.float32(p0 >> 4) * x1)
-                             + (np.float32(p1 & 15) * x2 + np.float32(p1 >> 4) * x3))
-                            + ((np.float32(p2 & 15) * x4 + np.float32(p2 >> 4) * x5)
-                               + (np.float32(p3 & 15) * x6 + np.float32(p3 >> 4) * x7)))
+                p0 = w[u2, j]
+                p1 = w[u2 + 1, j]
+                p2 = w[u2 + 2, j]
+                p3 = w[u2 + 3, j]
+                s[j] += (((np.float32(p0 & 15) * x0 + np.float32(p0 >> 4) * x1)
+                          + (np.float32(p1 & 15) * x2 + np.float32(p1 >> 4) * x3))
+                         + ((np.float32(p2 & 15) * x4 + np.float32(p2 >> 4) * x5)
+                            + (np.float32(p3 & 15) * x6 + np.float32(p3 >> 4) * x7)))
 
     # The scaled terms: ggml's float operations in ggml's order (no fast-math at all).
     @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -234,15 +236,15 @@ def _build():
                         lo = sb * step
                         if packed:
                             if nr == 4:
-                                sums4p(wpt, xf, b, i0, lo, lo + step, s)
+                                sums4p(wpt[b], xf[i0:i0 + 4, b], lo, lo + step, s)
                             else:
                                 for r in range(nr):
-                                    sums1p(wpt, xf, b, i0 + r, lo, lo + step, s, r)
+                                    sums1p(wpt[b], xf[i0 + r, b], lo, lo + step, s[r])
                         elif nr == 4:
-                            sums4(w, xf, b, i0, lo, lo + step, s)
+                            sums4(w[b], xf[i0:i0 + 4, b], lo, lo + step, s)
                         else:
                             for r in range(nr):
-                                sums1(w, xf, b, i0 + r, lo, lo + step, s, r)
+                                sums1(w[b], xf[i0 + r, b], lo, lo + step, s[r])
                         for r in range(nr):
                             if nsub > 0:
                                 for j in range(jw):

@@ -1,0 +1,214 @@
+"""``tallow bench quantized``: QMatMul against f32 matmul, per GGML format, in the same run.
+
+``x @ W.T`` for a 4096 x 4096 weight, batch 1 (a matrix-vector product, the
+decoding step of a language model) and batch 32, milliseconds per call:
+
+* ``f32``: NumPy (its BLAS) on the f32 weight: the reference of every ratio;
+* ``numba``: ``QMatMul`` on the CPU with the compiled kernel (ggml's semantics:
+  activations quantized to the dot type, exact integer block sums);
+* ``numpy``: the same product by the NumPy fallback (``TALLOW_NO_NUMBA=1``);
+* ``dequantized``: ``QMatMul(qt, dequantize=True)`` (``TALLOW_DEQUANTIZE_ALL=1``):
+  the dequantized f32 weight, multiplied by BLAS;
+* ``deq/call`` (full run only): dequantize the blocks at every call, then multiply.
+
+The candidates take turns (medians of alternating repeats, see
+``bench.common``), so all see the same machine state; ratios are against
+``f32`` at the same batch.  Memory is what each path holds per weight: the GGML
+blocks, the numba tiles, the NumPy path's integer planes, the f32 matrix.  The
+numba kernel's first-use cost (cold compile, and loading numba's on-disk
+cache) is measured in fresh processes.  With a GPU and its quantized kernels
+(``backends/gpu/ops_quantized``) the GPU ``QMatMul`` is timed as well.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from .common import alternate, ms, ratio, table, write_json
+
+FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2K", "Q3K", "Q4K", "Q5K", "Q6K")
+QUICK_FORMATS = ("Q4_0", "Q8_0", "Q4K", "Q6K")
+MIB = 1 << 20
+
+
+def _with_env(key, value, fn):
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5,
+                  deq_per_call=False, quiet=False, seed=0) -> dict:
+    """{format: {"memory": {...}, "batch": {b: {candidate: seconds}}}}."""
+    import tallow as tl
+    from tallow.quantized import QMatMul, fast, ggml_type
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    xs = {b: rng.standard_normal((b, k)).astype(np.float32) for b in batches}
+    results = {}
+    for fmt in formats:
+        t = ggml_type(fmt)
+        q = tl.Tensor(w).quantize(fmt)
+        raw = q.numpy_bytes()
+        paths = {}
+        if fast.available():
+            paths["numba"] = QMatMul(q, dequantize=False)
+        paths["numpy"] = _with_env("TALLOW_NO_NUMBA", "1", lambda: QMatMul(q, dequantize=False))
+        paths["dequantized"] = QMatMul(q, dequantize=True)
+        memory = {"blocks": q.nbytes}
+        for name, qm in paths.items():
+            qm.forward(tl.Tensor(xs[batches[0]]))  # prepares the weight once
+            memory[name] = qm.nbytes
+        memory["f32"] = w.nbytes
+        entry = {"memory": memory, "batch": {}}
+        for b in batches:
+            x = xs[b]
+            xt = tl.Tensor(x)
+            cands = {"f32": lambda x=x: x @ w.T}
+            for name, qm in paths.items():
+                cands[name] = lambda qm=qm, xt=xt: qm.forward(xt)
+            if deq_per_call:
+                cands["deq/call"] = lambda x=x: x @ t.dequantize(raw, n * k).reshape(n, k).T
+            entry["batch"][b] = alternate(cands, repeats=repeats)
+            if not quiet:
+                r = entry["batch"][b]
+                line = ", ".join(f"{c} {ms(s):.2f} ms" for c, s in r.items())
+                print(f"  {fmt} batch {b}: {line}", flush=True)
+        results[fmt] = entry
+        del q, paths
+    return results
+
+
+def bench_first_use() -> dict:
+    """Seconds to compile the numba kernel cold, and to load it from numba's cache, in fresh processes."""
+    code = ("import time; t=time.perf_counter(); from tallow.quantized import fast; ok=fast.available(); "
+            "print(ok, time.perf_counter()-t, fast.status()['compile_seconds'])")
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        env.pop("TALLOW_NO_NUMBA", None)
+        for label in ("cold", "cached"):
+            try:
+                p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                   timeout=300)
+                ok, total, kernel = p.stdout.split()
+            except (subprocess.SubprocessError, ValueError):
+                return {"error": "could not run the first-use probe"}
+            if ok != "True":
+                return {"error": "numba is not available"}
+            out[label] = {"import_and_kernel": float(total), "kernel": float(kernel)}
+    return out
+
+
+def bench_gpu(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5, quiet=False, seed=0):
+    """GPU QMatMul (the ops_quantized kernels) and the GPU f32 matmul, or None without them."""
+    import tallow as tl
+    from tallow.quantized import QMatMul
+    from tallow.quantized.qtensor import gpu_ops
+
+    if not tl.utils.gpu_is_available():
+        return {"skipped": "no WebGPU adapter"}
+    ops = gpu_ops()
+    if ops is None:
+        return {"skipped": "no GPU quantized kernels (tallow.backends.gpu.ops_quantized)"}
+    dev = tl.Device.gpu(0)
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    wg = tl.Tensor(w, device=dev)
+    out = {}
+    for fmt in formats:
+        if not ops.supported(fmt):
+            continue
+        qm = QMatMul(tl.Tensor(w).quantize(fmt).to_device(dev), dequantize=False)
+        out[fmt] = {}
+        for b in batches:
+            xg = tl.Tensor(rng.standard_normal((b, k)).astype(np.float32), device=dev)
+
+            def run_q(qm=qm, xg=xg):
+                qm.forward(xg)
+                dev.synchronize()
+
+            def run_f(xg=xg):
+                xg.matmul(wg.t())
+                dev.synchronize()
+
+            out[fmt][b] = alternate({"gpu f32": run_f, "gpu qmatmul": run_q}, repeats=repeats)
+            if not quiet:
+                r = out[fmt][b]
+                print(f"  gpu {fmt} batch {b}: " + ", ".join(f"{c} {ms(s):.2f} ms" for c, s in r.items()),
+                      flush=True)
+    return out
+
+
+def _tables(res, batches) -> str:
+    cand = ["numba", "numpy", "dequantized", "deq/call"]
+    rows = []
+    for fmt, e in res.items():
+        for b in batches:
+            r = e["batch"][b]
+            row = [fmt, b, ms(r["f32"])]
+            for c in cand:
+                row += [ms(r.get(c)), ratio(r.get(c), r["f32"])]
+            rows.append(row)
+    head = ["format", "batch", "f32 ms"]
+    for c in cand:
+        head += [f"{c} ms", "x f32"]
+    keep = [i for i in range(len(head)) if any(row[i] is not None for row in rows)]
+    t1 = table("x @ W.T, W 4096 x 4096 (median ms; 'x f32' = time / f32 time, same run)",
+               [head[i] for i in keep], [[row[i] for i in keep] for row in rows])
+    mem_rows = []
+    for fmt, e in res.items():
+        m = e["memory"]
+        mem_rows.append([fmt] + [None if m.get(c) is None else m[c] / MIB
+                                 for c in ("blocks", "numba", "numpy", "dequantized", "f32")])
+    t2 = table("memory held (MiB)", ["format", "blocks", "numba", "numpy", "dequantized", "f32"], mem_rows)
+    return t1 + "\n\n" + t2
+
+
+def run(args) -> int:
+    import tallow as tl
+    from tallow.quantized import fast
+
+    quick = bool(getattr(args, "quick", False))
+    repeats = getattr(args, "repeats", None) or (3 if quick else 7)
+    formats = QUICK_FORMATS if quick else FORMATS
+    batches = (1, 32)
+    st = fast.status()
+    print(f"threads: {tl.utils.get_num_threads()} ({tl.utils.num_threads_rule()}); numba kernel: "
+          f"{'yes' if st['numba'] else 'no (' + str(st['error'] or 'TALLOW_NO_NUMBA') + ')'}; "
+          f"medians of {repeats} alternating repeats")
+    first = bench_first_use() if st["numba"] else {"error": "numba is not available"}
+    if "error" in first:
+        print(f"numba first use: {first['error']}")
+    else:
+        print(f"numba first use: cold compile {first['cold']['kernel']:.2f} s, from its disk cache "
+              f"{first['cached']['kernel']:.2f} s (plus {first['cached']['import_and_kernel'] - first['cached']['kernel']:.2f} s "
+              "to import tallow.quantized and numba)")
+    res = bench_qmatmul(formats, repeats=repeats, batches=batches, deq_per_call=not quick)
+    print(_tables(res, batches))
+    gpu = bench_gpu(formats, repeats=repeats, batches=batches)
+    if "skipped" in gpu:
+        print(f"gpu: skipped ({gpu['skipped']})")
+    else:
+        rows = [[fmt, b, ms(r["gpu f32"]), ms(r["gpu qmatmul"]), ratio(r["gpu qmatmul"], r["gpu f32"])]
+                for fmt, per in gpu.items() for b, r in per.items()]
+        print(table("GPU x @ W.T (median ms, synchronized)", ["format", "batch", "f32 ms", "qmatmul ms", "x f32"],
+                    rows))
+    write_json(getattr(args, "json", None), {"quantized": {
+        "threads": tl.utils.get_num_threads(), "repeats": repeats, "first_use": first,
+        "cpu": {fmt: {"memory_bytes": e["memory"],
+                      "seconds": {str(b): r for b, r in e["batch"].items()}} for fmt, e in res.items()},
+        "gpu": gpu}})
+    return 0
