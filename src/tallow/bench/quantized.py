@@ -33,6 +33,7 @@ from .common import alternate, ms, ratio, table, write_json
 
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2K", "Q3K", "Q4K", "Q5K", "Q6K")
 QUICK_FORMATS = ("Q4_0", "Q8_0", "Q4K", "Q6K")
+SIZE = 4096  # the weight is SIZE x SIZE
 MIB = 1 << 20
 
 
@@ -72,7 +73,7 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
             qm.forward(tl.Tensor(xs[batches[0]]))  # prepares the weight once
             memory[name] = qm.nbytes
         memory["f32"] = w.nbytes
-        entry = {"memory": memory, "batch": {}}
+        entry = {"memory": memory, "batch": {}, "shape": (n, k)}
         for b in batches:
             x = xs[b]
             xt = tl.Tensor(x)
@@ -166,7 +167,8 @@ def _tables(res, batches) -> str:
     for c in cand:
         head += [f"{c} ms", "x f32"]
     keep = [i for i in range(len(head)) if any(row[i] is not None for row in rows)]
-    t1 = table("x @ W.T, W 4096 x 4096 (median ms; 'x f32' = time / f32 time, same run)",
+    n, k = next(iter(res.values()))["shape"] if res else (SIZE, SIZE)
+    t1 = table(f"x @ W.T, W {n} x {k} (median ms; 'x f32' = time / f32 time, same run)",
                [head[i] for i in keep], [[row[i] for i in keep] for row in rows])
     mem_rows = []
     for fmt, e in res.items():
@@ -196,9 +198,9 @@ def run(args) -> int:
         print(f"numba first use: cold compile {first['cold']['kernel']:.2f} s, from its disk cache "
               f"{first['cached']['kernel']:.2f} s (plus {first['cached']['import_and_kernel'] - first['cached']['kernel']:.2f} s "
               "to import tallow.quantized and numba)")
-    res = bench_qmatmul(formats, repeats=repeats, batches=batches, deq_per_call=not quick)
+    res = bench_qmatmul(formats, n=SIZE, k=SIZE, repeats=repeats, batches=batches, deq_per_call=not quick)
     print(_tables(res, batches))
-    gpu = bench_gpu(formats, repeats=repeats, batches=batches)
+    gpu = bench_gpu(formats, n=SIZE, k=SIZE, repeats=repeats, batches=batches)
     if "skipped" in gpu:
         print(f"gpu: skipped ({gpu['skipped']})")
     else:

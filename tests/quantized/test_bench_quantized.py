@@ -1,0 +1,35 @@
+"""``tallow bench quantized`` runs end to end (small sizes; the README's figures come from full runs)."""
+
+import json
+import types
+
+from tallow.bench import quantized as bench
+
+
+def test_bench_quantized_small(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench, "SIZE", 256)
+    # the fresh-process probe has its own test
+    probe = {"cold": {"kernel": 2.0, "import_and_kernel": 3.0}, "cached": {"kernel": 0.2, "import_and_kernel": 1.2}}
+    monkeypatch.setattr(bench, "bench_first_use", lambda: probe)
+    path = tmp_path / "q.json"
+    args = types.SimpleNamespace(quick=True, repeats=1, json=str(path))
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "W 256 x 256" in out and "memory held (MiB)" in out
+    assert "cold compile 2.00 s, from its disk cache 0.20 s (plus 1.00 s" in out
+    res = json.loads(path.read_text())["quantized"]
+    assert set(res["cpu"]) == set(bench.QUICK_FORMATS)
+    q4 = res["cpu"]["Q4_0"]
+    assert q4["memory_bytes"]["blocks"] == 256 * 256 // 32 * 18
+    assert q4["memory_bytes"]["f32"] == 256 * 256 * 4
+    for batch in ("1", "32"):
+        times = q4["seconds"][batch]
+        assert {"f32", "numpy", "dequantized"} <= set(times) and all(t > 0 for t in times.values())
+
+
+def test_first_use_probe_measures_cold_and_cached():
+    first = bench.bench_first_use()
+    if "error" in first:
+        assert first["error"] == "numba is not available"
+        return
+    assert first["cold"]["kernel"] > first["cached"]["kernel"] > 0
