@@ -9,11 +9,16 @@ decoding step of a language model) and batch 32, milliseconds per call:
 * ``numpy``: the same product by the NumPy fallback (``TALLOW_NO_NUMBA=1``);
 * ``dequantized``: ``QMatMul(qt, dequantize=True)`` (``TALLOW_DEQUANTIZE_ALL=1``):
   the dequantized f32 weight, multiplied by BLAS;
-* ``deq/call`` (full run only): dequantize the blocks at every call, then multiply.
+* ``deq/call`` (full run only): dequantize the blocks at every call, then multiply;
+* ``hot``: ``f32`` and ``numba`` again, each alone and back to back, so its data
+  stays in the caches (the alternating figures pay for the other candidates
+  having evicted it).
 
 The candidates take turns (medians of alternating repeats, see
 ``bench.common``), so all see the same machine state; ratios are against
-``f32`` at the same batch.  Memory is what each path holds per weight: the GGML
+``f32`` at the same batch.  OpenBLAS's worker threads spin for a while after a
+threaded product, so the turn order puts numba after the NumPy path, whose
+BLAS calls are single-threaded (see the comment in ``bench_qmatmul``).  Memory is what each path holds per weight: the GGML
 blocks, the numba tiles, the NumPy path's integer planes, the f32 matrix.  The
 numba kernel's first-use cost (cold compile, and loading numba's on-disk
 cache) is measured in fresh processes.  With a GPU and its quantized kernels
@@ -77,12 +82,24 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
         for b in batches:
             x = xs[b]
             xt = tl.Tensor(x)
+            # Cyclic order (alternate() rotates it): the multi-threaded BLAS products
+            # (f32, dequantized, deq/call) first, then the NumPy path (BLAS held to one
+            # thread), then numba: OpenBLAS's workers keep spinning for a while after a
+            # threaded product, and a threaded kernel started right after one would
+            # share the second core with them.
             cands = {"f32": lambda x=x: x @ w.T}
-            for name, qm in paths.items():
-                cands[name] = lambda qm=qm, xt=xt: qm.forward(xt)
+            cands["dequantized"] = lambda xt=xt: paths["dequantized"].forward(xt)
             if deq_per_call:
                 cands["deq/call"] = lambda x=x: x @ t.dequantize(raw, n * k).reshape(n, k).T
+            for name in ("numpy", "numba"):
+                if name in paths:
+                    cands[name] = lambda qm=paths[name], xt=xt: qm.forward(xt)
             entry["batch"][b] = alternate(cands, repeats=repeats)
+            # Each alone, called back to back: its data stays in the caches (a decoding
+            # loop over one layer is between the two regimes).
+            for name in ("f32", "numba"):
+                if name in cands:
+                    entry["batch"][b][f"{name} hot"] = alternate({name: cands[name]}, repeats=repeats)[name]
             if not quiet:
                 r = entry["batch"][b]
                 line = ", ".join(f"{c} {ms(s):.2f} ms" for c, s in r.items())
@@ -162,10 +179,12 @@ def _tables(res, batches) -> str:
             row = [fmt, b, ms(r["f32"])]
             for c in cand:
                 row += [ms(r.get(c)), ratio(r.get(c), r["f32"])]
+            row += [ms(r.get("f32 hot")), ms(r.get("numba hot")), ratio(r.get("numba hot"), r.get("f32 hot"))]
             rows.append(row)
     head = ["format", "batch", "f32 ms"]
     for c in cand:
         head += [f"{c} ms", "x f32"]
+    head += ["hot: f32", "numba", "x f32"]
     keep = [i for i in range(len(head)) if any(row[i] is not None for row in rows)]
     n, k = next(iter(res.values()))["shape"] if res else (SIZE, SIZE)
     t1 = table(f"x @ W.T, W {n} x {k} (median ms; 'x f32' = time / f32 time, same run)",

@@ -580,8 +580,9 @@ class TiledWeight:
         if threads == 1:
             kernel(*args, 0, self.tiles)
         else:
-            # Several pieces per thread, taken as threads free up: a core busy with
-            # other work then delays a piece, not half of the product.
+            # Several pieces per thread, taken as threads free up, the calling thread
+            # among them: a core busy with other work (another process, BLAS threads
+            # still spinning after a product) delays a piece, not half of the product.
             count = min(self.tiles, threads * (4 if work >= 1 << 24 else 1))
             pieces = iter(_split(self.tiles, count, 1))
             lock = threading.Lock()
@@ -594,8 +595,9 @@ class TiledWeight:
                         return
                     kernel(*args, *piece)
 
-            pool = _executor(threads)
-            futures = [pool.submit(worker) for _ in range(threads)]
+            pool = _executor(threads - 1)
+            futures = [pool.submit(worker) for _ in range(threads - 1)]
+            worker()
             for f in futures:
                 f.result()
         if out.shape[1] != self.n:
