@@ -8,6 +8,7 @@ from tallow.bench import quantized as bench
 
 def test_bench_quantized_small(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bench, "SIZE", 256)
+    monkeypatch.setattr(bench, "BLAS_IDLE_S", 0.01)
     # the fresh-process probe has its own test
     probe = {"cold": {"kernel": 2.0, "import_and_kernel": 3.0}, "cached": {"kernel": 0.2, "import_and_kernel": 1.2}}
     monkeypatch.setattr(bench, "bench_first_use", lambda: probe)

@@ -10,9 +10,11 @@ decoding step of a language model) and batch 32, milliseconds per call:
 * ``dequantized``: ``QMatMul(qt, dequantize=True)`` (``TALLOW_DEQUANTIZE_ALL=1``):
   the dequantized f32 weight, multiplied by BLAS;
 * ``deq/call`` (full run only): dequantize the blocks at every call, then multiply;
-* ``hot``: ``f32`` and ``numba`` again, each alone and back to back, so its data
-  stays in the caches (the alternating figures pay for the other candidates
-  having evicted it).
+* ``hot``: ``f32`` and ``numba`` again, each alone and back to back; numba after
+  a few seconds without BLAS calls: OpenBLAS's worker threads keep the second
+  core busy for a second or two after a threaded product, and a threaded
+  kernel run meanwhile (the alternating ``numba`` column) gets little from its
+  second thread.
 
 The candidates take turns (medians of alternating repeats, see
 ``bench.common``), so all see the same machine state; ratios are against
@@ -31,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -39,6 +42,7 @@ from .common import alternate, ms, ratio, table, write_json
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2K", "Q3K", "Q4K", "Q5K", "Q6K")
 QUICK_FORMATS = ("Q4_0", "Q8_0", "Q4K", "Q6K")
 SIZE = 4096  # the weight is SIZE x SIZE
+BLAS_IDLE_S = 3.0  # wait for OpenBLAS's spinning workers before timing numba alone
 MIB = 1 << 20
 
 
@@ -55,11 +59,12 @@ def _with_env(key, value, fn):
 
 
 def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5,
-                  deq_per_call=False, quiet=False, seed=0) -> dict:
+                  deq_per_call=False, quiet=False, seed=0, blas_idle=None) -> dict:
     """{format: {"memory": {...}, "batch": {b: {candidate: seconds}}}}."""
     import tallow as tl
     from tallow.quantized import QMatMul, fast, ggml_type
 
+    blas_idle = BLAS_IDLE_S if blas_idle is None else blas_idle
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k)).astype(np.float32)
     xs = {b: rng.standard_normal((b, k)).astype(np.float32) for b in batches}
@@ -95,11 +100,17 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
                 if name in paths:
                     cands[name] = lambda qm=paths[name], xt=xt: qm.forward(xt)
             entry["batch"][b] = alternate(cands, repeats=repeats)
-            # Each alone, called back to back: its data stays in the caches (a decoding
-            # loop over one layer is between the two regimes).
-            for name in ("f32", "numba"):
-                if name in cands:
-                    entry["batch"][b][f"{name} hot"] = alternate({name: cands[name]}, repeats=repeats)[name]
+            # f32 alone, called back to back (its data stays in the caches).
+            entry["batch"][b]["f32 hot"] = alternate({"f32": cands["f32"]}, repeats=repeats)["f32"]
+        if "numba" in paths and blas_idle:
+            # numba alone, once OpenBLAS's workers have gone idle: after a threaded
+            # product they keep the second core busy for a second or two, and a
+            # threaded kernel run meanwhile gains nothing from its second thread.
+            time.sleep(blas_idle)
+            for b in batches:
+                xt = tl.Tensor(xs[b])
+                entry["batch"][b]["numba hot"] = alternate(
+                    {"numba": lambda xt=xt: paths["numba"].forward(xt)}, repeats=repeats)["numba"]
             if not quiet:
                 r = entry["batch"][b]
                 line = ", ".join(f"{c} {ms(s):.2f} ms" for c, s in r.items())
