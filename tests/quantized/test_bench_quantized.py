@@ -34,3 +34,14 @@ def test_first_use_probe_measures_cold_and_cached():
         assert first["error"] == "numba is not available"
         return
     assert first["cold"]["kernel"] > first["cached"]["kernel"] > 0
+
+
+def test_stream_small():
+    res = bench.bench_stream(count=2, n=256, k=256, repeats=1, quiet=True, blas_idle=0.01)
+    if "skipped" in res:
+        return
+    assert res["count"] == 2 and res["f32_bytes"] == 2 * 256 * 256 * 4
+    for fmt in ("Q4_0", "Q8_0"):
+        r = res[fmt]
+        assert all(r[c] > 0 for c in ("f32", "numba", "f32 alone", "numba alone"))
+        assert r["numba_bytes"] < res["f32_bytes"] / 3

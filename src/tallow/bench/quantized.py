@@ -16,7 +16,9 @@ decoding step of a language model) and batch 32, milliseconds per call:
   kernel run meanwhile (the alternating ``numba`` column) gets little from its
   second thread.
 
-The candidates take turns (medians of alternating repeats, see
+A decoding-like run (full run only) multiplies by 16 different weights in
+turn (1 GiB as f32, more than the caches), as a language model's decoding step
+reads each weight once.  The candidates take turns (medians of alternating repeats, see
 ``bench.common``), so all see the same machine state; ratios are against
 ``f32`` at the same batch.  OpenBLAS's worker threads spin for a while after a
 threaded product, so the turn order puts numba after the NumPy path, whose
@@ -118,6 +120,53 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
         results[fmt] = entry
         del q, paths
     return results
+
+
+def bench_stream(formats=("Q4_0", "Q8_0"), count=16, n=4096, k=4096, repeats=5, quiet=False, seed=1,
+                 blas_idle=None) -> dict:
+    """Decoding-like: one matrix-vector product with each of ``count`` different weights in turn.
+
+    16 weights of 4096 x 4096 are 1 GiB as f32, more than the caches hold, so every
+    product reads its weight from memory, as a language model's decoding step does.
+    Milliseconds per product: f32 and numba alternating, then each alone (numba once
+    OpenBLAS's workers are idle).
+    """
+    import tallow as tl
+    from tallow.quantized import QMatMul, fast
+
+    if not fast.available():
+        return {"skipped": "numba is not available"}
+    blas_idle = BLAS_IDLE_S if blas_idle is None else blas_idle
+    rng = np.random.default_rng(seed)
+    ws = [rng.standard_normal((n, k), dtype=np.float32) for _ in range(count)]
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    xt = tl.Tensor(x)
+    out = {"count": count, "f32_bytes": count * n * k * 4}
+
+    def f32():
+        for w in ws:
+            x @ w.T
+
+    for fmt in formats:
+        qms = [QMatMul(tl.Tensor(w).quantize(fmt), dequantize=False) for w in ws]
+        for qm in qms:
+            qm.forward(xt)
+
+        def numba(qms=qms):
+            for qm in qms:
+                qm.forward(xt)
+
+        r = {c: s / count for c, s in alternate({"f32": f32, "numba": numba}, repeats=repeats).items()}
+        r["f32 alone"] = alternate({"f32": f32}, repeats=repeats)["f32"] / count
+        time.sleep(blas_idle)
+        r["numba alone"] = alternate({"numba": numba}, repeats=repeats)["numba"] / count
+        r["numba_bytes"] = sum(qm.nbytes for qm in qms)
+        out[fmt] = r
+        if not quiet:
+            print(f"  stream {fmt}: " + ", ".join(f"{c} {ms(v):.2f} ms" for c, v in r.items() if "bytes" not in c),
+                  flush=True)
+        del qms
+    return out
 
 
 def bench_first_use() -> dict:
@@ -230,6 +279,16 @@ def run(args) -> int:
               "to import tallow.quantized and numba)")
     res = bench_qmatmul(formats, n=SIZE, k=SIZE, repeats=repeats, batches=batches, deq_per_call=not quick)
     print(_tables(res, batches))
+    stream = None
+    if not quick:
+        stream = bench_stream(n=SIZE, k=SIZE, repeats=min(repeats, 5))
+        if "skipped" not in stream:
+            rows = [[fmt, ms(r["f32"]), ms(r["numba"]), ratio(r["numba"], r["f32"]), ms(r["f32 alone"]),
+                     ms(r["numba alone"]), ratio(r["numba alone"], r["f32 alone"])]
+                    for fmt, r in stream.items() if isinstance(r, dict)]
+            print(table(f"decoding-like: batch 1 over {stream['count']} different {SIZE} x {SIZE} weights in turn "
+                        f"({stream['f32_bytes'] / (1 << 30):.1f} GiB as f32), ms per product",
+                        ["format", "f32", "numba", "x f32", "alone: f32", "numba", "x f32"], rows))
     gpu = bench_gpu(formats, n=SIZE, k=SIZE, repeats=repeats, batches=batches)
     if "skipped" in gpu:
         print(f"gpu: skipped ({gpu['skipped']})")
@@ -242,5 +301,5 @@ def run(args) -> int:
         "threads": tl.utils.get_num_threads(), "repeats": repeats, "first_use": first,
         "cpu": {fmt: {"memory_bytes": e["memory"],
                       "seconds": {str(b): r for b, r in e["batch"].items()}} for fmt, e in res.items()},
-        "gpu": gpu}})
+        "stream": stream, "gpu": gpu}})
     return 0
