@@ -134,3 +134,135 @@ def dequantize(raw, type_name: str, n_elements: int):
             cmd.dispatch(pipe, (w, y), words, *grid(runs))
             e0 = e1
     return wrap(state, out, dt.f32, n)
+
+
+# -- x (m, k) @ W(n, k)^T -------------------------------------------------------------------
+
+QMM = family("qmatmul", [("x", "in", 1), ("w", "in", "u32"), ("y", "out", 1)], main=1,
+             file="quantized_matmul.wgsl", includes=("quantized_formats.wgsl",))
+MAX_ROW_RANK = 8
+NR = 4  # W rows per matrix-vector workgroup
+MV_MAX = 8  # x rows per matrix-vector workgroup
+QMM_N = 64  # W rows per tile
+MAX_GROUPS = 65535
+# The matrix-vector kernel takes m up to this (in workgroups of up to MV_MAX rows of
+# x, each decoding its W rows again); the tiled kernel takes larger m.
+MV_UP_TO = 8
+
+
+def _mc(m: int) -> int:
+    for c in (1, 2, 4):
+        if m <= c:
+            return c
+    return MV_MAX
+
+
+def _x_rows(x, x_layout, k: int):
+    """(x, layout, row shape, row strides) with x's row dims merged (at most
+    MAX_ROW_RANK of them, else compacted first)."""
+    shape, stride = x_layout.shape, x_layout.stride
+    if len(shape) == 1:
+        return x, x_layout, (1,), (0,)
+    rshape, (rstride,) = merge_dims(tuple(shape[:-1]), (tuple(stride[:-1]),))
+    if len(rshape) > MAX_ROW_RANK:
+        from ...layout import Layout
+
+        x = x.copy_strided(x_layout)
+        x_layout = Layout.contiguous_of(tuple(shape))
+        rshape, (rstride,) = merge_dims(tuple(shape[:-1]), (tuple(x_layout.stride[:-1]),))
+    if not rshape:
+        rshape, rstride = (1,), (0,)
+    return x, x_layout, rshape, rstride
+
+
+def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
+    """``x (m, k) @ W(n, k)^T`` as a new contiguous (m, n) f32 storage, where x is
+    an f32 GpuStorage read through ``x_layout`` of shape (..., k) (any strides; the
+    leading dims are the m rows) and W is ``n`` rows of ``k / block_size`` GGML
+    blocks of ``type_name`` at the start of ``raw`` (a u8 GpuStorage)."""
+    f = _fmt(type_name)
+    n, k = int(n), int(k)
+    if x.dtype is not dt.f32:
+        raise TallowError(f"qmatmul_t: activations must be f32, got {x.dtype}")
+    shape = tuple(x_layout.shape)
+    if not shape or shape[-1] != k:
+        raise TallowError(f"qmatmul_t: x of shape {shape} does not end in k = {k}")
+    if k % f.qk:
+        raise TallowError(f"qmatmul_t: k = {k} is not a whole number of {f.name} blocks of {f.qk}")
+    row_bytes = k // f.qk * f.qb
+    _check_raw(raw, f, n * row_bytes, "qmatmul_t")
+    if raw.bdev is not x.bdev:
+        raise TallowError("qmatmul_t: x and the weight are on different devices")
+    state = x.bdev
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    cmd = state.commands
+    if m * n == 0:
+        with cmd.lock:
+            out = state.pool.alloc(m * n * 4)
+        return wrap(state, out, dt.f32, m * n)
+    if k == 0:
+        from .ops_copy import fill
+
+        return fill(state, m * n, dt.f32, 0)
+    x, x_layout, rshape, rstride = _x_rows(x, x_layout, k)
+    mb = state.max_binding
+    align = _align(state)
+    # x: the window covering its layout's extent.
+    lo, hi = x_layout.extent()
+    xw, xoff = _win(x.buf, lo * 4, hi * 4, align)
+    if xw[2] > mb:
+        raise TallowError(
+            f"qmatmul_t: the activations span {xw[2]} bytes, more than the adapter's max storage "
+            f"binding size ({mb} bytes); split x by rows")
+    x_start = x_layout.start_offset - (lo * 4 - xoff) // 4
+    if m <= MV_UP_TO:
+        mc = _mc(m)
+        pipe = state.kernels.get(QMM, (f.name, "f32"), "qmv", (("MC", mc),))
+        n_quantum, m_quantum = NR, mc
+    else:
+        tm = 4 if m >= 64 else 2
+        pipe = state.kernels.get(QMM, (f.name, "f32"), "qmm", (("TM", tm),))
+        n_quantum, m_quantum = QMM_N, 16 * tm
+    # Rows of W per dispatch (its window of blocks within a binding), and rows of
+    # x (their window of y within a binding).
+    wb = row_bytes
+    rows_w = (mb - align) // wb
+    if rows_w < 1:
+        raise TallowError(
+            f"qmatmul_t: one weight row takes {wb} bytes, more than the adapter's max storage "
+            f"binding size ({mb} bytes)")
+    rows_w = min(n, rows_w if rows_w < n_quantum else rows_w // n_quantum * n_quantum)
+    rows_w = min(rows_w, MAX_GROUPS * n_quantum)
+    rows_x = (mb - align) // (n * 4)
+    if rows_x < 1:
+        raise TallowError(
+            f"qmatmul_t: one output row takes {n * 4} bytes, more than the adapter's max storage "
+            f"binding size ({mb} bytes)")
+    rows_x = min(m, rows_x, MAX_GROUPS * m_quantum)
+    if rows_x < m and rows_x >= m_quantum:
+        rows_x = rows_x // m_quantum * m_quantum
+    tail = rshape + (0,) * (8 - len(rshape)) + rstride + (0,) * (8 - len(rstride))
+    with cmd.lock:
+        out = state.pool.alloc(m * n * 4)
+        for m0 in range(0, m, rows_x):
+            m1 = min(m, m0 + rows_x)
+            y, yoff = _win(out, m0 * n * 4, m1 * n * 4, align)
+            for n0 in range(0, n, rows_w):
+                n1 = min(n, n0 + rows_w)
+                w, woff = _win(raw.buf, n0 * wb, n1 * wb, align)
+                words = (m1 - m0, n1 - n0, k, x_start, x_layout.stride[-1], len(rshape),
+                         woff // f.qb if f.is_float else woff, k if f.is_float else row_bytes,
+                         yoff // 4 + n0, n, m0, 0, 0, 0, 0, 0) + tail
+                if n_quantum == NR:
+                    groups = (n1 - n0 + NR - 1) // NR
+                    gx = min(groups, MAX_GROUPS)
+                    gz = (groups + gx - 1) // gx
+                    gy = (m1 - m0 + m_quantum - 1) // m_quantum
+                    cmd.dispatch(pipe, (xw, w, y), words, gx, gy, gz)
+                else:
+                    gx = (n1 - n0 + QMM_N - 1) // QMM_N
+                    gy = (m1 - m0 + m_quantum - 1) // m_quantum
+                    cmd.dispatch(pipe, (xw, w, y), words, gx, gy)
+    return wrap(state, out, dt.f32, m * n)

@@ -15,18 +15,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
     let g = lin(wid, nwg, lid);
     if (g >= pw(0u)) { return; }
-    var v: array<f32, 16>;
-    var o: u32;
+    var v: array<vec4<f32>, 4>;
     if (FLOATW) {
-        o = pw(2u) + 16u * g;
-        v = dq16(o, 0u, pw(2u) + pw(1u));
+        v = dq16(pw(2u) + 16u * g, 0u, pw(2u) + pw(1u));
     } else {
-        o = pw(2u) + (g / RPB) * QB;
-        v = dq16(o, g % RPB, 0u);
+        v = dq16(pw(2u) + (g / RPB) * QB, g % RPB, 0u);
     }
     let y0 = pw(3u) + 16u * g;
-    let lim = pw(1u);
-    for (var i = 0u; i < 16u; i = i + 1u) {
-        if (!FLOATW || 16u * g + i < lim) { st_y(y0 + i, v[i]); }
+    if (!FLOATW || 16u * g + 16u <= pw(1u)) {
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let q = v[j];
+            st_y(y0 + 4u * j, q.x);
+            st_y(y0 + 4u * j + 1u, q.y);
+            st_y(y0 + 4u * j + 2u, q.z);
+            st_y(y0 + 4u * j + 3u, q.w);
+        }
+        return;
     }
+    for (var i = 0u; 16u * g + i < pw(1u); i = i + 1u) { st_y(y0 + i, v[i / 4u][i % 4u]); }
 }
