@@ -21,16 +21,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     } else {
         v = dq16(pw(2u) + (g / RPB) * QB, g % RPB, 0u);
     }
-    let y0 = pw(3u) + 16u * g;
-    if (!FLOATW || 16u * g + 16u <= pw(1u)) {
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let q = v[j];
-            st_y(y0 + 4u * j, q.x);
-            st_y(y0 + 4u * j + 1u, q.y);
-            st_y(y0 + 4u * j + 2u, q.z);
-            st_y(y0 + 4u * j + 3u, q.w);
-        }
+    if (FLOATW) {
+        let y0 = pw(3u) + 16u * g;
+        for (var i = 0u; i < 16u && 16u * g + i < pw(1u); i = i + 1u) { st_y(y0 + i, v[i / 4u][i % 4u]); }
         return;
     }
-    for (var i = 0u; 16u * g + i < pw(1u); i = i + 1u) { st_y(y0 + i, v[i / 4u][i % 4u]); }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let e = pw(3u) + xcol(g, j);
+        let q = v[j];
+        st_y(e, q.x);
+        st_y(e + 1u, q.y);
+        st_y(e + 2u, q.z);
+        st_y(e + 3u, q.w);
+    }
 }

@@ -15,7 +15,8 @@
 // runs of x; the NR x MC partial sums are then added in workgroup memory.
 // qmm (larger m): a 16 x 16 workgroup computes a (16 TM) x 64 tile of y as the
 // f32 GEMM does (TM x 4 per invocation), staging 32-deep slices of x and of the
-// W tile, which is dequantized straight into workgroup memory.
+// W tile, which is dequantized straight into workgroup memory (two pieces of
+// each of its 64 rows per slice).
 override MC: u32 = 1u;
 override TM: u32 = 4u;
 const NR: u32 = 4u;
@@ -31,7 +32,7 @@ fn nofma(v: f32) -> f32 { return v; }
 
 fn xrow(mi: u32) -> u32 { return strided(pw(10u) + mi, pw(5u), 16u, 24u, pw(3u)); }
 
-// Run g (16 weights from column 16 g) of W row `row`.
+// Piece g (16 weights) of W row `row`.
 fn wrun(row: u32, g: u32) -> array<vec4<f32>, 4> {
     let base = pw(6u) + row * pw(7u);
     if (FLOATW) { return dq16(base + 16u * g, 0u, base + pw(2u)); }
@@ -43,13 +44,12 @@ fn xld(i: u32, kk: u32, K: u32) -> f32 {
     return ld_x(i);
 }
 
-// x[row base xb] at columns 16 g .. 16 g + 15.
+// The values of x (row base xb) that multiply piece g of a W row.
 fn xrun(xb: u32, g: u32, K: u32) -> array<vec4<f32>, 4> {
     let s = pw(4u);
-    let k0 = 16u * g;
     var v: array<vec4<f32>, 4>;
     for (var j = 0u; j < 4u; j = j + 1u) {
-        let kk = k0 + 4u * j;
+        let kk = xcol(g, j);
         let i = xb + kk * s;
         v[j] = vec4<f32>(xld(i, kk, K), xld(i + s, kk + 1u, K), xld(i + 2u * s, kk + 2u, K),
                          xld(i + 3u * s, kk + 3u, K));
@@ -110,26 +110,29 @@ fn qmm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
     let m0 = wid.y * BM;
     let n0 = wid.x * QBN;
     let tid = lid.y * 16u + lid.x;
-    // This invocation's x loads: column kx of rows m0 + tid / 32 + 8 i, i < 2 TM.
+    // A 32-deep slice t is pieces 2 t and 2 t + 1 of every W row: their columns,
+    // in the pieces' order (a permutation of the slice's k: the sum is the same),
+    // are what the x tile holds. This invocation loads slice column kx of x rows
+    // m0 + tid / 32 + 8 i, i < 2 TM, and W piece 2 t + wg of tile row wn.
     let kx = tid % QBK;
     var xb: array<u32, 8>;
     for (var i = 0u; i < 2u * TM; i = i + 1u) { xb[i] = xrow(min(m0 + tid / QBK + 8u * i, M - 1u)); }
-    // Its W loads: run wg (of the two in a 32-deep slice) of tile row tid / 2.
     let wn = tid / 2u;
     let wg = tid % 2u;
     let wrow = min(n0 + wn, N - 1u);
     var acc: array<f32, 16>;
     for (var i = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
-    for (var kt = 0u; kt < K; kt = kt + QBK) {
+    let slices = ((K + 15u) / 16u + 1u) / 2u;
+    for (var t = 0u; t < slices; t = t + 1u) {
+        let kk = xcol(2u * t + kx / 16u, (kx % 16u) / 4u) + kx % 4u;
         for (var i = 0u; i < 2u * TM; i = i + 1u) {
             let mm = tid / QBK + 8u * i;
-            let kk = kt + kx;
             var v = 0.0;
             if (m0 + mm < M && kk < K) { v = ld_x(xb[i] + kk * sxk); }
             Xs[kx * BM + mm] = v;
         }
         if (tid < 2u * QBN) {
-            let g = kt / 16u + wg;
+            let g = 2u * t + wg;
             var w = array<vec4<f32>, 4>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
             if (16u * g < K) { w = wrun(wrow, g); }
             let b = 16u * wg * QBN + wn;
