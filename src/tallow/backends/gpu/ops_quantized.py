@@ -118,7 +118,7 @@ def dequantize(raw, type_name: str, n_elements: int):
     # Elements per dispatch: whole runs and blocks, each window (blocks in, f32
     # out) within a binding even after its start is aligned down.
     unit = max(f.qk, RUN)
-    limit = min((mb - align) // 4, (mb - align) // f.qb * f.qk)
+    limit = min((mb - 2 * align) // 4, (mb - 2 * align) // f.qb * f.qk)
     chunk = max(unit, limit // unit * unit)
     with cmd.lock:
         out = state.pool.alloc(n * 4)
@@ -145,9 +145,21 @@ NR = 4  # W rows per matrix-vector workgroup
 MV_MAX = 8  # x rows per matrix-vector workgroup
 QMM_N = 64  # W rows per tile
 MAX_GROUPS = 65535
-# The matrix-vector kernel takes m up to this (in workgroups of up to MV_MAX rows of
-# x, each decoding its W rows again); the tiled kernel takes larger m.
+# The matrix-vector kernel takes m up to MV_UP_TO (in workgroups of up to MV_MAX
+# rows of x, each decoding its W rows again), the tiled kernel larger m, except on
+# CPU adapters (lavapipe), where the matrix-vector kernel is the faster one at
+# every m measured (1 ... 128; docs/gpu.md). FORCE ("qmv" / "qmm") overrides the
+# choice (tests).
 MV_UP_TO = 8
+FORCE = None
+
+
+def pick_kernel(m: int, cpu_adapter: bool) -> tuple:
+    """("qmv", x rows per workgroup) or ("qmm", TM) for a product with m rows of x."""
+    kind = FORCE or ("qmv" if m <= MV_UP_TO or cpu_adapter else "qmm")
+    if kind == "qmv":
+        return "qmv", _mc(m)
+    return "qmm", 4 if m >= 64 else (2 if m > 16 else 1)
 
 
 def _mc(m: int) -> int:
@@ -209,6 +221,31 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
     x, x_layout, rshape, rstride = _x_rows(x, x_layout, k)
     mb = state.max_binding
     align = _align(state)
+    kind, c = pick_kernel(m, state.adapter_info.get("adapter_type") == "CPU")
+    if kind == "qmv":
+        pipe = state.kernels.get(QMM, (f.name, "f32"), "qmv", (("MC", c),))
+        n_quantum, m_quantum = NR, c
+    else:
+        pipe = state.kernels.get(QMM, (f.name, "f32"), "qmm", (("TM", c),))
+        n_quantum, m_quantum = QMM_N, 16 * c
+    # Rows of W per dispatch (their blocks within one binding, even after the
+    # window's start is aligned down), and rows of x (their rows of y likewise).
+    room = mb - 2 * align
+    rows_w = room // row_bytes
+    if rows_w < 1:
+        raise TallowError(
+            f"qmatmul_t: one weight row takes {row_bytes} bytes, more than the adapter's max "
+            f"storage binding size ({mb} bytes) allows")
+    rows_w = min(n, rows_w if rows_w < n_quantum else rows_w // n_quantum * n_quantum)
+    rows_w = min(rows_w, MAX_GROUPS * n_quantum)
+    rows_x = room // (n * 4)
+    if rows_x < 1:
+        raise TallowError(
+            f"qmatmul_t: one output row takes {n * 4} bytes, more than the adapter's max "
+            f"storage binding size ({mb} bytes) allows")
+    rows_x = min(m, rows_x, MAX_GROUPS * m_quantum)
+    if rows_x < m and rows_x >= m_quantum:
+        rows_x = rows_x // m_quantum * m_quantum
     # x: the window covering its layout's extent.
     lo, hi = x_layout.extent()
     xw, xoff = _win(x.buf, lo * 4, hi * 4, align)
@@ -217,32 +254,6 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
             f"qmatmul_t: the activations span {xw[2]} bytes, more than the adapter's max storage "
             f"binding size ({mb} bytes); split x by rows")
     x_start = x_layout.start_offset - (lo * 4 - xoff) // 4
-    if m <= MV_UP_TO:
-        mc = _mc(m)
-        pipe = state.kernels.get(QMM, (f.name, "f32"), "qmv", (("MC", mc),))
-        n_quantum, m_quantum = NR, mc
-    else:
-        tm = 4 if m >= 64 else 2
-        pipe = state.kernels.get(QMM, (f.name, "f32"), "qmm", (("TM", tm),))
-        n_quantum, m_quantum = QMM_N, 16 * tm
-    # Rows of W per dispatch (its window of blocks within a binding), and rows of
-    # x (their window of y within a binding).
-    wb = row_bytes
-    rows_w = (mb - align) // wb
-    if rows_w < 1:
-        raise TallowError(
-            f"qmatmul_t: one weight row takes {wb} bytes, more than the adapter's max storage "
-            f"binding size ({mb} bytes)")
-    rows_w = min(n, rows_w if rows_w < n_quantum else rows_w // n_quantum * n_quantum)
-    rows_w = min(rows_w, MAX_GROUPS * n_quantum)
-    rows_x = (mb - align) // (n * 4)
-    if rows_x < 1:
-        raise TallowError(
-            f"qmatmul_t: one output row takes {n * 4} bytes, more than the adapter's max storage "
-            f"binding size ({mb} bytes)")
-    rows_x = min(m, rows_x, MAX_GROUPS * m_quantum)
-    if rows_x < m and rows_x >= m_quantum:
-        rows_x = rows_x // m_quantum * m_quantum
     tail = rshape + (0,) * (8 - len(rshape)) + rstride + (0,) * (8 - len(rstride))
     with cmd.lock:
         out = state.pool.alloc(m * n * 4)
@@ -251,18 +262,11 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
             y, yoff = _win(out, m0 * n * 4, m1 * n * 4, align)
             for n0 in range(0, n, rows_w):
                 n1 = min(n, n0 + rows_w)
-                w, woff = _win(raw.buf, n0 * wb, n1 * wb, align)
+                w, woff = _win(raw.buf, n0 * row_bytes, n1 * row_bytes, align)
                 words = (m1 - m0, n1 - n0, k, x_start, x_layout.stride[-1], len(rshape),
                          woff // f.qb if f.is_float else woff, k if f.is_float else row_bytes,
                          yoff // 4 + n0, n, m0, 0, 0, 0, 0, 0) + tail
-                if n_quantum == NR:
-                    groups = (n1 - n0 + NR - 1) // NR
-                    gx = min(groups, MAX_GROUPS)
-                    gz = (groups + gx - 1) // gx
-                    gy = (m1 - m0 + m_quantum - 1) // m_quantum
-                    cmd.dispatch(pipe, (xw, w, y), words, gx, gy, gz)
-                else:
-                    gx = (n1 - n0 + QMM_N - 1) // QMM_N
-                    gy = (m1 - m0 + m_quantum - 1) // m_quantum
-                    cmd.dispatch(pipe, (xw, w, y), words, gx, gy)
+                gx = (n1 - n0 + n_quantum - 1) // n_quantum
+                gy = (m1 - m0 + m_quantum - 1) // m_quantum
+                cmd.dispatch(pipe, (xw, w, y), words, gx, gy)
     return wrap(state, out, dt.f32, m * n)

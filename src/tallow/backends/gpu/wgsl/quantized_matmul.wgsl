@@ -62,12 +62,11 @@ fn dot16(a: array<vec4<f32>, 4>, b: array<vec4<f32>, 4>) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn qmv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-       @builtin(local_invocation_index) lid: u32) {
+fn qmv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let M = pw(0u);
     let N = pw(1u);
     let K = pw(2u);
-    let n0 = (wid.z * nwg.x + wid.x) * NR;
+    let n0 = wid.x * NR;
     let m0 = wid.y * MC;
     if (n0 >= N) { return; }
     let runs = (K + 15u) / 16u;
@@ -76,14 +75,15 @@ fn qmv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let r2 = min(n0 + 2u, N - 1u);
     let r3 = min(n0 + 3u, N - 1u);
     var acc: array<vec4<f32>, 8>;
-    for (var c = 0u; c < MC; c = c + 1u) { acc[c] = vec4<f32>(0.0); }
+    var xb: array<u32, 8>;
+    for (var c = 0u; c < MC; c = c + 1u) { acc[c] = vec4<f32>(0.0); xb[c] = xrow(min(m0 + c, M - 1u)); }
     for (var g = lid; g < runs; g = g + WQ) {
         let w0 = wrun(n0, g);
         let w1 = wrun(r1, g);
         let w2 = wrun(r2, g);
         let w3 = wrun(r3, g);
         for (var c = 0u; c < MC; c = c + 1u) {
-            let xv = xrun(xrow(min(m0 + c, M - 1u)), g, K);
+            let xv = xrun(xb[c], g, K);
             acc[c] = acc[c] + vec4<f32>(dot16(w0, xv), dot16(w1, xv), dot16(w2, xv), dot16(w3, xv));
         }
     }
