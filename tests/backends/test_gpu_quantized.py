@@ -179,7 +179,7 @@ def test_qmatmul_matches_f64_reference(gpu, name, kernel):
     raw, wd = _weight(t, n, k, 1)
     raw_s = u8(gpu, raw)
     rng = np.random.default_rng(2)
-    ms = (1, 2, 7, 64) if kernel == "auto" else (3, 64)
+    ms = (1, 2, 7, 64) if kernel == "auto" else (3, 21)
     for m in ms:
         x = rng.standard_normal((m, k)).astype(np.float32)
         check_product(run(gpu, tl.Tensor(x, device=gpu), raw_s, name, n, k), x, wd)
@@ -191,7 +191,8 @@ def test_pick_kernel():
     assert oq.pick_kernel(8, False) == ("qmv", 8)
     assert oq.pick_kernel(9, False)[0] == "qmm"
     assert oq.pick_kernel(64, False) == ("qmm", 4)
-    assert oq.pick_kernel(64, True) == ("qmv", 8)
+    assert oq.pick_kernel(9, True) == ("qmv", 16)
+    assert oq.pick_kernel(64, True) == ("qmv", 16)
 
 
 VIEWS = ["batch dims", "transposed", "narrowed columns", "stepped rows", "broadcast batch",

@@ -142,11 +142,10 @@ QMM = family("qmatmul", [("x", "in", 1), ("w", "in", "u32"), ("y", "out", 1)], m
              file="quantized_matmul.wgsl", includes=("quantized_formats.wgsl",))
 MAX_ROW_RANK = 8
 NR = 4  # W rows per matrix-vector workgroup
-MV_MAX = 8  # x rows per matrix-vector workgroup
 QMM_N = 64  # W rows per tile
 MAX_GROUPS = 65535
-# The matrix-vector kernel takes m up to MV_UP_TO (in workgroups of up to MV_MAX
-# rows of x, each decoding its W rows again), the tiled kernel larger m, except on
+# The matrix-vector kernel takes m up to MV_UP_TO (a workgroup takes up to 16 rows
+# of x, each workgroup decoding its W rows again), the tiled kernel larger m, except on
 # CPU adapters (lavapipe), where the matrix-vector kernel is the faster one at
 # every m measured (1 ... 128; docs/gpu.md). FORCE ("qmv" / "qmm") overrides the
 # choice (tests).
@@ -163,10 +162,11 @@ def pick_kernel(m: int, cpu_adapter: bool) -> tuple:
 
 
 def _mc(m: int) -> int:
-    for c in (1, 2, 4):
+    """x rows per matrix-vector workgroup."""
+    for c in (1, 2, 4, 8):
         if m <= c:
             return c
-    return MV_MAX
+    return 16
 
 
 def _x_rows(x, x_layout, k: int):

@@ -10,7 +10,7 @@
 // 16..23 x's row dims (merged), 24..31 their strides.
 //
 // qmv (small m): a workgroup of WQ invocations computes NR rows of W against MC
-// rows of x; invocation t takes the runs of 16 weights t, t + WQ, ... of each row,
+// (1 ... 16) rows of x; invocation t takes the runs of 16 weights t, t + WQ, ... of each row,
 // decodes each run once for its NR rows and multiplies it with the MC matching
 // runs of x; the NR x MC partial sums are then added in workgroup memory.
 // qmm (larger m): a 16 x 16 workgroup computes a (16 TM) x 64 tile of y as the
@@ -24,7 +24,7 @@ const WQ: u32 = 64u;
 const QBK: u32 = 32u;
 const QBN: u32 = 64u;
 
-var<workgroup> red: array<vec4<f32>, WQ * MC>;
+var<workgroup> red: array<vec4<f32>, WQ * 8u>;
 var<workgroup> Xs: array<f32, QBK * 16u * TM>;
 var<workgroup> Ws: array<f32, QBK * QBN>;
 
@@ -74,8 +74,8 @@ fn qmv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
     let r1 = min(n0 + 1u, N - 1u);
     let r2 = min(n0 + 2u, N - 1u);
     let r3 = min(n0 + 3u, N - 1u);
-    var acc: array<vec4<f32>, 8>;
-    var xb: array<u32, 8>;
+    var acc: array<vec4<f32>, 16>;
+    var xb: array<u32, 16>;
     for (var c = 0u; c < MC; c = c + 1u) { acc[c] = vec4<f32>(0.0); xb[c] = xrow(min(m0 + c, M - 1u)); }
     for (var g = lid; g < runs; g = g + WQ) {
         let w0 = wrun(n0, g);
@@ -87,15 +87,20 @@ fn qmv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
             acc[c] = acc[c] + vec4<f32>(dot16(w0, xv), dot16(w1, xv), dot16(w2, xv), dot16(w3, xv));
         }
     }
-    for (var c = 0u; c < MC; c = c + 1u) { red[c * WQ + lid] = acc[c]; }
-    workgroupBarrier();
-    if (lid < NR * MC) {
-        let c = lid / NR;
-        let r = lid % NR;
-        if (n0 + r < N && m0 + c < M) {
-            var s = 0.0;
-            for (var t = 0u; t < WQ; t = t + 1u) { s = s + red[c * WQ + t][r]; }
-            st_y(pw(8u) + (m0 + c) * pw(9u) + n0 + r, s);
+    // The partial sums of 8 x rows at a time (red holds 8 KiB).
+    let steps = (MC + 7u) / 8u;
+    for (var c0 = 0u; c0 < 8u * steps; c0 = c0 + 8u) {
+        if (steps > 1u) { workgroupBarrier(); }
+        for (var c = c0; c < min(MC, c0 + 8u); c = c + 1u) { red[(c - c0) * WQ + lid] = acc[c]; }
+        workgroupBarrier();
+        if (lid < NR * 8u) {
+            let c = lid / NR;
+            let r = lid % NR;
+            if (c0 + c < MC && n0 + r < N && m0 + c0 + c < M) {
+                var s = 0.0;
+                for (var t = 0u; t < WQ; t = t + 1u) { s = s + red[c * WQ + t][r]; }
+                st_y(pw(8u) + (m0 + c0 + c) * pw(9u) + n0 + r, s);
+            }
         }
     }
 }
