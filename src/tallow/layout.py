@@ -42,7 +42,7 @@ def _is_f_contiguous(shape: tuple, stride: tuple) -> bool:
 
 
 class Layout:
-    __slots__ = ("shape", "stride", "start_offset", "contiguous", "count", "_bcast", "__weakref__")
+    __slots__ = ("shape", "stride", "start_offset", "contiguous", "count", "_derived", "__weakref__")
 
     def __init__(self, shape: tuple, stride: tuple, start_offset: int = 0):
         self.shape = shape
@@ -50,7 +50,7 @@ class Layout:
         self.start_offset = start_offset
         self.contiguous = _is_c_contiguous(shape, stride)
         self.count = elem_count(shape)
-        self._bcast = None
+        self._derived = None
 
     # -- construction -------------------------------------------------------------
     @staticmethod
@@ -169,14 +169,26 @@ class Layout:
                 raise ShapeMismatchError(f"{op}: cannot broadcast shape {self.shape} to {shape}")
         return Layout(tuple(shape), tuple(stride), self.start_offset)
 
+    # A layout remembers the last view derived from it: a bias broadcast or a weight
+    # transposed on every call then reuses one layout object, and with it the
+    # storage's cached NumPy view (and the matmul operand cache).
     def broadcast_cached(self, shape: tuple) -> "Layout":
-        """``broadcast_as(shape)``, remembering the last one (a bias broadcast every call
-        then reuses one layout object, and with it the storage's cached view)."""
-        c = self._bcast
+        """``broadcast_as(shape)``, remembered."""
+        c = self._derived
         if c is not None and c[0] == shape:
             return c[1]
         lay = self.broadcast_as(shape)
-        self._bcast = (shape, lay)
+        self._derived = (shape, lay)
+        return lay
+
+    def transpose_cached(self, d1: int, d2: int) -> "Layout":
+        """``transpose(d1, d2)``, remembered."""
+        key = (d1, d2, None)  # never equal to a shape key
+        c = self._derived
+        if c is not None and c[0] == key:
+            return c[1]
+        lay = self.transpose(d1, d2)
+        self._derived = (key, lay)
         return lay
 
     def squeeze(self, dim: int) -> "Layout":

@@ -84,23 +84,21 @@ class IndexOps:
                     f"{self.shape} on dim {d}"
                 )
 
-    def scatter_add(self, ids, src, dim):
-        """A copy of self with ``src`` added at ``ids`` along ``dim``."""
-        d = normalize_dim(dim, self.rank, "scatter_add")
-        self._check_scatter("scatter_add", ids, src, d)
+    def _scattered_copy(self, name, ids, src, dim, accumulate):
+        d = normalize_dim(dim, self.rank, name)
+        self._check_scatter(name, ids, src, d)
         out = _fresh_copy(self)
         lay = _contig(self.shape)
-        out.scatter_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d, True)
-        return make(out, lay, record("scatter_add", (self, ids, src), d))
+        out.scatter_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d, accumulate)
+        return make(out, lay, record(name, (self, ids, src), d))
+
+    def scatter_add(self, ids, src, dim):
+        """A copy of self with ``src`` added at ``ids`` along ``dim``."""
+        return self._scattered_copy("scatter_add", ids, src, dim, True)
 
     def scatter(self, ids, src, dim):
         """A copy of self with ``src`` written at ``ids`` along ``dim``."""
-        d = normalize_dim(dim, self.rank, "scatter")
-        self._check_scatter("scatter", ids, src, d)
-        out = _fresh_copy(self)
-        lay = _contig(self.shape)
-        out.scatter_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d, False)
-        return make(out, lay, record("scatter", (self, ids, src), d))
+        return self._scattered_copy("scatter", ids, src, dim, False)
 
     def scatter_set(self, ids, src, dim):
         """In place: write ``src`` at ``ids`` along ``dim`` into this tensor's storage."""

@@ -93,7 +93,7 @@ class ViewOps:
         d2 = normalize_dim(dim2, rank, "transpose")
         if d1 == d2:
             return self
-        return self._view(lay.transpose(d1, d2), "transpose", (d1, d2))
+        return self._view(lay.transpose_cached(d1, d2), "transpose", (d1, d2))
 
     def t(self):
         rank = len(self._layout.shape)

