@@ -6,18 +6,20 @@ from byte 0). The kernels read them as ``array<u32>`` with shifts (blocks are
 not 4-byte aligned in general: Q4_0 takes 18 bytes) and decode with
 ``wgsl/quantized_formats.wgsl``, one module per format.
 
-* ``dequantize``: one invocation per run of 16 values; bit for bit the NumPy
+* ``dequantize``: one invocation per piece of 16 values; bit for bit the NumPy
   codecs of ``tallow.quantized`` (f16 scales through the exact codec, every
   product and sum rounded in the codecs' order, never fused).
 * ``qmatmul_t``: ``x (m, k) @ W(n, k)^T`` with the dequantized weights times the
   f32 activations, accumulated in f32, as candle's Metal and ggml's GPU kernels
   do (the activations are not quantized: the CPU's ``matmul_t`` quantizes them
-  to the dot type, so the two differ by that rounding). Small m goes to the
-  matrix-vector kernel (``qmv``: a 64-wide workgroup per 4 rows of W and up to 8
-  rows of x, each invocation decoding runs of 16 weights and multiplying them
-  with the matching activations, then a workgroup reduction); larger m to the
-  tiled kernel (``qmm``: a 16 x 16 workgroup computing a 64 x 64 tile of y, the
-  W tile dequantized straight into workgroup memory). See docs/gpu.md.
+  to the dot type, so the two differ by that rounding). Two kernels: ``qmv``
+  (matrix-vector: a 64-wide workgroup per 4 rows of W and up to 16 rows of x,
+  each invocation decoding pieces of 16 weights once and multiplying them with
+  the matching activations of every x row, then a workgroup reduction) and
+  ``qmm`` (a 16 x 16 workgroup computing a (16 TM) x 64 tile of y, the W tile
+  dequantized straight into workgroup memory). ``qmv`` takes m <= 8; above, GPUs
+  take ``qmm`` and CPU adapters (lavapipe, where ``qmv`` measured faster at every
+  m) ``qmv`` in workgroups of 16 x rows. See docs/gpu.md.
 
 Every call encodes into the device's queue and returns at once (no readback),
 with buffers from the pool and pipelines from the kernel cache. A weight or an
