@@ -41,10 +41,38 @@ def _families(tl, dev):
         ("softmax_last_dim [softmax]", lambda: _softmax(tl, x)),
         ("to_dtype f16 [cast]", lambda: x.to_dtype("f16")),
     ]
+    cases += _quantized_kernels(tl, dev)
     qm = _qmatmul(tl, dev)
     if qm is not None:
-        cases.append(("qmatmul q8_0 [quantized]", qm))
+        cases.append(("QMatMul q8_0 [quantized]", qm))
     return cases
+
+
+def _quantized_kernels(tl, dev):
+    """The GPU quantized kernels themselves (backends/gpu/ops_quantized.py), 512 x 512
+    Q4_0 and Q4K weights."""
+    import numpy as np
+
+    from tallow import dtype as dt
+    from tallow.backends.gpu import ops_quantized as oq
+    from tallow.quantized import ggml_type
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 512)).astype(np.float32)
+    x1 = tl.randn((1, 512), device=dev)
+    x32 = tl.randn((32, 512), device=dev)
+    raws = {name: dev._state.from_numpy(ggml_type(name).quantize(w).reshape(-1), dt.u8)
+            for name in ("Q4_0", "Q4K")}
+
+    def qmm(name, x):
+        return lambda: oq.qmatmul_t(x._storage, x.layout, raws[name], name, 512, 512)
+
+    return [
+        ("qmatmul_t q4_0 m=1 [quantized_matmul]", qmm("Q4_0", x1)),
+        ("qmatmul_t q4_0 m=32 [new constants]", qmm("Q4_0", x32)),
+        ("qmatmul_t q4k m=1 [quantized_matmul]", qmm("Q4K", x1)),
+        ("dequantize q4k [quantized_dequantize]", lambda: oq.dequantize(raws["Q4K"], "Q4K", 512 * 512)),
+    ]
 
 
 def _softmax(tl, x):

@@ -7,7 +7,12 @@
 3. per-op encode cost: 5000 chained adds of 1024 f32, with the queue deferred
    (nothing executes while encoding: the CPU cost of an op) and with the default
    submission every 50 ops;
-4. ``--plot FILE.png``: GFLOPS vs n, and total time vs ops-per-submit.
+4. quantized matmul ``x @ W^T`` with W 4096 x 4096 (``--quick``: 1024) in Q4_0,
+   Q8_0, Q4K and Q6K blocks, m = 1 (matrix-vector: an LLM's decode step) and m = 32,
+   beside the f32 GPU matmul of the same size, NumPy's f32 product with the
+   dequantized weight and tallow's CPU quantized matmul (``prepare_weight``),
+   medians of alternating repeats;
+5. ``--plot FILE.png``: GFLOPS vs n, and total time vs ops-per-submit.
 """
 
 from __future__ import annotations
@@ -141,6 +146,62 @@ def bench_encode(dev, steps=5000):
     return res
 
 
+QUANT_TYPES = ("Q4_0", "Q8_0", "Q4K", "Q6K")
+
+
+def bench_quantized(dev, size, repeats, cpu_adapter):
+    """x (m, size) @ W(size, size)^T for W in GGML blocks on the GPU, m = 1 and 32."""
+    from tallow import dtype as dt
+    from tallow.backends.gpu import ops_quantized as oq
+    from tallow.quantized import ggml_type, prepare_weight
+
+    state = dev._state
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((size, size)).astype(np.float32)
+    gw_t = tl.Tensor(w, device=dev).t()
+    weights = {}
+    for name in QUANT_TYPES:
+        t = ggml_type(name)
+        raw = t.quantize(w).reshape(-1)
+        weights[name] = (state.from_numpy(raw, dt.u8), t.dequantize(raw, size * size).reshape(size, size),
+                         prepare_weight(raw, t, size, size))
+    results = []
+    for m in (1, 32):
+        x = rng.standard_normal((m, size)).astype(np.float32)
+        gx = tl.Tensor(x, device=dev)
+        gpu, cpu = {}, {}
+        for name, (raw_s, wd, prep) in weights.items():
+            def gq(raw_s=raw_s, name=name):
+                oq.qmatmul_t(gx._storage, gx.layout, raw_s, name, size, size)
+                dev.synchronize()
+
+            gpu[f"gpu {name}"] = gq
+            cpu[f"numpy f32 ({name} dequantized)"] = lambda wd=wd: x @ wd.T
+            cpu[f"cpu {name} matmul_t"] = lambda prep=prep: prep.matmul_t(x)
+
+        def gf32():
+            gx.matmul(gw_t)
+            dev.synchronize()
+
+        gpu["gpu f32"] = gf32
+        # GPU and CPU candidates alternate in separate groups: on a CPU adapter
+        # both run on the same cores, and BLAS threads spinning after a NumPy call
+        # would slow the GPU candidate that follows.
+        t = alternate(gpu, repeats)
+        t.update(alternate(cpu, repeats))
+        for name in QUANT_TYPES:
+            results.append(dict(type=name, m=m, gpu_ms=t[f"gpu {name}"] * 1e3, gpu_f32_ms=t["gpu f32"] * 1e3,
+                                numpy_f32_ms=t[f"numpy f32 ({name} dequantized)"] * 1e3,
+                                cpu_quantized_ms=t[f"cpu {name} matmul_t"] * 1e3))
+    rows = [[r["type"], r["m"], r["gpu_ms"], r["gpu_f32_ms"], ratio(r["gpu_f32_ms"], r["gpu_ms"]),
+             r["numpy_f32_ms"], r["cpu_quantized_ms"]] for r in results]
+    where = " (lavapipe: the 'GPU' is this machine's CPU)" if cpu_adapter else ""
+    print(table(f"quantized matmul x (m, {size}) @ W({size}, {size})^T, ms{where}; "
+                "speedup = gpu f32 / gpu quantized",
+                ["W", "m", "gpu quantized", "gpu f32", "speedup", "numpy f32", "cpu quantized"], rows))
+    return results
+
+
 def run(args) -> int:
     if not tl.utils.gpu_is_available():
         print("no WebGPU adapter: nothing to measure")
@@ -160,6 +221,7 @@ def run(args) -> int:
     sizes = (256, 512) if quick else (256, 512, 1024, 2048)
     results["matmul"] = bench_matmul(dev, sizes, repeats, cpu_adapter)
     results["elementwise_gbs"] = bench_elementwise(dev, (1 << 22) if quick else (1 << 24), repeats)
+    results["quantized"] = bench_quantized(dev, 1024 if quick else 4096, repeats, cpu_adapter)
     if getattr(args, "plot", None):
         cases = [(1024, 1000 if quick else 5000, False), (1 << 20, 50 if quick else 200, True)]
         qres = sweep(dev, cases, SETTINGS, 1)
