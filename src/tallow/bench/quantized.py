@@ -295,7 +295,9 @@ def run(args) -> int:
     else:
         rows = [[fmt, b, ms(r["gpu f32"]), ms(r["gpu qmatmul"]), ratio(r["gpu qmatmul"], r["gpu f32"])]
                 for fmt, per in gpu.items() for b, r in per.items()]
-        print(table("GPU x @ W.T (median ms, synchronized)", ["format", "batch", "f32 ms", "qmatmul ms", "x f32"],
+        cpu_adapter = tl.Device.gpu(0).info().get("adapter_type") == "CPU"
+        where = " (lavapipe: the 'GPU' is this machine's CPU)" if cpu_adapter else ""
+        print(table(f"GPU x @ W.T (median ms, synchronized){where}", ["format", "batch", "f32 ms", "qmatmul ms", "x f32"],
                     rows))
     write_json(getattr(args, "json", None), {"quantized": {
         "threads": tl.utils.get_num_threads(), "repeats": repeats, "first_use": first,
