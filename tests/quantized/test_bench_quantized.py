@@ -3,6 +3,8 @@
 import json
 import types
 
+import pytest
+
 from tallow.bench import quantized as bench
 
 
@@ -12,6 +14,7 @@ def test_bench_quantized_small(monkeypatch, tmp_path, capsys):
     # the fresh-process probe has its own test
     probe = {"cold": {"kernel": 2.0, "import_and_kernel": 3.0}, "cached": {"kernel": 0.2, "import_and_kernel": 1.2}}
     monkeypatch.setattr(bench, "bench_first_use", lambda: probe)
+    monkeypatch.setattr(bench, "bench_gpu", lambda *a, **k: {"skipped": "tested on its own"})
     path = tmp_path / "q.json"
     args = types.SimpleNamespace(quick=True, repeats=1, json=str(path))
     assert bench.run(args) == 0
@@ -45,3 +48,16 @@ def test_stream_small():
         r = res[fmt]
         assert all(r[c] > 0 for c in ("f32", "numba", "f32 alone", "numba alone"))
         assert r["numba_bytes"] < res["f32_bytes"] / 3
+
+
+@pytest.mark.gpu
+def test_bench_gpu_small(gpu):
+    from tallow.quantized.qtensor import gpu_ops
+
+    res = bench.bench_gpu(("Q4_0", "Q6K"), n=256, k=256, batches=(1, 4), repeats=1, quiet=True)
+    if gpu_ops() is None:
+        assert "skipped" in res
+        return
+    for fmt in ("Q4_0", "Q6K"):
+        for b in (1, 4):
+            assert set(res[fmt][b]) == {"gpu f32", "gpu qmatmul"} and all(t > 0 for t in res[fmt][b].values())
