@@ -127,3 +127,19 @@ def test_copy_allocates_a_new_buffer(gpu):
     row = big[3].copy()
     assert row.storage_and_layout()[0].nbytes == 400
     assert big.force_contiguous().storage_and_layout()[0].ptr != big.storage_and_layout()[0].ptr
+
+
+def test_a_buffer_returned_twice_is_handed_out_once(gpu):
+    from tallow.backends.gpu import new_device_state
+
+    state = new_device_state(0)
+    pool = state.pool
+    with state.commands.lock:
+        buf = pool.alloc(4096)
+    pool.release(buf)
+    pool.release(buf)  # a second owner returning the same buffer
+    with state.commands.lock:
+        first = pool.alloc(4096)
+        second = pool.alloc(4096)
+    assert first is buf and second is not buf
+    assert pool.stats()["double_releases"] == 1

@@ -34,13 +34,14 @@ class PoolBuffer:
     batch that referenced it (the pool avoids queue writes into a buffer that the
     current, unsubmitted batch still uses)."""
 
-    __slots__ = ("gpu", "size", "id", "batch")
+    __slots__ = ("gpu", "size", "id", "batch", "held")
 
     def __init__(self, gpu, size):
         self.gpu = gpu
         self.size = size
         self.id = next(_ids)
         self.batch = 0
+        self.held = True  # handed out by alloc, not yet returned
 
     def __repr__(self):
         return f"PoolBuffer(id={self.id}, size={self.size})"
@@ -80,6 +81,7 @@ class BufferPool:
         self.allocated = 0  # buffers ever created
         self.reused = 0
         self.released = 0
+        self.double_releases = 0  # returns of a buffer already returned (ignored)
         self.cache_limit = parse_size(os.environ.get("TALLOW_GPU_CACHE_LIMIT"),
                                       DEFAULT_CACHE_LIMIT, "TALLOW_GPU_CACHE_LIMIT")
 
@@ -122,7 +124,13 @@ class BufferPool:
                     if lst[i].batch != avoid_batch:
                         b = lst.pop(i)
                         break
+            if b is not None and b.gpu._internal is None:
+                # Never hand out a buffer whose GPU object is gone.
+                self.cached_bytes -= size
+                self._count[size] -= 1
+                b = None
             if b is not None:
+                b.held = True
                 self.cached_bytes -= size
                 self.active_bytes += size
                 if self.active_bytes > self.peak_bytes:
@@ -138,7 +146,13 @@ class BufferPool:
         return PoolBuffer(gpu, size)
 
     def release(self, buf: PoolBuffer) -> None:
-        """Called from a storage's ``__del__``: lock free."""
+        """Called from a storage's ``__del__``: lock free. A second return of the same
+        buffer would put it on a free list twice (two owners, and one of them writing
+        into a destroyed buffer after a trim): it is counted and ignored."""
+        if not buf.held:
+            self.double_releases += 1
+            return
+        buf.held = False
         self._returned.append(buf)
 
     def trim(self, limit=None) -> list:
@@ -177,4 +191,5 @@ class BufferPool:
             "buffers_allocated": self.allocated,
             "buffers_reused": self.reused,
             "buffers_released": self.released,
+            "double_releases": self.double_releases,
         }
