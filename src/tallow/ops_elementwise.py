@@ -108,7 +108,7 @@ class ElementwiseOps:
             shape = broadcast_shapes(shape, rl.shape, f"broadcast_{name}")
             if self._track or rhs._track:
                 # Record the broadcasts: their backward sums the gradient back.
-                return self.broadcast_as(shape)._binop(name, rhs.broadcast_as(shape), False)
+                return self._broadcast(shape)._binop(name, rhs._broadcast(shape), False)
             if ll.shape != shape:
                 ll = ll.broadcast_cached(shape)
             if rl.shape != shape:
@@ -247,7 +247,7 @@ class ElementwiseOps:
             shape = self._layout.shape
             if shape != rhs._layout.shape:
                 shape = broadcast_shapes(shape, rhs._layout.shape, name)
-                lhs, rhs = self.broadcast_as(shape), rhs.broadcast_as(shape)
+                lhs, rhs = self._broadcast(shape), rhs._broadcast(shape)
             out = lhs._storage.cmp(name, lhs._layout, rhs._storage, rhs._layout)
             return make(out, _contig(shape))
         if is_scalar(rhs):
@@ -323,7 +323,7 @@ class ElementwiseOps:
                 f"where_cond: condition on {self.device}, values on {on_true.device}")
         shape = broadcast_shapes(self.shape, on_true.shape, "where_cond")
         shape = broadcast_shapes(shape, on_false.shape, "where_cond")
-        c, t, f = self.broadcast_as(shape), on_true.broadcast_as(shape), on_false.broadcast_as(shape)
+        c, t, f = self._broadcast(shape), on_true._broadcast(shape), on_false._broadcast(shape)
         out = c._storage.where_cond(c._layout, t._storage, t._layout, f._storage, f._layout)
         op = None
         if t._track or f._track:

@@ -11,7 +11,7 @@ from ._construct import make
 from .checks import binary_mismatch
 from .errors import ShapeMismatchError
 from .layout import Layout
-from .op import record2
+from .op import Op
 from .shape import broadcast_shapes
 
 _contig = Layout.contiguous_of
@@ -25,17 +25,23 @@ class LinalgOps:
         if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
             binary_mismatch("matmul", self, rhs)
         a, b = self._layout.shape, rhs._layout.shape
-        if len(a) < 2 or len(b) < 2:
-            raise ShapeMismatchError(f"matmul: operands need rank >= 2, got {a} and {b}")
-        if len(a) != len(b) or a[:-2] != b[:-2]:
-            raise ShapeMismatchError(
-                f"matmul: batch dims differ, lhs {a}, rhs {b} (use broadcast_matmul)"
-            )
-        if a[-1] != b[-2]:
-            raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")
+        if len(a) == 2 and len(b) == 2:
+            if a[1] != b[0]:
+                raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")
+            shape = (a[0], b[1])
+        else:
+            if len(a) < 2 or len(b) < 2:
+                raise ShapeMismatchError(f"matmul: operands need rank >= 2, got {a} and {b}")
+            if len(a) != len(b) or a[:-2] != b[:-2]:
+                raise ShapeMismatchError(
+                    f"matmul: batch dims differ, lhs {a}, rhs {b} (use broadcast_matmul)"
+                )
+            if a[-1] != b[-2]:
+                raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")
+            shape = a[:-1] + (b[-1],)
         out = ls.matmul(self._layout, rs, rhs._layout)
-        shape = a[:-1] + (b[-1],)
-        return make(out, _contig(shape), record2("matmul", self, rhs))
+        return make(out, _contig(shape),
+                    Op("matmul", (self, rhs)) if (self._track or rhs._track) else None)
 
     def broadcast_matmul(self, rhs):
         a, b = self.shape, rhs.shape

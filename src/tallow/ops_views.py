@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._construct import make
 from .errors import ShapeMismatchError
 from .layout import Layout
-from .op import record1
+from .op import Op, record1
 from .shape import normalize_dim, parse_shape, parse_shape_with_hole
 
 _contig = Layout.contiguous_of
@@ -96,10 +96,13 @@ class ViewOps:
         return self._view(lay.transpose_cached(d1, d2), "transpose", (d1, d2))
 
     def t(self):
-        rank = len(self._layout.shape)
+        lay = self._layout
+        rank = len(lay.shape)
         if rank < 2:
             raise ShapeMismatchError(f"t: expects a tensor of rank >= 2, got shape {self.shape}")
-        return self.transpose(rank - 2, rank - 1)
+        d1, d2 = rank - 2, rank - 1
+        return make(self._storage, lay.transpose_cached(d1, d2),
+                    Op("transpose", (self,), (d1, d2)) if self._track else None)
 
     @property
     def T(self):
@@ -142,11 +145,15 @@ class ViewOps:
 
     # -- broadcasting -------------------------------------------------------------------
     def broadcast_as(self, *shape):
-        shape = parse_shape(shape, "broadcast_as")
+        return self._broadcast(parse_shape(shape, "broadcast_as"))
+
+    def _broadcast(self, shape: tuple):
+        """``broadcast_as`` of an already parsed shape (the ops' internal path)."""
         lay = self._layout
         if shape == lay.shape:
             return self
-        return self._view(lay.broadcast_cached(shape), "broadcast_as", lay.shape)
+        return make(self._storage, lay.broadcast_cached(shape),
+                    Op("broadcast_as", (self,), lay.shape) if self._track else None)
 
     def broadcast_left(self, *left):
         left = parse_shape(left, "broadcast_left")

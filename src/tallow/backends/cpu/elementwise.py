@@ -139,8 +139,9 @@ def _float_in(s, layout):
 
 
 def _float_out(y, dtype):
-    if y.dtype != dtype.np:
-        y = y.astype(dtype.np)
+    npd = dtype.np
+    if y.dtype is not npd and y.dtype != npd:
+        y = y.astype(npd)
     return wrap(y, dtype)
 
 
@@ -162,6 +163,14 @@ def op_takes_out(f) -> bool:
 
 def unary(s, op, layout):
     dtype = s.dtype
+    if dtype is dt.f32 or dtype is dt.f64:
+        # The common case, kept short: the op's function on the strided view.
+        vc = s._vc
+        x = vc[1] if vc is not None and vc[0] is layout else s.view(layout)
+        f = _FLOAT_UNARY.get(op)
+        if f is None:
+            raise ValueError(f"unknown unary op {op!r}")
+        return _float_out(f(x) if x.size < _MIN else _apply(f, x), dtype)
     if dtype.is_float:
         f = _FLOAT_UNARY.get(op)
         if f is None:

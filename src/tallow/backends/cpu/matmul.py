@@ -40,24 +40,28 @@ _CACHE_MAX_ROWS = 256
 
 
 def _rhs_operand(rhs, rhs_layout, b, lhs_rows):
-    if lhs_rows > _CACHE_MAX_ROWS or b.ndim != 2 or b.shape[0] < 2 or b.shape[1] < 2:
+    st = b.strides
+    item = b.itemsize
+    if lhs_rows > _CACHE_MAX_ROWS or len(st) != 2 or st[0] != item:
+        return b  # not a transposed 2-D matrix (or too many rows to gain)
+    n0, n1 = b.shape
+    if n0 < 2 or n1 < 2 or st[1] != item * n0:
         return b
-    if b.strides[0] != b.itemsize or b.strides[1] != b.itemsize * b.shape[0]:
-        return b  # not a transposed contiguous matrix
     ws = rhs.write_state()
     if ws.shared:
         return b
-    key = (rhs_layout.shape, rhs_layout.stride, rhs_layout.start_offset)
     cached = ws.cache
-    if cached is not None and cached[0] == ws.version and cached[1] == key:
+    if cached is not None and cached[0] == ws.version and (
+            cached[1] is rhs_layout or cached[1] == rhs_layout):
         return cached[2]
     copy = np.ascontiguousarray(b)
-    ws.cache = (ws.version, key, copy)
+    ws.cache = (ws.version, rhs_layout, copy)
     return copy
 
 
 def matmul(s, lhs_layout, rhs, rhs_layout):
-    CONFIG.apply()
+    if CONFIG._applied is None:
+        CONFIG.apply()
     a = s.view(lhs_layout)
     b = rhs.view(rhs_layout)
     dtype = s.dtype
@@ -66,7 +70,11 @@ def matmul(s, lhs_layout, rhs, rhs_layout):
         out = np.matmul(a.astype(np.float32), b.astype(np.float32))
         return wrap(out.astype(dtype.np), dtype)
     if dtype.is_float:
-        rows = a.size // a.shape[-1] if a.shape[-1] else 0
-        b = _rhs_operand(rhs, rhs_layout, b, rows)
-        return wrap(np.matmul(_blas_ready(a), _blas_ready(b)), dtype)
+        k = a.shape[-1]
+        b = _rhs_operand(rhs, rhs_layout, b, a.size // k if k else 0)
+        if a.strides[-1] != a.itemsize:
+            a = _blas_ready(a)
+        if b.strides[-1] != b.itemsize:
+            b = _blas_ready(b)
+        return wrap(np.matmul(a, b), dtype)
     return wrap(np.matmul(a, b), dtype)
