@@ -5,7 +5,6 @@ ops are recorded only when a Var is involved. Backends: CPU (NumPy and its
 BLAS) and GPU (WebGPU through wgpu).
 """
 
-from . import dtype as _dtype
 from .backprop import GradStore
 from .creation import (
     arange, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, ones,

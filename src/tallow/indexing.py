@@ -83,7 +83,6 @@ def getitem(t, index):
     for item in index:
         if item is Ellipsis:
             dim += rank - consumed
-            rank_left = None  # noqa: F841 - ellipsis only moves the cursor
         elif item is None:
             out = out.unsqueeze(dim)
             dim += 1

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._construct import make
 from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
-from .errors import ShapeMismatchError, UnsupportedDTypeError
+from .errors import UnsupportedDTypeError
 from .layout import Layout
 from .op import Op, record1
 from .shape import broadcast_shapes

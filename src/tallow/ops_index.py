@@ -14,7 +14,7 @@ from .errors import (
     UnsupportedDTypeError,
 )
 from .layout import Layout
-from .op import record, record1
+from .op import record
 from .shape import normalize_dim
 
 _contig = Layout.contiguous_of

@@ -13,7 +13,6 @@ import numpy as np
 from . import _construct
 from . import dtype as dt
 from ._construct import make
-from .checks import is_scalar
 from .convert import check_numpy_exact, from_data
 from .device import Device, cpu
 from .errors import ShapeMismatchError, TallowError

@@ -147,8 +147,6 @@ class SafetensorsFile:
     def get(self, name, device=None):
         from safetensors import SafetensorError
 
-        from .tensor import Tensor
-
         if name not in self._keys:
             raise KeyError(f"{self.path}: no tensor named {name!r}")
         try:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from gpu_util import check, values
+from gpu_util import values
 from helpers import ALL_DTYPES, assert_close
 from tallow.backends.gpu import new_device_state
 

@@ -5,7 +5,6 @@ that do not block ops whose pipelines exist."""
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import tallow as tl

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from gpu_util import check, on, skip_unless, values
+from gpu_util import check, skip_unless, values
 from helpers import ALL_DTYPES
 from tallow.backends.gpu.ops_matmul import pick_tile
 

@@ -68,7 +68,6 @@ def _pow2_q8_activation(rng, m, k, block):
 def test_integer_block_sums_are_exact(name):
     # With power-of-two scales every term is exact, so the result must be too.
     rng = np.random.default_rng(4)
-    t = ggml_type(name)
     n, k = 7, 256
     q = rng.integers({"Q4_0": 0, "Q5_0": 0, "Q8_0": -128}[name], {"Q4_0": 16, "Q5_0": 32, "Q8_0": 128}[name], (n * k // 32, 32))
     d = np.exp2(rng.integers(-3, 1, (n * k // 32, 1))).astype(np.float16)

@@ -20,7 +20,6 @@ import statistics
 import time
 import warnings
 
-import numpy as np
 
 import tallow as tl
 

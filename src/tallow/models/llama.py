@@ -279,25 +279,8 @@ class Llama(Module):
         return self.model.embed_tokens.weight.dtype
 
     def _hidden(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
-        if input_ids.rank != 2:
-            raise ShapeMismatchError(f"Llama: input_ids must be (batch, seq), got {input_ids.shape}")
-        b, s = input_ids.shape
-        if s == 0:
-            raise ShapeMismatchError("Llama: input_ids is empty")
-        index_pos = int(index_pos)
-        if index_pos < 0 or index_pos + s > cache.max_positions:
-            raise ContextLengthError(
-                f"Llama: positions {index_pos}..{index_pos + s - 1} do not fit in the context of "
-                f"{cache.max_positions} tokens (max_position_embeddings)")
-        if cache.use_kv_cache and index_pos > cache.seq_len:
-            raise ShapeMismatchError(
-                f"Llama: index_pos {index_pos} is past the {cache.seq_len} cached positions")
-        x = self.model.embed_tokens(input_ids)
-        mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
-        for i, layer in enumerate(self.model.layers):
-            x = layer(x, index_pos, i, cache, mask)
-        cache.seq_len = index_pos + s
-        return self.model.norm(x)
+        return decoder_hidden(self.model, input_ids, index_pos, cache, "Llama",
+                              "max_position_embeddings")
 
     def forward(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, vocab)`` (f32) for the position after the last input token."""
@@ -311,3 +294,29 @@ class Llama(Module):
 
     def new_cache(self, use_kv_cache: bool = True) -> Cache:
         return Cache(self.config, self.dtype, self.model.embed_tokens.weight.device, use_kv_cache)
+
+
+def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: str,
+                   context_from: str) -> Tensor:
+    """The decoder stack's final hidden states for ``input_ids`` at ``index_pos``,
+    after checking the positions against the context and the cache (shared by the
+    safetensors and the GGUF Llama; ``who``/``context_from`` name them in errors)."""
+    if input_ids.rank != 2:
+        raise ShapeMismatchError(f"{who}: input_ids must be (batch, seq), got {input_ids.shape}")
+    _, s = input_ids.shape
+    if s == 0:
+        raise ShapeMismatchError(f"{who}: input_ids is empty")
+    index_pos = int(index_pos)
+    if index_pos < 0 or index_pos + s > cache.max_positions:
+        raise ContextLengthError(
+            f"{who}: positions {index_pos}..{index_pos + s - 1} do not fit in the context of "
+            f"{cache.max_positions} tokens ({context_from})")
+    if cache.use_kv_cache and index_pos > cache.seq_len:
+        raise ShapeMismatchError(
+            f"{who}: index_pos {index_pos} is past the {cache.seq_len} cached positions")
+    x = model.embed_tokens(input_ids)
+    mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
+    for i, layer in enumerate(model.layers):
+        x = layer(x, index_pos, i, cache, mask)
+    cache.seq_len = index_pos + s
+    return model.norm(x)

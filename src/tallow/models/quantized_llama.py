@@ -40,7 +40,6 @@ import os
 
 from .. import dtype as dt
 from ..device import Device
-from ..errors import ShapeMismatchError
 from ..nn import ops
 from ..nn.container import ModuleList
 from ..nn.embedding import Embedding
@@ -52,7 +51,7 @@ from ..quantized.gguf_file import qtensor_of
 from ..quantized.gguf_io import GgufFile, read_gguf
 from ..tensor import Tensor
 from .config import ModelFormatError
-from .llama import Cache, ContextLengthError, LlamaConfig
+from .llama import Cache, LlamaConfig, decoder_hidden
 
 
 def _linear(qt) -> Linear:
@@ -201,25 +200,8 @@ class ModelWeights(Module):
         return Cache(self.config, dt.f32, self.model.embed_tokens.weight.device, use_kv_cache)
 
     def _hidden(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
-        if input_ids.rank != 2:
-            raise ShapeMismatchError(f"ModelWeights: input_ids must be (batch, seq), got {input_ids.shape}")
-        b, s = input_ids.shape
-        if s == 0:
-            raise ShapeMismatchError("ModelWeights: input_ids is empty")
-        index_pos = int(index_pos)
-        if index_pos < 0 or index_pos + s > cache.max_positions:
-            raise ContextLengthError(
-                f"ModelWeights: positions {index_pos}..{index_pos + s - 1} do not fit in the context of "
-                f"{cache.max_positions} tokens (llama.context_length)")
-        if cache.use_kv_cache and index_pos > cache.seq_len:
-            raise ShapeMismatchError(
-                f"ModelWeights: index_pos {index_pos} is past the {cache.seq_len} cached positions")
-        x = self.model.embed_tokens(input_ids)
-        mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
-        for i, layer in enumerate(self.model.layers):
-            x = layer(x, index_pos, i, cache, mask)
-        cache.seq_len = index_pos + s
-        return self.model.norm(x)
+        return decoder_hidden(self.model, input_ids, index_pos, cache, "ModelWeights",
+                              "llama.context_length")
 
     def forward(self, input_ids: Tensor, index_pos: int, cache: Cache | None = None) -> Tensor:
         """Logits ``(batch, vocab)`` of the position after the last input token."""

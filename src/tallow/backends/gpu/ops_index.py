@@ -14,7 +14,7 @@ from __future__ import annotations
 from ...layout import Layout
 from .kernels import family
 from .launch import map_inplace, map_new
-from .layouts import pad_scalars, scalar_words
+from .layouts import pad_scalars
 from .ops_check import check_ids
 from .storage import wrap
 

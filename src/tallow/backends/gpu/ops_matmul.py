@@ -15,7 +15,6 @@ from .kernels import family
 from .layouts import merge_dims
 from .launch import compact_for_kernel
 from .ops_copy import new_empty
-from .storage import wrap
 
 METHODS = ("matmul",)
 

@@ -10,7 +10,6 @@ from .kernels import family
 from .layouts import MAX_RANK, grid, merge_dims, pad_scalars, scalar_words
 from .launch import compact_for_kernel
 from .ops_copy import check_window, new_empty
-from .storage import wrap
 
 METHODS = ("reduce", "cumsum", "arg_sort_last_dim", "softmax_last_dim", "rms_norm", "layer_norm")
 
