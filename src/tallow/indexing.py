@@ -44,7 +44,7 @@ def _select(t, dim, index):
     size = t._layout.shape[dim]
     # Negative ids count from the end, as in Python.
     if ids.dtype.name == "i64":
-        arr = ids.numpy() if ids.device.kind == "cpu" else None
+        arr = ids._host() if ids.device.kind == "cpu" else None
         if arr is not None and arr.size and arr.min() < 0:
             from .tensor import Tensor
 

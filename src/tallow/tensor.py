@@ -206,6 +206,11 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         writable = getattr(s, "to_numpy_writable", None)
         return writable(self._layout) if writable is not None else s.to_numpy(self._layout)
 
+    def _host(self) -> np.ndarray:
+        """The values on the host for reading inside tallow (a view on the CPU; unlike
+        ``numpy()``, handing it out is not expected, so the buffer stays unshared)."""
+        return self._storage.to_numpy(self._layout)
+
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
@@ -215,7 +220,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return arr
 
     def _pyvalues(self):
-        arr = self._storage.to_numpy(self._layout)
+        arr = self._host()
         if self._storage.dtype in (dt.f16, dt.bf16):
             arr = arr.astype(np.float32)
         return arr.tolist()
@@ -261,7 +266,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     def to_torch(self):
         import torch
 
-        arr = np.asarray(self.numpy(), order="C")
+        arr = np.asarray(self._host(), order="C")
         if self._storage.dtype is dt.bf16:
             return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
         if self._storage.dtype is dt.u32:
@@ -269,7 +274,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return torch.from_numpy(arr.copy())
 
     def __repr__(self):
-        arr = self.numpy()
+        arr = self._host()
         if self._storage.dtype is dt.bf16:
             arr = arr.astype(np.float32)
         body = np.array2string(arr, separator=", ", threshold=200, edgeitems=3)
@@ -310,7 +315,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     __hash__ = object.__hash__
 
     def __reduce__(self):
-        return (_rebuild, (np.asarray(self.numpy(), order="C").copy(), str(self.dtype), str(self.device)))
+        return (_rebuild, (np.asarray(self._host(), order="C").copy(), str(self.dtype), str(self.device)))
 
     # -- dtype and device moves -----------------------------------------------------
     def to_dtype(self, dtype) -> "Tensor":
@@ -432,7 +437,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             return False
         if other.dtype is not self.dtype:
             return False
-        return bool(np.array_equal(self.numpy(), other.to_device(self.device).numpy()))
+        return bool(np.array_equal(self._host(), other.to_device(self.device)._host()))
 
     # -- quantization (tallow.quantized) ------------------------------------------------
     def quantize(self, ggml_dtype):

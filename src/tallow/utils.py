@@ -102,7 +102,7 @@ def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}, not a Tensor")
-        arrays[name] = np.asarray(t.numpy(), order="C")
+        arrays[name] = np.asarray(t._host(), order="C")
     save_file(arrays, str(path), metadata=metadata)
 
 
@@ -186,7 +186,7 @@ def load_npy(path, device=None):
 
 
 def save_npy(path, tensor) -> None:
-    np.save(str(path), np.asarray(tensor.numpy(), order="C"), allow_pickle=False)
+    np.save(str(path), np.asarray(tensor._host(), order="C"), allow_pickle=False)
 
 
 def load_npz(path, device=None) -> dict:
@@ -203,7 +203,7 @@ def load_npz(path, device=None) -> dict:
 
 
 def save_npz(path, tensors: dict) -> None:
-    np.savez(str(path), **{k: np.asarray(t.numpy(), order="C") for k, t in tensors.items()})
+    np.savez(str(path), **{k: np.asarray(t._host(), order="C") for k, t in tensors.items()})
 
 
 # -- gguf ----------------------------------------------------------------------------------
