@@ -143,3 +143,66 @@ def test_a_buffer_returned_twice_is_handed_out_once(gpu):
         second = pool.alloc(4096)
     assert first is buf and second is not buf
     assert pool.stats()["double_releases"] == 1
+
+
+def test_a_storage_in_cyclic_garbage_returns_a_live_buffer(gpu):
+    # The cycle collector finalizes everything reachable only from a cycle; the GPU
+    # object of a pooled buffer must not be among it, or the pool would hand out a
+    # buffer whose native object is released (an abort inside wgpu-native).
+    import gc
+
+    state = gpu._state
+    gc.collect()
+    t = tl.ones((1000,), device=gpu) + 1.0
+    buf_id = t.storage_and_layout()[0].ptr
+    size = t.storage_and_layout()[0].buffer_size
+    cycle = [t]
+    cycle.append(cycle)
+    del t, cycle
+    gc.collect()
+    state.pool.stats()  # moves returned buffers to the free lists
+    free = [b for b in state.pool._free[size] if b.id == buf_id]
+    assert len(free) == 1 and not free[0].held
+    assert free[0].gpu._internal is not None
+    del free
+    ones = tl.ones((1000,), device=gpu)
+    again = ones * 3.0  # one of the two takes the returned buffer
+    assert buf_id in (ones.storage_and_layout()[0].ptr, again.storage_and_layout()[0].ptr)
+    assert again.values() == [3.0] * 1000
+
+
+def test_threads_with_cyclic_garbage(gpu):
+    # Threads encoding ops while another thread's collection finalizes cycles that
+    # hold GPU tensors (run in a child: the failure this guards against is an abort).
+    code = """
+import gc, threading
+import numpy as np
+import tallow as tl
+gpu = tl.Device.gpu(0)
+errors = []
+def work(seed):
+    rng = np.random.default_rng(seed)
+    try:
+        for i in range(120):
+            a = tl.tensor(rng.standard_normal(257).astype(np.float32), device=gpu)
+            for _ in range(5):
+                c = [a + 1.0, a * 2.0]
+                c.append(c)
+            got = np.array(((a + 1.0) * 2.0).values(), np.float32)
+            want = (np.array(a.values(), np.float32) + 1.0) * 2.0
+            if not np.allclose(got, want):
+                errors.append((seed, i))
+            if i % 7 == 0:
+                gc.collect()
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert not errors, errors
+print("ok")
+"""
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-3000:])

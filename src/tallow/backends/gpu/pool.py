@@ -10,6 +10,14 @@ lock: ``__del__`` can run in any thread, at any time); the pool moves returned
 buffers to its free lists when it next allocates. Free buffers are released
 (dropped, down to the cache limit) at ``synchronize()`` and at readbacks, as in
 candle, and when the limit is lowered.
+
+The pool keeps a strong reference to the GPU object of every buffer it created
+(``_owned``) until it releases the buffer itself. Without it, a storage caught in
+cyclic garbage takes its buffer's GPU object into the same collection: the cycle
+collector finalizes both, the storage hands the buffer back to the pool while
+the wgpu wrapper releases the native buffer, and another thread can take that
+buffer from the pool in between -- a bind group over a released buffer, which
+aborts the process inside wgpu-native.
 """
 
 from __future__ import annotations
@@ -75,6 +83,7 @@ class BufferPool:
         self._free: dict = collections.defaultdict(list)
         self._returned = collections.deque()
         self._count = collections.Counter()  # buffers alive per bucket (held or free)
+        self._owned: dict = {}  # PoolBuffer.id -> its GPU object, until trim drops it
         self.active_bytes = 0
         self.cached_bytes = 0
         self.peak_bytes = 0
@@ -125,9 +134,11 @@ class BufferPool:
                         b = lst.pop(i)
                         break
             if b is not None and b.gpu._internal is None:
-                # Never hand out a buffer whose GPU object is gone.
+                # Never hand out a buffer whose GPU object is gone (``_owned``
+                # should make this impossible; the check costs one attribute read).
                 self.cached_bytes -= size
                 self._count[size] -= 1
+                self._owned.pop(b.id, None)
                 b = None
             if b is not None:
                 b.held = True
@@ -143,7 +154,9 @@ class BufferPool:
         self.active_bytes += size
         if self.active_bytes > self.peak_bytes:
             self.peak_bytes = self.active_bytes
-        return PoolBuffer(gpu, size)
+        buf = PoolBuffer(gpu, size)
+        self._owned[buf.id] = gpu
+        return buf
 
     def release(self, buf: PoolBuffer) -> None:
         """Called from a storage's ``__del__``: lock free. A second return of the same
@@ -173,8 +186,10 @@ class BufferPool:
             if self.cached_bytes <= limit:
                 break
         self.released += len(dropped)
+        owned = self._owned
         for b in dropped:
             b.gpu.destroy()
+            owned.pop(b.id, None)
         return dropped
 
     def stats(self) -> dict:
