@@ -105,3 +105,22 @@ def test_huge_array_count_fails_at_once(tmp_path):
     path.write_bytes(body)
     with pytest.raises(GgufError, match=r"huge.gguf: .*2147483648 items.*at byte"):
         load_gguf(path)
+
+
+def test_saving_over_the_file_the_tensors_map(tmp_path):
+    # load_gguf's tensors are views of the file's memory map: writing them back to
+    # that same path (to change the metadata, say) must not truncate the mapped
+    # file under them (zeroed data or a crash).
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    path = tmp_path / "m.gguf"
+    save_gguf(path, {"w": tl.Tensor(x).quantize("q4_0"), "v": tl.Tensor(x)}, {"a": 1})
+    expected = gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q4_0).tobytes()
+    tensors, meta = load_gguf(path)
+    save_gguf(path, tensors, {**meta, "b": 2})
+    got, got_meta = load_gguf(path)
+    assert got_meta == {"a": 1, "b": 2}
+    assert got["w"].to_bytes() == expected
+    np.testing.assert_array_equal(got["v"].dequantize().numpy(), x)
+    r = gguf.GGUFReader(str(path))
+    assert bytes(r.get_tensor(0).data.reshape(-1).view(np.uint8)) == expected

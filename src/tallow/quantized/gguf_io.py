@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Iterable, Mapping
@@ -522,9 +523,23 @@ def write_gguf(
         header += [_pack_string(t.name), struct.pack(f"<I{len(t.shape)}Q", len(t.shape), *t.ne),
                    struct.pack("<IQ", t.ggml_type.type_id, off)]
     head = b"".join(header)
-    with open(path, "wb") as f:
-        f.write(head)
-        f.write(b"\0" * (-len(head) % alignment))
-        for t in tlist:
-            f.write(memoryview(np.ascontiguousarray(t.data)))
-            f.write(b"\0" * (-t.nbytes % alignment))
+    # The tensors may be views of this very file's memory map (read, then saved
+    # back with new metadata): truncating it in place would zero or unmap their
+    # bytes mid-write.  A new file renamed over the old one leaves the old inode,
+    # and so the map, intact until it is closed.
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            f.write(b"\0" * (-len(head) % alignment))
+            for t in tlist:
+                f.write(memoryview(np.ascontiguousarray(t.data)))
+                f.write(b"\0" * (-t.nbytes % alignment))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
