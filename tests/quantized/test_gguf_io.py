@@ -297,8 +297,15 @@ def test_truncating_a_real_file(tmp_path):
         (header(1, 0) + tinfo("t", [33], 8, 0) + bytes(64), "not a multiple"),
         (header(1, 0) + tinfo("t", [32], 8, 16) + bytes(128), "offset 16 is not a multiple"),
         (header(1, 0) + tinfo("t", [2**40, 2**20], 0, 0) + bytes(64), "runs past the end"),
-        (header(1, 0) + tinfo("t", [2**63, 2**63, 2**63, 2**63], 0, 0) + bytes(64), "runs past the end"),
+        (header(1, 0) + tinfo("t", [2**63, 2**63, 2**63, 2**63], 0, 0) + bytes(64), "element count"),
+        (header(1, 0) + tinfo("t", [2**30, 2**30, 2**2, 1], 0, 0) + bytes(64), "runs past the end"),
         (header(2, 0) + tinfo("t", [32], 0, 0) + tinfo("t", [32], 0, 128) + bytes(512), "duplicate tensor"),
+        # ggml's ne is int64_t: a dimension or an element count past INT64_MAX is corrupt,
+        # even when another dimension is 0 (gguf.cpp refuses both).
+        (header(1, 0) + tinfo("t", [32, 2**63, 0], 2, 0) + bytes(64), "element count"),
+        (header(1, 0) + tinfo("t", [32, 2**40, 2**40, 0], 2, 0) + bytes(64), "element count"),
+        # No dimensions is one element, as in ggml: not a whole Q4_0 block.
+        (header(1, 0) + tinfo("t", [], 2, 0) + bytes(64), "row length 1 is not a multiple"),
         (header(0, 1) + kv("general.alignment", VT.UINT32, struct.pack("<I", 24)), "power of two"),
         (header(0, 1) + kv("general.alignment", VT.UINT64, struct.pack("<Q", 32)), "power of two UINT32"),
     ],

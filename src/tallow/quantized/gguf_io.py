@@ -392,11 +392,18 @@ def read_gguf(path: str | os.PathLike) -> GgufFile:
         if not is_known_type_id(type_id):
             raise GgufError(f"{path}: tensor {name!r} has unsupported GGML type {type_id} (at byte {at})")
         t = ggml_type(type_id)
-        n_el = 1
+        # ggml's ne is int64_t: each dimension, and the element count of the
+        # non-zero ones, must fit it (as gguf.cpp checks), or shapes overflow later.
+        n_el = nonzero = 1
         for d in ne:
             n_el *= d
-        if ne and ne[0] % t.block_size:
-            raise GgufError(f"{path}: tensor {name!r}: row length {ne[0]} is not a multiple of "
+            nonzero *= max(d, 1)
+        if nonzero >= 2**63:
+            raise GgufError(f"{path}: tensor {name!r}: dimensions {list(ne)} give an element count "
+                            f"past 2**63 (at byte {at})")
+        row = ne[0] if ne else 1  # no dimensions: one element, as ggml's ne defaults to 1
+        if row % t.block_size:
+            raise GgufError(f"{path}: tensor {name!r}: row length {row} is not a multiple of "
                             f"the {t.name} block size {t.block_size} (at byte {at})")
         nbytes = n_el // t.block_size * t.type_size
         if offset % alignment:
