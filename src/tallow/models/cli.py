@@ -80,7 +80,9 @@ def _embed(args) -> int:
     device = tl.Device.parse(args.device)
     emb = SentenceEmbedder.from_pretrained(model_dir, device=device)
     show = None if args.progress is None else args.progress
-    vecs = emb.encode(texts, batch_size=args.batch_size, show_progress_bar=show)
+    # normalize=None: the directory decides (its Normalize module), so the vectors are
+    # the ones sentence-transformers gives for the same directory.
+    vecs = emb.encode(texts, batch_size=args.batch_size, normalize=None, show_progress_bar=show)
     if args.output:
         write_embeddings(args.output, texts, vecs)
         print(f"wrote {len(texts)} embeddings of dimension {vecs.shape[1]} to {args.output}",
