@@ -224,3 +224,40 @@ def test_add_module_validation():
         m.add_module("a", 3)
     with pytest.raises(AttributeError):
         m.missing
+
+
+def _torch_twin():
+    """The same layout as ``_tallow_twin`` in PyTorch: the oracle for key handling."""
+    import torch
+
+    m = torch.nn.Module()
+    m.lin = torch.nn.Linear(2, 3)
+    m.seq = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    m.register_buffer("t", torch.zeros(2))
+    return m
+
+
+def _tallow_twin():
+    m = Module()
+    m.lin = Linear(2, 3)
+    m.seq = Sequential(Linear(3, 3))
+    m.t = tl.zeros((2,))
+    return m
+
+
+def test_unexpected_keys_follow_pytorch():
+    """A dotted key must name a submodule, an undotted one a tensor (PyTorch's rule)."""
+    import torch
+
+    extra = ["lin.weight.x", "seq", "t.y", "linx.weight", "seq.0.bias.z", "seq.1.weight"]
+    ours = {k: v for k, v in _tallow_twin().state_dict().items()}
+    theirs = {k: v for k, v in _torch_twin().state_dict().items()}
+    for k in extra:
+        ours[k], theirs[k] = tl.zeros((1,)), torch.zeros(1)
+    want = _torch_twin().load_state_dict(theirs, strict=False)
+    got = _tallow_twin().load_state_dict(ours, strict=False)
+    assert sorted(got.unexpected_keys) == sorted(want.unexpected_keys)
+    assert got.missing_keys == want.missing_keys == []
+    with pytest.raises(RuntimeError, match='"lin.weight.x"'):
+        _tallow_twin().load_state_dict(ours)
+

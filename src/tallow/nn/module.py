@@ -279,8 +279,11 @@ class Module:
         if strict:
             for key in state_dict:
                 if key.startswith(prefix):
-                    head = key[len(prefix):].split(".", 1)[0]
-                    if head not in self._modules and head not in local:
+                    # PyTorch's rule: "a.b" must go to a submodule "a", and a plain name
+                    # must be one of this module's tensors.
+                    parts = key[len(prefix):].split(".", 1)
+                    known = self._modules if len(parts) > 1 else local
+                    if parts[0] not in known:
                         unexpected_keys.append(key)
 
     # -- moving and casting ------------------------------------------------------------------
