@@ -261,3 +261,32 @@ def test_unexpected_keys_follow_pytorch():
     with pytest.raises(RuntimeError, match='"lin.weight.x"'):
         _tallow_twin().load_state_dict(ours)
 
+
+def test_load_state_dict_keeps_vars_so_optimisers_still_train_the_model():
+    """Loading into a Var copies into it (PyTorch's copy_, dtype kept): an optimiser
+    built before the load goes on updating the model."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    w0, b0 = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+
+    tm = torch.nn.Linear(4, 3)
+    topt = torch.optim.AdamW(tm.parameters(), lr=0.1)
+    tm.load_state_dict({"weight": torch.tensor(w0), "bias": torch.tensor(b0)})  # f64 in
+    m = Linear(4, 3)
+    m.weight, m.bias = tl.Var(m.weight), tl.Var(m.bias)
+    opt = tl.nn.AdamW(m, lr=0.1)
+    m.load_state_dict({"weight": tl.Tensor(w0), "bias": tl.Tensor(b0)})
+    assert isinstance(m.weight, tl.Var) and m.weight.dtype == tl.f32
+    for _ in range(3):
+        topt.zero_grad()
+        tm(torch.tensor(x)).square().sum().backward()
+        topt.step()
+        opt.backward_step(m(tl.Tensor(x)).sqr().sum_all())
+    np.testing.assert_allclose(m.weight.numpy(), tm.weight.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(m.bias.numpy(), tm.bias.detach().numpy(), atol=1e-5)
+    # assign=True replaces the tensor, as PyTorch's assign does
+    m.load_state_dict({"weight": tl.Tensor(w0), "bias": tl.Tensor(b0)}, assign=True)
+    assert not isinstance(m.weight, tl.Var) and m.weight.dtype == tl.f64
+
