@@ -290,3 +290,14 @@ def test_load_state_dict_keeps_vars_so_optimisers_still_train_the_model():
     m.load_state_dict({"weight": tl.Tensor(w0), "bias": tl.Tensor(b0)}, assign=True)
     assert not isinstance(m.weight, tl.Var) and m.weight.dtype == tl.f64
 
+
+def test_sequential_slices_keep_their_names():
+    import torch
+
+    tseq = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(4)))
+    seq = Sequential(*(Linear(2, 2) for _ in range(4)))
+    assert list(seq[1:3].state_dict()) == list(tseq[1:3].state_dict())
+    assert list(seq[::2].state_dict()) == list(tseq[::2].state_dict())
+    # a ModuleList slice is renumbered, in both
+    tml, ml = torch.nn.ModuleList(list(tseq)), ModuleList(list(seq))
+    assert list(ml[2:].state_dict()) == list(tml[2:].state_dict())
