@@ -264,3 +264,15 @@ def test_repeat_penalty_matches_transformers_and_last_n_zero_disables_it(tiny_ll
     # candle's rule: the last 0 tokens are an empty window, so no penalty at all
     assert run(repeat_penalty=2.0, repeat_last_n=0) == _hf_greedy(hf, PROMPT, 20)
 
+
+def test_a_prompt_that_fills_the_context_still_gives_one_token(tiny_llama):
+    """Positions 0..95 fit a context of 96: the last position's logits give one token."""
+    d, hf = tiny_llama
+    ours, tok = load(d), load_tokenizer(d)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(1, 320, 96)]
+    res = TextGenerator(ours, tok, temperature=0, repeat_penalty=1.0,
+                        eos_token_ids=[]).generate(prompt, 5)
+    assert res.token_ids == _hf_greedy(hf, prompt, 1)
+    assert res.finish_reason == "context"
+    with pytest.raises(ContextLengthError):
+        TextGenerator(ours, tok, temperature=0).generate(prompt + [1], 5)

@@ -171,7 +171,8 @@ class TextGenerator:
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         cache = self.model.new_cache()
         limit = cache.max_positions
-        if len(ids) >= limit:
+        # A prompt may fill the context: its last position still predicts one token.
+        if len(ids) > limit:
             from .llama import ContextLengthError
 
             raise ContextLengthError(
