@@ -138,3 +138,20 @@ def test_embed_follows_the_directory_on_normalising(tiny_bert_dir, tmp_path):
     out = tmp_path / "raw.npy"
     assert main(["embed", "--model", str(d), "--output", str(out)] + TEXTS) == 0
     np.testing.assert_allclose(np.load(out), want, atol=3e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_embed_input_with_a_byte_order_mark(st_tiny, tmp_path, suffix):
+    """Files saved by Windows editors start with a UTF-8 BOM: it is not part of the text."""
+    from sentence_transformers import SentenceTransformer
+
+    src = tmp_path / f"bom{suffix}"
+    lines = TEXTS if suffix == ".txt" else [json.dumps(t) for t in TEXTS]
+    src.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8-sig")
+    out = tmp_path / "bom.jsonl"
+    assert main(["embed", "--model", str(st_tiny), "--input", str(src), "--output", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["text"] for r in rows] == TEXTS
+    want = SentenceTransformer(str(st_tiny), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(np.array([r["embedding"] for r in rows]), want, atol=3e-5,
+                               rtol=1e-4)
