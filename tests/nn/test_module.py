@@ -301,3 +301,31 @@ def test_sequential_slices_keep_their_names():
     # a ModuleList slice is renumbered, in both
     tml, ml = torch.nn.ModuleList(list(tseq)), ModuleList(list(seq))
     assert list(ml[2:].state_dict()) == list(tml[2:].state_dict())
+
+
+def test_casting_a_module_keeps_its_vars_trainable():
+    """``to(dtype)`` / ``type`` keep a Var a Var (PyTorch keeps Parameters), so a
+    model cast to f64 can still be trained."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    w0, b0 = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    x = rng.standard_normal((5, 4))
+    tm = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        tm.weight.copy_(torch.tensor(w0))
+        tm.bias.copy_(torch.tensor(b0))
+    tm.double()
+    assert all(p.requires_grad for p in tm.parameters())
+    topt = torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
+    m = Linear.from_weights(tl.Var(w0.astype(np.float32)), tl.Var(b0.astype(np.float32)))
+    m.to("f64")
+    m.type(tl.f64)
+    assert all(isinstance(b, tl.Var) and b.dtype == tl.f64 for b in m.buffers())
+    opt = tl.nn.SGD(m, lr=0.1, momentum=0.9)
+    for _ in range(3):
+        topt.zero_grad()
+        tm(torch.tensor(x)).square().sum().backward()
+        topt.step()
+        opt.backward_step(m(tl.Tensor(x)).sqr().sum_all())
+    np.testing.assert_allclose(m.weight.numpy(), tm.weight.detach().numpy(), atol=1e-10)

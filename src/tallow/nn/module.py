@@ -301,7 +301,12 @@ class Module:
             m._apply(fn)
         for k, buf in self._buffers.items():
             if buf is not None:
-                self._buffers[k] = fn(buf)
+                new = fn(buf)
+                # A cast or move of a Var gives a plain tensor: keep it a Var (PyTorch
+                # keeps Parameters), or the model could no longer be trained.
+                if isinstance(buf, Var) and isinstance(new, Tensor) and not isinstance(new, Var):
+                    new = Var(new)
+                self._buffers[k] = new
         return self
 
     @staticmethod
