@@ -329,3 +329,20 @@ def test_casting_a_module_keeps_its_vars_trainable():
         topt.step()
         opt.backward_step(m(tl.Tensor(x)).sqr().sum_all())
     np.testing.assert_allclose(m.weight.numpy(), tm.weight.detach().numpy(), atol=1e-10)
+
+
+def test_casting_keeps_tied_weights_tied():
+    """A tensor shared by two modules (a tied output layer) stays one tensor, as in torch."""
+    import torch
+
+    tm = torch.nn.Module()
+    tm.emb = torch.nn.Embedding(5, 3)
+    tm.head = torch.nn.Linear(3, 5, bias=False)
+    tm.head.weight = tm.emb.weight
+    tm.double()
+    m = Module()
+    m.emb = tl.nn.Embedding(5, 3)
+    m.head = Linear.from_weights(m.emb.weight)
+    m.to("f64")
+    assert (m.head.weight is m.emb.weight) == (tm.head.weight is tm.emb.weight) == True  # noqa: E712
+    assert m.head.weight.dtype == tl.f64

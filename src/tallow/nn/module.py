@@ -296,16 +296,23 @@ class Module:
                         unexpected_keys.append(key)
 
     # -- moving and casting ------------------------------------------------------------------
-    def _apply(self, fn):
+    def _apply(self, fn, _done=None):
+        # _done: id of each tensor converted so far -> its result, so a tensor shared by
+        # two modules (tied weights) is converted once and stays shared.
+        done = {} if _done is None else _done
         for m in self.children():
-            m._apply(fn)
+            m._apply(fn, done)
         for k, buf in self._buffers.items():
             if buf is not None:
+                if id(buf) in done:
+                    self._buffers[k] = done[id(buf)][1]
+                    continue
                 new = fn(buf)
                 # A cast or move of a Var gives a plain tensor: keep it a Var (PyTorch
                 # keeps Parameters), or the model could no longer be trained.
                 if isinstance(buf, Var) and isinstance(new, Tensor) and not isinstance(new, Var):
                     new = Var(new)
+                done[id(buf)] = (buf, new)  # buf kept alive, so its id is not reused
                 self._buffers[k] = new
         return self
 
