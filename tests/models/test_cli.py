@@ -120,3 +120,38 @@ def test_embed_reads_stdin(st_tiny, tmp_path, monkeypatch):
     assert main(["embed", "--model", str(st_tiny), "--input", "-", "--output", str(out)]) == 0
     want = SentenceEmbedder.from_pretrained(st_tiny).encode(TEXTS)
     np.testing.assert_allclose(np.load(out), want, atol=1e-6)
+
+
+def test_embed_follows_the_directory_on_normalising(tiny_bert_dir, tmp_path):
+    """`tallow embed` gives sentence-transformers' numbers: a directory without a
+    Normalize module gets raw pooled vectors (the Python API's default normalises)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    word = models.Transformer(str(tiny_bert_dir))
+    dim = word.get_embedding_dimension() if hasattr(word, "get_embedding_dimension") \
+        else word.get_word_embedding_dimension()
+    st = SentenceTransformer(modules=[word, models.Pooling(dim)], device="cpu")
+    d = tmp_path / "st_raw"
+    st.save(str(d))
+    want = st.encode(TEXTS)
+    assert not np.allclose(np.linalg.norm(want, axis=1), 1.0)
+    out = tmp_path / "raw.npy"
+    assert main(["embed", "--model", str(d), "--output", str(out)] + TEXTS) == 0
+    np.testing.assert_allclose(np.load(out), want, atol=3e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_embed_input_with_a_byte_order_mark(st_tiny, tmp_path, suffix):
+    """Files saved by Windows editors start with a UTF-8 BOM: it is not part of the text."""
+    from sentence_transformers import SentenceTransformer
+
+    src = tmp_path / f"bom{suffix}"
+    lines = TEXTS if suffix == ".txt" else [json.dumps(t) for t in TEXTS]
+    src.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8-sig")
+    out = tmp_path / "bom.jsonl"
+    assert main(["embed", "--model", str(st_tiny), "--input", str(src), "--output", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["text"] for r in rows] == TEXTS
+    want = SentenceTransformer(str(st_tiny), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(np.array([r["embedding"] for r in rows]), want, atol=3e-5,
+                               rtol=1e-4)

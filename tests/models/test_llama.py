@@ -241,3 +241,38 @@ def test_cache_grows_and_keeps_every_position():
     kk, _ = cache.update(0, tl.Tensor(k), tl.Tensor(k), 3)
     assert kk.shape == (1, 1, 5, 4)
     np.testing.assert_array_equal(kk.numpy()[0, 0, 3:], 1.0)
+
+
+def _hf_greedy(hf, prompt, n, **kw):
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                          eos_token_id=None, pad_token_id=0, **kw)
+    return out[0, len(prompt):].tolist()
+
+
+def test_repeat_penalty_matches_transformers_and_last_n_zero_disables_it(tiny_llama):
+    d, hf = tiny_llama
+    ours, tok = load(d), load_tokenizer(d)
+
+    def run(**kw):
+        return TextGenerator(ours, tok, temperature=0, eos_token_ids=[], **kw).generate(
+            PROMPT, 20).token_ids
+
+    # transformers penalises the whole sequence: a window longer than it does the same
+    assert run(repeat_penalty=2.0, repeat_last_n=1000) == _hf_greedy(
+        hf, PROMPT, 20, repetition_penalty=2.0)
+    # candle's rule: the last 0 tokens are an empty window, so no penalty at all
+    assert run(repeat_penalty=2.0, repeat_last_n=0) == _hf_greedy(hf, PROMPT, 20)
+
+
+def test_a_prompt_that_fills_the_context_still_gives_one_token(tiny_llama):
+    """Positions 0..95 fit a context of 96: the last position's logits give one token."""
+    d, hf = tiny_llama
+    ours, tok = load(d), load_tokenizer(d)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(1, 320, 96)]
+    res = TextGenerator(ours, tok, temperature=0, repeat_penalty=1.0,
+                        eos_token_ids=[]).generate(prompt, 5)
+    assert res.token_ids == _hf_greedy(hf, prompt, 1)
+    assert res.finish_reason == "context"
+    with pytest.raises(ContextLengthError):
+        TextGenerator(ours, tok, temperature=0).generate(prompt + [1], 5)

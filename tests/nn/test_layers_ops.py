@@ -335,3 +335,29 @@ def test_attention_with_a_loose_softmax_bound_and_fully_masked_rows():
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
                                           attn_mask=torch.from_numpy(mask), scale=1.0)
     close(got, want, atol=1e-5)
+
+
+def test_layer_norm_over_several_trailing_dims_matches_torch():
+    """``LayerNorm((3, 4))`` normalises over the last two dims, as torch.nn.LayerNorm."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    b = rng.standard_normal((3, 4)).astype(np.float32)
+    tln = torch.nn.LayerNorm((3, 4), eps=1e-5)
+    with torch.no_grad():
+        tln.weight.copy_(torch.tensor(w))
+        tln.bias.copy_(torch.tensor(b))
+        want = tln(torch.tensor(x)).numpy()
+    ln = tl.nn.LayerNorm((3, 4), eps=1e-5)
+    assert ln.weight.shape == (3, 4)
+    ln.load_state_dict({"weight": tl.Tensor(w), "bias": tl.Tensor(b)})
+    np.testing.assert_allclose(ln(tl.Tensor(x)).numpy(), want, atol=1e-5)
+    no_bias = tl.nn.LayerNorm([3, 4], bias=False)
+    tnb = torch.nn.LayerNorm([3, 4], bias=False)
+    with torch.no_grad():
+        np.testing.assert_allclose(no_bias(tl.Tensor(x)).numpy(), tnb(torch.tensor(x)).numpy(),
+                                   atol=1e-5)
+    with pytest.raises(tl.ShapeMismatchError):
+        ln(tl.ones((2, 4, 3)))

@@ -101,3 +101,26 @@ def test_adamw_defaults_and_learning_rate():
     assert opt.learning_rate() == 0.5
     with pytest.raises(ValueError):
         tl.nn.SGD([tl.Tensor([1.0])], lr=0.1)  # no Var to optimise
+
+
+def test_adamw_counts_steps_per_variable_like_torch():
+    """A variable that gets no gradient on the first steps (a head trained later) starts
+    its own bias correction at step 1, as torch.optim.AdamW keeps one step per parameter."""
+    rng = np.random.default_rng(0)
+    a0, b0 = rng.standard_normal((3,)), rng.standard_normal((3,))
+    x = rng.standard_normal((3,)).astype(np.float32)
+    ta = torch.tensor(a0, dtype=torch.float32, requires_grad=True)
+    tb = torch.tensor(b0, dtype=torch.float32, requires_grad=True)
+    topt = torch.optim.AdamW([ta, tb], lr=0.1, weight_decay=0.1)
+    a, b = tl.Var(a0.astype(np.float32)), tl.Var(b0.astype(np.float32))
+    opt = tl.nn.AdamW([a, b], lr=0.1, weight_decay=0.1)
+    for step in range(6):
+        both = step >= 3
+        topt.zero_grad()
+        tloss = (ta * torch.tensor(x)).sin().sum() + ((tb * tb).sum() if both else 0)
+        tloss.backward()
+        topt.step()
+        ours = (a * tl.Tensor(x)).sin().sum_all()
+        opt.backward_step(ours + (b * b).sum_all() if both else ours)
+    close(a, ta, atol=1e-6, rtol=0)
+    close(b, tb, atol=1e-6, rtol=0)

@@ -224,3 +224,125 @@ def test_add_module_validation():
         m.add_module("a", 3)
     with pytest.raises(AttributeError):
         m.missing
+
+
+def _torch_twin():
+    """The same layout as ``_tallow_twin`` in PyTorch: the oracle for key handling."""
+    import torch
+
+    m = torch.nn.Module()
+    m.lin = torch.nn.Linear(2, 3)
+    m.seq = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    m.register_buffer("t", torch.zeros(2))
+    return m
+
+
+def _tallow_twin():
+    m = Module()
+    m.lin = Linear(2, 3)
+    m.seq = Sequential(Linear(3, 3))
+    m.t = tl.zeros((2,))
+    return m
+
+
+def test_unexpected_keys_follow_pytorch():
+    """A dotted key must name a submodule, an undotted one a tensor (PyTorch's rule)."""
+    import torch
+
+    extra = ["lin.weight.x", "seq", "t.y", "linx.weight", "seq.0.bias.z", "seq.1.weight"]
+    ours = {k: v for k, v in _tallow_twin().state_dict().items()}
+    theirs = {k: v for k, v in _torch_twin().state_dict().items()}
+    for k in extra:
+        ours[k], theirs[k] = tl.zeros((1,)), torch.zeros(1)
+    want = _torch_twin().load_state_dict(theirs, strict=False)
+    got = _tallow_twin().load_state_dict(ours, strict=False)
+    assert sorted(got.unexpected_keys) == sorted(want.unexpected_keys)
+    assert got.missing_keys == want.missing_keys == []
+    with pytest.raises(RuntimeError, match='"lin.weight.x"'):
+        _tallow_twin().load_state_dict(ours)
+
+
+def test_load_state_dict_keeps_vars_so_optimisers_still_train_the_model():
+    """Loading into a Var copies into it (PyTorch's copy_, dtype kept): an optimiser
+    built before the load goes on updating the model."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    w0, b0 = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+
+    tm = torch.nn.Linear(4, 3)
+    topt = torch.optim.AdamW(tm.parameters(), lr=0.1)
+    tm.load_state_dict({"weight": torch.tensor(w0), "bias": torch.tensor(b0)})  # f64 in
+    m = Linear(4, 3)
+    m.weight, m.bias = tl.Var(m.weight), tl.Var(m.bias)
+    opt = tl.nn.AdamW(m, lr=0.1)
+    m.load_state_dict({"weight": tl.Tensor(w0), "bias": tl.Tensor(b0)})
+    assert isinstance(m.weight, tl.Var) and m.weight.dtype == tl.f32
+    for _ in range(3):
+        topt.zero_grad()
+        tm(torch.tensor(x)).square().sum().backward()
+        topt.step()
+        opt.backward_step(m(tl.Tensor(x)).sqr().sum_all())
+    np.testing.assert_allclose(m.weight.numpy(), tm.weight.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(m.bias.numpy(), tm.bias.detach().numpy(), atol=1e-5)
+    # assign=True replaces the tensor, as PyTorch's assign does
+    m.load_state_dict({"weight": tl.Tensor(w0), "bias": tl.Tensor(b0)}, assign=True)
+    assert not isinstance(m.weight, tl.Var) and m.weight.dtype == tl.f64
+
+
+def test_sequential_slices_keep_their_names():
+    import torch
+
+    tseq = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(4)))
+    seq = Sequential(*(Linear(2, 2) for _ in range(4)))
+    assert list(seq[1:3].state_dict()) == list(tseq[1:3].state_dict())
+    assert list(seq[::2].state_dict()) == list(tseq[::2].state_dict())
+    # a ModuleList slice is renumbered, in both
+    tml, ml = torch.nn.ModuleList(list(tseq)), ModuleList(list(seq))
+    assert list(ml[2:].state_dict()) == list(tml[2:].state_dict())
+
+
+def test_casting_a_module_keeps_its_vars_trainable():
+    """``to(dtype)`` / ``type`` keep a Var a Var (PyTorch keeps Parameters), so a
+    model cast to f64 can still be trained."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    w0, b0 = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    x = rng.standard_normal((5, 4))
+    tm = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        tm.weight.copy_(torch.tensor(w0))
+        tm.bias.copy_(torch.tensor(b0))
+    tm.double()
+    assert all(p.requires_grad for p in tm.parameters())
+    topt = torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
+    m = Linear.from_weights(tl.Var(w0.astype(np.float32)), tl.Var(b0.astype(np.float32)))
+    m.to("f64")
+    m.type(tl.f64)
+    assert all(isinstance(b, tl.Var) and b.dtype == tl.f64 for b in m.buffers())
+    opt = tl.nn.SGD(m, lr=0.1, momentum=0.9)
+    for _ in range(3):
+        topt.zero_grad()
+        tm(torch.tensor(x)).square().sum().backward()
+        topt.step()
+        opt.backward_step(m(tl.Tensor(x)).sqr().sum_all())
+    np.testing.assert_allclose(m.weight.numpy(), tm.weight.detach().numpy(), atol=1e-10)
+
+
+def test_casting_keeps_tied_weights_tied():
+    """A tensor shared by two modules (a tied output layer) stays one tensor, as in torch."""
+    import torch
+
+    tm = torch.nn.Module()
+    tm.emb = torch.nn.Embedding(5, 3)
+    tm.head = torch.nn.Linear(3, 5, bias=False)
+    tm.head.weight = tm.emb.weight
+    tm.double()
+    m = Module()
+    m.emb = tl.nn.Embedding(5, 3)
+    m.head = Linear.from_weights(m.emb.weight)
+    m.to("f64")
+    assert (m.head.weight is m.emb.weight) == (tm.head.weight is tm.emb.weight) == True  # noqa: E712
+    assert m.head.weight.dtype == tl.f64

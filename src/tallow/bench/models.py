@@ -73,7 +73,7 @@ def bench_embed(n=1000, batch_size=32, rounds=3, quiet=False, model_dir=None):
         return None
     texts = sentences(n)
     ours = tl.models.SentenceEmbedder.from_pretrained(model_dir)
-    ours.encode(texts[:64], batch_size=batch_size, show_progress_bar=False)  # warm-up
+    ours.encode(texts[:64], batch_size=batch_size, normalize=None, show_progress_bar=False)  # warm-up
     theirs = None
     try:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -88,7 +88,7 @@ def bench_embed(n=1000, batch_size=32, rounds=3, quiet=False, model_dir=None):
     t_ours, t_theirs = [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        a = ours.encode(texts, batch_size=batch_size, show_progress_bar=False)
+        a = ours.encode(texts, batch_size=batch_size, normalize=None, show_progress_bar=False)
         t_ours.append(time.perf_counter() - t0)
         if theirs is not None:
             t0 = time.perf_counter()

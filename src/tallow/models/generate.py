@@ -139,6 +139,8 @@ class TextGenerator:
             raise ValueError(f"repeat_penalty must be positive, got {repeat_penalty}")
         self.repeat_penalty = float(repeat_penalty)
         self.repeat_last_n = int(repeat_last_n)
+        if self.repeat_last_n < 0:
+            raise ValueError(f"repeat_last_n must be at least 0, got {repeat_last_n}")
         cfg = model.config
         vocab = tokenizer.get_vocab_size(with_added_tokens=True)
         if vocab > cfg.vocab_size:
@@ -169,7 +171,8 @@ class TextGenerator:
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         cache = self.model.new_cache()
         limit = cache.max_positions
-        if len(ids) >= limit:
+        # A prompt may fill the context: its last position still predicts one token.
+        if len(ids) > limit:
             from .llama import ContextLengthError
 
             raise ContextLengthError(
@@ -186,8 +189,10 @@ class TextGenerator:
             logits = self.model.forward(x, index_pos, cache).to_dtype("f32").numpy()[0]
             index_pos += len(feed)
             if self.repeat_penalty != 1.0:
-                logits = apply_repeat_penalty(logits, self.repeat_penalty,
-                                              tokens[-self.repeat_last_n:])
+                # The last repeat_last_n tokens (candle's window; 0 is an empty one:
+                # tokens[-0:] would be all of them).
+                window = tokens[max(0, len(tokens) - self.repeat_last_n):]
+                logits = apply_repeat_penalty(logits, self.repeat_penalty, window)
             nxt = self.processor.sample(logits)
             tokens.append(nxt)
             generated.append(nxt)

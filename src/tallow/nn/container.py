@@ -35,10 +35,11 @@ class Sequential(Module):
         return iter(self._modules.values())
 
     def __getitem__(self, idx):
-        mods = list(self._modules.values())
         if isinstance(idx, slice):
-            return Sequential(*mods[idx])
-        return mods[idx]
+            # The slice keeps the names ("1", "2"...), as torch's does: its state_dict
+            # keys are the ones of the full model.
+            return Sequential(OrderedDict(list(self._modules.items())[idx]))
+        return list(self._modules.values())[idx]
 
 
 class ModuleList(Module):

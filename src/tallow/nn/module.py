@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from ..device import Device
 from ..tensor import Tensor
+from ..var import Var
 
 
 def is_quantized(value) -> bool:
@@ -218,6 +219,9 @@ class Module:
 
         ``strict``: every key must match. Shapes must match. Returns
         ``(missing_keys, unexpected_keys)``; raises RuntimeError listing every problem.
+        A ``Var`` takes the new value in place (converted to its dtype and device, as
+        PyTorch's ``copy_``), so an optimiser holding it keeps training the model;
+        other tensors are replaced (candle-pyo3), as are Vars with ``assign=True``.
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
@@ -227,6 +231,7 @@ class Module:
 
         def load(module, local, prefix=""):
             meta = {} if metadata is None else dict(metadata.get(prefix[:-1], {}))
+            meta["assign_to_params_buffers"] = bool(assign)
             # Missing and unexpected keys are always collected (and returned, as PyTorch
             # does); only ``strict`` turns them into an error.
             module._load_from_state_dict(local, prefix, meta, True, missing, unexpected, errors)
@@ -270,7 +275,11 @@ class Module:
                     f"from checkpoint, the shape in current model is {_shape_of(current)}.")
                 continue
             try:
-                setattr(self, name, value)
+                if (isinstance(current, Var) and isinstance(value, Tensor)
+                        and not local_metadata.get("assign_to_params_buffers")):
+                    current.set(value.to_dtype(current.dtype).to_device(current.device))
+                else:
+                    setattr(self, name, value)
             except Exception as e:  # reported with the others, as PyTorch does
                 error_msgs.append(
                     f'While copying the parameter named "{key}", whose dimensions in the model '
@@ -279,17 +288,32 @@ class Module:
         if strict:
             for key in state_dict:
                 if key.startswith(prefix):
-                    head = key[len(prefix):].split(".", 1)[0]
-                    if head not in self._modules and head not in local:
+                    # PyTorch's rule: "a.b" must go to a submodule "a", and a plain name
+                    # must be one of this module's tensors.
+                    parts = key[len(prefix):].split(".", 1)
+                    known = self._modules if len(parts) > 1 else local
+                    if parts[0] not in known:
                         unexpected_keys.append(key)
 
     # -- moving and casting ------------------------------------------------------------------
-    def _apply(self, fn):
+    def _apply(self, fn, _done=None):
+        # _done: id of each tensor converted so far -> its result, so a tensor shared by
+        # two modules (tied weights) is converted once and stays shared.
+        done = {} if _done is None else _done
         for m in self.children():
-            m._apply(fn)
+            m._apply(fn, done)
         for k, buf in self._buffers.items():
             if buf is not None:
-                self._buffers[k] = fn(buf)
+                if id(buf) in done:
+                    self._buffers[k] = done[id(buf)][1]
+                    continue
+                new = fn(buf)
+                # A cast or move of a Var gives a plain tensor: keep it a Var (PyTorch
+                # keeps Parameters), or the model could no longer be trained.
+                if isinstance(buf, Var) and isinstance(new, Tensor) and not isinstance(new, Var):
+                    new = Var(new)
+                done[id(buf)] = (buf, new)  # buf kept alive, so its id is not reused
+                self._buffers[k] = new
         return self
 
     @staticmethod

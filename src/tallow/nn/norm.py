@@ -9,20 +9,26 @@ from .module import Module
 
 
 class LayerNorm(Module):
-    """``LayerNorm(normalized_shape, eps=1e-5, bias=True)`` (weight 1, bias 0)."""
+    """``LayerNorm(normalized_shape, eps=1e-5, bias=True)`` (weight 1, bias 0).
+
+    As torch.nn.LayerNorm, ``normalized_shape`` may name several trailing dims
+    (``(3, 4)``): they are normalised together, with weight and bias of that shape.
+    """
 
     def __init__(self, normalized_shape, eps: float = 1e-5, bias: bool = True, device=None,
                  dtype=None, weight=None, bias_tensor=None):
         super().__init__()
-        n = normalized_shape if isinstance(normalized_shape, int) else tuple(normalized_shape)[-1]
-        self.normalized_shape = (int(n),)
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        shape = tuple(int(d) for d in normalized_shape)
+        self.normalized_shape = shape
         self.eps = float(eps)
         dtype = dtype or "f32"
-        self.weight = weight if weight is not None else ones((n,), dtype=dtype, device=device)
+        self.weight = weight if weight is not None else ones(shape, dtype=dtype, device=device)
         if bias_tensor is not None:
             self.bias = bias_tensor
         elif bias:
-            self.bias = zeros((n,), dtype=dtype, device=device)
+            self.bias = zeros(shape, dtype=dtype, device=device)
         else:
             self.bias = None
 
@@ -44,7 +50,23 @@ class LayerNorm(Module):
         return cls.from_weights(w, b, eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        return ops.layer_norm(x, self.weight, self.bias, self.eps)
+        shape = self.normalized_shape
+        if len(shape) == 1:
+            return ops.layer_norm(x, self.weight, self.bias, self.eps)
+        # Several trailing dims: normalise them as one flattened last dim.
+        k = len(shape)
+        if tuple(x.shape[-k:]) != shape:
+            from ..errors import ShapeMismatchError
+
+            raise ShapeMismatchError(
+                f"layer_norm: input of shape {x.shape} does not end in normalized_shape {shape}")
+        n = 1
+        for d in shape:
+            n *= d
+        flat = x.reshape(tuple(x.shape[:-k]) + (n,))
+        w = self.weight.reshape((n,))
+        b = None if self.bias is None else self.bias.reshape((n,))
+        return ops.layer_norm(flat, w, b, self.eps).reshape(x.shape)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"

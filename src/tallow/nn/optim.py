@@ -86,19 +86,23 @@ class AdamW(Optimizer):
         self.beta1, self.beta2 = float(beta1), float(beta2)
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
-        self.t = 0
+        self.t = 0  # calls to step()
+        self._steps = {}  # per variable: the updates it had (its bias correction)
         self._m = {}
         self._v = {}
 
     def step(self, grads) -> None:
         self.t += 1
         b1, b2, lr = self.beta1, self.beta2, self.lr
-        bc1 = 1.0 - b1 ** self.t
-        bc2_sqrt = math.sqrt(1.0 - b2 ** self.t)
         for v in self.vars:
             g = grads.get(v)
             if g is None:
                 continue
+            # torch.optim.AdamW counts steps per parameter: a variable without a gradient
+            # on the first steps starts its bias correction at 1 when it gets one.
+            t = self._steps[v.id] = self._steps.get(v.id, 0) + 1
+            bc1 = 1.0 - b1 ** t
+            bc2_sqrt = math.sqrt(1.0 - b2 ** t)
             m = self._m.get(v.id)
             s = self._v.get(v.id)
             m = g * (1.0 - b1) if m is None else m * b1 + g * (1.0 - b1)
