@@ -136,6 +136,11 @@ def test_logits_processor_distributions():
     np.testing.assert_allclose(counts, p, atol=0.08)
     with pytest.raises(ValueError):
         LogitsProcessor(top_p=1.5)
+    # top_k=0 keeps every token (transformers' convention); a negative k is refused
+    np.testing.assert_allclose(LogitsProcessor(temperature=1.0, top_k=0).probabilities(logits),
+                               e / e.sum(), rtol=1e-6)
+    with pytest.raises(ValueError, match="top_k"):
+        LogitsProcessor(top_k=-1)
 
 
 def test_repeat_penalty_matches_candle_rule():

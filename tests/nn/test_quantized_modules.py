@@ -43,8 +43,11 @@ def test_quantizable_float_blocks_become_tensors():
             self._quantizable_buffers.add("t")
 
     a = A()
-    a.t = tl.randn((4, 32)).quantize("f16")
-    assert isinstance(a.t, tl.Tensor) and a.t.dtype == tl.f16
+    for kind in ("f32", "f16", "bf16"):
+        q = tl.randn((4, 32)).quantize(kind)
+        a.t = q
+        assert isinstance(a.t, tl.Tensor) and a.t.dtype == tl.f32
+        np.testing.assert_array_equal(a.t.numpy(), q.dequantize().numpy())
     with pytest.raises(RuntimeError, match="size mismatch"):
         a.load_state_dict({"t": tl.randn((4, 64)).quantize("q8_0")})
 
@@ -65,6 +68,24 @@ def test_quantized_linear_layer_can_forward(shape):
     ref = x.numpy() @ dense.numpy().T + linear.bias.numpy()
     err = np.abs(out.numpy() - ref).max() / np.abs(ref).max()
     assert 1e-4 < err < 0.1
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16", "f32"])
+def test_linear_with_float_blocks_takes_f32_input(kind):
+    # candle's QMatMul runs F16/BF16 weights as dequantized f32 products: an f32
+    # input works, through load_state_dict as through from_weights.
+    import torch
+
+    w = tl.randn((8, 64)).quantize(kind)
+    b = tl.randn((8,))
+    x = tl.randn((3, 64))
+    ref = torch.nn.functional.linear(torch.from_numpy(x.numpy()),
+                                     torch.from_numpy(w.dequantize().numpy()),
+                                     torch.from_numpy(b.numpy())).numpy()
+    lin = Linear(64, 8)
+    lin.load_state_dict({"weight": w, "bias": b})
+    np.testing.assert_allclose(lin(x).numpy(), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(Linear.from_weights(w, b)(x).numpy(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_linear_over_a_qmatmul_and_from_weights():

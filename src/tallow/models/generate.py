@@ -20,16 +20,17 @@ DEFAULT_SEED = 299792458
 
 
 class LogitsProcessor:
-    """Greedy (``temperature`` None or <= 0) or sampling with top-k and/or top-p."""
+    """Greedy (``temperature`` None or <= 0) or sampling with top-k and/or top-p
+    (``top_k`` None or 0 and ``top_p`` None or 1.0 keep every token)."""
 
     def __init__(self, seed: int = DEFAULT_SEED, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None):
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        if top_k is not None and top_k < 0:
+            raise ValueError(f"top_k must be 0 (off) or more, got {top_k}")
         if top_p is not None and not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         self.temperature = temperature if temperature and temperature > 0 else None
-        self.top_k = top_k
+        self.top_k = top_k or None  # 0 turns it off, as in transformers
         self.top_p = top_p
         self.rng = np.random.default_rng(seed)
 

@@ -86,11 +86,10 @@ class Module:
 
     def _quantized_value(self, name, q):
         if name in self._quantizable_buffers:
-            kind = str(q.ggml_dtype).lower()
-            if kind in ("f32", "f16"):
-                # Plain float blocks run faster as an ordinary tensor.
-                t = q.dequantize()
-                return t.to_dtype("f16") if kind == "f16" else t
+            if str(q.ggml_dtype).lower() in ("f32", "f16", "bf16"):
+                # Float blocks become the f32 tensor candle's QMatMul::from_arc makes
+                # of them: an ordinary product, for the f32 inputs a model feeds it.
+                return q.dequantize()
             return q
         return q.dequantize()
 
