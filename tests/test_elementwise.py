@@ -307,6 +307,28 @@ def test_comparison_broadcasts_like_candle_pyo3(device):
     assert mask.values() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
 
 
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_integer_comparison_with_unrepresentable_scalars(dtype, device):
+    """inf, nan, fractions and ints beyond the dtype compare exactly (Python's answer)."""
+    lo, hi = int(dtype.min), int(dtype.max)
+    values = [lo, lo + 1, 7, hi - 1, hi]
+    t = tl.Tensor(np.array(values, dtype=dtype.np), device=device)
+    ops = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+           "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+    scalars = [math.inf, -math.inf, math.nan, 7.5, -0.5, hi + 1, lo - 1, hi + 0.5,
+               2**64, -(2**64), float(hi - 1) if dtype is not tl.i64 else 2.0**62 + 0.5]
+    for c in scalars:
+        for name, f in ops.items():
+            want = [int(f(v, c)) for v in values]
+            assert getattr(t, name)(c).values() == want, (dtype, name, c)
+
+
+def test_where_cond_needs_one_tensor_branch(device):
+    c = tl.Tensor(np.array([1, 0], np.uint8), device=device)
+    with pytest.raises(TypeError, match="where_cond"):
+        c.where_cond(1.0, 0.0)
+
+
 def test_where_cond(device, rng):
     c = (rng.random((4, 5)) > 0.5).astype(np.uint8)
     a = rng.standard_normal((4, 5)).astype(np.float32)
