@@ -401,6 +401,22 @@ def test_conv_transpose_gradients(groups, stride, pad, opad, device):
                 [x1, k1], device, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_conv_transpose_gradients_with_output_padding_from_dilation(groups, device):
+    # Stride 1 and dilation 2 allow output_padding 1 (PyTorch's rule: below
+    # max(stride, dilation)); the adjoint convolution then has one position too many.
+    x = rnd(2, 4, 5, 4).astype(np.float32)
+    k = rnd(4, 4 // groups, 3, 2, seed=1).astype(np.float32)
+    check_grads(lambda a, b: a.conv_transpose2d(b, padding=1, output_padding=1, dilation=2, groups=groups),
+                lambda a, b: F.conv_transpose2d(a, b, padding=1, output_padding=1, dilation=2, groups=groups),
+                [x, k], device, rtol=1e-4, atol=1e-4)
+    x1 = rnd(2, 4, 6).astype(np.float32)
+    k1 = rnd(4, 2 // groups, 3, seed=2).astype(np.float32)
+    check_grads(lambda a, b: a.conv_transpose1d(b, padding=0, output_padding=1, dilation=2, groups=groups),
+                lambda a, b: F.conv_transpose1d(a, b, padding=0, output_padding=1, dilation=2, groups=groups),
+                [x1, k1], device, rtol=1e-4, atol=1e-4)
+
+
 def test_pool_and_upsample_gradients(device):
     x = rnd(2, 3, 7, 6).astype(np.float32)
     check_grads(lambda t: t.avg_pool2d(2), lambda t: F.avg_pool2d(t, 2), [x], device)

@@ -622,11 +622,20 @@ def _conv2d(op, a, out, g):
     return [gx, gk]
 
 
+def _fit_input(gx, x):
+    """Trim the adjoint convolution to the input's size: with stride 1 an output_padding
+    (allowed up to the dilation) gives the output extra positions that map past it."""
+    for i in range(2, x.rank):
+        if gx.shape[i] > x.shape[i]:
+            gx = gx.narrow(i, 0, x.shape[i])
+    return gx
+
+
 @rule("conv_transpose1d")
 def _conv_t1d(op, a, out, g):
     x, k = a
     pad, opad, stride, dil, groups = op.params
-    gx = g.conv1d(k, padding=pad, stride=stride, dilation=dil, groups=groups)
+    gx = _fit_input(g.conv1d(k, padding=pad, stride=stride, dilation=dil, groups=groups), x)
     # The adjoint's weight gradient comes out as (c_in, c_out / groups, k): the kernel's own layout.
     return [gx, _conv_weight_grad(g, x, k.shape, pad, stride, dil, groups, 1)]
 
@@ -635,7 +644,7 @@ def _conv_t1d(op, a, out, g):
 def _conv_t2d(op, a, out, g):
     x, k = a
     pad, opad, stride, dil, groups = op.params
-    gx = g.conv2d(k, padding=pad, stride=stride, dilation=dil, groups=groups)
+    gx = _fit_input(g.conv2d(k, padding=pad, stride=stride, dilation=dil, groups=groups), x)
     return [gx, _conv_weight_grad(g, x, k.shape, pad, stride, dil, groups, 2)]
 
 
