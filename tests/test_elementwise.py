@@ -69,6 +69,23 @@ def test_unary_float(op, dtype, device, rng):
     assert_close(out, expected, dtype, device, loose=op in ("gelu", "silu"))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_unary_float_on_rank0_tensors(dtype, device):
+    # A 0-d NumPy operand makes scalars, not arrays, which in-place kernels cannot write.
+    if not device.supports_dtype(dtype):
+        pytest.skip(f"no {dtype} on {device}")
+    for op, ref in sorted(FLOAT_REFS.items()):
+        x = np.array(0.75, dtype.np)
+        prep = PREPARE.get(op, lambda t: t)  # the reference includes the preparation
+        out = getattr(prep(tl.Tensor(x, device=device)), op)()
+        assert out.shape == () and out.dtype == dtype, op
+        assert_close(out, ref(f64(x)).astype(dtype.np), dtype, device, loose=True)
+        view = tl.Tensor(np.full((2, 3), 0.75, dtype.np), device=device).t()[1, 0]
+        assert_close(getattr(prep(view), op)(), ref(f64(x)).astype(dtype.np), dtype, device, loose=True)
+    assert_close(tl.Tensor(np.array(-0.5, dtype.np), device=device).elu(0.5),
+                 np.array(0.5 * np.expm1(-0.5)), dtype, device, loose=True)
+
+
 @given(data=st.data())
 @SETTINGS
 def test_unary_on_strided_layouts(data, device):
