@@ -209,6 +209,29 @@ def test_maximum_ties_split_like_torch():
                 [np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, 0.0, 3.0], np.float32)])
 
 
+POW_AT_BOUNDARIES = {
+    "powf 0": (lambda t: t.powf(0.0), lambda t: t ** 0.0),
+    "scalar ** 0": (lambda t: t ** 0, lambda t: t ** 0),
+    "pow tensors": (lambda a, b: a.pow(b), lambda a, b: a ** b),
+    "0 ** t": (lambda t: 0.0 ** t.abs(), lambda t: 0.0 ** t.abs()),
+    "-2 ** t": (lambda t: (-2.0) ** t, lambda t: (-2.0) ** t),
+    "elu at 0": (lambda t: t.elu(0.7), lambda t: F.elu(t, 0.7)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POW_AT_BOUNDARIES))
+def test_pow_and_elu_gradients_at_zero_match_torch(name, device):
+    # PyTorch gives 0, not 0 * inf or 0 * log(0), where the exponent is 0 or the
+    # base 0 (with a non-negative exponent); elu's slope at 0 is alpha (candle too).
+    f, g = POW_AT_BOUNDARIES[name]
+    x = np.array([0.0, 1.0, -2.0, 3.0, 0.0, 2.0], np.float32)
+    y = np.array([0.0, 2.0, 3.0, 0.0, 1.5, -1.0], np.float32)
+    arrays = [x, y] if name == "pow tensors" else [np.array([0.0, 1.0, 2.0, 3.0], np.float32)]
+    if name == "-2 ** t":
+        arrays = [np.array([1.0, 2.0, 3.0], np.float32)]
+    check_grads(f, g, arrays, device)
+
+
 VIEW_OPS = {
     "reshape": (lambda t: t.reshape((4, 6)), lambda t: t.reshape(4, 6)),
     "transpose": (lambda t: t.transpose(0, 2), lambda t: t.transpose(0, 2)),
@@ -375,6 +398,22 @@ def test_conv_transpose_gradients(groups, stride, pad, opad, device):
     k1 = rnd(4, 2 // groups if groups == 1 else 1, 3, seed=2).astype(np.float32)
     check_grads(lambda a, b: a.conv_transpose1d(b, padding=pad, output_padding=opad, stride=stride, groups=groups),
                 lambda a, b: F.conv_transpose1d(a, b, padding=pad, output_padding=opad, stride=stride, groups=groups),
+                [x1, k1], device, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_conv_transpose_gradients_with_output_padding_from_dilation(groups, device):
+    # Stride 1 and dilation 2 allow output_padding 1 (PyTorch's rule: below
+    # max(stride, dilation)); the adjoint convolution then has one position too many.
+    x = rnd(2, 4, 5, 4).astype(np.float32)
+    k = rnd(4, 4 // groups, 3, 2, seed=1).astype(np.float32)
+    check_grads(lambda a, b: a.conv_transpose2d(b, padding=1, output_padding=1, dilation=2, groups=groups),
+                lambda a, b: F.conv_transpose2d(a, b, padding=1, output_padding=1, dilation=2, groups=groups),
+                [x, k], device, rtol=1e-4, atol=1e-4)
+    x1 = rnd(2, 4, 6).astype(np.float32)
+    k1 = rnd(4, 2 // groups, 3, seed=2).astype(np.float32)
+    check_grads(lambda a, b: a.conv_transpose1d(b, padding=0, output_padding=1, dilation=2, groups=groups),
+                lambda a, b: F.conv_transpose1d(a, b, padding=0, output_padding=1, dilation=2, groups=groups),
                 [x1, k1], device, rtol=1e-4, atol=1e-4)
 
 

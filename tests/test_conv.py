@@ -106,3 +106,25 @@ def test_conv_argument_errors(device):
         x.conv2d(tl.zeros((2, 4, 3, 3), device=device), stride=0)
     with pytest.raises(tl.ShapeMismatchError):
         x.max_pool2d(6)
+
+
+def test_negative_paddings_and_empty_upsampling_are_refused_like_torch(device):
+    # PyTorch refuses these; the message must name the op and the argument.
+    x = tl.zeros((1, 4, 5, 5), device=device)
+    x1 = tl.zeros((1, 4, 5), device=device)
+    cases = [
+        (lambda: x.conv2d(tl.zeros((2, 4, 3, 3), device=device), padding=(0, -1)), "padding"),
+        (lambda: x1.conv1d(tl.zeros((2, 4, 3), device=device), padding=-1), "padding"),
+        (lambda: x1.conv_transpose1d(tl.zeros((4, 2, 3), device=device), output_padding=-1,
+                                     stride=2), "output_padding"),
+        (lambda: x.conv_transpose2d(tl.zeros((4, 2, 3, 3), device=device), padding=-1), "padding"),
+        (lambda: x1.upsample_nearest1d(0), "size"),
+        (lambda: x.upsample_nearest2d(0, 3), "size"),
+    ]
+    for f, word in cases:
+        with pytest.raises(ValueError, match=word):
+            f()
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.conv1d(torch.zeros(1, 4, 5), torch.zeros(2, 4, 3), padding=-1)
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.interpolate(torch.zeros(1, 4, 5), size=0)

@@ -220,3 +220,12 @@ def test_iteration_and_truthiness():
         bool(t)
     with pytest.raises(TypeError):
         len(tl.Tensor(1.0))
+
+
+def test_bf16_tensors_export_through_dlpack():
+    # NumPy's DLPack has no bfloat16; PyTorch's does (and from_dlpack reads it back).
+    t = tl.Tensor([[1.5, -2.0, 3.0], [0.25, 8.0, -1.0]], dtype="bf16").t()
+    x = torch.from_dlpack(t)
+    assert x.dtype == torch.bfloat16 and x.shape == (3, 2)
+    assert x.tolist() == torch.tensor([[1.5, -2.0, 3.0], [0.25, 8.0, -1.0]]).t().tolist()
+    assert tl.from_dlpack(x).values() == t.values()

@@ -69,6 +69,23 @@ def test_unary_float(op, dtype, device, rng):
     assert_close(out, expected, dtype, device, loose=op in ("gelu", "silu"))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_unary_float_on_rank0_tensors(dtype, device):
+    # A 0-d NumPy operand makes scalars, not arrays, which in-place kernels cannot write.
+    if not device.supports_dtype(dtype):
+        pytest.skip(f"no {dtype} on {device}")
+    for op, ref in sorted(FLOAT_REFS.items()):
+        x = np.array(0.75, dtype.np)
+        prep = PREPARE.get(op, lambda t: t)  # the reference includes the preparation
+        out = getattr(prep(tl.Tensor(x, device=device)), op)()
+        assert out.shape == () and out.dtype == dtype, op
+        assert_close(out, ref(f64(x)).astype(dtype.np), dtype, device, loose=True)
+        view = tl.Tensor(np.full((2, 3), 0.75, dtype.np), device=device).t()[1, 0]
+        assert_close(getattr(prep(view), op)(), ref(f64(x)).astype(dtype.np), dtype, device, loose=True)
+    assert_close(tl.Tensor(np.array(-0.5, dtype.np), device=device).elu(0.5),
+                 np.array(0.5 * np.expm1(-0.5)), dtype, device, loose=True)
+
+
 @given(data=st.data())
 @SETTINGS
 def test_unary_on_strided_layouts(data, device):
@@ -305,6 +322,28 @@ def test_comparison_broadcasts_like_candle_pyo3(device):
     mask = mask_cond < (mask_cond + 1).reshape((3, 1))
     assert mask.shape == (3, 3)
     assert mask.values() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_integer_comparison_with_unrepresentable_scalars(dtype, device):
+    """inf, nan, fractions and ints beyond the dtype compare exactly (Python's answer)."""
+    lo, hi = int(dtype.min), int(dtype.max)
+    values = [lo, lo + 1, 7, hi - 1, hi]
+    t = tl.Tensor(np.array(values, dtype=dtype.np), device=device)
+    ops = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+           "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+    scalars = [math.inf, -math.inf, math.nan, 7.5, -0.5, hi + 1, lo - 1, hi + 0.5,
+               2**64, -(2**64), float(hi - 1) if dtype is not tl.i64 else 2.0**62 + 0.5]
+    for c in scalars:
+        for name, f in ops.items():
+            want = [int(f(v, c)) for v in values]
+            assert getattr(t, name)(c).values() == want, (dtype, name, c)
+
+
+def test_where_cond_needs_one_tensor_branch(device):
+    c = tl.Tensor(np.array([1, 0], np.uint8), device=device)
+    with pytest.raises(TypeError, match="where_cond"):
+        c.where_cond(1.0, 0.0)
 
 
 def test_where_cond(device, rng):

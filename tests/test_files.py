@@ -98,3 +98,54 @@ def test_npy_npz(tmp_path):
     (tmp_path / "trunc.npy").write_bytes(good[:-8])
     with pytest.raises(tl.FileFormatError, match="trunc.npy"):
         tl.utils.load_npy(tmp_path / "trunc.npy")
+
+
+def test_safetensors_of_dtypes_tallow_lacks_widen_like_arrays(tmp_path):
+    # As candle (and tl.Tensor of such an array): I32 -> i64, U16 -> u32, losslessly.
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "ints.safetensors"
+    arrays = {"i32": np.array([-(2**31), 5], np.int32), "u16": np.array([65535, 1], np.uint16),
+              "i8": np.array([-128, 3], np.int8)}
+    save_file(arrays, str(path))
+    want = {"i32": tl.i64, "u16": tl.u32, "i8": tl.i64}
+    back = tl.utils.load_safetensors(path)
+    f = tl.utils.SafetensorsFile(path)
+    for name, arr in arrays.items():
+        assert back[name].dtype == want[name] and f.dtype(name) == want[name]
+        assert back[name].values() == arr.tolist()
+    ref = torch_load(str(path))
+    assert back["i32"].values() == ref["i32"].tolist()
+
+
+def test_safetensors_dtype_without_tallow_twin_names_file_and_tensor(tmp_path):
+    path = tmp_path / "c.safetensors"
+    torch_save({"z": torch.zeros(2, dtype=torch.complex64)}, str(path))
+    with pytest.raises(tl.UnsupportedDTypeError, match=r"c\.safetensors.*'z'"):
+        tl.utils.load_safetensors(path)
+    with pytest.raises(tl.UnsupportedDTypeError, match=r"c\.safetensors.*'z'"):
+        tl.utils.SafetensorsFile(path).dtype("z")
+
+
+def test_corrupted_or_mistaken_npz_raise_file_errors(tmp_path):
+    np.savez_compressed(tmp_path / "c.npz", a=np.arange(1000.0))
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    data[100] ^= 0xFF
+    data[120] ^= 0xFF
+    (tmp_path / "bad.npz").write_bytes(bytes(data))
+    with pytest.raises(tl.FileFormatError, match="bad.npz"):
+        tl.utils.load_npz(tmp_path / "bad.npz")
+    np.save(tmp_path / "one.npy", np.arange(3.0))
+    with pytest.raises(tl.FileFormatError, match="one.npy"):
+        tl.utils.load_npz(tmp_path / "one.npy")
+
+
+def test_big_endian_npy_loads_like_numpy(tmp_path):
+    arr = np.arange(6, dtype=">f4").reshape(2, 3)
+    np.save(tmp_path / "be.npy", arr)
+    t = tl.utils.load_npy(tmp_path / "be.npy")
+    assert t.dtype == tl.f32
+    np.testing.assert_array_equal(t.numpy(), np.load(tmp_path / "be.npy"))
+    assert tl.Tensor(np.array([1, 2], ">i8")).values() == [1, 2]
+    with pytest.raises(tl.UnsupportedDTypeError):
+        tl.Tensor.from_vec(np.array([1.0], ">f4"))  # cannot share a swapped buffer

@@ -135,6 +135,25 @@ def test_index_errors(device):
         t[[0, 2]]
 
 
+def test_index_lists_of_floats_or_bools_are_refused(device):
+    # NumPy and PyTorch read a bool list as a mask and refuse floats; casting
+    # either to ids would select the wrong rows without a word.
+    t = tl.Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    for bad in ([1.5], [True, False, True], np.array([True, False, True]), np.array([1.0])):
+        with pytest.raises(TypeError):
+            t[bad]
+        with pytest.raises(TypeError):
+            t[:, bad]
+
+
+def test_too_negative_index_list_names_the_given_index(device):
+    t = tl.zeros((3, 4), device=device)
+    with pytest.raises(tl.IndexOutOfRangeError, match="-4"):
+        t[[0, -4]]
+    with pytest.raises(tl.IndexOutOfRangeError, match="-5"):
+        t[:, [-5]]
+
+
 def test_strided_slices_are_views():
     a = tl.arange(0, 20, dtype=tl.f32).reshape((4, 5))
     v = a[::2, 1::2]

@@ -187,8 +187,8 @@ def view_chain(draw):
 def test_chains_of_views_match_numpy(case):
     shape, steps, rnd = case
     arr = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-    t = tl.Tensor(arr)
-    base_ptr = ptr(t)
+    t = base = tl.Tensor(arr)  # kept alive: a freed buffer's address can come back
+    base_ptr = ptr(base)
     copied = False
     for step in steps:
         rank = arr.ndim

@@ -73,6 +73,41 @@ def test_half_sums_accumulate_in_f32(device):
     assert abs(s - 4096 * float(np.float16(0.1))) < 1.0  # f16 accumulation would stall at 256
 
 
+@pytest.mark.parametrize("dtype", [tl.f16, tl.bf16], ids=str)
+def test_half_means_and_variances_do_not_overflow_like_torch(dtype, device):
+    # The f32 sum is fine; scaling it only after rounding it to f16 gave inf.
+    if not device.supports_dtype(dtype):
+        pytest.skip(f"no {dtype}")
+    big = 100.0 if dtype is tl.f16 else 1e33
+    x = np.full((40, 1000), big, np.float32)
+    x[:, ::2] *= 0.5
+    tx = torch.from_numpy(x).to(torch.float16 if dtype is tl.f16 else torch.bfloat16)
+    t = tl.Tensor(x, device=device).to_dtype(dtype)
+    assert_close(t.mean_all(), tx.mean().float().numpy(), dtype, device)
+    assert_close(t.mean(1), tx.mean(1).float().numpy(), dtype, device)
+    assert_close(t.mean_keepdim(1), tx.mean(1, keepdim=True).float().numpy(), dtype, device)
+    assert_close(t.mean((0, 1)), tx.mean((0, 1)).float().numpy(), dtype, device)
+    if dtype is tl.f16:
+        y = np.linspace(0, 300, 4000).astype(np.float32)
+        ty = torch.from_numpy(y).half()
+        assert_close(tl.Tensor(y, device=device).to_dtype(dtype).var(0), ty.var(0).float().numpy(),
+                     dtype, device)
+
+
+def test_log_sum_exp_of_infinite_rows_matches_torch(device):
+    # A fully masked row (all -inf) is -inf in PyTorch, not nan (inf - inf).
+    inf = np.inf
+    x = np.array([[-inf, -inf, -inf], [inf, 1.0, 2.0], [-inf, 0.0, 1.0]], np.float32)
+    t = tl.Tensor(x, device=device)
+    assert_close(t.log_sum_exp(1), torch.logsumexp(torch.from_numpy(x), dim=1).numpy(), tl.f32, device)
+    row = tl.Tensor(x[[0]], device=device)
+    assert_close(row.log_sum_exp((0, 1)), torch.logsumexp(torch.from_numpy(x[[0]]), dim=(0, 1)).numpy(),
+                 tl.f32, device)
+    y = x[[0, 2]]
+    assert_close(tl.Tensor(y, device=device).log_sum_exp(0),
+                 torch.logsumexp(torch.from_numpy(y), dim=0).numpy(), tl.f32, device)
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 def test_cumsum(dtype, device, rng):
     if not device.supports_dtype(dtype):

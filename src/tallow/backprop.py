@@ -257,17 +257,25 @@ def _affine(op, a, out, g):
     return [g * mul]
 
 
+def _powf_grad(x, e, g):
+    # x ** 0 is constant: PyTorch's 0, not 0 * 0 ** -1 = nan at x = 0.
+    if e == 0:
+        from .creation import zeros_like
+
+        return zeros_like(g)
+    return g * x.powf(e - 1.0) * e
+
+
 @rule("powf")
 def _powf(op, a, out, g):
-    e = op.params
-    return [g * a[0].powf(e - 1.0) * e]
+    return [_powf_grad(a[0], op.params, g)]
 
 
 @rule("elu")
 def _elu(op, a, out, g):
     alpha = op.params
     x = a[0]
-    neg = _mask(x < 0, g)
+    neg = _mask(x <= 0, g)  # the slope at 0 is alpha, as in PyTorch and candle
     return [g * (neg * (out + alpha) + (1.0 - neg))]
 
 
@@ -317,7 +325,12 @@ def _extreme(op, a, out, g):
 @rule("pow")
 def _pow(op, a, out, g):
     x, y = a
-    return [g * y * x.pow(y - 1.0), g * out * x.log()]
+    zero = _like(g, 0.0)
+    # As PyTorch: no x-gradient where y == 0 (not 0 * 0 ** -1), and no y-gradient
+    # where x == 0 and y >= 0 (not 0 * log 0).
+    gx = y.eq(0.0).where_cond(zero, g * y * x.pow(y - 1.0))
+    gy = (x.eq(0.0) * y.ge(0.0)).where_cond(zero, g * out * x.log())
+    return [gx, gy]
 
 
 @rule("scalar_add")
@@ -347,9 +360,15 @@ def _s_div(op, a, out, g):
 @rule("scalar_pow")
 def _s_pow(op, a, out, g):
     v, left = op.params
-    if left:  # v ** x
-        return [g * out * math.log(v)]
-    return [g * a[0].powf(v - 1.0) * v]
+    if not left:
+        return [_powf_grad(a[0], v, g)]
+    # v ** x: d/dx = v ** x * log v; log 0 = -inf and log of a negative is nan (as
+    # the tensor op would give), and 0 ** x with x >= 0 has no gradient (PyTorch).
+    log_v = math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan)
+    gx = g * out * log_v
+    if v == 0:
+        gx = a[0].ge(0.0).where_cond(_like(g, 0.0), gx)
+    return [gx]
 
 
 @rule("scalar_maximum", "scalar_minimum")
@@ -603,11 +622,20 @@ def _conv2d(op, a, out, g):
     return [gx, gk]
 
 
+def _fit_input(gx, x):
+    """Trim the adjoint convolution to the input's size: with stride 1 an output_padding
+    (allowed up to the dilation) gives the output extra positions that map past it."""
+    for i in range(2, x.rank):
+        if gx.shape[i] > x.shape[i]:
+            gx = gx.narrow(i, 0, x.shape[i])
+    return gx
+
+
 @rule("conv_transpose1d")
 def _conv_t1d(op, a, out, g):
     x, k = a
     pad, opad, stride, dil, groups = op.params
-    gx = g.conv1d(k, padding=pad, stride=stride, dilation=dil, groups=groups)
+    gx = _fit_input(g.conv1d(k, padding=pad, stride=stride, dilation=dil, groups=groups), x)
     # The adjoint's weight gradient comes out as (c_in, c_out / groups, k): the kernel's own layout.
     return [gx, _conv_weight_grad(g, x, k.shape, pad, stride, dil, groups, 1)]
 
@@ -616,7 +644,7 @@ def _conv_t1d(op, a, out, g):
 def _conv_t2d(op, a, out, g):
     x, k = a
     pad, opad, stride, dil, groups = op.params
-    gx = g.conv2d(k, padding=pad, stride=stride, dilation=dil, groups=groups)
+    gx = _fit_input(g.conv2d(k, padding=pad, stride=stride, dilation=dil, groups=groups), x)
     return [gx, _conv_weight_grad(g, x, k.shape, pad, stride, dil, groups, 2)]
 
 

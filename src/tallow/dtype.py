@@ -78,7 +78,9 @@ def from_numpy_dtype(np_dtype, allow_widening: bool = False) -> DType:
     npd = np.dtype(np_dtype)
     found = _BY_NP.get(npd)
     if found is None and allow_widening:
-        found = _WIDENED.get(npd)
+        # A byte-swapped array (a big-endian .npy) converts to native order on copy.
+        native = npd.newbyteorder("=") if npd.byteorder not in "=|" else npd
+        found = _BY_NP.get(native) or _WIDENED.get(native)
     if found is None:
         raise UnsupportedDTypeError(
             f"NumPy dtype {npd} has no tallow dtype (supported: {', '.join(_BY_NAME_CANONICAL)})"

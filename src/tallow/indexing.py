@@ -25,34 +25,50 @@ def int_index(t, dim, index):
     return t.narrow(dim, i, 1).squeeze(dim)
 
 
-def _ids_tensor(t, index):
-    from .tensor import Tensor
-
-    if isinstance(index, Tensor):
-        ids = index
-    else:
-        ids = Tensor(np.asarray(index, dtype=np.int64))
-        if ids.dtype.is_float:
-            raise TypeError("index lists must hold integers")
-    if not ids.dtype.is_int:
-        raise TypeError(f"an index tensor must have an integer dtype, got {ids.dtype}")
-    return ids.to_device(t.device)
+def _host_ids(index, size, dim):
+    """A list or array of ids as i64 with negative ids counted from the end."""
+    arr = np.asarray(index)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        # A bool list is a mask to NumPy and PyTorch, a float one an error: casting
+        # either to ids would pick other rows than the user meant.
+        raise TypeError(f"index lists must hold integers, got {arr.dtype}")
+    if arr.size:
+        lo = int(arr.min())
+        if lo < -size:
+            raise IndexOutOfRangeError(
+                f"index {lo} is out of range for dim {dim} of size {size}"
+            )
+        if int(arr.max()) > np.iinfo(np.int64).max:
+            raise IndexOutOfRangeError(
+                f"index {int(arr.max())} is out of range for dim {dim} of size {size}"
+            )
+        arr = arr.astype(np.int64)
+        if lo < 0:
+            arr = np.where(arr < 0, arr + size, arr)
+    return arr
 
 
 def _select(t, dim, index):
-    ids = _ids_tensor(t, index)
-    size = t._layout.shape[dim]
-    # Negative ids count from the end, as in Python.
-    if ids.dtype.name == "i64":
-        arr = ids._host() if ids.device.kind == "cpu" else None
-        if arr is not None and arr.size and arr.min() < 0:
-            from .tensor import Tensor
+    from .tensor import Tensor
 
-            fixed = np.where(arr < 0, arr + size, arr)
-            ids = Tensor(fixed).to_device(t.device)
-        elif arr is None and ids.nelement:
-            # On a GPU: wrap on the device (reading the ids back would wait).
-            ids = ids.lt(0).where_cond(ids + size, ids)
+    size = t._layout.shape[dim]
+    if not isinstance(index, Tensor):
+        ids = Tensor(_host_ids(index, size, dim)).to_device(t.device)
+    else:
+        ids = index
+        if not ids.dtype.is_int:
+            raise TypeError(f"an index tensor must have an integer dtype, got {ids.dtype}")
+        ids = ids.to_device(t.device)
+        # Negative ids count from the end, as in Python.
+        if ids.dtype.name == "i64":
+            arr = ids._host() if ids.device.kind == "cpu" else None
+            if arr is not None and arr.size and arr.min() < 0:
+                ids = Tensor(_host_ids(arr, size, dim))
+            elif arr is None and ids.nelement:
+                # On a GPU: wrap on the device (reading the ids back would wait).
+                ids = ids.lt(0).where_cond(ids + size, ids)
     shape = ids.shape
     out = t.index_select(ids.flatten_all() if len(shape) != 1 else ids, dim)
     if len(shape) != 1:

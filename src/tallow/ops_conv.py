@@ -33,6 +33,13 @@ def _check_positive(op, **kw):
             raise ValueError(f"{op}: {k} must be >= 1, got {v}")
 
 
+def _check_non_negative(op, **kw):
+    for k, v in kw.items():
+        vals = v if isinstance(v, tuple) else (v,)
+        if any(x < 0 for x in vals):
+            raise ValueError(f"{op}: {k} must be >= 0, got {v}")
+
+
 def _check_conv(op, x, k, rank, groups, transposed):
     same_dtype_device(op, (x, k))
     if x.rank != rank + 2 or k.rank != rank + 2:
@@ -68,6 +75,7 @@ class ConvOps:
     def conv1d(self, kernel, padding=0, stride=1, dilation=1, groups=1):
         _check_conv("conv1d", self, kernel, 1, groups, False)
         _check_positive("conv1d", stride=stride, dilation=dilation)
+        _check_non_negative("conv1d", padding=padding)
         b, _, n = self.shape
         lout = _out_size("conv1d", n, kernel.shape[2], padding, stride, dilation)
         out = self._storage.conv1d(self._layout, kernel._storage, kernel._layout,
@@ -80,6 +88,7 @@ class ConvOps:
         _check_conv("conv2d", self, kernel, 2, groups, False)
         pad, st, dil = _pair(padding, "padding"), _pair(stride, "stride"), _pair(dilation, "dilation")
         _check_positive("conv2d", stride=st, dilation=dil)
+        _check_non_negative("conv2d", padding=pad)
         b, _, h, w = self.shape
         oh = _out_size("conv2d", h, kernel.shape[2], pad[0], st[0], dil[0])
         ow = _out_size("conv2d", w, kernel.shape[3], pad[1], st[1], dil[1])
@@ -92,6 +101,7 @@ class ConvOps:
                          groups=1):
         _check_conv("conv_transpose1d", self, kernel, 1, groups, True)
         _check_positive("conv_transpose1d", stride=stride, dilation=dilation)
+        _check_non_negative("conv_transpose1d", padding=padding, output_padding=output_padding)
         if output_padding >= max(stride, dilation):
             raise ValueError("conv_transpose1d: output_padding must be smaller than stride or dilation")
         b, _, n = self.shape
@@ -111,6 +121,7 @@ class ConvOps:
         pad, opad = _pair(padding, "padding"), _pair(output_padding, "output_padding")
         st, dil = _pair(stride, "stride"), _pair(dilation, "dilation")
         _check_positive("conv_transpose2d", stride=st, dilation=dil)
+        _check_non_negative("conv_transpose2d", padding=pad, output_padding=opad)
         for i in range(2):
             if opad[i] >= max(st[i], dil[i]):
                 raise ValueError("conv_transpose2d: output_padding must be smaller than stride or dilation")
@@ -150,6 +161,7 @@ class ConvOps:
         if self.rank != 3:
             raise ShapeMismatchError(f"upsample_nearest1d: expects (b, c, l), got {self.shape}")
         size = int(size)
+        _check_positive("upsample_nearest1d", size=size)
         out = self._storage.upsample_nearest1d(self._layout, size)
         return make(out, _contig(self.shape[:2] + (size,)),
                     record1("upsample_nearest1d", self, size))
@@ -158,6 +170,7 @@ class ConvOps:
         if self.rank != 4:
             raise ShapeMismatchError(f"upsample_nearest2d: expects (b, c, h, w), got {self.shape}")
         h, w = int(h), int(w)
+        _check_positive("upsample_nearest2d", size=(h, w))
         out = self._storage.upsample_nearest2d(self._layout, h, w)
         return make(out, _contig(self.shape[:2] + (h, w)),
                     record1("upsample_nearest2d", self, (h, w)))

@@ -253,11 +253,12 @@ class ElementwiseOps:
         if is_scalar(rhs):
             dtype = self._storage.dtype
             value = rhs.item() if isinstance(rhs, np.generic) else rhs
-            if dtype.is_int and isinstance(value, float) and value != int(value):
-                # Compare an integer tensor with a fraction exactly, in f64.
-                return self.to_dtype("f64")._cmp(name, value)
-            if dtype.is_int and not dtype.min <= value <= dtype.max:
-                return self.to_dtype("f64")._cmp(name, float(value))
+            if dtype.is_int:
+                value = _int_comparand(name, value, dtype)
+                if value is _ALWAYS or value is _NEVER:
+                    from .creation import full
+
+                    return full(self.shape, int(value is _ALWAYS), dtype="u8", device=self.device)
             out = self._storage.cmp_scalar(name, self._layout, scalar_for(name, value, dtype))
             return make(out, _contig(self._layout.shape))
         if isinstance(rhs, (np.ndarray, list)):
@@ -309,6 +310,8 @@ class ElementwiseOps:
 
         if not self.dtype.is_int:
             raise UnsupportedDTypeError(f"where_cond: the condition must be an integer tensor, got {self.dtype}")
+        if is_scalar(on_true) and is_scalar(on_false):
+            raise TypeError("where_cond: on_true or on_false must be a tensor (two scalars give no dtype)")
         if is_scalar(on_true):
             on_true = _full_like(on_false, on_true)
         if is_scalar(on_false):
@@ -329,6 +332,36 @@ class ElementwiseOps:
         if t._track or f._track:
             op = Op("where_cond", (c, t, f))
         return make(out, _contig(shape), op)
+
+
+_ALWAYS, _NEVER = object(), object()
+
+
+def _int_comparand(name, value, dtype):
+    """An integer scalar in ``dtype``'s range giving the same answer as comparing with
+    ``value`` exactly, or _ALWAYS / _NEVER when every element compares the same.
+
+    A cast of the tensor to f64 would round large i64s, and inf/nan have no integer.
+    """
+    import math
+
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _ALWAYS if name == "ne" else _NEVER
+        if math.isinf(value):
+            value = int(dtype.max) + 1 if value > 0 else int(dtype.min) - 1
+        elif value != int(value):
+            if name in ("eq", "ne"):
+                return _ALWAYS if name == "ne" else _NEVER
+            # x < 7.5 is x < 8, x >= 7.5 is x >= 8; x <= 7.5 is x <= 7, x > 7.5 is x > 7.
+            value = math.ceil(value) if name in ("lt", "ge") else math.floor(value)
+        else:
+            value = int(value)
+    if value > dtype.max:
+        return _ALWAYS if name in ("lt", "le", "ne") else _NEVER
+    if value < dtype.min:
+        return _ALWAYS if name in ("gt", "ge", "ne") else _NEVER
+    return value
 
 
 def _full_like(t, value):

@@ -6,6 +6,7 @@ recorded as two ops (keepdim then squeeze), as candle does.
 
 from __future__ import annotations
 
+from . import dtype as dt
 from ._construct import make
 from .errors import ShapeMismatchError, UnsupportedDTypeError
 from .layout import Layout
@@ -13,6 +14,7 @@ from .op import record1
 from .shape import normalize_dim, normalize_dims
 
 _contig = Layout.contiguous_of
+_HALF = (dt.f16, dt.bf16)
 
 
 def _keep_shape(shape, dims):
@@ -59,15 +61,26 @@ class ReduceOps:
             n *= self._layout.shape[d]
         return 1.0 / n if n else float("nan")
 
+    def _half_in_f32(self, f):
+        """``f`` of this f16/bf16 tensor computed in f32 (PyTorch's accumulation): the f32
+        sum rounded to f16 before scaling overflows (100.0 * 1000 elements is inf)."""
+        return f(self.to_dtype(dt.f32)).to_dtype(self.dtype)
+
     def mean_keepdim(self, dims):
         dims = normalize_dims(dims, self.rank, "mean_keepdim")
+        if self.dtype in _HALF:
+            return self._half_in_f32(lambda t: t.mean_keepdim(dims))
         return self.sum_keepdim(dims) * self._mean_scale(dims, "mean_keepdim")
 
     def mean(self, dims):
         dims = normalize_dims(dims, self.rank, "mean")
+        if self.dtype in _HALF:
+            return self._half_in_f32(lambda t: t.mean(dims))
         return self.sum(dims) * self._mean_scale(dims, "mean")
 
     def mean_all(self):
+        if self.dtype in _HALF:
+            return self._half_in_f32(lambda t: t.mean_all())
         return self.sum_all() * self._mean_scale(tuple(range(self.rank)), "mean_all")
 
     # -- extremes -------------------------------------------------------------------------
@@ -115,6 +128,8 @@ class ReduceOps:
     def var_keepdim(self, dim, unbiased=True):
         """Variance over ``dim`` (n - 1 in the denominator, as candle), kept as size 1."""
         d = self._single_dim(dim, "var_keepdim")
+        if self.dtype in _HALF:
+            return self._half_in_f32(lambda t: t.var_keepdim(d, unbiased))
         n = self._layout.shape[d]
         mean = self.mean_keepdim(d)
         squares = self.broadcast_sub(mean).sqr()
@@ -139,6 +154,9 @@ class ReduceOps:
         for d in dims[1:]:
             mx = mx.max_keepdim(d)
         mx = mx.detach()
+        # An infinite max (a row of -inf, or one holding +inf) is replaced by 0, as
+        # PyTorch does: x - max would be inf - inf = nan.
+        mx = mx.abs().eq(float("inf")).where_cond(0.0, mx)
         s = self.broadcast_sub(mx).exp().sum(dims)
         return s.log() + mx.squeeze_dims(dims)
 

@@ -258,6 +258,13 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     def __dlpack__(self, *args, **kwargs):
         arr = np.asarray(self.numpy(), order="C")
+        if self._storage.dtype is dt.bf16:
+            # NumPy's DLPack export knows no bfloat16; PyTorch's does (same buffer).
+            try:
+                import torch
+            except ImportError:
+                raise BufferError("__dlpack__: exporting bf16 needs PyTorch installed") from None
+            return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).__dlpack__(*args, **kwargs)
         return arr.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):

@@ -142,7 +142,18 @@ class SafetensorsFile:
     def dtype(self, name):
         from .dtype import DType
 
-        return DType.parse(_SAFETENSORS_DTYPES.get(self._f.get_slice(name).get_dtype(), "?"))
+        st = self._f.get_slice(name).get_dtype()
+        if st not in _SAFETENSORS_DTYPES:
+            raise self._unsupported(name, st)
+        return DType.parse(_SAFETENSORS_DTYPES[st])
+
+    def _unsupported(self, name, what):
+        from .errors import UnsupportedDTypeError
+
+        return UnsupportedDTypeError(
+            f"{self.path}: tensor {name!r} has dtype {what}, which tallow cannot hold "
+            f"(supported: {', '.join(sorted(set(_SAFETENSORS_DTYPES)))})"
+        )
 
     def get(self, name, device=None):
         from safetensors import SafetensorError
@@ -154,12 +165,17 @@ class SafetensorsFile:
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
         from .dtype import from_numpy_dtype
+        from .errors import UnsupportedDTypeError
         from .tensor import adopt_array
         from ._construct import make
         from .layout import Layout
 
-        arr = np.asarray(arr, order="C")
-        dtype = from_numpy_dtype(arr.dtype)
+        try:
+            # Types tallow lacks widen losslessly, as for arrays (and candle: I32 -> i64).
+            dtype = from_numpy_dtype(arr.dtype, allow_widening=True)
+        except UnsupportedDTypeError:
+            raise self._unsupported(name, self._f.get_slice(name).get_dtype()) from None
+        arr = np.asarray(arr, dtype=dtype.np, order="C")
         return make(adopt_array(arr, dtype, Device.parse(device) if device else cpu),
                     Layout.contiguous_of(arr.shape))
 
@@ -167,6 +183,8 @@ class SafetensorsFile:
 _SAFETENSORS_DTYPES = {
     "U8": "u8", "U32": "u32", "I64": "i64", "F16": "f16", "BF16": "bf16", "F32": "f32",
     "F64": "f64",
+    # Widened on load (lossless), as NumPy arrays of these types are.
+    "BOOL": "u8", "I8": "i64", "I16": "i64", "I32": "i64", "U16": "u32",
 }
 
 
@@ -181,6 +199,7 @@ def load_npy(path, device=None):
     except (ValueError, EOFError, OSError) as e:
         raise FileFormatError(f"{path}: not a valid .npy file ({e})") from None
     if not isinstance(arr, np.ndarray):
+        arr.close()
         raise FileFormatError(f"{path}: holds an archive, not one array (use load_npz)")
     return Tensor(arr, device=device)
 
@@ -191,14 +210,20 @@ def save_npy(path, tensor) -> None:
 
 def load_npz(path, device=None) -> dict:
     import zipfile
+    import zlib
 
     from .tensor import Tensor
 
     _missing(str(path), "load_npz")
     try:
-        with np.load(str(path), allow_pickle=False) as z:
+        z = np.load(str(path), allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise FileFormatError(f"{path}: holds one array, not an .npz archive (use load_npy)")
+        with z:
             return {k: Tensor(z[k], device=device) for k in z.files}
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile, KeyError) as e:
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, KeyError, zlib.error) as e:
+        if isinstance(e, FileFormatError):
+            raise
         raise FileFormatError(f"{path}: not a valid .npz archive ({e})") from None
 
 

@@ -35,8 +35,11 @@ _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 _INV_SQRT_2 = float(1.0 / np.sqrt(2.0))
 
 
+# The in-place kernels below allocate their buffer with ``out=np.empty_like(x)``:
+# ``x * x`` of a 0-d array is a NumPy scalar, which ``out=`` cannot write.
+
 def _gelu_tanh(x):
-    inner = x * x
+    inner = np.multiply(x, x, out=np.empty_like(x))
     inner *= 0.044715 * x
     inner += x
     inner *= _SQRT_2_OVER_PI
@@ -53,7 +56,8 @@ def _gelu_erf(x):
 
 def _sigmoid(x):
     with np.errstate(over="ignore"):
-        y = np.exp(-x)
+        y = np.negative(x, out=np.empty_like(x))
+        np.exp(y, out=y)
         y += 1.0
         return np.reciprocal(y, out=y)
 
