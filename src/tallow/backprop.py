@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import dtype as dt
 from .errors import NotDifferentiableError
 
@@ -328,8 +330,9 @@ def _pow(op, a, out, g):
     zero = _like(g, 0.0)
     # As PyTorch: no x-gradient where y == 0 (not 0 * 0 ** -1), and no y-gradient
     # where x == 0 and y >= 0 (not 0 * log 0).
-    gx = y.eq(0.0).where_cond(zero, g * y * x.pow(y - 1.0))
-    gy = (x.eq(0.0) * y.ge(0.0)).where_cond(zero, g * out * x.log())
+    with np.errstate(invalid="ignore", divide="ignore"):  # the masked-out values
+        gx = y.eq(0.0).where_cond(zero, g * y * x.pow(y - 1.0))
+        gy = (x.eq(0.0) * y.ge(0.0)).where_cond(zero, g * out * x.log())
     return [gx, gy]
 
 
@@ -365,7 +368,8 @@ def _s_pow(op, a, out, g):
     # v ** x: d/dx = v ** x * log v; log 0 = -inf and log of a negative is nan (as
     # the tensor op would give), and 0 ** x with x >= 0 has no gradient (PyTorch).
     log_v = math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan)
-    gx = g * out * log_v
+    with np.errstate(invalid="ignore"):  # inf * 0 where the mask below applies
+        gx = g * out * log_v
     if v == 0:
         gx = a[0].ge(0.0).where_cond(_like(g, 0.0), gx)
     return [gx]
