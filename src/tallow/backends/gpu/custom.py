@@ -84,6 +84,12 @@ def run_wgsl(code: str, *, inputs=(), outputs=(), inplace=(), params=(), workgro
     n_out = len(outputs) + len(inplace)
     if len(inputs) > MAX_INPUTS or n_out > MAX_OUTPUTS:
         raise TallowError(f"run_wgsl: at most {MAX_INPUTS} inputs and {MAX_OUTPUTS} outputs")
+    written = {s.buf.id for s in inplace}
+    if any(s.buf.id in written for s in inputs):
+        # WebGPU rejects a buffer bound both read-only and writable in one dispatch
+        # (and would reject the whole batch with it, at submit).
+        raise TallowError("run_wgsl: a buffer is bound both as an input and in place; "
+                          "copy one of them first")
     sig = (len(inputs), n_out)
     pipe = _pipeline(state, code, entry, sig)
     words = _words(params)
