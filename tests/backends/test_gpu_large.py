@@ -103,3 +103,15 @@ def test_real_binding_limit(gpu):
     np.testing.assert_array_equal(u[-5000:], a[-5000:] + 1.0)
     with pytest.raises(tl.TallowError, match="max storage binding size"):
         t.sum_keepdim(0)
+
+
+def test_an_op_that_raises_returns_its_output_buffer(small):
+    x = tl.ones((1, 3, 100, 100), device=small)  # 120 KB: beyond the binding
+    k = tl.ones((1, 3, 1, 1), device=small)
+    before = small.memory_stats()["active_bytes"]
+    for _ in range(3):
+        with pytest.raises(tl.TallowError, match="max storage binding size"):
+            x.max_pool2d(2, 2)
+        with pytest.raises(tl.TallowError, match="max storage binding size"):
+            x.conv2d(k)
+    assert small.memory_stats()["active_bytes"] == before

@@ -95,11 +95,12 @@ def run_wgsl(code: str, *, inputs=(), outputs=(), inplace=(), params=(), workgro
     words = _words(params)
     gx, gy, gz = (tuple(workgroups) + (1, 1))[:3]
     cmd = state.commands
+    for dtype, _ in outputs:
+        state.check_dtype(dtype, "run_wgsl")
     with cmd.lock:
-        fresh = []
-        for dtype, count in outputs:
-            state.check_dtype(dtype, "run_wgsl")
-            fresh.append((state.pool.alloc(max(1, int(count)) * dtype.size_in_bytes), dtype, int(count)))
-        bufs = [s.buf for s in inputs] + [f[0] for f in fresh] + [s.buf for s in inplace]
+        # Storages own the new buffers at once, so a dispatch that raises returns them.
+        fresh = [wrap(state, state.pool.alloc(max(1, int(count)) * dtype.size_in_bytes), dtype,
+                      int(count)) for dtype, count in outputs]
+        bufs = [s.buf for s in inputs] + [f.buf for f in fresh] + [s.buf for s in inplace]
         cmd.dispatch(pipe, bufs, words, int(gx), int(gy), int(gz))
-    return [wrap(state, buf, dtype, count) for buf, dtype, count in fresh]
+    return fresh

@@ -70,17 +70,22 @@ def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
         out = state.pool.alloc(n * isz)
         if n == 0:
             return out
-        if fits:
-            nwords = (n + epw - 1) // epw
-            words = (n, nwords, 0, rank, bits) + offs + scalars + tail
-            bufs.append(out)
-            groups = (nwords + 255) >> 8
-            if groups <= 65535:
-                cmd.dispatch(pipe, bufs, words, groups)
-            else:
-                cmd.dispatch(pipe, bufs, words, *grid(nwords))
-            return out
-        _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail, scalars)
+        try:
+            if fits:
+                nwords = (n + epw - 1) // epw
+                words = (n, nwords, 0, rank, bits) + offs + scalars + tail
+                bufs.append(out)
+                groups = (nwords + 255) >> 8
+                if groups <= 65535:
+                    cmd.dispatch(pipe, bufs, words, groups)
+                else:
+                    cmd.dispatch(pipe, bufs, words, *grid(nwords))
+                return out
+            _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail, scalars)
+        except BaseException:
+            # No storage owns ``out`` yet: hand it back, or the pool never sees it again.
+            state.pool.release(out)
+            raise
         return out
 
 
