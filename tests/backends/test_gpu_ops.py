@@ -299,6 +299,28 @@ def test_index_ops(gpu, dtype):
         check(lambda t: t.reshape((6, 20)).embedding(emb(t.device)), [x], dtype, gpu)
 
 
+
+def test_index_ops_on_views_of_many_unmergeable_dims(gpu):
+    # Ten dims of size 2, permuted: no two merge, more than a kernel's 8. The gather's
+    # virtual layout (the indexed dim's stride moved out) must never be compacted.
+    perm = (9, 0, 8, 1, 7, 2, 6, 3, 5, 4)
+    x = values((2,) * 10, tl.f32, 21)
+    ids = np.array([1, 0, 1], np.uint32)
+    gi = np.resize(ids, (2,) * 10).astype(np.uint32)
+
+    def on(arr, dev):
+        return tl.Tensor(arr, device=dev).permute(perm)
+
+    check(lambda t: t.permute(perm).index_select(tl.Tensor(ids, device=t.device), 3), [x],
+          tl.f32, gpu)
+    check(lambda t: t.permute(perm).gather(on(gi, t.device), 3), [x], tl.f32, gpu)
+    check(lambda t: tl.zeros((2,) * 10, device=t.device).scatter_add(on(gi, t.device),
+                                                                    t.permute(perm), 3),
+          [x], tl.f32, gpu)
+    check(lambda t: tl.zeros((2,) * 10, device=t.device).index_add(
+        tl.Tensor(ids, device=t.device), t.permute(perm).narrow(3, 0, 1).broadcast_as(
+            (2,) * 3 + (3,) + (2,) * 6), 3), [x], tl.f32, gpu)
+
 def test_index_sentinels_and_errors(gpu):
     t = tl.Tensor(np.arange(10.0), device=gpu)
     none = np.uint32(0xFFFFFFFF)
