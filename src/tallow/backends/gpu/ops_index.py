@@ -52,7 +52,8 @@ def _gather(s, layout, ids, ids_view, dim, out_shape):
     n = src_view.count
     pipe = state.kernels.ref(GATHER, (ids.dtype.name, s.dtype.name))
     words = _words(layout.shape[dim], layout.stride[dim])
-    buf = map_new(state, pipe, ((s, src_view), (ids, ids_view)), s.dtype, n, words)
+    reach = ((layout.shape[dim] - 1) * layout.stride[dim], 0)
+    buf = map_new(state, pipe, ((s, src_view), (ids, ids_view)), s.dtype, n, words, reach=reach)
     return wrap(state, buf, s.dtype, n)
 
 
@@ -106,7 +107,9 @@ def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
                    src_layout.stride[dim])
     pipe = state.kernels.ref(SCATTER, (ids.dtype.name, s.dtype.name), "main",
                              (("ACCUMULATE", bool(accumulate)),))
-    map_inplace(state, pipe, ((ids, ids_col), (src, src_col)), s, dst_col, words)
+    reach = ((walk - 1) * ids_view.stride[dim], (walk - 1) * src_layout.stride[dim],
+             (layout.shape[dim] - 1) * layout.stride[dim])
+    map_inplace(state, pipe, ((ids, ids_col), (src, src_col)), s, dst_col, words, reach)
 
 
 def scatter_inplace(s, layout, ids, ids_layout, src, src_layout, dim, accumulate):
