@@ -195,6 +195,24 @@ def test_cast_rounding_is_exact(gpu):
         np.testing.assert_array_equal(back[1].numpy(), back[0].numpy())
 
 
+
+def test_f64_to_half_rounds_once(gpu):
+    # NumPy rounds f64 to f16 / bf16 once; through f32 the values just past a tie
+    # (or past the overflow threshold) would round twice, one ulp off.
+    skip_unless(gpu, tl.f64)
+    rng = np.random.default_rng(13)
+    x = np.concatenate([
+        [1 + 2**-11 + 2**-30, 1 + 3 * 2**-11 - 2**-30, -(1 + 2**-11 + 2**-30), 2**-25 + 2**-60,
+         65519.99999, -65519.99999, 1 + 2**-8 + 2**-30, 1 + 3 * 2**-8 - 2**-30,
+         2**-134 + 2**-160, 1e-300, -1e-300, np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0],
+        rng.uniform(0, 5, 4001)])
+    for dst in (tl.f16, tl.bf16):
+        with np.errstate(all="ignore"):
+            c, g = both(lambda t: t.to_dtype(dst), [x], tl.f64, gpu)
+        np.testing.assert_array_equal(g.numpy().view(np.uint16), c.numpy().view(np.uint16))
+        np.testing.assert_array_equal(c.numpy().view(np.uint16),
+                                      x.astype(dst.np).view(np.uint16))
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=IDS)
 def test_reductions(gpu, dtype):
     skip_unless(gpu, dtype)
