@@ -139,3 +139,29 @@ def test_every_tile_size_is_right(gpu, tile, monkeypatch):
     a = values((70, 40), tl.f16, 1)
     b = values((40, 90), tl.f16, 2)
     check(lambda x, y: x.matmul(y), [a, b], tl.f16, gpu, loose=True)
+
+
+def test_matrix_vector_with_more_rows_than_two_grid_rows(gpu):
+    # One workgroup per output row: 140000 rows are more workgroups than 2 x 65535,
+    # the most one dispatch may have in a dimension; the grid must grow in y.
+    a = values((140_000, 2), tl.f32, 3)
+    b = values((2, 1), tl.f32, 4)
+    check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)
+
+
+def test_grids_over_the_workgroup_limit(gpu, monkeypatch):
+    # Pretend a dispatch may have 3 workgroups per dimension: the GEMM is then split
+    # into several dispatches over tiles of m and n, the GEMV's grid laid out in 2-D.
+    import tallow.backends.gpu.ops_matmul as mm
+
+    monkeypatch.setattr(mm, "MAX_GROUPS", 3)
+    monkeypatch.setattr(mm, "pick_tile", lambda *a, **k: (1, 1))
+    for m, k, n in ((100, 7, 90), (33, 16, 17)):
+        a = values((2, m, k), tl.f32, m)
+        b = values((2, k, n), tl.f32, n)
+        check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)
+    for m, k, n in ((300, 5, 1), (1, 5, 300), (1, 300, 700)):
+        a = values((m, k), tl.f32, m)
+        b = values((k, n), tl.f32, n)
+        check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)
+        check(lambda x, y: x.t().contiguous().t().matmul(y), [a, b], tl.f32, gpu)

@@ -195,6 +195,24 @@ def test_cast_rounding_is_exact(gpu):
         np.testing.assert_array_equal(back[1].numpy(), back[0].numpy())
 
 
+
+def test_f64_to_half_rounds_once(gpu):
+    # NumPy rounds f64 to f16 / bf16 once; through f32 the values just past a tie
+    # (or past the overflow threshold) would round twice, one ulp off.
+    skip_unless(gpu, tl.f64)
+    rng = np.random.default_rng(13)
+    x = np.concatenate([
+        [1 + 2**-11 + 2**-30, 1 + 3 * 2**-11 - 2**-30, -(1 + 2**-11 + 2**-30), 2**-25 + 2**-60,
+         65519.99999, -65519.99999, 1 + 2**-8 + 2**-30, 1 + 3 * 2**-8 - 2**-30,
+         2**-134 + 2**-160, 1e-300, -1e-300, np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0],
+        rng.uniform(0, 5, 4001)])
+    for dst in (tl.f16, tl.bf16):
+        with np.errstate(all="ignore"):
+            c, g = both(lambda t: t.to_dtype(dst), [x], tl.f64, gpu)
+        np.testing.assert_array_equal(g.numpy().view(np.uint16), c.numpy().view(np.uint16))
+        np.testing.assert_array_equal(c.numpy().view(np.uint16),
+                                      x.astype(dst.np).view(np.uint16))
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=IDS)
 def test_reductions(gpu, dtype):
     skip_unless(gpu, dtype)
@@ -298,6 +316,28 @@ def test_index_ops(gpu, dtype):
         emb = ids(rng.integers(0, 6, (3, 2)))
         check(lambda t: t.reshape((6, 20)).embedding(emb(t.device)), [x], dtype, gpu)
 
+
+
+def test_index_ops_on_views_of_many_unmergeable_dims(gpu):
+    # Ten dims of size 2, permuted: no two merge, more than a kernel's 8. The gather's
+    # virtual layout (the indexed dim's stride moved out) must never be compacted.
+    perm = (9, 0, 8, 1, 7, 2, 6, 3, 5, 4)
+    x = values((2,) * 10, tl.f32, 21)
+    ids = np.array([1, 0, 1], np.uint32)
+    gi = np.resize(ids, (2,) * 10).astype(np.uint32)
+
+    def on(arr, dev):
+        return tl.Tensor(arr, device=dev).permute(perm)
+
+    check(lambda t: t.permute(perm).index_select(tl.Tensor(ids, device=t.device), 3), [x],
+          tl.f32, gpu)
+    check(lambda t: t.permute(perm).gather(on(gi, t.device), 3), [x], tl.f32, gpu)
+    check(lambda t: tl.zeros((2,) * 10, device=t.device).scatter_add(on(gi, t.device),
+                                                                    t.permute(perm), 3),
+          [x], tl.f32, gpu)
+    check(lambda t: tl.zeros((2,) * 10, device=t.device).index_add(
+        tl.Tensor(ids, device=t.device), t.permute(perm).narrow(3, 0, 1).broadcast_as(
+            (2,) * 3 + (3,) + (2,) * 6), 3), [x], tl.f32, gpu)
 
 def test_index_sentinels_and_errors(gpu):
     t = tl.Tensor(np.arange(10.0), device=gpu)

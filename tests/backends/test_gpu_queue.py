@@ -185,3 +185,36 @@ def test_synchronize_from_many_threads_with_pending_work(gpu):
     for t in threads:
         t.join()
     assert results == [31.0] * 4
+
+
+_DOUBLE = """
+struct Params { w: array<vec4<u32>, 16> }
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < P.w[0].x) { y[gid.x] = a[gid.x] * 2.0; }
+}
+"""
+
+
+def test_a_bad_dispatch_raises_at_once_and_spares_the_batch(gpu):
+    # A dispatch WebGPU would reject invalidates the whole command buffer at submit:
+    # it must be refused when encoded, so the ops queued before it stay right.
+    from tallow.backends.gpu import run_wgsl
+
+    x = tl.Tensor(np.arange(10, dtype=np.float32), device=gpu)
+    y = x + 1.0  # queued in the same batch
+    s, _ = x.storage_and_layout()
+    limit = gpu.info()["limits"]["max-compute-workgroups-per-dimension"]
+    with pytest.raises(tl.TallowError, match="workgroups"):
+        run_wgsl(_DOUBLE, inputs=[s], outputs=[(tl.f32, 10)], params=[10], workgroups=(limit + 1,))
+    with pytest.raises(tl.TallowError, match="both"):
+        run_wgsl(_DOUBLE.replace("binding(5)", "binding(1) var<storage, read> b: array<f32>;\n"
+                                 "@group(0) @binding(5)"), inputs=[s], inplace=[s], params=[10])
+    np.testing.assert_array_equal(y.numpy(), np.arange(10, dtype=np.float32) + 1)
+    (z,) = run_wgsl(_DOUBLE, inputs=[s], outputs=[(tl.f32, 10)], params=[10], workgroups=(1,))
+    from tallow.layout import Layout
+
+    np.testing.assert_array_equal(z.to_numpy(Layout.contiguous_of((10,))), np.arange(10) * 2.0)

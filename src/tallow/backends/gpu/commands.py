@@ -90,6 +90,7 @@ class Commands:
         self.align = max(16, lim["min-uniform-buffer-offset-alignment"])
         self.max_binding = lim["max-storage-buffer-binding-size"]
         self.storage_align = lim["min-storage-buffer-offset-alignment"]
+        self.max_groups = lim["max-compute-workgroups-per-dimension"]
         # The ring: host bytes plus the uniform buffer they are copied into.
         self.ring = bytearray(RING_BYTES + SLOT)
         self._ring_ptr = ffi.from_buffer(self.ring)
@@ -199,6 +200,13 @@ class Commands:
     def dispatch(self, pipe, bufs, words, gx, gy=1, gz=1) -> None:
         """Encode one dispatch of ``pipe`` over ``bufs`` (inputs then outputs, each a
         PoolBuffer or a ``(PoolBuffer, offset, size)`` window) with parameter words."""
+        mg = self.max_groups
+        if gx > mg or gy > mg or gz > mg:
+            # WebGPU would record this as an error of the encoder and reject the whole
+            # batch at submit, losing every op queued with it: refuse it here instead.
+            raise TallowError(
+                f"a dispatch of ({gx}, {gy}, {gz}) workgroups exceeds the adapter's limit of "
+                f"{mg} workgroups per dimension")
         pos = self.ring_pos
         if pos + SLOT > RING_BYTES:
             self.flush_locked()

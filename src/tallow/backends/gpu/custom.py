@@ -84,16 +84,23 @@ def run_wgsl(code: str, *, inputs=(), outputs=(), inplace=(), params=(), workgro
     n_out = len(outputs) + len(inplace)
     if len(inputs) > MAX_INPUTS or n_out > MAX_OUTPUTS:
         raise TallowError(f"run_wgsl: at most {MAX_INPUTS} inputs and {MAX_OUTPUTS} outputs")
+    written = {s.buf.id for s in inplace}
+    if any(s.buf.id in written for s in inputs):
+        # WebGPU rejects a buffer bound both read-only and writable in one dispatch
+        # (and would reject the whole batch with it, at submit).
+        raise TallowError("run_wgsl: a buffer is bound both as an input and in place; "
+                          "copy one of them first")
     sig = (len(inputs), n_out)
     pipe = _pipeline(state, code, entry, sig)
     words = _words(params)
     gx, gy, gz = (tuple(workgroups) + (1, 1))[:3]
     cmd = state.commands
+    for dtype, _ in outputs:
+        state.check_dtype(dtype, "run_wgsl")
     with cmd.lock:
-        fresh = []
-        for dtype, count in outputs:
-            state.check_dtype(dtype, "run_wgsl")
-            fresh.append((state.pool.alloc(max(1, int(count)) * dtype.size_in_bytes), dtype, int(count)))
-        bufs = [s.buf for s in inputs] + [f[0] for f in fresh] + [s.buf for s in inplace]
+        # Storages own the new buffers at once, so a dispatch that raises returns them.
+        fresh = [wrap(state, state.pool.alloc(max(1, int(count)) * dtype.size_in_bytes), dtype,
+                      int(count)) for dtype, count in outputs]
+        bufs = [s.buf for s in inputs] + [f.buf for f in fresh] + [s.buf for s in inplace]
         cmd.dispatch(pipe, bufs, words, int(gx), int(gy), int(gz))
-    return [wrap(state, buf, dtype, count) for buf, dtype, count in fresh]
+    return fresh

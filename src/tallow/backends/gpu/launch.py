@@ -32,12 +32,14 @@ def compact_for_kernel(storage, layout):
     return s, Layout.contiguous_of(layout.shape)
 
 
-def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False):
+def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False, reach=None):
     """A fresh buffer with ``n`` elements of ``out_dtype``: element g is the kernel's
     ``elem(g)`` over ``operands`` ((storage, layout) pairs sharing one shape).
 
     ``raw``: the kernel indexes its inputs itself from the words in ``scalars``
-    (which may run past word 15); the operands' layouts are not passed."""
+    (which may run past word 15); the operands' layouts are not passed.
+    ``reach``: per operand, how many elements past its layout the kernel may read
+    (an index op adds ``id * stride``); a split's windows cover them."""
     layouts = [lay for _, lay in operands]
     if raw:
         rank, bits, tail = 0, 0, ()
@@ -45,7 +47,7 @@ def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
         rank, bits, tail = map_tail(layouts)
     if rank is None:
         operands = [compact_for_kernel(s, l) for s, l in operands]
-        return map_new(state, kref, operands, out_dtype, n, scalars)
+        return map_new(state, kref, operands, out_dtype, n, scalars, reach=reach)
     epw = _EPW[out_dtype.name]
     isz = out_dtype.size_in_bytes
     cmd = state.commands
@@ -70,23 +72,30 @@ def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
         out = state.pool.alloc(n * isz)
         if n == 0:
             return out
-        if fits:
-            nwords = (n + epw - 1) // epw
-            words = (n, nwords, 0, rank, bits) + offs + scalars + tail
-            bufs.append(out)
-            groups = (nwords + 255) >> 8
-            if groups <= 65535:
-                cmd.dispatch(pipe, bufs, words, groups)
-            else:
-                cmd.dispatch(pipe, bufs, words, *grid(nwords))
-            return out
-        _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail, scalars)
+        try:
+            if fits:
+                nwords = (n + epw - 1) // epw
+                words = (n, nwords, 0, rank, bits) + offs + scalars + tail
+                bufs.append(out)
+                groups = (nwords + 255) >> 8
+                if groups <= 65535:
+                    cmd.dispatch(pipe, bufs, words, groups)
+                else:
+                    cmd.dispatch(pipe, bufs, words, *grid(nwords))
+                return out
+            _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail,
+                   scalars, reach)
+        except BaseException:
+            # No storage owns ``out`` yet: hand it back, or the pool never sees it again.
+            state.pool.release(out)
+            raise
         return out
 
 
-def map_inplace(state, kref, operands, dst, dst_layout, scalars=ZERO_SCALARS):
+def map_inplace(state, kref, operands, dst, dst_layout, scalars=ZERO_SCALARS, reach=None):
     """Run an in-place kernel (one invocation per element of ``dst_layout``) whose
-    last operand slot is ``dst`` (written through its layout)."""
+    last operand slot is ``dst`` (written through its layout); ``reach`` as in
+    ``map_new``, with one more entry for ``dst``."""
     layouts = [lay for _, lay in operands] + [dst_layout]
     n = dst_layout.count
     if n == 0:
@@ -107,7 +116,8 @@ def map_inplace(state, kref, operands, dst, dst_layout, scalars=ZERO_SCALARS):
             words = (n, 0, 0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
             cmd.dispatch(pipe, bufs, words, *grid(n))
             return
-        _split(state, pipe, operands, layouts, (None, dst), n, 1, 0, rank, bits, tail, scalars)
+        _split(state, pipe, operands, layouts, (None, dst), n, 1, 0, rank, bits, tail, scalars,
+               reach)
 
 
 def _window(state, buf, lo_el, hi_el, isz):
@@ -121,7 +131,8 @@ def _window(state, buf, lo_el, hi_el, isz):
     return (buf, b0, b1 - b0), b0 // isz
 
 
-def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, scalars):
+def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, scalars,
+           reach=None):
     out, dst = outs
     mb = state.max_binding
     cmd = state.commands
@@ -134,8 +145,10 @@ def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, 
             g1 = g0 + size
             try:
                 wins, offs = [], []
-                for s, lay in zip(storages, layouts):
+                for k, (s, lay) in enumerate(zip(storages, layouts)):
                     lo, hi = touched(lay, g0, g1)
+                    if reach:
+                        hi += reach[k]
                     w, base_el = _window(state, s.buf, lo, hi, s.dtype.size_in_bytes)
                     wins.append(w)
                     # relative to the window; may be "negative": u32 arithmetic wraps

@@ -24,6 +24,7 @@ GEMM_BIG = family("gemm_big", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0
 MAX_BATCH_RANK = 6
 BK = 16
 MAX_Z = 65535
+MAX_GROUPS = 65535  # workgroups one dispatch may have per dimension (WebGPU's default)
 
 
 def pick_tile(m: int, n: int, batch: int, dtype, gpu_class: bool = False) -> tuple:
@@ -89,11 +90,10 @@ def matmul(s, lhs_layout, rhs, rhs_layout):
             R, sr, sk, sv, mat_b = n, sbn, sbk, sak, True
         rows_wg = sk == 1 or R < 256
         pipe = state.kernels.get(GEMM, key, "gemv", (("MAT_IS_B", mat_b), ("ROWS_WG", rows_wg)))
-        if rows_wg:
-            gx, gy = (R, 1) if R <= 65535 else ((R + 1) // 2, 2)
-        else:
-            groups = (R + 255) // 256
-            gx, gy = (groups, 1) if groups <= 65535 else ((groups + 1) // 2, 2)
+        # The kernel numbers its workgroups row-major over (x, y): any 2-D grid works.
+        groups = R if rows_wg else (R + 255) // 256
+        gx = min(groups, MAX_GROUPS)
+        gy = (groups + gx - 1) // gx
         with cmd.lock:
             for z0 in range(0, nb, MAX_Z):
                 words = (R, k, 0, z0, lhs_layout.start_offset, rhs_layout.start_offset,
@@ -106,10 +106,16 @@ def matmul(s, lhs_layout, rhs, rhs_layout):
     consts = (("TM", tm), ("TN", tn), ("A_MMAJOR", sam == 1 and sak != 1),
               ("B_KMAJOR", sbk == 1 and sbn != 1), ("ALIGNED", aligned))
     pipe = state.kernels.get(GEMM_BIG if tm > 4 else GEMM, key, "gemm", consts)
-    gx, gy = (n + bn - 1) // bn, (m + bm - 1) // bm
+    tiles_n, tiles_m = (n + bn - 1) // bn, (m + bm - 1) // bm
     with cmd.lock:
+        # More tiles than a dispatch may have per dimension: several dispatches, each
+        # told its first tile row and column (words 11, 12).
         for z0 in range(0, nb, MAX_Z):
-            words = (m, n, k, z0, lhs_layout.start_offset, rhs_layout.start_offset,
-                     sam, sak, sbk, sbn, len(bshape), 0, 0, 0, 0, 0) + bw
-            cmd.dispatch(pipe, (s.buf, rhs.buf, out.buf), words, gx, gy, min(MAX_Z, nb - z0))
+            for y0 in range(0, tiles_m, MAX_GROUPS):
+                for x0 in range(0, tiles_n, MAX_GROUPS):
+                    words = (m, n, k, z0, lhs_layout.start_offset, rhs_layout.start_offset,
+                             sam, sak, sbk, sbn, len(bshape), y0, x0, 0, 0, 0) + bw
+                    cmd.dispatch(pipe, (s.buf, rhs.buf, out.buf), words,
+                                 min(MAX_GROUPS, tiles_n - x0), min(MAX_GROUPS, tiles_m - y0),
+                                 min(MAX_Z, nb - z0))
     return out

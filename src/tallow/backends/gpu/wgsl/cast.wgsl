@@ -6,7 +6,19 @@ fn conv(x: TA) -> TY {
 //#elif FLOAT_A
     let nan = isnan32(x);
 //#endif
-//#if FLOAT_A and FLOAT_Y
+//#if A_IS_f64 and (Y_IS_f16 or Y_IS_bf16)
+    // Through f32 this would round twice (1 + 2^-11 + 2^-30 would become 1, not NumPy's
+    // 1 + 2^-10): round to odd in f32 (24 bits, over the half's 11 + 2), so the one
+    // rounding to the half type that follows is exact.
+    var r = f32(x);
+    let back = f64(r);
+    if (!nan && back != x) {
+        var b = bitcast<u32>(r);
+        if (abs(back) > abs(x)) { b = b - 1u; }
+        r = bitcast<f32>(b | 1u);
+    }
+    return r;
+//#elif FLOAT_A and FLOAT_Y
     return TY(x);
 //#elif FLOAT_A and Y_IS_u8
     if (nan) { return 0u; }

@@ -44,8 +44,8 @@ fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let sbn = pw(9u);
     let BM = 16u * TM;
     let BN = 16u * TN;
-    let m0 = wid.y * BM;
-    let n0 = wid.x * BN;
+    let m0 = (pw(11u) + wid.y) * BM;  // the dispatch's first tile row and column
+    let n0 = (pw(12u) + wid.x) * BN;
     let tid = lid.y * 16u + lid.x;
 //#if BIG
     var acc: array<T, 64>;
