@@ -120,32 +120,55 @@ def test_an_op_that_raises_returns_its_output_buffer(small):
 def test_index_ops_over_large_sources_split_or_raise(small):
     # The kernels add id * stride to what a chunk touches: each window must reach
     # over the whole indexed dim, or the op must raise, never read a wrong window.
+    # Along dim 0 of a table larger than a binding, the work goes in slabs of rows.
     rng = np.random.default_rng(2)
     a = rng.standard_normal((300, 250)).astype(np.float32)  # 300 KB, beyond the binding
+    a[7, 3] = -0.0  # slab merging keeps the sign of zero
     ta = tl.Tensor(a, device=small)
-    rows = np.array([299, 0, 150], np.uint32)
     cols = rng.integers(0, 250, 100).astype(np.uint32)
     gi = rng.integers(0, 300, (3, 250)).astype(np.uint32)
-    cases = [
-        (lambda: ta.index_select(tl.Tensor(rows, device=small), 0), a[rows]),
-        (lambda: ta.embedding(tl.Tensor(rows, device=small)), a[rows]),
-        (lambda: ta.gather(tl.Tensor(gi, device=small), 0), np.take_along_axis(a, gi.astype(np.int64), 0)),
-        (lambda: ta.index_select(tl.Tensor(cols, device=small), 1), a[:, cols]),
-    ]
-    ref = np.zeros_like(a)
-    np.add.at(ref, rows, np.ones((3, 250), np.float32))
-    zeros = tl.zeros((300, 250), device=small)
-    cases.append((lambda: zeros.index_add(tl.Tensor(rows, device=small), tl.ones((3, 250), device=small), 0), ref))
-    ref2 = np.zeros_like(a)
-    np.add.at(ref2, (gi.astype(np.int64), np.arange(250)[None, :]), 1.0)
-    cases.append((lambda: zeros.scatter_add(tl.Tensor(gi, device=small), tl.ones((3, 250), device=small), 0), ref2))
-    split = 0
-    for f, want in cases:
-        try:
-            got = f().numpy()
-        except tl.TallowError as e:
-            assert "max storage binding size" in str(e)
-            continue
-        np.testing.assert_array_equal(got, want)
-        split += 1
-    assert split >= 1  # the column selection splits into windows of whole rows
+    for id_dtype in (np.uint32, np.int64):
+        rows = np.array([299, 0, 150, 7, 7, 64, 65], id_dtype)
+        tr = tl.Tensor(rows, device=small)
+        got = ta.index_select(tr, 0).numpy()
+        np.testing.assert_array_equal(got, a[rows])
+        assert np.signbit(got[3, 3]) and np.signbit(got[4, 3])
+        emb = ta.embedding(tl.Tensor(rows.reshape(7, 1), device=small)).numpy()
+        np.testing.assert_array_equal(emb, a[rows].reshape(7, 1, 250))
+        g = ta.gather(tl.Tensor(gi.astype(id_dtype), device=small), 0).numpy()
+        np.testing.assert_array_equal(g, np.take_along_axis(a, gi.astype(np.int64), 0))
+        ref = np.zeros_like(a)
+        np.add.at(ref, rows.astype(np.int64), np.arange(7 * 250, dtype=np.float32).reshape(7, 250))
+        src = tl.Tensor(np.arange(7 * 250, dtype=np.float32).reshape(7, 250), device=small)
+        got = tl.zeros((300, 250), device=small).index_add(tr, src, 0).numpy()
+        np.testing.assert_array_equal(got, ref)
+        gids = gi.astype(id_dtype)
+        ref2 = np.zeros_like(a)
+        np.add.at(ref2, (gids.astype(np.int64), np.arange(250)[None, :]), 1.0)
+        got = tl.zeros((300, 250), device=small).scatter_add(
+            tl.Tensor(gids, device=small), tl.ones((3, 250), device=small), 0).numpy()
+        np.testing.assert_array_equal(got, ref2)
+    # u8 ids over a slab boundary (widened before the shift)
+    small8 = rng.standard_normal((256, 250)).astype(np.float32)
+    ids8 = np.array([255, 0, 70, 130, 200], np.uint8)
+    np.testing.assert_array_equal(
+        tl.Tensor(small8, device=small).index_select(tl.Tensor(ids8, device=small), 0).numpy(),
+        small8[ids8])
+    # Columns: a window of whole rows for each chunk of the output.
+    np.testing.assert_array_equal(ta.index_select(tl.Tensor(cols, device=small), 1).numpy(),
+                                  a[:, cols])
+    # A source whose single slice along the dim passes the binding: a clear error.
+    wide = tl.zeros((2, 20000), device=small)
+    with pytest.raises(tl.TallowError, match="max storage binding size"):
+        wide.index_select(tl.Tensor(np.array([1, 0], np.uint32), device=small), 1)
+
+
+def test_an_in_place_write_that_cannot_split_leaves_its_destination_untouched(small):
+    # Chunks inside a row of the source fit a binding; the chunk that crosses to the
+    # next row (160 KB further on) cannot. Nothing may be written before that is known.
+    big = tl.Tensor(np.arange(80_000, dtype=np.float32).reshape(2, 40_000), device=small)
+    src = big.narrow(1, 0, 20_000)
+    dst = tl.zeros((2, 20_000), device=small)
+    with pytest.raises(tl.TallowError, match="max storage binding size"):
+        dst.slice_set(src, 0, 0)
+    assert not dst.numpy().any()

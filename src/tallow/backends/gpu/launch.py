@@ -138,6 +138,7 @@ def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, 
     cmd = state.commands
     chunk = max(CHUNK_QUANTUM, (mb // max(isz, 1)) // CHUNK_QUANTUM * CHUNK_QUANTUM)
     storages = [s for s, _ in operands] + ([dst] if dst is not None else [])
+    plan = []
     g0 = 0
     while g0 < n:
         size = min(chunk, n - g0)
@@ -164,8 +165,12 @@ def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, 
             o0 = g0 * isz
             wins.append((out, o0, min(out.size - o0, (size * isz + 3) & ~3)))
             words = (size, nwords, g0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
-            cmd.dispatch(pipe, wins, words, *grid(nwords))
+            plan.append((wins, words, grid(nwords)))
         else:
             words = (size, 0, g0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
-            cmd.dispatch(pipe, wins, words, *grid(size))
+            plan.append((wins, words, grid(size)))
         g0 += size
+    # Every window is checked before the first dispatch: an in-place op that cannot
+    # split raises with its destination untouched.
+    for wins, words, groups in plan:
+        cmd.dispatch(pipe, wins, words, *groups)

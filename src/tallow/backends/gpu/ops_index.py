@@ -7,10 +7,17 @@ adds ``id * stride`` to a strided index. The scatter kernel walks the indexed di
 in order within one invocation per column, so duplicate ids accumulate in the
 same order as on the CPU (NumPy's ``add.at``), with no float atomics, and every
 column writes distinct elements.
+
+A source (or destination) too large for one binding, which the kernels would have
+to bind whole along the indexed dim, is taken in slabs along that dim that fit:
+each slab runs with the ids shifted to it, so ids outside it read zeros (gathers,
+merged slab by slab with a mask) or are skipped (scatters). An embedding table
+beyond the binding limit thus still works, at one pass per slab.
 """
 
 from __future__ import annotations
 
+from ... import dtype as dt
 from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
@@ -40,6 +47,69 @@ def _compact(s, layout):
     return s.copy_strided(layout), Layout.contiguous_of(layout.shape)
 
 
+def _may_need_slabs(s, layout, dim) -> bool:
+    """True when the kernel may fail to bind its window (the whole indexed dim)."""
+    return s.buf.size > s.bdev.max_binding and layout.shape[dim] > 1
+
+
+def _too_large(e: TallowError) -> bool:
+    return "max storage binding size" in str(e)
+
+
+def _slabs(s, layout, dim):
+    """``(start, length)`` ranges along ``dim`` whose narrowed layouts fit a binding."""
+    mb = s.bdev.max_binding
+    isz = s.dtype.size_in_bytes
+    size = layout.shape[dim]
+    one = layout.narrow(dim, 0, 1)
+    lo, hi = one.extent()
+    per_step = abs(layout.stride[dim]) * isz
+    room = mb - 256 - (hi - lo) * isz  # what one slice takes, and the offset alignment
+    if room < 0:
+        raise TallowError(
+            f"one slice of this op's {s.buf.size}-byte operand along dim {dim} exceeds the "
+            f"adapter's max storage binding size ({mb} bytes)")
+    step = size if per_step == 0 else max(1, 1 + room // per_step)
+    return [(r0, min(step, size - r0)) for r0 in range(0, size, step)]
+
+
+def _shifted_ids(ids, ids_layout, r0):
+    """Contiguous ids minus ``r0`` (u8 widened first): ids below the slab wrap to huge
+    u32 values or go negative, so the kernels treat them as out of range."""
+    if ids.dtype is dt.u8:
+        ids = ids.to_dtype(ids_layout, dt.u32)
+        ids_layout = Layout.contiguous_of(ids_layout.shape)
+    if r0 == 0:
+        return ids, ids_layout
+    return ids.binary_scalar("sub", ids_layout, r0, False), Layout.contiguous_of(ids_layout.shape)
+
+
+def _in_slab(ids_c, layout, length):
+    """u8 mask of the shifted ids that fall in a slab of ``length``."""
+    mask = ids_c.cmp_scalar("lt", layout, length)
+    if ids_c.dtype is dt.i64:
+        mask = mask.binary("mul", layout, ids_c.cmp_scalar("ge", layout, 0), layout)
+    return mask
+
+
+def _gather_slabs(s, layout, ids, ids_layout, dim, view_of):
+    """The gather over slabs of the source along ``dim``; ``view_of(layout)`` turns a
+    contiguous ids layout into the view the kernel reads (index_select broadcasts)."""
+    acc = None
+    for r0, length in _slabs(s, layout, dim):
+        ids_c, ids_c_layout = _shifted_ids(ids, ids_layout, r0)
+        view = view_of(ids_c_layout)
+        part = _gather(s, layout.narrow(dim, r0, length), ids_c, view, dim, view.shape)
+        if acc is None:
+            acc = part
+            continue
+        out = Layout.contiguous_of(view.shape)
+        mask = _in_slab(ids_c, ids_c_layout, length)
+        mask_view = view_of(Layout.contiguous_of(ids_c_layout.shape))
+        acc = mask.where_cond(mask_view, part, out, acc, out)
+    return acc
+
+
 def _gather(s, layout, ids, ids_view, dim, out_shape):
     state = s.bdev
     stride = list(layout.stride)
@@ -64,11 +134,20 @@ def index_select(s, layout, ids, ids_layout, dim):
         # compact the real source instead (its virtual layout then merges).
         s, layout = _compact(s, layout)
     shape = layout.shape
-    out_shape = shape[:dim] + (ids_layout.shape[0],) + shape[dim + 1:]
-    istride = [0] * len(shape)
-    istride[dim] = ids_layout.stride[0]
-    ids_view = Layout(out_shape, tuple(istride), ids_layout.start_offset)
-    return _gather(s, layout, ids, ids_view, dim, out_shape)
+
+    def view_of(lay):
+        out_shape = shape[:dim] + (lay.shape[0],) + shape[dim + 1:]
+        istride = [0] * len(shape)
+        istride[dim] = lay.stride[0]
+        return Layout(out_shape, tuple(istride), lay.start_offset)
+
+    ids_view = view_of(ids_layout)
+    try:
+        return _gather(s, layout, ids, ids_view, dim, ids_view.shape)
+    except TallowError as e:
+        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
+            raise
+    return _gather_slabs(s, layout, ids, ids_layout, dim, view_of)
 
 
 def gather(s, layout, ids, ids_layout, dim):
@@ -76,7 +155,12 @@ def gather(s, layout, ids, ids_layout, dim):
     if len(layout.shape) > MAX_RANK and _too_many_dims(ids_layout.shape, layout, ids_layout):
         s, layout = _compact(s, layout)
         ids, ids_layout = _compact(ids, ids_layout)
-    return _gather(s, layout, ids, ids_layout, dim, ids_layout.shape)
+    try:
+        return _gather(s, layout, ids, ids_layout, dim, ids_layout.shape)
+    except TallowError as e:
+        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
+            raise
+    return _gather_slabs(s, layout, ids, ids_layout, dim, lambda lay: lay)
 
 
 def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
@@ -112,9 +196,25 @@ def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
     map_inplace(state, pipe, ((ids, ids_col), (src, src_col)), s, dst_col, words, reach)
 
 
+def _scatter_slabs(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
+    """The scatter into a destination beyond one binding, slab by slab along ``dim``:
+    the kernel skips the shifted ids that miss the slab, so each id writes once."""
+    try:
+        _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate)
+        return
+    except TallowError as e:
+        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
+            raise
+    for r0, length in _slabs(s, layout, dim):
+        ids_c, ids_c_layout = _shifted_ids(ids, ids_view, r0)
+        _scatter(s, layout.narrow(dim, r0, length), ids_c, ids_c_layout, src, src_layout,
+                 dim, walk, accumulate)
+
+
 def scatter_inplace(s, layout, ids, ids_layout, src, src_layout, dim, accumulate):
     check_ids(ids, ids_layout, layout.shape[dim], "scatter_add" if accumulate else "scatter", dim)
-    _scatter(s, layout, ids, ids_layout, src, src_layout, dim, ids_layout.shape[dim], accumulate)
+    _scatter_slabs(s, layout, ids, ids_layout, src, src_layout, dim, ids_layout.shape[dim],
+                   accumulate)
 
 
 def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
@@ -123,4 +223,16 @@ def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
     istride = [0] * len(shape)
     istride[dim] = ids_layout.stride[0]
     ids_view = Layout(shape, tuple(istride), ids_layout.start_offset)
-    _scatter(s, layout, ids, ids_view, src, src_layout, dim, shape[dim], True)
+    try:
+        _scatter(s, layout, ids, ids_view, src, src_layout, dim, shape[dim], True)
+        return
+    except TallowError as e:
+        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
+            raise
+    for r0, length in _slabs(s, layout, dim):
+        # The 1-D ids shifted to the slab, viewed over src's shape again.
+        ids_c, ids_c_layout = _shifted_ids(ids, ids_layout, r0)
+        view = Layout(shape, tuple(ids_c_layout.stride[0] if i == dim else 0
+                                   for i in range(len(shape))), ids_c_layout.start_offset)
+        _scatter(s, layout.narrow(dim, r0, length), ids_c, view, src, src_layout,
+                 dim, shape[dim], True)
