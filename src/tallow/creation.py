@@ -35,19 +35,21 @@ def _shape_args(shape, op):
     return parse_shape(shape if len(shape) != 1 else (shape[0],), op)
 
 
-def zeros(*shape, dtype=None, device=None):
-    shape, dtype, device = _split_positional(shape, dtype, device, "zeros")
+def zeros(*shape, dtype=dt.f32, device=cpu):
+    shape, (dtype, device) = _split_shape(shape, "zeros", (dtype, device))
+    dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "zeros")
     return make(state.zeros(elem_count(shape), dtype), _contig(shape))
 
 
-def ones(*shape, dtype=None, device=None):
-    shape, dtype, device = _split_positional(shape, dtype, device, "ones")
+def ones(*shape, dtype=dt.f32, device=cpu):
+    shape, (dtype, device) = _split_shape(shape, "ones", (dtype, device))
+    dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "ones")
     return make(state.full(elem_count(shape), dtype, 1), _contig(shape))
 
 
-def full(shape, value, dtype=None, device=None):
+def full(shape, value, dtype=None, device=cpu):
     shape = parse_shape((shape,), "full")
     if dtype is None:
         dtype = dt.f32 if isinstance(value, float) else (
@@ -61,18 +63,20 @@ def full(shape, value, dtype=None, device=None):
     return make(state.full(elem_count(shape), dtype, value), _contig(shape))
 
 
-def _split_positional(args, dtype, device, op):
-    """Accept ``f(shape, dtype, device)``, ``f((2, 3))`` and ``f(2, 3)``."""
-    args = list(args)
+def _split_shape(args, op, keywords):
+    """The shape and the other arguments of ``f(*shape, **keywords)``.
+
+    ``f(2, 3)`` and ``f((2, 3))`` are a shape alone; after a tuple or list shape, further
+    positional arguments take the keywords' places in order, so the contract's
+    ``f(shape, a, b)`` spelling works too (``tl.rand((2, 3), 0.0, 2.0)``).
+    """
     if len(args) >= 2 and isinstance(args[0], (tuple, list)):
         rest = args[1:]
-        args = [args[0]]
-        if rest:
-            dtype = rest.pop(0) if dtype is None else dtype
-        if rest:
-            device = rest.pop(0) if device is None else device
-    shape = parse_shape(tuple(args), op)
-    return shape, _dtype(dtype), _dev(device)
+        if len(rest) > len(keywords):
+            raise TypeError(f"{op}: takes a shape and at most {len(keywords)} more "
+                            f"positional arguments, got {len(rest)}")
+        return parse_shape((args[0],), op), tuple(rest) + tuple(keywords[len(rest):])
+    return parse_shape(tuple(args), op), tuple(keywords)
 
 
 def zeros_like(t, dtype=None, device=None):
@@ -87,13 +91,18 @@ def full_like(t, value, dtype=None, device=None):
     return full(t.shape, value, dtype=dtype or t.dtype, device=device or t.device)
 
 
+def _sizes(op, *sizes):
+    # Sizes are unsigned in candle: negative ones are an OverflowError, as for shapes.
+    return parse_shape(sizes, op)
+
+
 def eye(n, m=None, dtype=None, device=None):
-    m = n if m is None else m
-    arr = np.eye(int(n), int(m), dtype=_dtype(dtype).np)
+    n, m = _sizes("eye", n, n if m is None else m)
+    arr = np.eye(n, m, dtype=_dtype(dtype).np)
     return from_array(arr, _dtype(dtype), _dev(device))
 
 
-def arange(start, end=None, step=1, dtype=None, device=None):
+def arange(start, end=None, step=1, dtype=None, device=cpu):
     """``start, start+step, ...`` below ``end`` (numpy's arange; one argument is ``end``).
 
     All-int arguments give i64, else f32, unless ``dtype`` is given.
@@ -118,18 +127,21 @@ def arange(start, end=None, step=1, dtype=None, device=None):
 
 def linspace(start, end, steps, dtype=None, device=None):
     dtype = _dtype(dtype)
-    arr = np.linspace(float(start), float(end), int(steps), dtype=np.float64).astype(dtype.np)
+    (steps,) = _sizes("linspace", steps)
+    arr = np.linspace(float(start), float(end), steps, dtype=np.float64).astype(dtype.np)
     return from_array(arr, dtype, _dev(device))
 
 
-def rand(*shape, low=0.0, high=1.0, dtype=None, device=None):
-    shape, dtype, device = _split_positional(shape, dtype, device, "rand")
+def rand(*shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
+    shape, (low, high, dtype, device) = _split_shape(shape, "rand", (low, high, dtype, device))
+    dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "rand")
     return make(state.rand_uniform(elem_count(shape), dtype, float(low), float(high)), _contig(shape))
 
 
-def randn(*shape, mean=0.0, std=1.0, dtype=None, device=None):
-    shape, dtype, device = _split_positional(shape, dtype, device, "randn")
+def randn(*shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
+    shape, (mean, std, dtype, device) = _split_shape(shape, "randn", (mean, std, dtype, device))
+    dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "randn")
     return make(state.rand_normal(elem_count(shape), dtype, float(mean), float(std)), _contig(shape))
 
@@ -183,11 +195,13 @@ def from_dlpack(x):
 
 def tril2(n, dtype=None, device=None):
     """An (n, n) lower-triangular mask of ones (the diagonal included)."""
+    (n,) = _sizes("tril2", n)
     dtype = _dtype(dtype)
     return from_array(np.tril(np.ones((n, n), dtype=dtype.np)), dtype, _dev(device))
 
 
 def triu2(n, dtype=None, device=None):
+    (n,) = _sizes("triu2", n)
     dtype = _dtype(dtype)
     return from_array(np.triu(np.ones((n, n), dtype=dtype.np)), dtype, _dev(device))
 

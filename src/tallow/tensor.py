@@ -77,7 +77,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     # -- constructors (candle's names) -------------------------------------------
     @staticmethod
-    def new(data, device=None) -> "Tensor":
+    def new(data, device=cpu) -> "Tensor":
         """A tensor from Python data or a NumPy array (always copied)."""
         return Tensor(data, device=device)
 

@@ -81,7 +81,7 @@ def safetensors_paths(path) -> list:
     return [path]
 
 
-def load_safetensors(path, device=None) -> dict:
+def load_safetensors(path, device=cpu) -> dict:
     """Every tensor of a ``.safetensors`` file (or a list of files, or a folder of them)."""
     out = {}
     for p in safetensors_paths(path):

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from .. import dtype as dt
-from ..device import Device
+from ..device import Device, cpu
 from ..nn.var_builder import VarBuilder
 from ..tensor import Tensor
 from .bert import BertConfig, BertModel
@@ -130,7 +130,7 @@ class SentenceEmbedder:
         self.pad_id = _pad_id(tokenizer, model.config.pad_token_id)
 
     @staticmethod
-    def from_pretrained(model_dir, device=None, dtype=dt.f32) -> "SentenceEmbedder":
+    def from_pretrained(model_dir, device=cpu, dtype=dt.f32) -> "SentenceEmbedder":
         model_dir = os.fspath(model_dir)
         if not os.path.isdir(model_dir):
             raise FileNotFoundError(f"SentenceEmbedder: no such model directory: {model_dir}")

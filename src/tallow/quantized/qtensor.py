@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import dtype as dt
 from .._construct import make
-from ..device import Device
+from ..device import Device, cpu
 from ..errors import DeviceMismatchError, ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
 from ..tensor import Tensor, adopt_array
@@ -142,7 +142,7 @@ class QTensor:
         return QTensor(raw, shape, t, tensor.device)
 
     @staticmethod
-    def from_bytes(data, shape, ggml_dtype, device=None) -> "QTensor":
+    def from_bytes(data, shape, ggml_dtype, device=cpu) -> "QTensor":
         """A QTensor over raw GGML blocks (``bytes``, a buffer or a uint8 array, as ``to_bytes`` gives)."""
         return QTensor(data, shape, ggml_dtype, device)
 
