@@ -132,12 +132,24 @@ class ElementwiseOps:
             return self._binop(name, rhs, True) if not on_left else rhs._binop(name, self, True)
         if is_scalar(rhs):
             return self._scalar(name, rhs, on_left)
-        if isinstance(rhs, (np.ndarray, list, tuple)):
-            other = Tensor(np.asarray(rhs)).to_device(self.device)
-            if other.dtype is not self.dtype and not isinstance(rhs, np.ndarray):
-                other = other.to_dtype(self.dtype)
-            return self._binop(name, other, True) if not on_left else other._binop(name, self, True)
-        return NotImplemented
+        other = self._array_operand(rhs)
+        if other is None:
+            return NotImplemented
+        return self._binop(name, other, True) if not on_left else other._binop(name, self, True)
+
+    def _array_operand(self, value):
+        """A NumPy array or nested list as a tensor on self's device, else None.
+
+        A list takes self's dtype; an array keeps its own (mixing dtypes stays an error).
+        """
+        from .tensor import Tensor
+
+        if not isinstance(value, (np.ndarray, list, tuple)):
+            return None
+        other = Tensor(np.asarray(value)).to_device(self.device)
+        if other.dtype is not self.dtype and not isinstance(value, np.ndarray):
+            other = other.to_dtype(self.dtype)
+        return other
 
     def add(self, rhs):
         return self._binop("add", rhs, False)

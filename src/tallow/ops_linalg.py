@@ -68,7 +68,9 @@ class LinalgOps:
         from .tensor import Tensor
 
         if not isinstance(rhs, Tensor):
-            return NotImplemented
+            rhs = self._array_operand(rhs)
+            if rhs is None:
+                return NotImplemented
         lhs = self
         squeeze_m = squeeze_n = False
         if lhs.rank == 1:
@@ -83,4 +85,6 @@ class LinalgOps:
         return out
 
     def __rmatmul__(self, lhs):
-        return NotImplemented
+        # ``ndarray @ tensor``: NumPy defers to us (``__array_priority__``), as for ``+``.
+        other = self._array_operand(lhs)
+        return NotImplemented if other is None else other.__matmul__(self)
