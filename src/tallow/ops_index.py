@@ -165,8 +165,12 @@ class IndexOps:
         starts, lens = [], []
         for d, r in enumerate(list(ranges) + [slice(None)] * (self.rank - len(ranges))):
             size = self.shape[d]
-            if isinstance(r, slice):
-                a, b, step = r.indices(size)
+            if isinstance(r, (slice, range)):
+                # A Python range is candle's Rust range (it would unpack as two of its values).
+                if isinstance(r, range):
+                    a, b, step = r.start, r.stop, r.step
+                else:
+                    a, b, step = r.indices(size)
                 if step != 1:
                     raise ShapeMismatchError("slice_assign: ranges must have step 1")
             elif isinstance(r, int):
