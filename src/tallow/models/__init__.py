@@ -9,7 +9,8 @@ import importlib
 _SUBMODULES = ("bert", "llama", "generate", "sentence", "config", "cli", "quantized_llama")
 _NAMES = {"SentenceEmbedder": "sentence", "BertModel": "bert", "BertConfig": "bert",
           "Llama": "llama", "LlamaConfig": "llama", "Cache": "llama",
-          "TextGenerator": "generate", "ModelFormatError": "config"}
+          "TextGenerator": "generate", "ModelFormatError": "config",
+          "ContextLengthError": "llama"}
 
 
 def __getattr__(name):
@@ -26,4 +27,5 @@ def __getattr__(name):
 
 
 __all__ = ["bert", "llama", "generate", "sentence", "SentenceEmbedder", "BertModel",
-           "BertConfig", "Llama", "LlamaConfig", "Cache", "TextGenerator", "ModelFormatError"]
+           "BertConfig", "Llama", "LlamaConfig", "Cache", "TextGenerator", "ModelFormatError",
+           "ContextLengthError"]
