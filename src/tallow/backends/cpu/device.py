@@ -94,9 +94,15 @@ class CpuDeviceState(BackendDevice):
             simd = sorted(k for k, v in feats.items() if v)
         except Exception:
             simd = []
+        name = _cpu_model()
         return {
             "backend": "cpu",
-            "name": _cpu_model(),
+            # The keys every device's info has (the GPU's meaning: what runs the ops,
+            # what it can do, and its limits: none beyond memory on the CPU).
+            "adapter": name,
+            "features": simd,
+            "limits": {},
+            "name": name,
             "machine": platform.machine(),
             "threads": CONFIG.get(),
             "threads_rule": CONFIG.rule(),
