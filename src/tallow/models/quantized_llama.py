@@ -39,7 +39,7 @@ import math
 import os
 
 from .. import dtype as dt
-from ..device import Device
+from ..device import Device, cpu
 from ..nn import ops
 from ..nn.container import ModuleList
 from ..nn.embedding import Embedding
@@ -187,7 +187,7 @@ class ModelWeights(Module):
         self._cache = None
 
     @classmethod
-    def from_gguf(cls, path, device=None) -> "ModelWeights":
+    def from_gguf(cls, path, device=cpu) -> "ModelWeights":
         if not os.path.exists(path):
             raise FileNotFoundError(f"no such GGUF file: {path}")
         return cls(read_gguf(path), device)

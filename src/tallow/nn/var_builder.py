@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from .. import dtype as dt
-from ..device import Device
+from ..device import Device, cpu
 from ..errors import FileFormatError, ShapeMismatchError, TallowError
 from ..tensor import Tensor
 
@@ -234,7 +234,7 @@ class VarBuilder:
 
     # -- constructors ------------------------------------------------------------------
     @staticmethod
-    def from_safetensors(paths, dtype=dt.f32, device=None) -> "VarBuilder":
+    def from_safetensors(paths, dtype=dt.f32, device=cpu) -> "VarBuilder":
         """Memory-map one file or a list of (sharded) files."""
         return VarBuilder(_FileBackend(paths), dtype, device)
 
