@@ -243,9 +243,55 @@ def _check_signature(path, spec):
         assert p.default is not REQ or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD), (path, p)
 
 
+# docs/api.md's signatures (its own claims, checked the same way).
+DOC_SIGNATURES = {
+    "Tensor.var_keepdim": ["self", "dim", ("unbiased", True)],
+    "Tensor.split": ["self", "_", ("dim", 0)],
+    "Tensor.slice_scatter": ["self", "src", "dim", "start"],
+    "Tensor.gpu": ["self", ("ordinal", 0)],
+    "Var": ["data", ("dtype", None), ("device", None)],
+    "utils.parse_absolute_shape": ["*shape", ("element_count", None)],
+    "utils.load_gguf": ["path", ("device", None)],
+    "utils.SafetensorsFile.get": ["self", "name", ("device", None)],
+    "quantized.QMatMul": ["_", ("dequantize", None)],
+    "nn.Module.register_buffer": ["self", "name", "_", ("persistent", True)],
+    "nn.Linear.from_weights": ["weight", ("bias", None)],
+    "nn.Linear.load": ["vb", "_", "_", ("bias", True)],
+    "nn.linear": ["x", "weight", "bias"],
+    "nn.VarBuilder.from_safetensors": ["_", ("dtype", f32), ("device", cpu)],
+    "nn.VarBuilder.get": ["self", "shape", "name", ("init", None), ("dtype", None)],
+    "nn.VarMap.get": ["self", "shape", "name", "init"],
+    "nn.ops.dropout": ["x", "p", "train"],
+    "nn.ops.scaled_dot_product_attention": ["q", "k", "v", ("mask", None), ("scale", None)],
+    "nn.rotary_emb.rope_tables": ["head_dim", "max_positions", ("theta", 10000.0),
+                                  ("dtype", "f32"), ("device", None)],
+    "nn.optim.SGD": ["params", "lr", ("momentum", 0.0), ("weight_decay", 0.0),
+                     ("dampening", 0.0), ("nesterov", False)],
+    "nn.optim.AdamW": ["params", ("lr", 1e-3), ("beta1", 0.9), ("beta2", 0.999),
+                       ("eps", 1e-8), ("weight_decay", 0.01)],
+    "models.quantized_llama.ModelWeights.from_gguf": ["path", ("device", cpu)],
+    "models.quantized_llama.ModelWeights.forward": ["self", "input_ids", "index_pos",
+                                                    ("cache", None)],
+    "models.SentenceEmbedder.encode": ["self", "sentences", ("batch_size", 32),
+                                       ("normalize", True), ("show_progress_bar", None),
+                                       ("convert_to_numpy", True), ("workers", None)],
+    "models.llama.Llama.new_cache": ["self", ("use_kv_cache", True)],
+    "models.llama.Cache": ["config", "dtype", "device", "use_kv_cache"],
+    "models.generate.TextGenerator": ["model", "tokenizer", ("temperature", 0.8),
+                                      ("top_p", None), ("top_k", None), ("seed", 299792458),
+                                      ("repeat_penalty", 1.1), ("repeat_last_n", 64),
+                                      ("eos_token_ids", None)],
+}
+
+
 @pytest.mark.parametrize("path", sorted(SIGNATURES))
 def test_signature(path):
     _check_signature(path, SIGNATURES[path])
+
+
+@pytest.mark.parametrize("path", sorted(DOC_SIGNATURES))
+def test_docs_signature(path):
+    _check_signature(path, DOC_SIGNATURES[path])
 
 
 def test_signature_check_can_fail():
