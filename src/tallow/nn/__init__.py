@@ -8,6 +8,8 @@ from .init import Init
 from .linear import Linear, linear
 from .module import Module
 from .norm import LayerNorm, RmsNorm
+# candle-pyo3 has these two at ``candle.nn`` level (its other functions: tl.functional).
+from .ops import silu, softmax
 from .optim import SGD, AdamW
 from .var_builder import MissingTensorError, VarBuilder
 from .var_map import VarMap
@@ -15,5 +17,5 @@ from .var_map import VarMap
 __all__ = [
     "Module", "Linear", "Embedding", "LayerNorm", "RmsNorm", "Sequential", "ModuleList",
     "VarBuilder", "VarMap", "Init", "MissingTensorError", "SGD", "AdamW", "linear",
-    "ops", "loss", "optim", "init", "rotary_emb",
+    "ops", "loss", "optim", "init", "rotary_emb", "silu", "softmax",
 ]
