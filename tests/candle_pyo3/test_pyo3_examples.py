@@ -57,3 +57,69 @@ def test_example_test_pytorch_py():
     print(type(candle_tensor))
     assert isinstance(candle_tensor, candle.Tensor) and candle_tensor.shape == (3, 512, 512)
     assert candle_tensor.values() == t.tolist()
+
+
+def test_example_quant_llama_calls():
+    """The calls candle-pyo3's ``quant-llama.py`` makes, on a tiny random model.
+
+    The script itself needs a GGML/GGUF llama file; here each pattern it uses runs on
+    small random tensors and is checked against NumPy.
+    """
+    np = pytest.importorskip("numpy")
+    b, seq, hidden, n_head = 1, 3, 64, 2
+    head_dim = hidden // n_head
+    x = candle.randn((b, seq, hidden))
+    xn = np.asarray(x.values(), dtype=np.float64)
+
+    # RmsNorm: int scalar division, float scalar add, broadcast_div / broadcast_mul.
+    weight = candle.randn((hidden,)).quantize("q8_0").dequantize()
+    norm_x = x.sqr().sum_keepdim(2) / hidden
+    normed = x.broadcast_div((norm_x + 1e-5).sqrt()).broadcast_mul(weight)
+    ref = xn / np.sqrt((xn ** 2).sum(2, keepdims=True) / hidden + 1e-5) * np.asarray(weight.values())
+    np.testing.assert_allclose(normed.values(), ref, rtol=1e-4, atol=1e-5)
+
+    # QTensor.matmul_t on a 3-D activation: lhs @ W.T over the last dim.
+    wq = candle.randn((hidden, hidden)).quantize("q4_0")
+    q = wq.matmul_t(x)
+    assert q.shape == (b, seq, hidden)
+    ref = xn @ np.asarray(wq.dequantize().values(), dtype=np.float64).T
+    # As in candle (and ggml) the activation is quantized to q8_0 for the dot products,
+    # so the result is close to, not equal to, the dequantized matmul.
+    assert np.abs(np.asarray(q.values()) - ref).max() < 0.03 * np.abs(ref).max()
+
+    # Attention: reshape / transpose / t(), python-float division, u32 mask from ints,
+    # masked_fill as where_cond over a broadcast scalar tensor, candle.nn.softmax.
+    q = q.reshape((b, seq, n_head, head_dim)).transpose(1, 2)
+    att = q.matmul(q.t()) / head_dim**0.5
+    mask = candle.tensor([int(j > i) for j in range(seq) for i in range(seq)]).reshape((seq, seq))
+    assert mask.dtype == candle.u32
+    mask = mask.broadcast_as(att.shape)
+    att = mask.where_cond(candle.tensor(float("-inf")).broadcast_as(mask.shape), att)
+    att = candle.nn.softmax(att, -1)
+    probs = np.asarray(att.values())
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    assert (probs[..., 0, 1:] == 0).all()  # the first position sees only itself
+
+    # Rotary embedding: narrow with a negative dim, cat on -1, flatten_from(-2).
+    freqs = candle.tensor([1.0 / 10000.0 ** (i / head_dim) for i in range(0, head_dim, 2)])
+    pos = candle.tensor([float(i) for i in range(seq)]).reshape((seq, 1))
+    m = pos.matmul(freqs.unsqueeze(0))
+    cos = m.cos().narrow(0, 0, seq).reshape((seq, head_dim // 2, 1))
+    sin = m.sin().narrow(0, 0, seq).reshape((seq, head_dim // 2, 1))
+    xr = q.reshape((b, n_head, seq, head_dim // 2, 2))
+    x0, x1 = xr.narrow(-1, 0, 1), xr.narrow(-1, 1, 1)
+    rope = candle.cat([x0.broadcast_mul(cos) - x1.broadcast_mul(sin),
+                       x0.broadcast_mul(sin) + x1.broadcast_mul(cos)], -1).flatten_from(-2)
+    assert rope.shape == (b, n_head, seq, head_dim)
+    qn = np.asarray(q.values()).reshape(b, n_head, seq, head_dim // 2, 2)
+    c, s = np.cos(np.asarray(m.values()))[..., None], np.sin(np.asarray(m.values()))[..., None]
+    ref = np.concatenate([qn[..., :1] * c - qn[..., 1:] * s, qn[..., :1] * s + qn[..., 1:] * c], -1)
+    np.testing.assert_allclose(rope.values(), ref.reshape(b, n_head, seq, head_dim), rtol=1e-4, atol=1e-5)
+
+    # Embedding lookup and greedy sampling: index_select, get(-1), argmax_keepdim(-1).
+    emb = candle.randn((10, hidden))
+    token = candle.tensor([7]).unsqueeze(0)
+    e = emb.index_select(token.reshape((1,)), 0).reshape((1, 1, hidden))
+    assert e.values()[0][0] == emb.values()[7]
+    logits = candle.tensor([[[0.1, 0.9, 0.3], [0.5, 0.2, 0.8]]])
+    assert logits.get(0).get(-1).argmax_keepdim(-1).values()[0] == 2
