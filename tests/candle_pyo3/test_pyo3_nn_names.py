@@ -45,3 +45,13 @@ def test_module_list_delete_pop_and_add_renumber():
     ml += [Linear(4, 5)]
     both = ml + ModuleList([Linear(5, 6)])
     assert [m.out_features for m in both] == [3, 5, 6] and list(both._modules) == ["0", "1", "2"]
+
+
+def test_layer_norm_and_embedding_take_candle_pyo3_arguments():
+    # LayerNorm(normalized_shape, eps, bias, device, dtype); Embedding(n, dim, device, dtype)
+    ln = LayerNorm(8, 1e-5, False, None, None)
+    assert ln.normalized_shape == (8,) and set(ln.state_dict()) == {"weight"}
+    assert ln(candle.randn((2, 3, 8))).shape == (2, 3, 8)
+    e = Embedding(10, 4, None, candle.f16)
+    assert (e.num_embeddings, e.embedding_dim, e.weight.dtype) == (10, 4, candle.f16)
+    assert e(candle.tensor([[1, 2, 3]])).shape == (1, 3, 4)
