@@ -1,7 +1,8 @@
 """Programs written for candle's Python binding run after ``import tallow as candle``.
 
-These follow candle-pyo3's own tests (tensor, shape, utils, testing), for the
-tensor part; nn and quantized parts live with those features.
+A condensed first pass over candle-pyo3's tests; the faithful ports of all of them
+(tensor, shape, utils, functional, module, linear, testing, and its examples) are in
+tests/candle_pyo3/.
 """
 
 import pytest
@@ -70,7 +71,8 @@ def test_safetensors_files_lists_and_folders(tmp_path):
 
 def test_module_level_api_names():
     for name in ("Tensor", "tensor", "cat", "stack", "zeros", "ones", "rand", "randn", "u8", "u32",
-                 "bf16", "f16", "f32", "f64", "i64", "DType", "testing", "utils"):
+                 "bf16", "f16", "f32", "f64", "i64", "DType", "testing", "utils", "nn", "functional",
+                 "QTensor"):
         assert hasattr(candle, name), name
     for name in ("cuda_is_available", "get_num_threads", "has_accelerate", "has_mkl",
                  "load_safetensors", "save_safetensors", "load_gguf", "save_gguf"):

@@ -40,12 +40,12 @@ from .creation import tensor  # noqa: E402,F811
 
 __version__ = "0.1.0"
 
-_LAZY = ("nn", "models", "quantized")
+_LAZY = ("nn", "models", "quantized", "functional")
 _LAZY_NAMES = {"QTensor": "quantized", "QMatMul": "quantized"}
 
 
 def __getattr__(name):
-    # tl.nn, tl.models and tl.quantized load on first use, so ``import tallow`` stays fast.
+    # tl.nn, tl.models, tl.quantized and tl.functional load on first use, so ``import tallow`` stays fast.
     if name in _LAZY or name in _LAZY_NAMES:
         import importlib
 
@@ -63,5 +63,5 @@ __all__ = [
     "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError",
     "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
     "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
-    "testing", "utils", "nn", "models", "quantized", "QTensor",
+    "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
 ]

@@ -1,4 +1,4 @@
-"""Containers: Sequential and ModuleList."""
+"""Containers: Sequential, ModuleList and ModuleDict (candle-pyo3 has all three)."""
 
 from __future__ import annotations
 
@@ -82,5 +82,76 @@ class ModuleList(Module):
         key = list(self._modules)[idx]
         self.add_module(key, module)
 
+    def __delitem__(self, idx):
+        mods = list(self._modules.values())
+        del mods[idx]
+        # Renumber, so the names stay "0".."n-1" (and state_dict keys match a new list).
+        self._modules.clear()
+        for i, m in enumerate(mods):
+            self._modules[str(i)] = m
+
+    def pop(self, idx=-1):
+        m = self[idx]
+        del self[idx]
+        return m
+
+    def __iadd__(self, modules) -> "ModuleList":
+        return self.extend(modules)
+
+    def __add__(self, other) -> "ModuleList":
+        return ModuleList(list(self) + list(other))
+
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleList has no forward: iterate over it")
+
+
+class ModuleDict(Module):
+    """Submodules by name, in insertion order; a dict's methods over ``_modules``."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+    def clear(self) -> None:
+        self._modules.clear()
+
+    def pop(self, key):
+        return self._modules.pop(key)
+
+    def update(self, modules) -> None:
+        """From a mapping or an iterable of ``(name, module)`` pairs; existing names are replaced."""
+        pairs = modules.items() if hasattr(modules, "items") else modules
+        for pair in pairs:
+            name, module = pair  # a ValueError / TypeError here names a malformed pair
+            self[name] = module
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleDict has no forward: index it")
