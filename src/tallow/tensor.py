@@ -285,8 +285,8 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         if self._storage.dtype is dt.bf16:
             arr = arr.astype(np.float32)
         body = np.array2string(arr, separator=", ", threshold=200, edgeitems=3)
-        where = "" if self.device.kind == "cpu" else f", {self.device}"
-        return f"{body}\nTensor[{list(self.shape)}, {self.dtype}{where}]"
+        # candle omits the CPU; the contract shows every tensor's device.
+        return f"{body}\nTensor[{list(self.shape)}, {self.dtype}, {self.device}]"
 
     __str__ = __repr__
 
