@@ -52,8 +52,15 @@ def _may_need_slabs(s, layout, dim) -> bool:
     return s.buf.size > s.bdev.max_binding and layout.shape[dim] > 1
 
 
-def _too_large(e: TallowError) -> bool:
-    return "max storage binding size" in str(e)
+def _direct_or_slabs(s, layout, dim, direct, by_slabs):
+    """``direct()``, or ``by_slabs()`` when the direct launch cannot bind its window
+    (a split launch raises before its first dispatch, so nothing is written twice)."""
+    try:
+        return direct()
+    except TallowError as e:
+        if not (_may_need_slabs(s, layout, dim) and "max storage binding size" in str(e)):
+            raise
+    return by_slabs()
 
 
 def _slabs(s, layout, dim):
@@ -142,12 +149,9 @@ def index_select(s, layout, ids, ids_layout, dim):
         return Layout(out_shape, tuple(istride), lay.start_offset)
 
     ids_view = view_of(ids_layout)
-    try:
-        return _gather(s, layout, ids, ids_view, dim, ids_view.shape)
-    except TallowError as e:
-        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
-            raise
-    return _gather_slabs(s, layout, ids, ids_layout, dim, view_of)
+    return _direct_or_slabs(
+        s, layout, dim, lambda: _gather(s, layout, ids, ids_view, dim, ids_view.shape),
+        lambda: _gather_slabs(s, layout, ids, ids_layout, dim, view_of))
 
 
 def gather(s, layout, ids, ids_layout, dim):
@@ -155,12 +159,9 @@ def gather(s, layout, ids, ids_layout, dim):
     if len(layout.shape) > MAX_RANK and _too_many_dims(ids_layout.shape, layout, ids_layout):
         s, layout = _compact(s, layout)
         ids, ids_layout = _compact(ids, ids_layout)
-    try:
-        return _gather(s, layout, ids, ids_layout, dim, ids_layout.shape)
-    except TallowError as e:
-        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
-            raise
-    return _gather_slabs(s, layout, ids, ids_layout, dim, lambda lay: lay)
+    return _direct_or_slabs(
+        s, layout, dim, lambda: _gather(s, layout, ids, ids_layout, dim, ids_layout.shape),
+        lambda: _gather_slabs(s, layout, ids, ids_layout, dim, lambda lay: lay))
 
 
 def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
@@ -196,43 +197,33 @@ def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
     map_inplace(state, pipe, ((ids, ids_col), (src, src_col)), s, dst_col, words, reach)
 
 
-def _scatter_slabs(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
-    """The scatter into a destination beyond one binding, slab by slab along ``dim``:
-    the kernel skips the shifted ids that miss the slab, so each id writes once."""
-    try:
-        _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate)
-        return
-    except TallowError as e:
-        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
-            raise
-    for r0, length in _slabs(s, layout, dim):
-        ids_c, ids_c_layout = _shifted_ids(ids, ids_view, r0)
-        _scatter(s, layout.narrow(dim, r0, length), ids_c, ids_c_layout, src, src_layout,
-                 dim, walk, accumulate)
+def _scatter_any(s, layout, ids, ids_layout, view_of, src, src_layout, dim, walk, accumulate):
+    """The scatter, slab by slab along ``dim`` when the destination is beyond one
+    binding: the kernel skips the shifted ids that miss the slab, so each id writes
+    once. ``view_of(layout)`` turns an ids layout into the view the kernel reads."""
+    def by_slabs():
+        for r0, length in _slabs(s, layout, dim):
+            ids_c, ids_c_layout = _shifted_ids(ids, ids_layout, r0)
+            _scatter(s, layout.narrow(dim, r0, length), ids_c, view_of(ids_c_layout), src,
+                     src_layout, dim, walk, accumulate)
+
+    _direct_or_slabs(
+        s, layout, dim, lambda: _scatter(s, layout, ids, view_of(ids_layout), src, src_layout,
+                                         dim, walk, accumulate), by_slabs)
 
 
 def scatter_inplace(s, layout, ids, ids_layout, src, src_layout, dim, accumulate):
     check_ids(ids, ids_layout, layout.shape[dim], "scatter_add" if accumulate else "scatter", dim)
-    _scatter_slabs(s, layout, ids, ids_layout, src, src_layout, dim, ids_layout.shape[dim],
-                   accumulate)
+    _scatter_any(s, layout, ids, ids_layout, lambda lay: lay, src, src_layout, dim,
+                 ids_layout.shape[dim], accumulate)
 
 
 def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
     check_ids(ids, ids_layout, layout.shape[dim], "index_add", dim)
     shape = src_layout.shape
-    istride = [0] * len(shape)
-    istride[dim] = ids_layout.stride[0]
-    ids_view = Layout(shape, tuple(istride), ids_layout.start_offset)
-    try:
-        _scatter(s, layout, ids, ids_view, src, src_layout, dim, shape[dim], True)
-        return
-    except TallowError as e:
-        if not (_may_need_slabs(s, layout, dim) and _too_large(e)):
-            raise
-    for r0, length in _slabs(s, layout, dim):
-        # The 1-D ids shifted to the slab, viewed over src's shape again.
-        ids_c, ids_c_layout = _shifted_ids(ids, ids_layout, r0)
-        view = Layout(shape, tuple(ids_c_layout.stride[0] if i == dim else 0
-                                   for i in range(len(shape))), ids_c_layout.start_offset)
-        _scatter(s, layout.narrow(dim, r0, length), ids_c, view, src, src_layout,
-                 dim, shape[dim], True)
+
+    def view_of(lay):  # the 1-D ids over src's shape
+        return Layout(shape, tuple(lay.stride[0] if i == dim else 0 for i in range(len(shape))),
+                      lay.start_offset)
+
+    _scatter_any(s, layout, ids, ids_layout, view_of, src, src_layout, dim, shape[dim], True)
