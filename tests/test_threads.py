@@ -203,3 +203,14 @@ def test_set_num_threads_keeps_a_pool_in_use_working():
         assert threads.CONFIG.pool() is not old
     finally:
         tl.utils.set_num_threads(before)
+
+
+def test_cpus_without_topology_are_not_dropped(tmp_path):
+    """A CPU whose topology files are unreadable counts as its own core: leaving it out
+    would cap the threads below what the process may use."""
+    sys_cpu = tmp_path / "sys"
+    write(sys_cpu / "cpu0" / "topology" / "core_cpus_list", "0-1")
+    write(sys_cpu / "cpu1" / "topology" / "core_cpus_list", "0-1")
+    for cpu in (2, 3):
+        (sys_cpu / f"cpu{cpu}").mkdir(parents=True)
+    assert threads.physical_cores({0, 1, 2, 3}, str(sys_cpu), "/nonexistent") == 3

@@ -104,6 +104,7 @@ def physical_cores(allowed: set | None, sys_cpu: str = "/sys/devices/system/cpu"
                    proc_cpuinfo: str = "/proc/cpuinfo") -> int | None:
     """Distinct physical cores among the ``allowed`` logical CPUs (all if None)."""
     cores = set()
+    unknown = 0  # allowed CPUs without readable topology: each counted as its own core
     try:
         names = os.listdir(sys_cpu)
     except OSError:
@@ -121,12 +122,13 @@ def physical_cores(allowed: set | None, sys_cpu: str = "/sys/devices/system/cpu"
             pkg, core = _read(os.path.join(topo, "physical_package_id")), _read(
                 os.path.join(topo, "core_id"))
             if pkg is None or core is None:
+                unknown += 1
                 continue
             cores.add((pkg.strip(), core.strip()))
         else:
             cores.add(sib.strip())
     if cores:
-        return len(cores)
+        return len(cores) + unknown
     # Fallback: /proc/cpuinfo's (physical id, core id) pairs.
     text = _read(proc_cpuinfo)
     if not text:
