@@ -110,3 +110,107 @@ def test_set_num_threads_applies_to_blas():
 def test_default_on_this_machine_is_within_the_affinity_mask():
     n = tl.utils.get_num_threads()
     assert 1 <= n <= len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "2.5", "", "  ", "1_0", "\u0663"])
+def test_parse_env_rejects_with_a_warning(value):
+    # "" is a value someone set (an empty export), not an unset variable; "1_0" and
+    # Arabic-Indic digits are what int() accepts but no one means as a thread count.
+    with pytest.warns(RuntimeWarning, match="not a positive integer"):
+        assert threads.parse_env(value) is None
+
+
+def test_parse_env_accepts_surrounding_space():
+    assert threads.parse_env(" 4\n") == 4
+
+
+def test_garbage_bytes_in_proc_and_sys_fall_back(tmp_path):
+    """Undecodable contents are treated like unreadable files, not an import-time crash."""
+    junk = b"\xff\xfe\x00\x81garbage"
+    (tmp_path / "proc_cgroup").write_bytes(junk)
+    assert threads.cgroup_cpu_quota(str(tmp_path / "cg"), str(tmp_path / "proc_cgroup")) is None
+    write(tmp_path / "proc_cgroup2", "0::/a\n")
+    (tmp_path / "cg" / "a").mkdir(parents=True)
+    (tmp_path / "cg" / "a" / "cpu.max").write_bytes(junk)
+    write(tmp_path / "cg" / "cpu.max", "200000 100000\n")
+    assert threads.cgroup_cpu_quota(str(tmp_path / "cg"), str(tmp_path / "proc_cgroup2")) == 2.0
+    (tmp_path / "cpuinfo").write_bytes(junk)
+    sys_cpu = tmp_path / "sys"
+    (sys_cpu / "cpu0" / "topology").mkdir(parents=True)
+    (sys_cpu / "cpu0" / "topology" / "core_cpus_list").write_bytes(junk)
+    assert threads.physical_cores(None, str(tmp_path / "nosys"), str(tmp_path / "cpuinfo")) is None
+    n, rule, _ = threads.detect_default(str(tmp_path / "cg"), str(tmp_path / "proc_cgroup"),
+                                        str(sys_cpu), str(tmp_path / "cpuinfo"), allowed={0, 1, 2})
+    assert n >= 1
+
+
+def test_cgroup_path_cannot_climb_out_of_the_cgroup_root(tmp_path):
+    # A process outside the cgroup namespace sees "/../.." paths; joined naively they
+    # read files above the mount point (here: a quota that governs nothing).
+    write(tmp_path / "proc_cgroup", "0::/../../outside\n")
+    write(tmp_path / "cpu.max", "100000 100000\n")
+    write(tmp_path / "outside" / "cpu.max", "100000 100000\n")
+    cg = tmp_path / "mnt" / "cg"
+    write(cg / "cpu.max", "max 100000\n")
+    assert threads.cgroup_cpu_quota(str(cg), str(tmp_path / "proc_cgroup")) is None
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-3, ValueError), (2.5, TypeError),
+                                      ("4", TypeError), (None, TypeError), (True, TypeError)])
+def test_set_num_threads_rejects_non_counts(bad, exc):
+    before = tl.utils.get_num_threads()
+    with pytest.raises(exc):
+        tl.utils.set_num_threads(bad)
+    assert tl.utils.get_num_threads() == before
+
+
+def test_set_num_threads_accepts_numpy_integers():
+    import numpy as np
+
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(np.int64(1))
+        assert tl.utils.get_num_threads() == 1 and type(tl.utils.get_num_threads()) is int
+    finally:
+        tl.utils.set_num_threads(before)
+
+
+def test_set_num_threads_reapplies_to_blas(monkeypatch):
+    """An explicit call limits every BLAS loaded by now, even at an unchanged count (a
+    library imported since the last call has its own, unlimited, pool)."""
+    import threadpoolctl
+
+    calls = []
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits",
+                        lambda limits, user_api: calls.append((limits, user_api)))
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(1)
+        tl.utils.set_num_threads(1)
+        assert calls == [(1, "blas"), (1, "blas")]
+    finally:
+        monkeypatch.undo()
+        tl.utils.set_num_threads(before)
+
+
+def test_set_num_threads_keeps_a_pool_in_use_working():
+    """Another thread may hold the old pool between CONFIG.pool() and submit()."""
+    before = tl.utils.get_num_threads()
+    old = threads.CONFIG.pool()
+    try:
+        tl.utils.set_num_threads(1)
+        assert old.submit(lambda: 42).result() == 42
+        assert threads.CONFIG.pool() is not old
+    finally:
+        tl.utils.set_num_threads(before)
+
+
+def test_cpus_without_topology_are_not_dropped(tmp_path):
+    """A CPU whose topology files are unreadable counts as its own core: leaving it out
+    would cap the threads below what the process may use."""
+    sys_cpu = tmp_path / "sys"
+    write(sys_cpu / "cpu0" / "topology" / "core_cpus_list", "0-1")
+    write(sys_cpu / "cpu1" / "topology" / "core_cpus_list", "0-1")
+    for cpu in (2, 3):
+        (sys_cpu / f"cpu{cpu}").mkdir(parents=True)
+    assert threads.physical_cores({0, 1, 2, 3}, str(sys_cpu), "/nonexistent") == 3

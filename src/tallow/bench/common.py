@@ -10,6 +10,7 @@ whichever candidate happens to follow it.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 
@@ -62,10 +63,22 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
+def _finite(v):
+    """NaN and infinities as None: json.dump writes them as NaN/Infinity, which is not
+    JSON (jq, browsers and strict parsers reject the whole file)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
 def write_json(path, results: dict) -> None:
     if path:
         with open(path, "w") as f:
-            json.dump(results, f, indent=2, default=str)
+            json.dump(_finite(results), f, indent=2, default=str, allow_nan=False)
 
 
 def have_torch():

