@@ -91,7 +91,7 @@ def test_example_quant_llama_calls():
     # masked_fill as where_cond over a broadcast scalar tensor, candle.nn.softmax.
     q = q.reshape((b, seq, n_head, head_dim)).transpose(1, 2)
     att = q.matmul(q.t()) / head_dim**0.5
-    mask = candle.tensor([int(j > i) for j in range(seq) for i in range(seq)]).reshape((seq, seq))
+    mask = candle.tensor([int(j > i) for i in range(seq) for j in range(seq)]).reshape((seq, seq))
     assert mask.dtype == candle.u32
     mask = mask.broadcast_as(att.shape)
     att = mask.where_cond(candle.tensor(float("-inf")).broadcast_as(mask.shape), att)
