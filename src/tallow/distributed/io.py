@@ -8,7 +8,7 @@ Every row gets a string ``id``: its own when the input has one, else
 file, counting from 1). Each file is read whole by one Ray task.
 
 The index is a directory of Parquet files (``id``, optionally ``text``, and
-``embedding`` as a fixed-size list of float32) with ``tallow-index.json``
+``embedding`` as a fixed-size list of float32) with ``_tallow_index.json``
 describing it. It is written under a temporary name beside its destination and
 renamed into place only once complete, so a failed run leaves any previous
 index as it was.
@@ -23,7 +23,7 @@ import tempfile
 
 from ..errors import EmbeddingIndexError, FileFormatError
 
-MANIFEST = "tallow-index.json"
+MANIFEST = "_tallow_index.json"  # "_": Parquet readers skip it
 FORMAT_VERSION = 1
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIX = ".parquet"
@@ -137,28 +137,22 @@ def read_parquet_file(path, text_column, id_column, name=None):
     return ids, texts.to_pylist()
 
 
-class ReadFiles:
-    """A Ray map step: a batch of (path, kind) rows -> the rows of those files."""
+def read_files(batch, text_column="text", id_column="id"):
+    """A Ray map step: a batch of files (path, name, kind) -> their rows (id, text)."""
+    import pyarrow as pa
 
-    def __init__(self, text_column="text", id_column="id"):
-        self.text_column = text_column
-        self.id_column = id_column
-
-    def __call__(self, batch):
-        import pyarrow as pa
-
-        ids, texts = [], []
-        for path, name, kind in zip(batch["path"].to_pylist(), batch["name"].to_pylist(),
-                                    batch["kind"].to_pylist()):
-            if kind == "parquet":
-                i, t = read_parquet_file(path, self.text_column, self.id_column, name)
-            elif kind == "jsonl":
-                i, t = read_jsonl_file(path, name)
-            else:
-                i, t = read_text_file(path, name)
-            ids += i
-            texts += t
-        return pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string())})
+    ids, texts = [], []
+    for path, name, kind in zip(batch["path"].to_pylist(), batch["name"].to_pylist(),
+                                batch["kind"].to_pylist()):
+        if kind == "parquet":
+            i, t = read_parquet_file(path, text_column, id_column, name)
+        elif kind == "jsonl":
+            i, t = read_jsonl_file(path, name)
+        else:
+            i, t = read_text_file(path, name)
+        ids += i
+        texts += t
+    return pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string())})
 
 
 def read_inputs(paths, *, text_column: str = "text", id_column: str = "id"):
@@ -171,9 +165,9 @@ def read_inputs(paths, *, text_column: str = "text", id_column: str = "id"):
     # ids name the file as the user did.
     listing = ray.data.from_items([{"path": os.path.abspath(p), "name": p, "kind": k}
                                    for p, k in files], override_num_blocks=len(files))
-    return listing.map_batches(ReadFiles, fn_constructor_args=(text_column, id_column),
-                               batch_size=1, batch_format="pyarrow",
-                               compute=ray.data.TaskPoolStrategy())
+    return listing.map_batches(read_files, fn_kwargs={"text_column": text_column,
+                                                      "id_column": id_column},
+                               batch_size=1, batch_format="pyarrow")
 
 
 def check_output_dir(path) -> str:
@@ -246,7 +240,7 @@ def _replace_dir(new, dest):
 
 
 def read_manifest(path) -> dict:
-    """An index directory's ``tallow-index.json``, checked."""
+    """An index directory's ``_tallow_index.json``, checked."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise EmbeddingIndexError(f"--index: no such directory: {path}")

@@ -15,9 +15,9 @@ import os
 
 from ..errors import DistributedError
 
-# Ray 2.52 added token authentication (RAY_AUTH_MODE=token), which the local
-# runtime turns on; earlier releases could not protect a local instance at all.
-MIN_RAY = (2, 52)
+# Ray 2.52 added token authentication (RAY_AUTH_MODE=token); by 2.60 a local
+# ray.init() turns it on unless the user set RAY_AUTH_MODE themselves.
+MIN_RAY = (2, 60)
 INSTALL_HINT = "pip install 'tallow[distributed]'"
 LOOPBACK = "127.0.0.1"
 
@@ -88,16 +88,25 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
         return ray
     try:
         if address is None:
-            # Token authentication protects the local runtime's ports; a user's own
-            # RAY_AUTH_MODE (set for a reason) is left as it is.
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
             ray.init(**local_init_kwargs(num_cpus, num_gpus))
+            if not local_runtime_authenticated():
+                import warnings
+
+                warnings.warn("the local Ray runtime runs without token authentication "
+                              f"(RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): any process "
+                              "that reaches its ports can run code as this user", stacklevel=2)
         else:
             ray.init(address=address, log_to_driver=False, logging_level="warning")
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = "a local Ray runtime" if address is None else f"the Ray cluster at {address}"
         raise DistributedError(f"could not start or join {where}: {e}") from None
     return ray
+
+
+def local_runtime_authenticated() -> bool:
+    """Whether the running local runtime asks every connection for Ray's token
+    (ray.init sets RAY_AUTH_MODE=token in this process when it turns it on)."""
+    return os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
 
 
 def cluster_cpus_gpus(ray) -> tuple:
