@@ -81,6 +81,9 @@ def test_inputs_checked_before_any_work(tmp_path):
         expand_inputs([str(tmp_path / "empty")])
     with pytest.raises(ValueError, match="no input"):
         expand_inputs([])
+    (tmp_path / "a.txt").write_text("x\n")
+    with pytest.raises(ValueError, match="given twice"):
+        expand_inputs([str(tmp_path / "a.txt"), str(tmp_path / ".." / tmp_path.name / "a.txt")])
 
 
 def test_output_directory_rules(tmp_path):

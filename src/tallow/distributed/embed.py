@@ -63,7 +63,10 @@ class EmbedWorker:
                              "missing (null) texts")
         vecs = self.embedder.encode(texts.to_pylist(), batch_size=self.batch_size,
                                     normalize=self.normalize, **self.extra)
-        vecs = np.ascontiguousarray(vecs, dtype=np.float32).reshape(block.num_rows, -1)
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        if vecs.ndim != 2 or vecs.shape[0] != block.num_rows:
+            raise ValueError(f"embed_dataset: the model returned an array of shape {vecs.shape} "
+                             f"for {block.num_rows} texts")
         flat = pa.array(vecs.reshape(-1), type=pa.float32())
         column = pa.FixedSizeListArray.from_arrays(flat, vecs.shape[1])
         out = block if self.keep_text else block.drop_columns([self.text_column])

@@ -55,6 +55,8 @@ def expand_inputs(paths, text_column="text") -> list:
         else:
             files = [path]
         for f in files:
+            if any(os.path.samefile(f, seen) for seen, _ in out):
+                raise ValueError(f"--input: {f} is given twice (its rows would be embedded twice)")
             if kind == "parquet":
                 _check_parquet(f, text_column)
             out.append((f, kind))

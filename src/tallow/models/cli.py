@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from ..cliargs import output_file, positive_int
+from ..cliargs import output_path, positive_int
 
 
 def default_embed_model():
@@ -75,14 +75,10 @@ def _embed(args) -> int:
 
         args.model = args.model or default_embed_model()
         return run_ray_embed(args)
-    if args.output:
-        import argparse
-
-        try:
-            output_file(args.output)
-        except argparse.ArgumentTypeError as e:
-            print(f"tallow embed: --output: {e}", file=sys.stderr)
-            return 2
+    if args.output and os.path.isdir(args.output):
+        print(f"tallow embed: --output: {args.output} is a directory (an index directory "
+              "is written with --ray)", file=sys.stderr)
+        return 2
     texts = list(args.text)
     for path in args.input or ():
         texts += read_texts(path)
@@ -218,7 +214,7 @@ def add_model_parsers(sub) -> None:
     p.add_argument("--input", metavar="FILE", nargs="+", action="extend", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
                         "'-' reads stdin; with --ray also Parquet")
-    p.add_argument("--output", metavar="FILE", default=None,
+    p.add_argument("--output", metavar="FILE", type=output_path, default=None,
                    help="write the embeddings to FILE (.npy array or .jsonl) instead of printing; "
                         "with --ray, the index directory")
     p.add_argument("--batch-size", type=positive_int, default=32)
