@@ -143,7 +143,7 @@ def embed_dataset(ds, model, *, text_column: str = "text", keep_text: bool = Tru
         # Checked here too, so the usual mistake fails before any actor starts.
         raise FileNotFoundError(f"embed_dataset: no such model directory: {os.fspath(model)}")
     cpus, gpus = cluster_cpus_gpus(ray)
-    plan = plan_workers(cpus, gpus, device=device, num_workers=num_workers,
+    plan = plan_workers(cpus, gpus, device=str(device).split(":")[0], num_workers=num_workers,
                         cpus_per_worker=cpus_per_worker)
     return ds.map_batches(
         EmbedWorker,
