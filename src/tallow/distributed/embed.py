@@ -145,6 +145,9 @@ def embed_dataset(ds, model, *, text_column: str = "text", keep_text: bool = Tru
     cpus, gpus = cluster_cpus_gpus(ray)
     plan = plan_workers(cpus, gpus, device=str(device).split(":")[0], num_workers=num_workers,
                         cpus_per_worker=cpus_per_worker)
+    # Blocks of block_rows rows, so that one big input file still feeds every
+    # worker (streaming: blocks are split and merged, rows are not shuffled).
+    ds = ds.repartition(target_num_rows_per_block=int(block_rows))
     return ds.map_batches(
         EmbedWorker,
         fn_constructor_kwargs=dict(model=model, device=device, text_column=text_column,
