@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import tallow as tl
+
+from .distributed.io import read_manifest
 from .errors import EmbeddingIndexError
+from .models.sentence import SentenceEmbedder
 
 DEFAULT_BLOCK_ROWS = 65536
 
@@ -43,16 +47,13 @@ class Index:
     """
 
     def __init__(self, path, *, device="cpu", model=None, block_rows: int = DEFAULT_BLOCK_ROWS):
-        from .device import Device
-        from .distributed.io import read_manifest
-
         if int(block_rows) < 1:
             raise ValueError(f"Index: block_rows must be at least 1, got {block_rows}")
         self.path = os.fspath(path)
         self.manifest = read_manifest(self.path)
         self.files = [os.path.join(self.path, f) for f in self.manifest["files"]]
         self.dim = int(self.manifest["dim"])
-        self.device = Device.parse(device) if isinstance(device, str) else device
+        self.device = tl.Device.parse(device) if isinstance(device, str) else device
         self.block_rows = int(block_rows)
         self.model_dir = os.fspath(model) if model is not None else self.manifest.get("model")
         self._embedder = None
@@ -124,8 +125,6 @@ class Index:
         if self._embedder is None:
             if not self.model_dir:
                 raise EmbeddingIndexError(f"{self.path}: the index names no model; pass model=DIR")
-            from .models.sentence import SentenceEmbedder
-
             self._embedder = SentenceEmbedder.from_pretrained(self.model_dir, device=self.device)
         vecs = self._embedder.encode(list(texts), normalize=True, show_progress_bar=False)
         if vecs.shape[1] != self.dim:
@@ -160,16 +159,14 @@ class Index:
 
     def top_k(self, q: np.ndarray, k: int):
         """(scores, rows): (m, k') float32 and int64 arrays, k' = min(k, rows), best first."""
-        from .tensor import Tensor
-
         q = np.asarray(q, dtype=np.float32)
         q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
         m = q.shape[0]
-        qt = Tensor.from_vec(np.ascontiguousarray(q.T), None, device=self.device)
+        qt = tl.Tensor.from_vec(np.ascontiguousarray(q.T), None, device=self.device)
         best_s = [np.zeros(0, np.float32) for _ in range(m)]
         best_r = [np.zeros(0, np.int64) for _ in range(m)]
         for start, block in self.blocks():
-            e = Tensor.from_vec(np.ascontiguousarray(block), None, device=self.device)
+            e = tl.Tensor.from_vec(np.ascontiguousarray(block), None, device=self.device)
             norms = e.sqr().sum_keepdim(1).sqrt().clamp(1e-12, None)
             s = e.matmul(qt).broadcast_div(norms).numpy().T  # (m, n)
             for i in range(m):
