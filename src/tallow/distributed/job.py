@@ -25,7 +25,14 @@ def embed_files(inputs, output, model, *, address: str | None = None, num_worker
     check_output_dir(output)
     if isinstance(model, (str, os.PathLike)) and not os.path.isdir(model):
         raise FileNotFoundError(f"--model: no such model directory: {os.fspath(model)}")
-    ray = connect(address, num_cpus=num_cpus)
+    num_gpus = None
+    if address is None and str(device).startswith("gpu"):
+        # Ray counts only the GPUs it knows (NVIDIA and a few others); tallow's GPU is
+        # a WebGPU adapter, and a local runtime gets one GPU slot for it.
+        from ..utils import gpu_is_available
+
+        num_gpus = 1 if gpu_is_available() else None
+    ray = connect(address, num_cpus=num_cpus, num_gpus=num_gpus)
     if progress is not None:
         ray.data.DataContext.get_current().enable_progress_bars = bool(progress)
     ds = read_inputs(inputs, text_column=text_column, id_column=id_column)
