@@ -69,7 +69,7 @@ def nll(inp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index:
     picked = logp.gather(safe.unsqueeze(1), 1).squeeze(1).neg()
     w = None
     if weight is not None:
-        w = weight.to_dtype(logp.dtype).embedding(safe)  # weight of each target's class
+        w = weight.to_dtype(logp.dtype).index_select(safe, 0)  # weight of each target's class
     if keep is not None:
         k = keep.to_dtype(logp.dtype)
         w = k if w is None else w * k
@@ -122,7 +122,7 @@ def cross_entropy(inp: Tensor, target: Tensor, weight: Tensor | None = None,
         smooth = smooth.sum_all()
     else:
         if weight is not None:
-            tw = weight.to_dtype(logp.dtype).embedding(safe)
+            tw = weight.to_dtype(logp.dtype).index_select(safe, 0)
             denom = (tw if keep is None else tw * keep.to_dtype(tw.dtype)).sum_all()
         else:
             denom = float(flat_t.shape[0]) if keep is None else keep.to_dtype(logp.dtype).sum_all()

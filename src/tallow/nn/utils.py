@@ -20,7 +20,9 @@ def _pairs(op, grads, parameters):
             f"there), e.g. {op}(grads, 1.0, parameters=model.parameters()); got "
             f"{type(grads).__name__}")
     if parameters is None:
-        return grads.items()
+        # The store also holds gradients of plain inputs a Var was combined with: only
+        # the variables' count, as only parameters are clipped in PyTorch.
+        return [(t, g) for t, g in grads.items() if t.is_variable()]
     return [(p, grads.get(p)) for p in parameters if grads.get(p) is not None]
 
 
@@ -28,7 +30,8 @@ def clip_grad_norm_(grads, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, parameters=None):
     """Scale the gradients so that their total ``norm_type`` norm is at most ``max_norm``
     (by ``max_norm / (total + 1e-6)``, clamped to 1, as PyTorch); returns the total norm
-    before clipping as a 0-dim tensor. ``parameters`` limits it to those tensors."""
+    before clipping as a 0-dim tensor. Every Var's gradient in ``grads`` counts, or
+    only those of ``parameters`` when given."""
     pairs = _pairs("clip_grad_norm_", grads, parameters)
     if not pairs:
         from ..creation import zeros
