@@ -120,7 +120,7 @@ def test_from_pretrained_model_is_frozen_and_can_be_unfrozen():
     out = model(ids)
     assert not out.track_op()
     # fine-tune only the last layer: unfreeze it, the rest stays frozen
-    last = model.encoder.layers[-1] if hasattr(model.encoder, "layers") else list(model.modules())[-1]
+    last = model.encoder.layer[-1]
     last.requires_grad_(True)
     trainable = [n for n, p in model.named_parameters() if isinstance(p, tl.Var)]
     assert trainable and len(trainable) < len(params)
