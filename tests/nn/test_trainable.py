@@ -187,13 +187,45 @@ def test_requires_grad_keeps_tied_weights_tied_and_skips_buffers():
     assert not isinstance(bn.running_mean, tl.Var)
 
 
+def test_a_load_while_frozen_is_followed_by_the_optimiser():
+    """Frozen, the model's tensors are replaced by a load; unfreezing puts the new values
+    into the old Vars, so the optimiser trains the loaded weights (as PyTorch's in-place
+    load would)."""
+    model, other = _mlp(), _mlp()
+    opt = nn.SGD(model.parameters(), lr=0.1)
+    model.requires_grad_(False)
+    model.load_state_dict(other.state_dict())
+    model.requires_grad_(True)
+    assert [id(p) for p in model.parameters()] == [id(v) for v in opt.vars]
+    t = _torch_twin(other)
+    topt = torch.optim.SGD(t.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.backward_step(_loss(model))
+    _torch_steps(t, topt, 2)
+    _close(model, t)
+
+
+def test_frozen_modules_do_not_keep_old_weights_alive():
+    import gc
+    import weakref
+
+    model = _mlp()
+    w = weakref.ref(model[0].weight)
+    model.requires_grad_(False)
+    model.load_state_dict(_mlp().state_dict())
+    gc.collect()
+    assert w() is None  # no optimiser holds it: the old Var (and its buffer) is gone
+    for frozen_copy in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert not any(isinstance(p, tl.Var) for p in frozen_copy.parameters())
+    model.requires_grad_(True)
+    assert all(isinstance(p, tl.Var) for p in model.parameters())
+
+
 def test_an_optimiser_whose_vars_were_replaced_fails_loudly():
     model = _mlp()
     opt = nn.SGD(model.parameters(), lr=0.1)
-    model.requires_grad_(False)
-    # a reload replaces the frozen tensors; unfreezing then makes new Vars
-    model.load_state_dict({k: v.copy() for k, v in model.state_dict().items()})
-    model.requires_grad_(True)
+    for layer in (model[0], model[2]):  # new Vars assigned over the old ones
+        layer.weight, layer.bias = tl.Var(layer.weight), tl.Var(layer.bias)
     with pytest.raises(nn.OptimizerVariablesError, match="model.parameters"):
         opt.backward_step(_loss(model))
     nn.SGD(model.parameters(), lr=0.1).backward_step(_loss(model))  # a new one works

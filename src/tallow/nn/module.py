@@ -14,6 +14,7 @@ object with ``dequantize()`` and ``ggml_dtype``) assigned to a name listed in
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
@@ -229,12 +230,15 @@ class Module:
         ``True`` copies each plain parameter into a new Var (a memory-mapped weight is
         then read into memory), so operations on it are recorded for ``backward``;
         ``False`` swaps each Var for a plain tensor over the same data, so inference
-        records nothing. Freezing then unfreezing gives back the same Var objects, so
-        an optimiser built before keeps updating them. Quantized weights and buffers
+        records nothing. Freezing then unfreezing gives back the same Var objects (with
+        the slot's current value, if a load replaced it meanwhile), so an optimiser
+        built before keeps updating them. Quantized weights and buffers
         stay as they are. Tensors shared by two modules stay shared. Returns ``self``.
         """
         done = {}
         for m in self.modules():
+            # name -> weak reference to the Var the slot held when frozen: kept alive only
+            # by whoever still uses it (an optimiser), never by the module.
             frozen = m.__dict__.setdefault("_frozen_vars", {})
             for name, t in list(m._buffers.items()):
                 if not isinstance(t, Tensor) or name in m._buffer_names or not t.dtype.is_float:
@@ -244,18 +248,30 @@ class Module:
                     continue
                 new = t
                 if requires_grad and not isinstance(t, Var):
-                    old = frozen.get(name)
-                    if (old is not None and old._storage is t._storage
-                            and old._layout == t._layout):
-                        new = old  # the Var this tensor was frozen from
+                    ref = frozen.pop(name, None)
+                    old = ref() if ref is not None else None
+                    if old is not None and old.shape == t.shape:
+                        # The Var this slot was frozen from: it takes the current value
+                        # (a load while frozen replaced the tensor), so an optimiser
+                        # holding it keeps training this parameter.
+                        if old._storage is not t._storage or old._layout != t._layout:
+                            old._adopt(t.copy())
+                        new = old
                     else:
                         new = Var(t)
                 elif not requires_grad and isinstance(t, Var):
                     new = t.detach()
-                    frozen[name] = t
+                    frozen[name] = weakref.ref(t)
                 done[id(t)] = (t, new)
                 m._buffers[name] = new
         return self
+
+    def __getstate__(self):
+        # The weak references to frozen Vars do not pickle, and a copy's Vars are new
+        # objects anyway: a copy starts without them.
+        state = self.__dict__.copy()
+        state.pop("_frozen_vars", None)
+        return state
 
     # -- training mode ---------------------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
@@ -270,6 +286,22 @@ class Module:
     def eval(self) -> "Module":
         """``train(False)``: Dropout is the identity, BatchNorm uses its running statistics."""
         return self.train(False)
+
+    def float(self) -> "Module":
+        """Cast the float tensors to f32."""
+        return self.to("f32")
+
+    def double(self) -> "Module":
+        """Cast the float tensors to f64."""
+        return self.to("f64")
+
+    def half(self) -> "Module":
+        """Cast the float tensors to f16."""
+        return self.to("f16")
+
+    def bfloat16(self) -> "Module":
+        """Cast the float tensors to bf16."""
+        return self.to("bf16")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing to clear: gradients live in the GradStore ``backward()`` returns."""
