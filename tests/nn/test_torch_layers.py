@@ -300,3 +300,47 @@ def test_functional_pools_default_stride_to_kernel_as_torch():
                           torch.nn.functional.adaptive_avg_pool2d(tx, (4, 5)))):
         assert tuple(ours.shape) == tuple(theirs.shape)
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-6)
+
+
+# -- hypothesis: shapes and options drawn at random --------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(1, 4), s=st.integers(1, 3), data=st.data(), h=st.integers(4, 9),
+       w=st.integers(4, 9), kind=st.sampled_from(["max", "avg", "avg_exclude"]))
+def test_pools_match_torch_for_drawn_options(k, s, data, h, w, kind):
+    p = data.draw(st.integers(0, k // 2))
+    if kind == "max":
+        pair = (torch.nn.MaxPool2d(k, s, p), nn.MaxPool2d(k, s, p))
+    else:
+        inc = kind == "avg"
+        pair = (torch.nn.AvgPool2d(k, s, p, count_include_pad=inc),
+                nn.AvgPool2d(k, s, p, count_include_pad=inc))
+    _check(pair[1], pair[0], _x((2, 2, h, w), seed=k * 100 + h * 10 + w), tl.cpu)
+
+
+@settings(max_examples=20, deadline=None)
+@given(cin=st.sampled_from([1, 2, 4]), cout=st.sampled_from([2, 4]), k=st.integers(1, 3),
+       s=st.integers(1, 2), p=st.integers(0, 2), d=st.integers(1, 2), g=st.sampled_from([1, 2]),
+       transposed=st.booleans(), bias=st.booleans())
+def test_conv2d_layers_match_torch_for_drawn_options(cin, cout, k, s, p, d, g, transposed, bias):
+    if cin % g or cout % g:
+        g = 1
+    torch.manual_seed(0)
+    if transposed:
+        op = min(s, d) - 1  # output_padding must be smaller than stride or dilation
+        theirs = torch.nn.ConvTranspose2d(cin, cout, k, s, p, op, g, bias, d)
+        ours = nn.ConvTranspose2d(cin, cout, k, s, p, op, g, bias, d)
+    else:
+        theirs = torch.nn.Conv2d(cin, cout, k, s, p, d, g, bias)
+        ours = nn.Conv2d(cin, cout, k, s, p, d, g, bias)
+    _sync(ours, theirs, tl.cpu)
+    size = d * (k - 1) + 3
+    try:
+        theirs(torch.zeros((1, cin, size, size + 1)))
+    except RuntimeError:
+        return  # an empty output in torch too
+    _check(ours, theirs, _x((2, cin, size, size + 1), seed=k), tl.cpu, atol=5e-5)

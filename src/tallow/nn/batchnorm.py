@@ -84,9 +84,13 @@ class _BatchNorm(Module):
         return y
 
     def _update_running_stats(self, mean: Tensor, var: Tensor, n: int) -> None:
-        count = int(self.num_batches_tracked.item()) + 1
-        self.num_batches_tracked = full((), count, dtype=i64, device=mean.device)
-        f = 1.0 / count if self.momentum is None else self.momentum
+        if self.momentum is None:  # a cumulative average needs the count itself
+            count = int(self.num_batches_tracked.item()) + 1
+            self.num_batches_tracked = full((), count, dtype=i64, device=mean.device)
+            f = 1.0 / count
+        else:  # no read back (on a GPU, no wait for the queue)
+            self.num_batches_tracked = self.num_batches_tracked + 1
+            f = self.momentum
         unbiased = var * (n / (n - 1))
         self.running_mean = self.running_mean * (1.0 - f) + mean.to_dtype(self.running_mean.dtype) * f
         self.running_var = self.running_var * (1.0 - f) + unbiased.to_dtype(self.running_var.dtype) * f
