@@ -329,3 +329,29 @@ def test_var_pickles_as_a_var(device):
     v = tl.Var(np.arange(6, dtype=np.float32).reshape(2, 3), device=device)
     for w in (pickle.loads(pickle.dumps(v)), copy.deepcopy(v)):
         assert isinstance(w, tl.Var) and w.device == device and w.numpy().tolist() == v.numpy().tolist()
+
+
+def test_resume_from_model_and_optimiser_state_dicts(tmp_path):
+    """Three steps, save both state dicts (pickled, as torch.save would), a new model and
+    optimiser load them and take three more: the same as six steps of torch."""
+    model = _mlp()
+    t = _torch_twin(model)
+    opt = nn.Adam(model.parameters(), lr=0.05, weight_decay=0.01)
+    topt = torch.optim.Adam(t.parameters(), lr=0.05, weight_decay=0.01)
+    for _ in range(3):
+        opt.backward_step(_loss(model))
+    path = tmp_path / "ckpt.pkl"
+    path.write_bytes(pickle.dumps({"model": model.state_dict(), "opt": opt.state_dict()}))
+    ckpt = pickle.loads(path.read_bytes())
+    model2 = _mlp()
+    model2.load_state_dict(ckpt["model"])
+    opt2 = nn.Adam(model2.parameters(), lr=1.0)
+    opt2.load_state_dict(ckpt["opt"])
+    assert opt2.lr == 0.05 and opt2.state[0]["step"] == 3
+    for _ in range(3):
+        opt2.backward_step(_loss(model2))
+    _torch_steps(t, topt, 6)
+    _close(model2, t)
+    with pytest.raises(ValueError, match="for 3 variables"):
+        nn.Adam(nn.Linear(2, 2).parameters()).load_state_dict(
+            {"state": {}, "param_groups": [{"params": [0, 1, 2], "lr": 0.1}]})

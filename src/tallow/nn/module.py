@@ -7,9 +7,9 @@ caches): ``parameters()`` lists the parameters, ``buffers()`` every tensor.
 Whether a parameter is trainable is whether it is a ``Var``: layers built from
 scratch hold Vars, layers loaded from files plain tensors, and
 ``requires_grad_(flag)`` turns one into the other. ``state_dict`` /
-``load_state_dict`` walk both, with PyTorch's key names and error messages. A quantized tensor (any
-object with ``dequantize()`` and ``ggml_dtype``) assigned to a name listed in
-``_quantizable_buffers`` is kept as it is; elsewhere it is dequantized.
+``load_state_dict`` walk both, with PyTorch's key names and error messages. A
+quantized tensor (any object with ``dequantize()`` and ``ggml_dtype``) assigned to a
+name listed in ``_quantizable_buffers`` is kept as it is; elsewhere it is dequantized.
 """
 
 from __future__ import annotations
@@ -232,8 +232,8 @@ class Module:
         ``False`` swaps each Var for a plain tensor over the same data, so inference
         records nothing. Freezing then unfreezing gives back the same Var objects (with
         the slot's current value, if a load replaced it meanwhile), so an optimiser
-        built before keeps updating them. Quantized weights and buffers
-        stay as they are. Tensors shared by two modules stay shared. Returns ``self``.
+        built before keeps updating them. Quantized weights and buffers stay as they
+        are. Tensors shared by two modules stay shared. Returns ``self``.
         """
         done = {}
         for m in self.modules():

@@ -81,6 +81,27 @@ class Optimizer:
         self.vars.extend(new)
         self.state.extend(dict() for _ in new)
 
+    def state_dict(self) -> dict:
+        """``{"state": {position: {name: tensor or int}}, "param_groups": [hyperparameters]}``
+        (PyTorch's layout, one group): save it with the model's state_dict to resume."""
+        hyper = {k: v for k, v in self.__dict__.items() if k not in ("vars", "state")}
+        hyper["params"] = list(range(len(self.vars)))
+        return {"state": {i: dict(st) for i, st in enumerate(self.state) if st},
+                "param_groups": [hyper]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore what ``state_dict`` saved, for an optimiser over the same number of
+        Vars in the same order (the moments move to each Var's device at the next step)."""
+        (group,) = state_dict["param_groups"]
+        if len(group["params"]) != len(self.vars):
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the saved state is for "
+                f"{len(group['params'])} variables, this optimiser has {len(self.vars)}")
+        for k, v in group.items():
+            if k != "params":
+                setattr(self, k, v)
+        self.state = [dict(state_dict["state"].get(i, {})) for i in range(len(self.vars))]
+
     def step(self, grads) -> None:
         """Update each Var that has a gradient in ``grads``."""
         updated = 0
