@@ -124,6 +124,14 @@ def test_manifest_checks(tmp_path):
         read_manifest(str(tmp_path))
 
 
+def test_local_runtime_never_joins_ray_address():
+    from tallow.distributed import local_init_kwargs
+
+    kwargs = local_init_kwargs(num_cpus=3)
+    assert kwargs["address"] == "local" and kwargs["num_cpus"] == 3
+    assert kwargs["include_dashboard"] is False and kwargs["dashboard_host"] == "127.0.0.1"
+
+
 def test_worker_plans():
     # The default leaves one CPU to the read and write tasks.
     assert plan_workers(8, 0) == {"num_workers": 7, "num_cpus": 1.0, "num_gpus": 0, "threads": 1}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,7 @@ def cluster():
     yield c
     ray.shutdown()
     c.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)  # the Cluster sets it; the cluster is gone
 
 
 def test_two_nodes_embed_every_row_once(cluster, corpus_files, model_dir, tmp_path):

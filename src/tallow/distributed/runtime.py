@@ -64,6 +64,8 @@ def local_init_kwargs(num_cpus: int | None = None, num_gpus: int | None = None) 
     loopback; logs of the workers stay in Ray's log files rather than on the
     user's terminal."""
     kwargs = dict(
+        # "local": always a new runtime, even where RAY_ADDRESS names a cluster.
+        address="local",
         num_cpus=usable_cpus() if num_cpus is None else int(num_cpus),
         include_dashboard=False,
         dashboard_host=LOOPBACK,
