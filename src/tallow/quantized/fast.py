@@ -260,9 +260,9 @@ class TiledWeight:
             if quantize_rows(xb, kind, xf, xd, xsum, xbs):
                 xs = np.zeros((m, nb), F32)
                 if kind == 0:
+                    if self.dot.name == "Q8_1":  # ggml's s: f16(sum * d), d before its f16 rounding
+                        xs = f16_round(xsum.astype(F32) * xd)
                     xd = f16_round(xd)  # the block's stored d
-                    if self.dot.name == "Q8_1":  # candle's s: f16(f16(sum) * d)
-                        xs = f16_round(f16_round(xsum.astype(F32)) * xd)
                 return xf, xd, xs, xsum.astype(F32), self._min_sums(xbs)
         return self._quantize_activations_numpy(x)
 
