@@ -24,7 +24,9 @@ BLAS calls on small integers, over a weight layout built for it:
   msum`` for Q2K: bit for bit what candle's ``vec_dot_unopt`` and ggml's
   generic routines return.  Q3K-Q6K, where ggml keeps eight partial lanes
   per row, scale the whole super-block's integer sum at once instead (a
-  difference of float rounding, ~1e-7 of the terms).
+  difference of float rounding, ~1e-7 of the terms).  IQ4_NL is
+  ``(d_w d_x) isum`` per block, as ggml's generic routine; IQ4_XS folds its
+  sub-block scales into the integer sum like Q6K.
 
 Each (activation row, output row) pair is computed by the same operations
 whatever the batch size, tile split or thread count: results do not depend
