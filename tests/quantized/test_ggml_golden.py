@@ -14,7 +14,7 @@ from golden import golden
 from tallow.quantized import ggml_type
 
 # Weight formats as llama.cpp writes them, and the activation (dot) types.
-QUANTIZED = ["Q2K", "Q3K", "Q4K", "Q5K", "Q6K", "Q8_1", "Q8K"]
+QUANTIZED = ["Q2K", "Q3K", "Q4K", "Q5K", "Q6K", "IQ4_NL", "IQ4_XS", "Q8_1", "Q8K"]
 
 
 @pytest.mark.parametrize("name", QUANTIZED)
