@@ -222,3 +222,22 @@ def test_unknown_tokenizer_model_and_bad_merges(tmp_path):
     write_gguf(tmp_path / "bos.gguf", {"w": np.zeros((1, 32), np.float32)}, meta)
     with pytest.raises(ModelFormatError, match="bos_token_id = 7"):
         tokenizer_from_gguf(tmp_path / "bos.gguf")
+
+
+def test_chat_template_renders_like_transformers(smollm2_tokenizers, smollm2_gguf):
+    from tallow.models.gguf_tokenizer import apply_chat_template
+
+    _, hf = smollm2_tokenizers
+    for messages in ([{"role": "user", "content": "What is 2+2?"}],
+                     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                      {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]):
+        for gen in (True, False):
+            assert apply_chat_template(smollm2_gguf, messages, add_generation_prompt=gen) == \
+                hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+
+def test_chat_template_missing_is_a_model_format_error(spm):
+    from tallow.models.gguf_tokenizer import apply_chat_template
+
+    with pytest.raises(ModelFormatError, match="no chat template"):
+        apply_chat_template(spm[1], [{"role": "user", "content": "x"}])

@@ -214,3 +214,18 @@ def test_cli_gguf_without_tokenizer_needs_one(gguf_files, capsys):
     d, files = gguf_files
     assert main(["generate", "--model", str(files["F32"]), "--prompt", "x"]) == 1
     assert "no tokenizer" in capsys.readouterr().err
+
+
+def test_cli_chat_uses_the_files_template(smollm2_gguf, capsys, gguf_files):
+    from tallow.models.gguf_tokenizer import apply_chat_template, tokenizer_from_gguf
+
+    question = "What is the capital of France?"
+    assert main(["generate", "--chat", "--prompt", question, "--max-tokens", "4", "--temperature", "0",
+                 "--repeat-penalty", "1.0"]) == 0
+    out = capsys.readouterr().out
+    prompt = apply_chat_template(smollm2_gguf, [{"role": "user", "content": question}])
+    gen = TextGenerator(ModelWeights.from_gguf(smollm2_gguf), tokenizer_from_gguf(smollm2_gguf),
+                        temperature=0, repeat_penalty=1.0)
+    assert out == gen.generate(prompt, 4).text + "\n" and question not in out
+    d, files = gguf_files  # --chat needs a GGUF model's template
+    assert main(["generate", "--chat", "--model", str(d), "--prompt", "x"]) == 2

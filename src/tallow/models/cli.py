@@ -152,8 +152,16 @@ def _generate(args) -> int:
             tokenizer = load_tokenizer(_find(args.tokenizer, ["tokenizer.json"], "--tokenizer"))
         else:  # llama.cpp's files carry their tokenizer
             tokenizer = tokenizer_from_gguf(model_path)
+        prompt = None
+        if args.chat:  # the prompt as a user message, in the file's chat template
+            from tallow.models.gguf_tokenizer import apply_chat_template
+
+            prompt = apply_chat_template(model_path, [{"role": "user", "content": args.prompt}])
         model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
-        return _stream(args, model, tokenizer)
+        return _stream(args, model, tokenizer, prompt)
+    if args.chat:
+        print("tallow generate: --chat needs a GGUF model (its chat template)", file=sys.stderr)
+        return 2
     if os.path.isdir(model_path):
         weights = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
                          if f.endswith(".safetensors"))
@@ -183,16 +191,18 @@ def _is_gguf(path) -> bool:
         return f.read(4) == b"GGUF"
 
 
-def _stream(args, model, tokenizer) -> int:
+def _stream(args, model, tokenizer, prompt=None) -> int:
+    """Generate from ``prompt`` (default: --prompt, which is echoed; a chat prompt is not)."""
     from tallow.models.generate import TextGenerator
 
     gen = TextGenerator(model, tokenizer, temperature=args.temperature, top_p=args.top_p,
                         top_k=args.top_k, seed=args.seed, repeat_penalty=args.repeat_penalty,
                         repeat_last_n=args.repeat_last_n)
     result = []
-    pieces = gen.stream(args.prompt, args.max_tokens, result)
+    pieces = gen.stream(args.prompt if prompt is None else prompt, args.max_tokens, result)
     first = next(pieces, None)  # a bad prompt raises here, before anything is printed
-    sys.stdout.write(args.prompt)
+    if prompt is None:
+        sys.stdout.write(args.prompt)
     for piece in ([first] if first else []) + [None]:
         if piece:
             sys.stdout.write(piece)
@@ -247,6 +257,9 @@ def add_model_parsers(sub) -> None:
     g.add_argument("--config", metavar="PATH", default=None,
                    help="config.json (default: next to the model)")
     g.add_argument("--prompt", required=True)
+    g.add_argument("--chat", action="store_true",
+                   help="send the prompt as a user message through the GGUF file's chat template "
+                        "and print only the reply")
     g.add_argument("--max-tokens", type=positive_int, default=100)
     g.add_argument("--temperature", type=float, default=0.8,
                    help="0 for greedy decoding (default 0.8)")

@@ -25,7 +25,7 @@ former special (dropped by ``decode(skip_special_tokens=True)``).  The BOS
 token is prepended when ``tokenizer.ggml.add_bos_token`` says so (llama.cpp's
 default: true for "llama", false for "gpt2"), the EOS token appended when
 ``add_eos_token`` does.  ``tokenizer.chat_template``, when present, is
-returned by :func:`chat_template`.
+returned by :func:`chat_template` and rendered by :func:`apply_chat_template`.
 """
 
 from __future__ import annotations
@@ -84,6 +84,43 @@ def chat_template(source) -> str | None:
     """The Jinja chat template stored in the file (``tokenizer.chat_template``), or None."""
     value = _open(source).value("tokenizer.chat_template")
     return value if isinstance(value, str) else None
+
+
+def apply_chat_template(source, messages, add_generation_prompt: bool = True) -> str:
+    """The prompt text for ``messages`` (``[{"role": ..., "content": ...}]``) by the file's chat template.
+
+    Renders ``tokenizer.chat_template`` with Jinja2 in a sandbox, as transformers'
+    ``apply_chat_template(..., tokenize=False)`` does (``bos_token``/``eos_token`` from
+    the file, ``add_generation_prompt``). A file without a template is a
+    ``ModelFormatError``.
+    """
+    f = _open(source)
+    template = chat_template(f)
+    if template is None:
+        raise ModelFormatError(f"{f.path}: the GGUF file has no chat template (tokenizer.chat_template)")
+    try:
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:  # pragma: no cover - an optional dependency
+        raise ImportError("a chat template needs the 'jinja2' package (pip install jinja2)") from None
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    tokens = f.value("tokenizer.ggml.tokens") or []
+
+    def token(key):
+        i = f.value(key)
+        return tokens[int(i)] if i is not None and 0 <= int(i) < len(tokens) else ""
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template).render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=token("tokenizer.ggml.bos_token_id"), eos_token=token("tokenizer.ggml.eos_token_id"))
+    except TemplateError as e:
+        raise ModelFormatError(f"{f.path}: the chat template failed: {e}") from None
 
 
 def tokenizer_from_gguf(source):
