@@ -24,7 +24,7 @@ demo: install
 	$(VENV)/bin/tallow info
 	$(VENV)/bin/tallow bench cpu --quick
 	$(VENV)/bin/tallow embed "tallow is a small tensor library" "candle is a minimalist ML framework"
-	$(VENV)/bin/tallow generate --prompt "The three primary colors are" --max-tokens 30 --temperature 0
+	$(VENV)/bin/tallow generate --chat --prompt "What are the three primary colors?" --max-tokens 40 --temperature 0
 
 # In CI (CI=true) a missing WebGPU adapter fails the GPU tests instead of skipping them.
 test: install
