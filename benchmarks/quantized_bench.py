@@ -31,7 +31,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from tallow.quantized import ggml_type
-from tallow.quantized.vec_dot import default_threads, matmul_t_dequantized, prepare_weight
+from tallow.backends.cpu.quantized.vec_dot import default_threads, matmul_t_dequantized, prepare_weight
 
 
 def main() -> None:

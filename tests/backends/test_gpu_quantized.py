@@ -1,4 +1,4 @@
-"""GGML block formats on the GPU (backends/gpu/ops_quantized.py): dequantization
+"""GGML block formats on the GPU (backends/gpu/quantized.py): dequantization
 bit for bit against the NumPy codecs of tallow.quantized, and x @ W^T against
 x @ dequantize(W)^T computed in f64, through both kernels (matrix-vector and
 tiled), odd shapes, strided activations and weights split over bindings."""
@@ -8,7 +8,7 @@ import pytest
 
 import tallow as tl
 from tallow import dtype as dt
-from tallow.backends.gpu import new_device_state, ops_quantized as oq
+from tallow.backends.gpu import new_device_state, quantized as oq
 from tallow.errors import TallowError
 from tallow.layout import Layout
 from tallow.quantized import ggml_type

@@ -1,8 +1,8 @@
 """QTensor on a GPU: the blocks live there; dequantize and products use the GPU kernels
-(tallow.backends.gpu.ops_quantized) for the types they support, else the f32 fallback.
+(tallow.backends.gpu.quantized) for the types they support, else the f32 fallback.
 
 Every test needs a WebGPU adapter (the ``gpu`` fixture); the kernel tests also need
-``ops_quantized`` and skip without it.  The CPU is the reference.
+``tallow.backends.gpu.quantized`` and skip without it.  The CPU is the reference.
 """
 
 import numpy as np
@@ -20,9 +20,9 @@ F = np.float32
 def kernels_or_skip(name=None):
     ops = gpu_ops()
     if ops is None:
-        pytest.skip("tallow.backends.gpu.ops_quantized is not available")
+        pytest.skip("tallow.backends.gpu.quantized is not available")
     if name is not None and not ops.supported(name):
-        pytest.fail(f"ops_quantized does not support {name}, which it must")
+        pytest.fail(f"the GPU quantized kernels do not support {name}, which it must")
     return ops
 
 

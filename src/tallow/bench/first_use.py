@@ -49,12 +49,12 @@ def _families(tl, dev):
 
 
 def _quantized_kernels(tl, dev):
-    """The GPU quantized kernels themselves (backends/gpu/ops_quantized.py), 512 x 512
+    """The GPU quantized kernels themselves (backends/gpu/quantized.py), 512 x 512
     Q4_0 and Q4K weights."""
     import numpy as np
 
     from tallow import dtype as dt
-    from tallow.backends.gpu import ops_quantized as oq
+    from tallow.backends.gpu import quantized as oq
     from tallow.quantized import ggml_type
 
     rng = np.random.default_rng(0)

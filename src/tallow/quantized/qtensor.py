@@ -11,14 +11,14 @@ GPU they are a ``u8`` tensor on that device.
 ggml's quantized matmul (see ``README-quantized.md``): the activations are
 quantized to the weight format's dot type and block products are exact
 integer sums, then scaled.  On the CPU that runs the compiled kernel of
-:mod:`tallow.quantized.fast` (numba), else the NumPy path of
-:mod:`tallow.quantized.vec_dot`.  F32/F16/BF16 weights, and every weight
+:mod:`tallow.backends.cpu.quantized.fast` (numba), else the NumPy path of
+:mod:`tallow.backends.cpu.quantized.vec_dot`.  F32/F16/BF16 weights, and every weight
 when ``TALLOW_DEQUANTIZE_ALL=1`` (candle's ``CANDLE_DEQUANTIZE_ALL``) or
 ``QMatMul(qt, dequantize=True)``, are dequantized once and multiplied as an
 f32 matrix instead.
 
 On a GPU, ``dequantize`` and the quantized product run the kernels of
-``tallow.backends.gpu.ops_quantized`` for the types it supports.  For any
+``tallow.backends.gpu.quantized`` for the types it supports.  For any
 other type (or without that module) the weight is dequantized on the CPU and
 its f32 matrix uploaded once: the product is then the f32 product
 (``DequantizeAll``), not ggml's quantized-activation product.
@@ -48,12 +48,12 @@ def dequantize_all() -> bool:
     return os.environ.get("TALLOW_DEQUANTIZE_ALL", "") not in ("", "0")
 
 
-_GPU_OPS = "tallow.backends.gpu.ops_quantized"
+_GPU_OPS = "tallow.backends.gpu.quantized"
 _gpu_ops_cache: list = []
 
 
 def gpu_ops():
-    """``tallow.backends.gpu.ops_quantized`` (the GPU kernels) when it exists, else None."""
+    """``tallow.backends.gpu.quantized`` (the GPU kernels) when it exists, else None."""
     if not _gpu_ops_cache:
         import importlib
 
@@ -276,7 +276,7 @@ class QMatMul:
         elif qtensor.device.kind != "cpu":
             self.path = "gpu" if _gpu_supports(t.name) else "gpu-dequantized"
         else:
-            from . import fast
+            from ..backends.cpu.quantized import fast
 
             self.path = "numba" if fast.available() else "numpy"
 
@@ -305,11 +305,11 @@ class QMatMul:
         """The CPU weight in the layout of this QMatMul's path (built once)."""
         q = self.qtensor
         if self.path == "numba":
-            from .fast import TiledWeight
+            from ..backends.cpu.quantized.fast import TiledWeight
 
             return q._cached("numba", lambda: TiledWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
         if self.path == "numpy":
-            from .vec_dot import PreparedWeight
+            from ..backends.cpu.quantized.vec_dot import PreparedWeight
 
             return q._cached("numpy", lambda: PreparedWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
         return None

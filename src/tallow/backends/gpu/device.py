@@ -142,27 +142,27 @@ class GpuDeviceState(BackendDevice):
 
     # -- creation -----------------------------------------------------------------------
     def zeros(self, count, dtype):
-        from .ops_copy import fill
+        from .copy import fill
 
         return fill(self, count, dtype, 0)
 
     def full(self, count, dtype, value):
-        from .ops_copy import fill
+        from .copy import fill
 
         return fill(self, count, dtype, value)
 
     def arange(self, start, step, count, dtype):
-        from .ops_copy import arange
+        from .copy import arange
 
         return arange(self, start, step, count, dtype)
 
     def rand_uniform(self, count, dtype, low, high):
-        from .ops_random import rand
+        from .creation import rand
 
         return rand(self, count, dtype, "uniform", low, high)
 
     def rand_normal(self, count, dtype, mean, std):
-        from .ops_random import rand
+        from .creation import rand
 
         return rand(self, count, dtype, "normal", mean, std)
 

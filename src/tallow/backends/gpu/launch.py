@@ -12,7 +12,7 @@ a clear error: never a truncated binding, never wrong values.
 from __future__ import annotations
 
 from ...errors import TallowError
-from .layouts import ZERO_SCALARS, grid, map_tail, touched
+from .kernel_args import ZERO_SCALARS, grid, map_tail, touched
 from .wgsl_types import TYPES
 
 _EPW = {name: t.epw for name, t in TYPES.items()}

@@ -77,9 +77,9 @@ def wrap(bdev, buf, dtype, count) -> GpuStorage:
 
 
 def _bind():
-    from . import ops_conv, ops_copy, ops_elementwise, ops_index, ops_matmul, ops_reduce
+    from . import conv, copy, elementwise, indexing, matmul, reduce
 
-    for module in (ops_copy, ops_elementwise, ops_reduce, ops_matmul, ops_index, ops_conv):
+    for module in (copy, elementwise, reduce, matmul, indexing, conv):
         for name in module.METHODS:
             setattr(GpuStorage, name, getattr(module, name))
 

@@ -43,8 +43,8 @@ import time
 
 import numpy as np
 
-from .blocks import byte_blocks, f16_field, f16_round
-from .types import ggml_type
+from ....quantized.blocks import byte_blocks, f16_field, f16_round
+from ....quantized.types import ggml_type
 
 F32 = np.float32
 
@@ -124,8 +124,8 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     ``packed`` for 4-bit values (0..15, stored two per byte), ``zero`` the
     offset subtracted from them (Q4_0's 8).
     """
-    from . import kquants as kq
-    from . import legacy as lg
+    from ....quantized import kquants as kq
+    from ....quantized import legacy as lg
 
     name = t.name
     nb = blocks.shape[0]

@@ -8,7 +8,7 @@ from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
 from .launch import map_inplace, map_new
-from .layouts import pad_scalars, scalar_words
+from .kernel_args import pad_scalars, scalar_words
 from .storage import wrap
 
 METHODS = ("copy_strided", "copy_into_inplace", "fill_inplace")

@@ -22,8 +22,8 @@ from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
 from .launch import map_inplace, map_new
-from .layouts import MAX_RANK, merge_dims, pad_scalars
-from .ops_check import check_ids
+from .kernel_args import MAX_RANK, merge_dims, pad_scalars
+from .checks import check_ids
 from .storage import wrap
 
 METHODS = ("index_select", "gather", "scatter_inplace", "index_add_inplace")

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ... import dtype as dt
 from ...errors import TallowError
 from .kernels import family
-from .layouts import grid, merge_dims
+from .kernel_args import grid, merge_dims
 from .storage import wrap
 
 QDEQ = family("qdequantize", [("w", "in", "u32"), ("y", "out", 1)], main=1,
@@ -217,7 +217,7 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
             out = state.pool.alloc(m * n * 4)
         return wrap(state, out, dt.f32, m * n)
     if k == 0:
-        from .ops_copy import fill
+        from .copy import fill
 
         return fill(state, m * n, dt.f32, 0)
     x, x_layout, rshape, rstride = _x_rows(x, x_layout, k)

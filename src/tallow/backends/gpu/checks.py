@@ -15,8 +15,8 @@ import numpy as np
 
 from ... import dtype as dt
 from .kernels import family
-from .layouts import pad_scalars, scalar_words
-from .ops_copy import fill_inplace, new_empty
+from .kernel_args import pad_scalars, scalar_words
+from .copy import fill_inplace, new_empty
 from ...layout import Layout
 
 CHECK = family("check", [("a", "in", 0), ("z", "flag", "u32")])
@@ -36,7 +36,7 @@ def _first(s, layout, mode, scalars):
 
 def _run(state, pipe, s, layout, flag, scalars):
     from .launch import map_tail
-    from .layouts import grid
+    from .kernel_args import grid
 
     rank, bits, tail = map_tail((layout,))
     if rank is None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
-from .layouts import merge_dims
+from .kernel_args import merge_dims
 from .launch import compact_for_kernel
-from .ops_copy import new_empty
+from .copy import new_empty
 
 METHODS = ("matmul",)
 
@@ -63,7 +63,7 @@ def matmul(s, lhs_layout, rhs, rhs_layout):
     if nb * m * n == 0:
         return out
     if k == 0:
-        from .ops_copy import fill_inplace
+        from .copy import fill_inplace
 
         fill_inplace(out, Layout.contiguous_of((nb * m * n,)), 0)
         return out

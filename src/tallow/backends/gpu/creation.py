@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...errors import UnsupportedDTypeError
 from .kernels import family
 from .launch import map_new
-from .layouts import pad_scalars, scalar_words
+from .kernel_args import pad_scalars, scalar_words
 from .storage import wrap
 
 RANDOM = family("random", [("y", "out", 0)], math=True, includes=("map.wgsl",))

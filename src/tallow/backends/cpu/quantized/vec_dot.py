@@ -41,9 +41,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .blocks import byte_blocks
-from .planes import GROUP
-from .types import GgmlType, ggml_type
+from ....quantized.blocks import byte_blocks
+from ....quantized.planes import GROUP
+from ....quantized.types import GgmlType, ggml_type
 
 F32 = np.float32
 # Elements of float32 scratch per work item (the cast group chunk, or the

@@ -12,7 +12,7 @@ from ...errors import UnsupportedDTypeError
 from ..base import INT_UNARY_OPS
 from .kernels import family
 from .launch import map_new
-from .layouts import ZERO_SCALARS, pad_scalars, scalar_words
+from .kernel_args import ZERO_SCALARS, pad_scalars, scalar_words
 from .storage import wrap
 
 METHODS = (
@@ -101,7 +101,7 @@ def clamp(s, layout, low, high):
 
 def _check_div(s, layout):
     """Integer division refuses a zero divisor, as on the CPU: one small readback."""
-    from .ops_check import first_zero
+    from .checks import first_zero
 
     if first_zero(s, layout) is not None:
         raise ZeroDivisionError("div: integer division by zero")

@@ -7,9 +7,9 @@ from ... import dtype as dt
 from ...errors import TallowError, UnsupportedDTypeError
 from ...layout import Layout
 from .kernels import family
-from .layouts import MAX_RANK, grid, merge_dims, pad_scalars, scalar_words
+from .kernel_args import MAX_RANK, grid, merge_dims, pad_scalars, scalar_words
 from .launch import compact_for_kernel
-from .ops_copy import check_window, new_empty
+from .copy import check_window, new_empty
 
 METHODS = ("reduce", "cumsum", "arg_sort_last_dim", "softmax_last_dim", "rms_norm", "layer_norm")
 
