@@ -62,7 +62,7 @@ def test_views_share_the_buffer(gpu):
 
 def test_memory_stats_and_cache_limit():
     state = new_device_state(0)
-    dev = state.handle
+    dev = tl.Device.of(state)
     stats = dev.memory_stats()
     for key in ("active_bytes", "cached_bytes", "peak_bytes", "buffers_per_bucket"):
         assert key in stats

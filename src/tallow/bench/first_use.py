@@ -128,7 +128,7 @@ def child() -> None:
         first, later = _timed(dev, fn)
         rows.append([name, first, later])
     t0 = time.perf_counter()
-    dev2 = new_device_state(0).handle
+    dev2 = tl.Device.of(new_device_state(0))
     t_dev2 = time.perf_counter() - t0
     a = tl.randn((512, 512), device=dev2)
     dev2.synchronize()

@@ -193,23 +193,19 @@ def bench_first_use() -> dict:
 
 
 def bench_gpu(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5, quiet=False, seed=0):
-    """GPU QMatMul (the GPU quantized kernels) and the GPU f32 matmul, or None without them."""
+    """GPU QMatMul (the GPU quantized kernels) and the GPU f32 matmul, or a skip without an adapter."""
     import tallow as tl
-    from tallow.quantized import QMatMul
-    from tallow.quantized.qtensor import gpu_ops
+    from tallow.quantized import QMatMul, ggml_type
 
     if not tl.utils.gpu_is_available():
         return {"skipped": "no WebGPU adapter"}
-    ops = gpu_ops()
-    if ops is None:
-        return {"skipped": "no GPU quantized kernels (tallow.backends.gpu.quantized)"}
     dev = tl.Device.gpu(0)
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k)).astype(np.float32)
     wg = tl.Tensor(w, device=dev)
     out = {}
     for fmt in formats:
-        if not ops.supported(fmt):
+        if dev._state.qmatmul_path(ggml_type(fmt)) is None:
             continue
         qm = QMatMul(tl.Tensor(w).quantize(fmt).to_device(dev), dequantize=False)
         out[fmt] = {}

@@ -14,9 +14,7 @@ from ...layout import Layout
 from .kernels import family
 from .kernel_args import merge_dims
 from .launch import compact_for_kernel
-from .copy import new_empty
 
-METHODS = ("matmul",)
 
 GEMM = family("gemm", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)])
 GEMM_BIG = family("gemm_big", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)],
@@ -49,73 +47,76 @@ def _batch_words(batch_shape, a_strides, b_strides):
             + tuple(b_strides) + pad + (0, 0))
 
 
-def matmul(s, lhs_layout, rhs, rhs_layout):
-    state = s.bdev
-    dtype = s.dtype
-    a_shape, b_shape = lhs_layout.shape, rhs_layout.shape
-    m, k = a_shape[-2], a_shape[-1]
-    n = b_shape[-1]
-    batch_dims = a_shape[:-2]
-    nb = 1
-    for d in batch_dims:
-        nb *= d
-    out = new_empty(state, nb * m * n, dtype)
-    if nb * m * n == 0:
-        return out
-    if k == 0:
-        from .copy import fill_inplace
+class GpuMatmul:
+    """Batched matmul of ``GpuStorage`` (tiled GEMM kernels)."""
 
-        fill_inplace(out, Layout.contiguous_of((nb * m * n,)), 0)
-        return out
-    bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
-    if len(bshape) > MAX_BATCH_RANK:
-        s, lhs_layout = compact_for_kernel(s, lhs_layout)
-        rhs, rhs_layout = compact_for_kernel(rhs, rhs_layout)
+    __slots__ = ()
+
+    def matmul(self, lhs_layout, rhs, rhs_layout):
+        state = self.bdev
+        dtype = self.dtype
+        a_shape, b_shape = lhs_layout.shape, rhs_layout.shape
+        m, k = a_shape[-2], a_shape[-1]
+        n = b_shape[-1]
+        batch_dims = a_shape[:-2]
+        nb = 1
+        for d in batch_dims:
+            nb *= d
+        out = state.empty(nb * m * n, dtype)
+        if nb * m * n == 0:
+            return out
+        if k == 0:
+            out.fill_inplace(Layout.contiguous_of((nb * m * n,)), 0)
+            return out
         bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
-    for x in (s, rhs, out):
-        if x.buf.size > state.max_binding:
-            raise TallowError(
-                f"matmul: an operand of {x.buf.size} bytes exceeds the adapter's max storage "
-                f"binding size ({state.max_binding} bytes); split the product (e.g. by rows)")
-    sam, sak = lhs_layout.stride[-2], lhs_layout.stride[-1]
-    sbk, sbn = rhs_layout.stride[-2], rhs_layout.stride[-1]
-    bw = _batch_words(bshape, abst, bbst)
-    cmd = state.commands
-    key = (dtype.name,)
-    if m == 1 or n == 1:
-        # y (R outputs) = matrix (R, k) . vector (k)
-        if n == 1:
-            R, sr, sk, sv, mat_b = m, sam, sak, sbk, False
-        else:
-            R, sr, sk, sv, mat_b = n, sbn, sbk, sak, True
-        rows_wg = sk == 1 or R < 256
-        pipe = state.kernels.get(GEMM, key, "gemv", (("MAT_IS_B", mat_b), ("ROWS_WG", rows_wg)))
-        # The kernel numbers its workgroups row-major over (x, y): any 2-D grid works.
-        groups = R if rows_wg else (R + 255) // 256
-        gx = min(groups, MAX_GROUPS)
-        gy = (groups + gx - 1) // gx
+        if len(bshape) > MAX_BATCH_RANK:
+            self, lhs_layout = compact_for_kernel(self, lhs_layout)
+            rhs, rhs_layout = compact_for_kernel(rhs, rhs_layout)
+            bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
+        for x in (self, rhs, out):
+            if x.buf.size > state.max_binding:
+                raise TallowError(
+                    f"matmul: an operand of {x.buf.size} bytes exceeds the adapter'self max storage "
+                    f"binding size ({state.max_binding} bytes); split the product (e.g. by rows)")
+        sam, sak = lhs_layout.stride[-2], lhs_layout.stride[-1]
+        sbk, sbn = rhs_layout.stride[-2], rhs_layout.stride[-1]
+        bw = _batch_words(bshape, abst, bbst)
+        cmd = state.commands
+        key = (dtype.name,)
+        if m == 1 or n == 1:
+            # y (R outputs) = matrix (R, k) . vector (k)
+            if n == 1:
+                R, sr, sk, sv, mat_b = m, sam, sak, sbk, False
+            else:
+                R, sr, sk, sv, mat_b = n, sbn, sbk, sak, True
+            rows_wg = sk == 1 or R < 256
+            pipe = state.kernels.get(GEMM, key, "gemv", (("MAT_IS_B", mat_b), ("ROWS_WG", rows_wg)))
+            # The kernel numbers its workgroups row-major over (x, y): any 2-D grid works.
+            groups = R if rows_wg else (R + 255) // 256
+            gx = min(groups, MAX_GROUPS)
+            gy = (groups + gx - 1) // gx
+            with cmd.lock:
+                for z0 in range(0, nb, MAX_Z):
+                    words = (R, k, 0, z0, lhs_layout.start_offset, rhs_layout.start_offset,
+                             sr, sk, sv, 0, len(bshape), 0, 0, 0, 0, 0) + bw
+                    cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words, gx, gy, min(MAX_Z, nb - z0))
+            return out
+        tm, tn = pick_tile(m, n, nb, dtype, state.adapter_info.get("adapter_type") != "CPU")
+        bm, bn = 16 * tm, 16 * tn
+        aligned = m % bm == 0 and n % bn == 0 and k % 16 == 0
+        consts = (("TM", tm), ("TN", tn), ("A_MMAJOR", sam == 1 and sak != 1),
+                  ("B_KMAJOR", sbk == 1 and sbn != 1), ("ALIGNED", aligned))
+        pipe = state.kernels.get(GEMM_BIG if tm > 4 else GEMM, key, "gemm", consts)
+        tiles_n, tiles_m = (n + bn - 1) // bn, (m + bm - 1) // bm
         with cmd.lock:
+            # More tiles than a dispatch may have per dimension: several dispatches, each
+            # told its first tile row and column (words 11, 12).
             for z0 in range(0, nb, MAX_Z):
-                words = (R, k, 0, z0, lhs_layout.start_offset, rhs_layout.start_offset,
-                         sr, sk, sv, 0, len(bshape), 0, 0, 0, 0, 0) + bw
-                cmd.dispatch(pipe, (s.buf, rhs.buf, out.buf), words, gx, gy, min(MAX_Z, nb - z0))
+                for y0 in range(0, tiles_m, MAX_GROUPS):
+                    for x0 in range(0, tiles_n, MAX_GROUPS):
+                        words = (m, n, k, z0, lhs_layout.start_offset, rhs_layout.start_offset,
+                                 sam, sak, sbk, sbn, len(bshape), y0, x0, 0, 0, 0) + bw
+                        cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words,
+                                     min(MAX_GROUPS, tiles_n - x0), min(MAX_GROUPS, tiles_m - y0),
+                                     min(MAX_Z, nb - z0))
         return out
-    tm, tn = pick_tile(m, n, nb, dtype, state.adapter_info.get("adapter_type") != "CPU")
-    bm, bn = 16 * tm, 16 * tn
-    aligned = m % bm == 0 and n % bn == 0 and k % 16 == 0
-    consts = (("TM", tm), ("TN", tn), ("A_MMAJOR", sam == 1 and sak != 1),
-              ("B_KMAJOR", sbk == 1 and sbn != 1), ("ALIGNED", aligned))
-    pipe = state.kernels.get(GEMM_BIG if tm > 4 else GEMM, key, "gemm", consts)
-    tiles_n, tiles_m = (n + bn - 1) // bn, (m + bm - 1) // bm
-    with cmd.lock:
-        # More tiles than a dispatch may have per dimension: several dispatches, each
-        # told its first tile row and column (words 11, 12).
-        for z0 in range(0, nb, MAX_Z):
-            for y0 in range(0, tiles_m, MAX_GROUPS):
-                for x0 in range(0, tiles_n, MAX_GROUPS):
-                    words = (m, n, k, z0, lhs_layout.start_offset, rhs_layout.start_offset,
-                             sam, sak, sbk, sbn, len(bshape), y0, x0, 0, 0, 0) + bw
-                    cmd.dispatch(pipe, (s.buf, rhs.buf, out.buf), words,
-                                 min(MAX_GROUPS, tiles_n - x0), min(MAX_GROUPS, tiles_m - y0),
-                                 min(MAX_Z, nb - z0))
-    return out

@@ -33,7 +33,6 @@ from ... import dtype as dt
 from ...errors import TallowError
 from .kernels import family
 from .kernel_args import grid, merge_dims
-from .storage import wrap
 
 QDEQ = family("qdequantize", [("w", "in", "u32"), ("y", "out", 1)], main=1,
               file="quantized_dequantize.wgsl", includes=("quantized_formats.wgsl",))
@@ -135,7 +134,7 @@ def dequantize(raw, type_name: str, n_elements: int):
             words = (runs, cnt, wo, yoff // 4) + (0,) * 12
             cmd.dispatch(pipe, (w, y), words, *grid(runs))
             e0 = e1
-    return wrap(state, out, dt.f32, n)
+    return state.storage(out, dt.f32, n)
 
 
 # -- x (m, k) @ W(n, k)^T -------------------------------------------------------------------
@@ -215,11 +214,9 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
     if m * n == 0:
         with cmd.lock:
             out = state.pool.alloc(m * n * 4)
-        return wrap(state, out, dt.f32, m * n)
+        return state.storage(out, dt.f32, m * n)
     if k == 0:
-        from .copy import fill
-
-        return fill(state, m * n, dt.f32, 0)
+        return state.zeros(m * n, dt.f32)
     x, x_layout, rshape, rstride = _x_rows(x, x_layout, k)
     mb = state.max_binding
     align = _align(state)
@@ -271,4 +268,24 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
                 gx = (n1 - n0 + n_quantum - 1) // n_quantum
                 gy = (m1 - m0 + m_quantum - 1) // m_quantum
                 cmd.dispatch(pipe, (xw, w, y), words, gx, gy)
-    return wrap(state, out, dt.f32, m * n)
+    return state.storage(out, dt.f32, m * n)
+
+
+def _blocks(raw, layout):
+    """The blocks' storage with the bytes starting at element 0 (a copy for a view)."""
+    if layout.contiguous and layout.start_offset == 0:
+        return raw
+    return raw.copy_strided(layout)
+
+
+class GpuQuantized:
+    """Quantized methods of ``GpuStorage`` (GGML blocks held as u8), for the types in
+    ``SUPPORTED``; the device's ``qmatmul_path`` says which."""
+
+    __slots__ = ()
+
+    def dequantize(self, layout, ggml_type, n_elements):
+        return dequantize(_blocks(self, layout), ggml_type.name, n_elements)
+
+    def qmatmul_t(self, layout, weight, weight_layout, ggml_type, n, k):
+        return qmatmul_t(self, layout, _blocks(weight, weight_layout), ggml_type.name, n, k)

@@ -9,15 +9,12 @@ from ...layout import Layout
 from .kernels import family
 from .kernel_args import MAX_RANK, grid, merge_dims, pad_scalars, scalar_words
 from .launch import compact_for_kernel
-from .copy import check_window, new_empty
+from .copy import check_window
 
-METHODS = ("reduce", "cumsum", "arg_sort_last_dim", "softmax_last_dim", "rms_norm", "layer_norm")
 
 REDUCE = family("reduce", [("a", "in", 0), ("y", "atomic", 1)], math=True)  # dtypes (in, out)
 REDUCE_ARG = family("reduce_arg", [("a", "in", 0), ("y", "atomic", "u32")], math=True,
                     file="reduce.wgsl", flags=("ARG",))
-SOFTMAX = family("softmax", [("a", "in", 0), ("b", "in", 0), ("c", "in", 0), ("y", "atomic", 0)],
-                 math=True)
 SCAN = family("scan", [("a", "in", 0), ("y", "atomic", 0)])
 SORT = family("sort", [("a", "in", 0), ("y", "rw", "u32")])
 
@@ -61,170 +58,127 @@ def _rows_grid(rows):
     return (rows + gy - 1) // gy, gy
 
 
-def reduce(s, op, layout, dims):
-    code = _OPS.get(op)
-    if code is None:
-        raise ValueError(f"unknown reduce op {op!r}")
-    state = s.bdev
-    dims = tuple(dims)
-    for d in dims:
-        if layout.shape[d] == 0 and op != "sum":
-            raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {layout.shape})")
-    view = _row_view(s, layout, dims)
-    if view is None:
-        s, layout = compact_for_kernel(s, layout)
-        view = _row_view(s, layout, dims)
-    rows, m, rk, rr, tail, rstride = view
-    arg = code >= 3
-    out_dtype = dt.u32 if arg else s.dtype
-    out = new_empty(state, rows, out_dtype)
-    if rows == 0:
-        return out
-    check_window(state, s, op)
-    check_window(state, out, op)
-    inner_contig = rr == 0 or rstride[-1] == 1
-    per_thread = m <= _SMALL_ROW or (not inner_contig and rows >= 1024)
-    consts = (("OP", code),)
-    cmd = state.commands
-    if not arg and not per_thread and rows < _FEW_ROWS and m > _LONG_ROW:
-        # Two passes: chunks of every row into partials (in the accumulation type),
-        # then the partials, so a long row is spread over many workgroups.
-        parts = min(_MAX_PARTS, -(-m // _CHUNK))
-        length = -(-m // parts)
-        acc = _ACC.get(s.dtype, s.dtype)
-        partial = new_empty(state, rows * parts, acc)
-        check_window(state, partial, op)
-        p1 = state.kernels.get(REDUCE, (s.dtype.name, acc.name), "reduce_wg", consts)
-        p2 = state.kernels.get(REDUCE, (acc.name, s.dtype.name), "reduce_wg", consts)
-        w1 = (rows, m, rk, rr, layout.start_offset, parts, length, 0) + (0,) * 8 + tail
-        w2 = (rows, parts, 1, 1, 0, 1, parts, 0) + (0,) * 8 + _pad((rows,)) + _pad((parts,)) \
-            + _pad((parts,)) + _pad((1,))
+class GpuReduce:
+    """Reductions of ``GpuStorage``: sums/extremes over dims, cumsum, argsort."""
+
+    __slots__ = ()
+
+    def reduce(self, op, layout, dims):
+        code = _OPS.get(op)
+        if code is None:
+            raise ValueError(f"unknown reduce op {op!r}")
+        state = self.bdev
+        dims = tuple(dims)
+        for d in dims:
+            if layout.shape[d] == 0 and op != "sum":
+                raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {layout.shape})")
+        view = _row_view(self, layout, dims)
+        if view is None:
+            self, layout = compact_for_kernel(self, layout)
+            view = _row_view(self, layout, dims)
+        rows, m, rk, rr, tail, rstride = view
+        arg = code >= 3
+        out_dtype = dt.u32 if arg else self.dtype
+        out = state.empty(rows, out_dtype)
+        if rows == 0:
+            return out
+        check_window(state, self, op)
+        check_window(state, out, op)
+        inner_contig = rr == 0 or rstride[-1] == 1
+        per_thread = m <= _SMALL_ROW or (not inner_contig and rows >= 1024)
+        consts = (("OP", code),)
+        cmd = state.commands
+        if not arg and not per_thread and rows < _FEW_ROWS and m > _LONG_ROW:
+            # Two passes: chunks of every row into partials (in the accumulation type),
+            # then the partials, so a long row is spread over many workgroups.
+            parts = min(_MAX_PARTS, -(-m // _CHUNK))
+            length = -(-m // parts)
+            acc = _ACC.get(self.dtype, self.dtype)
+            partial = state.empty(rows * parts, acc)
+            check_window(state, partial, op)
+            p1 = state.kernels.get(REDUCE, (self.dtype.name, acc.name), "reduce_wg", consts)
+            p2 = state.kernels.get(REDUCE, (acc.name, self.dtype.name), "reduce_wg", consts)
+            w1 = (rows, m, rk, rr, layout.start_offset, parts, length, 0) + (0,) * 8 + tail
+            w2 = (rows, parts, 1, 1, 0, 1, parts, 0) + (0,) * 8 + _pad((rows,)) + _pad((parts,)) \
+                + _pad((parts,)) + _pad((1,))
+            with cmd.lock:
+                cmd.dispatch(p1, (self.buf, partial.buf), w1, *_rows_grid(rows * parts))
+                cmd.dispatch(p2, (partial.buf, out.buf), w2, *_rows_grid(rows))
+            return out
+        fam = REDUCE_ARG if arg else REDUCE
+        key = (self.dtype.name,) if arg else (self.dtype.name, self.dtype.name)
+        entry = "reduce_thread" if per_thread else "reduce_wg"
+        pipe = state.kernels.get(fam, key, entry, consts)
+        words = (rows, m, rk, rr, layout.start_offset, 1, m, 0) + (0,) * 8 + tail
         with cmd.lock:
-            cmd.dispatch(p1, (s.buf, partial.buf), w1, *_rows_grid(rows * parts))
-            cmd.dispatch(p2, (partial.buf, out.buf), w2, *_rows_grid(rows))
+            groups = grid(rows) if per_thread else _rows_grid(rows)
+            cmd.dispatch(pipe, (self.buf, out.buf), words, *groups)
         return out
-    fam = REDUCE_ARG if arg else REDUCE
-    key = (s.dtype.name,) if arg else (s.dtype.name, s.dtype.name)
-    entry = "reduce_thread" if per_thread else "reduce_wg"
-    pipe = state.kernels.get(fam, key, entry, consts)
-    words = (rows, m, rk, rr, layout.start_offset, 1, m, 0) + (0,) * 8 + tail
-    with cmd.lock:
-        groups = grid(rows) if per_thread else _rows_grid(rows)
-        cmd.dispatch(pipe, (s.buf, out.buf), words, *groups)
-    return out
 
-
-def cumsum(s, layout, dim):
-    state = s.bdev
-    shape = layout.shape
-    n = layout.count
-    out = new_empty(state, n, s.dtype)
-    if n == 0:
-        return out
-    check_window(state, s, "cumsum")
-    check_window(state, out, "cumsum")
-    ostride = Layout.contiguous_of(shape).stride
-    kept = [i for i in range(len(shape)) if i != dim]
-    kshape, (kin, kout) = merge_dims(tuple(shape[i] for i in kept),
-                                     (tuple(layout.stride[i] for i in kept), tuple(ostride[i] for i in kept)))
-    if len(kshape) > MAX_RANK:
-        s, layout = compact_for_kernel(s, layout)
-        return cumsum(s, layout, dim)
-    rows = n // shape[dim]
-    words = (rows, shape[dim], len(kshape), 0, layout.start_offset, layout.stride[dim],
-             ostride[dim], 0) + (0,) * 8 + _pad(kshape) + _pad(kin) + _pad(kout)
-    pipe = state.kernels.get(SCAN, (s.dtype.name,))
-    cmd = state.commands
-    with cmd.lock:
-        cmd.dispatch(pipe, (s.buf, out.buf), words, *_rows_grid(rows))
-    return out
-
-
-def arg_sort_last_dim(s, layout, ascending):
-    state = s.bdev
-    shape = layout.shape
-    count = layout.count
-    n = shape[-1]
-    out = new_empty(state, count, dt.u32)
-    if count == 0:
-        return out
-    check_window(state, s, "arg_sort_last_dim")
-    rows = count // n
-    rshape, (rstride,) = merge_dims(shape[:-1], (layout.stride[:-1],))
-    if len(rshape) > MAX_RANK:
-        s, layout = compact_for_kernel(s, layout)
-        return arg_sort_last_dim(s, layout, ascending)
-    N = 1 << max(0, (n - 1).bit_length())
-    consts = (("DESCENDING", not ascending),)
-    head = (rows, n, len(rshape), N, layout.start_offset, layout.stride[-1], 0, 0) + (0,) * 8
-    tail = _pad(rshape) + _pad(rstride)
-    cmd = state.commands
-    if N <= LOCAL_SORT_MAX:
-        pipe = state.kernels.get(SORT, (s.dtype.name,), "sort_local", consts)
-        check_window(state, out, "arg_sort_last_dim")
+    def cumsum(self, layout, dim):
+        state = self.bdev
+        shape = layout.shape
+        n = layout.count
+        out = state.empty(n, self.dtype)
+        if n == 0:
+            return out
+        check_window(state, self, "cumsum")
+        check_window(state, out, "cumsum")
+        ostride = Layout.contiguous_of(shape).stride
+        kept = [i for i in range(len(shape)) if i != dim]
+        kshape, (kin, kout) = merge_dims(tuple(shape[i] for i in kept),
+                                         (tuple(layout.stride[i] for i in kept), tuple(ostride[i] for i in kept)))
+        if len(kshape) > MAX_RANK:
+            self, layout = compact_for_kernel(self, layout)
+            return cumsum(self, layout, dim)
+        rows = n // shape[dim]
+        words = (rows, shape[dim], len(kshape), 0, layout.start_offset, layout.stride[dim],
+                 ostride[dim], 0) + (0,) * 8 + _pad(kshape) + _pad(kin) + _pad(kout)
+        pipe = state.kernels.get(SCAN, (self.dtype.name,))
+        cmd = state.commands
         with cmd.lock:
-            cmd.dispatch(pipe, (s.buf, out.buf), head + tail, *_rows_grid(rows))
+            cmd.dispatch(pipe, (self.buf, out.buf), words, *_rows_grid(rows))
         return out
-    tmp = new_empty(state, rows * N, dt.u32)
-    check_window(state, tmp, "arg_sort_last_dim")
-    init = state.kernels.get(SORT, (s.dtype.name,), "sort_init", consts)
-    step = state.kernels.get(SORT, (s.dtype.name,), "sort_step", consts)
-    with cmd.lock:
-        cmd.dispatch(init, (s.buf, tmp.buf), head + tail, *grid(rows * N))
-        k = 2
-        while k <= N:
-            j = k // 2
-            while j >= 1:
-                words = head[:6] + (k, j) + head[8:] + tail
-                cmd.dispatch(step, (s.buf, tmp.buf), words, *grid(rows * N // 2))
-                j //= 2
-            k *= 2
-    if N == n:
-        return tmp
-    return tmp.copy_strided(Layout((rows, n), (N, 1), 0))
 
-
-def _float_only(s, op):
-    if not s.dtype.is_float:
-        st = s.bdev
-        raise UnsupportedDTypeError(
-            f"{op}: not supported for dtype {s.dtype} on gpu:{st.ordinal} ({st.adapter_name})")
-
-
-def _row_op(s, layout, op_code, name, alpha=None, beta=None, eps=0.0):
-    _float_only(s, name)
-    state = s.bdev
-    n = layout.count
-    out = new_empty(state, n, s.dtype)
-    if n == 0:
-        return out
-    view = _row_view(s, layout, (len(layout.shape) - 1,))
-    if view is None:
-        s, layout = compact_for_kernel(s, layout)
-        view = _row_view(s, layout, (len(layout.shape) - 1,))
-    rows, m, rk, rr, tail, _ = view
-    a, al = alpha if alpha is not None else (s, layout)
-    b, bl = beta if beta is not None else (s, layout)
-    for x in (s, out, a, b):
-        check_window(state, x, name)
-    a_stride = al.stride[-1] if al.shape else 0
-    b_stride = bl.stride[-1] if bl.shape else 0
-    words = (rows, m, rk, rr, layout.start_offset, al.start_offset, a_stride, bl.start_offset) \
-        + pad_scalars(scalar_words(s.dtype, eps, False) + (b_stride, 0)) + tail
-    pipe = state.kernels.get(SOFTMAX, (s.dtype.name,), "main", (("OP", op_code),))
-    cmd = state.commands
-    with cmd.lock:
-        cmd.dispatch(pipe, (s.buf, a.buf, b.buf, out.buf), words, *_rows_grid(rows))
-    return out
-
-
-def softmax_last_dim(s, layout):
-    return _row_op(s, layout, 0, "softmax_last_dim")
-
-
-def rms_norm(s, layout, alpha, alpha_layout, eps):
-    return _row_op(s, layout, 1, "rms_norm", (alpha, alpha_layout), None, eps)
-
-
-def layer_norm(s, layout, alpha, alpha_layout, beta, beta_layout, eps):
-    return _row_op(s, layout, 2, "layer_norm", (alpha, alpha_layout), (beta, beta_layout), eps)
+    def arg_sort_last_dim(self, layout, ascending):
+        state = self.bdev
+        shape = layout.shape
+        count = layout.count
+        n = shape[-1]
+        out = state.empty(count, dt.u32)
+        if count == 0:
+            return out
+        check_window(state, self, "arg_sort_last_dim")
+        rows = count // n
+        rshape, (rstride,) = merge_dims(shape[:-1], (layout.stride[:-1],))
+        if len(rshape) > MAX_RANK:
+            self, layout = compact_for_kernel(self, layout)
+            return arg_sort_last_dim(self, layout, ascending)
+        N = 1 << max(0, (n - 1).bit_length())
+        consts = (("DESCENDING", not ascending),)
+        head = (rows, n, len(rshape), N, layout.start_offset, layout.stride[-1], 0, 0) + (0,) * 8
+        tail = _pad(rshape) + _pad(rstride)
+        cmd = state.commands
+        if N <= LOCAL_SORT_MAX:
+            pipe = state.kernels.get(SORT, (self.dtype.name,), "sort_local", consts)
+            check_window(state, out, "arg_sort_last_dim")
+            with cmd.lock:
+                cmd.dispatch(pipe, (self.buf, out.buf), head + tail, *_rows_grid(rows))
+            return out
+        tmp = state.empty(rows * N, dt.u32)
+        check_window(state, tmp, "arg_sort_last_dim")
+        init = state.kernels.get(SORT, (self.dtype.name,), "sort_init", consts)
+        step = state.kernels.get(SORT, (self.dtype.name,), "sort_step", consts)
+        with cmd.lock:
+            cmd.dispatch(init, (self.buf, tmp.buf), head + tail, *grid(rows * N))
+            k = 2
+            while k <= N:
+                j = k // 2
+                while j >= 1:
+                    words = head[:6] + (k, j) + head[8:] + tail
+                    cmd.dispatch(step, (self.buf, tmp.buf), words, *grid(rows * N // 2))
+                    j //= 2
+                k *= 2
+        if N == n:
+            return tmp
+        return tmp.copy_strided(Layout((rows, n), (N, 1), 0))

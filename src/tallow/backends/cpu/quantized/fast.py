@@ -45,6 +45,8 @@ import numpy as np
 
 from ....quantized.blocks import byte_blocks, f16_field, f16_round
 from ....quantized.types import ggml_type
+from ..threads import CONFIG
+from .vec_dot import _split
 
 F32 = np.float32
 
@@ -308,9 +310,7 @@ class TiledWeight:
         out = np.empty((m, self.tiles * self.jw), F32)
         args = (self.wq, self.wp, self.zero, self.wsc, self.wd, self.wmin, self.wdmin, self.wm,
                 xf, xd, xs, xsum, xms, self.mode, self.sub, out)
-        from .vec_dot import _executor, _split, default_threads
-
-        threads = num_threads or default_threads()
+        threads = num_threads or CONFIG.get()
         work = m * self.n * self.k
         # A thread is worth its hand-off only for a few hundred microseconds of work.
         threads = max(1, min(threads, self.tiles, work >> 21))
@@ -332,7 +332,7 @@ class TiledWeight:
                         return
                     kernel(*args, *piece)
 
-            pool = _executor(threads - 1)
+            pool = CONFIG.pool()
             futures = [pool.submit(worker) for _ in range(threads - 1)]
             worker()
             for f in futures:
