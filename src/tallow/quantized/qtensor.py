@@ -28,11 +28,11 @@ product.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
+from .. import config
 from .. import dtype as dt
 from .. import ops_quantized as qops
 from .._construct import make
@@ -47,8 +47,8 @@ _contig = Layout.contiguous_of
 
 
 def dequantize_all() -> bool:
-    """``TALLOW_DEQUANTIZE_ALL`` set to anything but "" or "0"."""
-    return os.environ.get("TALLOW_DEQUANTIZE_ALL", "") not in ("", "0")
+    """``TALLOW_DEQUANTIZE_ALL`` is on (see tallow.config)."""
+    return config.flag("TALLOW_DEQUANTIZE_ALL", False)
 
 
 def _f32_tensor(arr: np.ndarray, shape, device: Device) -> Tensor:

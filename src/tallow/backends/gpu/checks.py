@@ -9,10 +9,9 @@ kernels do).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ... import config
 from ... import dtype as dt
 from ...errors import IndexOutOfRangeError
 from ...layout import Layout
@@ -21,7 +20,7 @@ from .kernels import family
 from .launch import compact_for_kernel
 
 CHECK = family("check", [("a", "in", 0), ("z", "flag", "u32")])
-CHECK_INDICES = os.environ.get("TALLOW_GPU_CHECK_INDICES", "1").strip() not in ("0", "false", "no")
+CHECK_INDICES = config.flag("TALLOW_GPU_CHECK_INDICES", True)
 _ONE = Layout.contiguous_of((1,))
 
 

@@ -4,10 +4,10 @@ rms_norm, layer_norm)."""
 from __future__ import annotations
 
 from ... import dtype as dt
-from ...errors import TallowError, UnsupportedDTypeError
+from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
-from .kernel_args import MAX_RANK, grid, merge_dims, pad_scalars, scalar_words
+from .kernel_args import MAX_RANK, grid, merge_dims
 from .launch import compact_for_kernel
 from .copy import check_window
 

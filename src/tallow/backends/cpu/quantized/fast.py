@@ -37,12 +37,12 @@ matmul uses the NumPy path of :mod:`vec_dot`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import numpy as np
 
+from .... import config
 from ....quantized.blocks import byte_blocks, f16_field, f16_round
 from ....quantized.types import ggml_type
 from ..threads import CONFIG
@@ -58,8 +58,8 @@ _lock = threading.Lock()
 
 
 def numba_disabled() -> bool:
-    """``TALLOW_NO_NUMBA`` set to anything but "" or "0"."""
-    return os.environ.get("TALLOW_NO_NUMBA", "") not in ("", "0")
+    """``TALLOW_NO_NUMBA`` is on (see tallow.config)."""
+    return config.flag("TALLOW_NO_NUMBA", False)
 
 
 def available() -> bool:
