@@ -17,7 +17,7 @@ from ...errors import IndexOutOfRangeError
 from ...layout import Layout
 from .kernel_args import grid, map_tail, pad_scalars, scalar_words
 from .kernels import family
-from .launch import compact_for_kernel
+from .launch import compact_via_host
 
 CHECK = family("check", [("a", "in", 0), ("z", "flag", "u32")])
 CHECK_INDICES = config.flag("TALLOW_GPU_CHECK_INDICES", True)
@@ -37,7 +37,7 @@ def _first(s, layout, mode, scalars):
 def _run(state, pipe, s, layout, flag, scalars):
     rank, bits, tail = map_tail((layout,))
     if rank is None:
-        s, layout = compact_for_kernel(s, layout)
+        s, layout = compact_via_host(s, layout)
         rank, bits, tail = map_tail((layout,))
     n = layout.count
     if n == 0:
@@ -45,7 +45,7 @@ def _run(state, pipe, s, layout, flag, scalars):
     cmd = state.commands
     with cmd.lock:
         words = (n, 0, 0, rank, bits, layout.start_offset, 0, 0) + tuple(scalars) + tail
-        cmd.dispatch(pipe, (s.buf, flag.buf), words, *grid(n))
+        cmd.dispatch(pipe, (s.buf, flag.buf), words, *grid(state, n))
 
 
 def first_zero(s, layout):

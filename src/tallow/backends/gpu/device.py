@@ -117,6 +117,7 @@ class GpuDeviceState(GpuCreation, BackendDevice):
         self.features = set(self.device.features) - set(disable_features)
         self.limits = dict(self.device.limits)
         self.max_binding = self.limits["max-storage-buffer-binding-size"]
+        self.max_groups = self.limits["max-compute-workgroups-per-dimension"]
         self.commands = Commands(self)
         self.pool = BufferPool(self)
         self.kernels = Kernels(self)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ...errors import UnsupportedDTypeError
 from .copy import check_window
-from .kernel_args import pad_scalars, scalar_words
+from .kernel_args import pad_scalars, rows_grid, scalar_words
 from .kernels import family
-from .launch import compact_for_kernel
-from .reduce import _row_view, _rows_grid
+from .launch import compact_via_host
+from .reduce import _row_view
 
 SOFTMAX = family("softmax", [("a", "in", 0), ("b", "in", 0), ("c", "in", 0), ("y", "atomic", 0)],
                  math=True)
@@ -30,7 +30,7 @@ def _row_op(s, layout, op_code, name, alpha=None, beta=None, eps=0.0):
         return out
     view = _row_view(s, layout, (len(layout.shape) - 1,))
     if view is None:
-        s, layout = compact_for_kernel(s, layout)
+        s, layout = compact_via_host(s, layout)
         view = _row_view(s, layout, (len(layout.shape) - 1,))
     rows, m, rk, rr, tail, _ = view
     a, al = alpha if alpha is not None else (s, layout)
@@ -44,7 +44,7 @@ def _row_op(s, layout, op_code, name, alpha=None, beta=None, eps=0.0):
     pipe = state.kernels.get(SOFTMAX, (s.dtype.name,), "main", (("OP", op_code),))
     cmd = state.commands
     with cmd.lock:
-        cmd.dispatch(pipe, (s.buf, a.buf, b.buf, out.buf), words, *_rows_grid(rows))
+        cmd.dispatch(pipe, (s.buf, a.buf, b.buf, out.buf), words, *rows_grid(state, rows))
     return out
 
 

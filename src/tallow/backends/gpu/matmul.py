@@ -12,17 +12,14 @@ from __future__ import annotations
 from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
-from .kernel_args import merge_dims
-from .launch import compact_for_kernel
+from .kernel_args import max_groups, merge_dims, split_groups
+from .launch import compact_via_host
 
 
 GEMM = family("gemm", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)])
 GEMM_BIG = family("gemm_big", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)],
                   file="gemm.wgsl", flags=("BIG",))
 MAX_BATCH_RANK = 6
-BK = 16
-MAX_Z = 65535
-MAX_GROUPS = 65535  # workgroups one dispatch may have per dimension (WebGPU's default)
 
 
 def pick_tile(m: int, n: int, batch: int, dtype, gpu_class: bool = False) -> tuple:
@@ -70,8 +67,8 @@ class GpuMatmul:
             return out
         bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
         if len(bshape) > MAX_BATCH_RANK:
-            self, lhs_layout = compact_for_kernel(self, lhs_layout)
-            rhs, rhs_layout = compact_for_kernel(rhs, rhs_layout)
+            self, lhs_layout = compact_via_host(self, lhs_layout)
+            rhs, rhs_layout = compact_via_host(rhs, rhs_layout)
             bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
         for x in (self, rhs, out):
             if x.buf.size > state.max_binding:
@@ -93,13 +90,13 @@ class GpuMatmul:
             pipe = state.kernels.get(GEMM, key, "gemv", (("MAT_IS_B", mat_b), ("ROWS_WG", rows_wg)))
             # The kernel numbers its workgroups row-major over (x, y): any 2-D grid works.
             groups = R if rows_wg else (R + 255) // 256
-            gx = min(groups, MAX_GROUPS)
-            gy = (groups + gx - 1) // gx
+            limit = max_groups(state)
+            gx, gy = split_groups(groups, limit)
             with cmd.lock:
-                for z0 in range(0, nb, MAX_Z):
+                for z0 in range(0, nb, limit):
                     words = (R, k, 0, z0, lhs_layout.start_offset, rhs_layout.start_offset,
                              sr, sk, sv, 0, len(bshape), 0, 0, 0, 0, 0) + bw
-                    cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words, gx, gy, min(MAX_Z, nb - z0))
+                    cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words, gx, gy, min(limit, nb - z0))
             return out
         tm, tn = pick_tile(m, n, nb, dtype, state.adapter_info.get("adapter_type") != "CPU")
         bm, bn = 16 * tm, 16 * tn
@@ -108,15 +105,16 @@ class GpuMatmul:
                   ("B_KMAJOR", sbk == 1 and sbn != 1), ("ALIGNED", aligned))
         pipe = state.kernels.get(GEMM_BIG if tm > 4 else GEMM, key, "gemm", consts)
         tiles_n, tiles_m = (n + bn - 1) // bn, (m + bm - 1) // bm
+        limit = max_groups(state)
         with cmd.lock:
             # More tiles than a dispatch may have per dimension: several dispatches, each
             # told its first tile row and column (words 11, 12).
-            for z0 in range(0, nb, MAX_Z):
-                for y0 in range(0, tiles_m, MAX_GROUPS):
-                    for x0 in range(0, tiles_n, MAX_GROUPS):
+            for z0 in range(0, nb, limit):
+                for y0 in range(0, tiles_m, limit):
+                    for x0 in range(0, tiles_n, limit):
                         words = (m, n, k, z0, lhs_layout.start_offset, rhs_layout.start_offset,
                                  sam, sak, sbk, sbn, len(bshape), y0, x0, 0, 0, 0) + bw
                         cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words,
-                                     min(MAX_GROUPS, tiles_n - x0), min(MAX_GROUPS, tiles_m - y0),
-                                     min(MAX_Z, nb - z0))
+                                     min(limit, tiles_n - x0), min(limit, tiles_m - y0),
+                                     min(limit, nb - z0))
         return out

@@ -32,7 +32,7 @@ from __future__ import annotations
 from ... import dtype as dt
 from ...errors import TallowError
 from .kernels import family
-from .kernel_args import grid, merge_dims
+from .kernel_args import grid, max_groups, merge_dims
 
 QDEQ = family("qdequantize", [("w", "in", "u32"), ("y", "out", 1)], main=1,
               file="quantized_dequantize.wgsl", includes=("quantized_formats.wgsl",))
@@ -132,7 +132,7 @@ def dequantize(raw, type_name: str, n_elements: int):
             runs = (cnt + RUN - 1) // RUN
             wo = woff // f.qb if f.is_float else woff
             words = (runs, cnt, wo, yoff // 4) + (0,) * 12
-            cmd.dispatch(pipe, (w, y), words, *grid(runs))
+            cmd.dispatch(pipe, (w, y), words, *grid(state, runs))
             e0 = e1
     return state.storage(out, dt.f32, n)
 
@@ -144,7 +144,6 @@ QMM = family("qmatmul", [("x", "in", 1), ("w", "in", "u32"), ("y", "out", 1)], m
 MAX_ROW_RANK = 8
 NR = 4  # W rows per matrix-vector workgroup
 QMM_N = 64  # W rows per tile
-MAX_GROUPS = 65535
 # The matrix-vector kernel takes m up to MV_UP_TO (a workgroup takes up to 16 rows
 # of x, each workgroup decoding its W rows again), the tiled kernel larger m, except on
 # CPU adapters (lavapipe), where the matrix-vector kernel is the faster one at
@@ -236,13 +235,13 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
             f"qmatmul_t: one weight row takes {row_bytes} bytes, more than the adapter's max "
             f"storage binding size ({mb} bytes) allows")
     rows_w = min(n, rows_w if rows_w < n_quantum else rows_w // n_quantum * n_quantum)
-    rows_w = min(rows_w, MAX_GROUPS * n_quantum)
+    rows_w = min(rows_w, max_groups(state) * n_quantum)
     rows_x = room // (n * 4)
     if rows_x < 1:
         raise TallowError(
             f"qmatmul_t: one output row takes {n * 4} bytes, more than the adapter's max "
             f"storage binding size ({mb} bytes) allows")
-    rows_x = min(m, rows_x, MAX_GROUPS * m_quantum)
+    rows_x = min(m, rows_x, max_groups(state) * m_quantum)
     if rows_x < m and rows_x >= m_quantum:
         rows_x = rows_x // m_quantum * m_quantum
     # x: the window covering its layout's extent.

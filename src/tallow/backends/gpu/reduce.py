@@ -7,8 +7,8 @@ from ... import dtype as dt
 from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
-from .kernel_args import MAX_RANK, grid, merge_dims
-from .launch import compact_for_kernel
+from .kernel_args import MAX_RANK, grid, merge_dims, rows_grid
+from .launch import compact_via_host
 from .copy import check_window
 
 
@@ -51,13 +51,6 @@ def _row_view(s, layout, dims):
     return rows, m, len(kshape), len(rshape), tail, rstride
 
 
-def _rows_grid(rows):
-    if rows <= 65535:
-        return rows, 1
-    gy = (rows + 65534) // 65535
-    return (rows + gy - 1) // gy, gy
-
-
 class GpuReduce:
     """Reductions of ``GpuStorage``: sums/extremes over dims, cumsum, argsort."""
 
@@ -74,7 +67,7 @@ class GpuReduce:
                 raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {layout.shape})")
         view = _row_view(self, layout, dims)
         if view is None:
-            self, layout = compact_for_kernel(self, layout)
+            self, layout = compact_via_host(self, layout)
             view = _row_view(self, layout, dims)
         rows, m, rk, rr, tail, rstride = view
         arg = code >= 3
@@ -102,8 +95,8 @@ class GpuReduce:
             w2 = (rows, parts, 1, 1, 0, 1, parts, 0) + (0,) * 8 + _pad((rows,)) + _pad((parts,)) \
                 + _pad((parts,)) + _pad((1,))
             with cmd.lock:
-                cmd.dispatch(p1, (self.buf, partial.buf), w1, *_rows_grid(rows * parts))
-                cmd.dispatch(p2, (partial.buf, out.buf), w2, *_rows_grid(rows))
+                cmd.dispatch(p1, (self.buf, partial.buf), w1, *rows_grid(state, rows * parts))
+                cmd.dispatch(p2, (partial.buf, out.buf), w2, *rows_grid(state, rows))
             return out
         fam = REDUCE_ARG if arg else REDUCE
         key = (self.dtype.name,) if arg else (self.dtype.name, self.dtype.name)
@@ -111,7 +104,7 @@ class GpuReduce:
         pipe = state.kernels.get(fam, key, entry, consts)
         words = (rows, m, rk, rr, layout.start_offset, 1, m, 0) + (0,) * 8 + tail
         with cmd.lock:
-            groups = grid(rows) if per_thread else _rows_grid(rows)
+            groups = grid(state, rows) if per_thread else rows_grid(state, rows)
             cmd.dispatch(pipe, (self.buf, out.buf), words, *groups)
         return out
 
@@ -129,7 +122,7 @@ class GpuReduce:
         kshape, (kin, kout) = merge_dims(tuple(shape[i] for i in kept),
                                          (tuple(layout.stride[i] for i in kept), tuple(ostride[i] for i in kept)))
         if len(kshape) > MAX_RANK:
-            self, layout = compact_for_kernel(self, layout)
+            self, layout = compact_via_host(self, layout)
             return cumsum(self, layout, dim)
         rows = n // shape[dim]
         words = (rows, shape[dim], len(kshape), 0, layout.start_offset, layout.stride[dim],
@@ -137,7 +130,7 @@ class GpuReduce:
         pipe = state.kernels.get(SCAN, (self.dtype.name,))
         cmd = state.commands
         with cmd.lock:
-            cmd.dispatch(pipe, (self.buf, out.buf), words, *_rows_grid(rows))
+            cmd.dispatch(pipe, (self.buf, out.buf), words, *rows_grid(state, rows))
         return out
 
     def arg_sort_last_dim(self, layout, ascending):
@@ -152,7 +145,7 @@ class GpuReduce:
         rows = count // n
         rshape, (rstride,) = merge_dims(shape[:-1], (layout.stride[:-1],))
         if len(rshape) > MAX_RANK:
-            self, layout = compact_for_kernel(self, layout)
+            self, layout = compact_via_host(self, layout)
             return arg_sort_last_dim(self, layout, ascending)
         N = 1 << max(0, (n - 1).bit_length())
         consts = (("DESCENDING", not ascending),)
@@ -163,20 +156,20 @@ class GpuReduce:
             pipe = state.kernels.get(SORT, (self.dtype.name,), "sort_local", consts)
             check_window(state, out, "arg_sort_last_dim")
             with cmd.lock:
-                cmd.dispatch(pipe, (self.buf, out.buf), head + tail, *_rows_grid(rows))
+                cmd.dispatch(pipe, (self.buf, out.buf), head + tail, *rows_grid(state, rows))
             return out
         tmp = state.empty(rows * N, dt.u32)
         check_window(state, tmp, "arg_sort_last_dim")
         init = state.kernels.get(SORT, (self.dtype.name,), "sort_init", consts)
         step = state.kernels.get(SORT, (self.dtype.name,), "sort_step", consts)
         with cmd.lock:
-            cmd.dispatch(init, (self.buf, tmp.buf), head + tail, *grid(rows * N))
+            cmd.dispatch(init, (self.buf, tmp.buf), head + tail, *grid(state, rows * N))
             k = 2
             while k <= N:
                 j = k // 2
                 while j >= 1:
                     words = head[:6] + (k, j) + head[8:] + tail
-                    cmd.dispatch(step, (self.buf, tmp.buf), words, *grid(rows * N // 2))
+                    cmd.dispatch(step, (self.buf, tmp.buf), words, *grid(state, rows * N // 2))
                     j //= 2
                 k *= 2
         if N == n:
