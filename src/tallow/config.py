@@ -78,10 +78,15 @@ def _count(text: str):
 def count(name: str, default, value=FROM_ENV, minimum: int = 0, default_text: str | None = None):
     """A count variable (ASCII digits, at least ``minimum``), or ``default`` when
     unset or invalid."""
-    raw = _raw(name, value)
+    return parse_count(name, _raw(name, value), default, minimum, default_text)
+
+
+def parse_count(name: str, raw, default, minimum: int = 0, default_text: str | None = None):
+    """The count parser itself, for a setting given as a value (``name`` labels the
+    warning): None -> ``default``."""
     if raw is None:
         return default
-    n = _count(raw.strip())
+    n = _count(str(raw).strip())
     if n is None or n < minimum:
         expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         _invalid(name, raw, expected, default_text or f"the default {default}")

@@ -302,7 +302,7 @@ class Commands:
             self.forget(dropped)
 
     def set_ops_per_submit(self, value) -> int:
-        n = parse_ops_per_submit(value, "ops_per_submit")
+        n = max(config.parse_count("ops_per_submit", value, DEFAULT_OPS_PER_SUBMIT), 1)
         with self.lock:
             self.per_submit = n
         return n
