@@ -1,0 +1,243 @@
+"""tallow's compiled CPU kernels for quantized matmul (an optional C extension).
+
+``_kernels.c`` holds byte dot-product kernels (AVX2 ``vpmaddubsw``, AVX-512
+VNNI ``vpdpbusd``, a scalar C fallback; the widest the CPU supports is chosen
+at import) over weights repacked once into rows interleaved eight at a time.
+They compute exactly what the numba and NumPy paths of
+:mod:`tallow.quantized` compute (ggml's block arithmetic), so those stay the
+fallbacks and the test oracles.
+
+The extension is built from source by ``pip install`` (``setup.py``); when it
+is missing (no compiler), or ``TALLOW_NO_NATIVE=1``, :func:`available` is
+False and quantized matmul uses the numba path.  ``TALLOW_NATIVE_ISA``
+(``scalar``, ``avx2``, ``avx512vnni``) narrows the instruction set.
+
+Formats: Q4_0 (its own layout, the GGUF size), Q8_0, and Q5_0 in the Q8_0
+layout (its 5-bit values stored as bytes: 1.55x the GGUF bytes of those
+tensors, the same integer sums).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from ....quantized.blocks import byte_blocks
+from ....quantized.types import ggml_type
+
+try:  # the extension is optional
+    from . import _kernels
+except ImportError as e:  # pragma: no cover - exercised on machines without a compiler
+    _kernels = None
+    _import_error = f"{type(e).__name__}: {e}"
+else:
+    _import_error = None
+
+ENV_DISABLE = "TALLOW_NO_NATIVE"
+ENV_ISA = "TALLOW_NATIVE_ISA"
+ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
+QK = 32
+SUPPORTED = ("Q4_0", "Q8_0", "Q5_0")
+
+_isa_checked = False
+
+
+def disabled() -> bool:
+    """``TALLOW_NO_NATIVE`` set to anything but "" or "0"."""
+    return os.environ.get(ENV_DISABLE, "") not in ("", "0")
+
+
+def available() -> bool:
+    """True when the compiled kernels are built, importable and not disabled."""
+    global _isa_checked
+    if _kernels is None or disabled():
+        return False
+    if not _isa_checked:
+        want = os.environ.get(ENV_ISA, "")
+        if want:
+            try:
+                _kernels.set_isa(want)
+            except ValueError:
+                pass  # an unknown or unsupported name keeps the CPU's best
+        _isa_checked = True
+    return True
+
+
+def supports(type_name: str) -> bool:
+    """Whether the compiled kernels multiply weights of this GGML type."""
+    return type_name in SUPPORTED and available()
+
+
+def status() -> dict:
+    """Built or not (and why), the instruction set in use and the CPU's best."""
+    usable = available()
+    return {"native": usable, "disabled": disabled(), "error": _import_error,
+            "isa": _kernels.isa() if _kernels is not None else None,
+            "best_isa": _kernels.best_isa() if _kernels is not None else None}
+
+
+def set_isa(name: str) -> None:
+    """Use the ``scalar``, ``avx2`` or ``avx512vnni`` kernels (at most what the CPU has)."""
+    _kernels.set_isa(name)
+
+
+def isa() -> str | None:
+    return _kernels.isa() if _kernels is not None else None
+
+
+# ------------------------------------------------------------------- repacking
+def _interleave(d: np.ndarray, qs: np.ndarray, n: int, nb: int) -> np.ndarray:
+    """Blocks' f16 scales ``d`` (n*nb, 2) and quants ``qs`` (n*nb, B) bytes -> (groups, nb, 16 + 8 B).
+
+    Rows padded with zero blocks to a multiple of eight; for each group of eight
+    rows and block position: the eight scales, then the quants four bytes at a
+    time, row after row (see ``_kernels.c``).
+    """
+    width = qs.shape[1]
+    groups = -(-n // ROWS)
+    pad = groups * ROWS - n
+    d = d.reshape(n, nb, 2)
+    qs = qs.reshape(n, nb, width)
+    if pad:
+        d = np.concatenate([d, np.zeros((pad, nb, 2), np.uint8)])
+        qs = np.concatenate([qs, np.zeros((pad, nb, width), np.uint8)])
+    out = np.empty((groups, nb, 16 + ROWS * width), np.uint8)
+    out[:, :, :16] = d.reshape(groups, ROWS, nb, 2).transpose(0, 2, 1, 3).reshape(groups, nb, 16)
+    q = qs.reshape(groups, ROWS, nb, width // 4, 4).transpose(0, 2, 3, 1, 4)
+    out[:, :, 16:] = q.reshape(groups, nb, ROWS * width)
+    return out
+
+
+def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
+    """GGML blocks of an ``(n, k)`` weight -> (kernel format, interleaved bytes)."""
+    t = ggml_type(type_name)
+    blocks = byte_blocks(raw, n * k, t.block_size, t.type_size, t.name)
+    nb = k // QK
+    if t.name == "Q4_0":
+        return _kernels.Q4_0, _interleave(blocks[:, :2], blocks[:, 2:], n, nb)
+    if t.name == "Q8_0":
+        return _kernels.Q8_0, _interleave(blocks[:, :2], blocks[:, 2:], n, nb)
+    if t.name == "Q5_0":
+        from ....quantized import legacy
+
+        q = legacy._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
+        return _kernels.Q8_0, _interleave(blocks[:, :2], q.view(np.uint8), n, nb)
+    raise ValueError(f"{t.name} has no compiled kernel (supported: {', '.join(SUPPORTED)})")
+
+
+class NativeWeight:
+    """A ``(n, k)`` quantized weight repacked for the compiled kernels.
+
+    ``matmul_t(x)`` is ``x @ W.T`` with ggml's arithmetic; ``matvec(x, out)``
+    the single-row product written into ``out``, in one call and no checks
+    (the decode path's form).  A non-finite activation falls back to the NumPy
+    path of :mod:`tallow.quantized.vec_dot`, which defines those cases.
+    """
+
+    def __init__(self, raw, w_type, n: int, k: int):
+        t = ggml_type(w_type)
+        if k <= 0 or k % QK:
+            raise ValueError(f"{t.name} weight: k={k} must be a positive multiple of {QK}")
+        self.type, self.n, self.k = t, int(n), int(k)
+        self.nb = self.k // QK
+        self.groups = -(-self.n // ROWS)
+        self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
+        self._raw = raw  # for the non-finite fallback only (a view of the file's map)
+        self._scratch = threading.local()
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.nbytes
+
+    def _fallback(self, x2: np.ndarray) -> np.ndarray:
+        from ....quantized.vec_dot import matmul_t
+
+        return matmul_t(x2, self._raw, self.type, self.n, self.k, num_threads=1)
+
+    def scratch(self) -> np.ndarray:
+        """A per-thread byte buffer for the activation's quantized form (one row)."""
+        s = getattr(self._scratch, "buf", None)
+        if s is None:
+            s = self._scratch.buf = np.empty(self.k + self.nb * 8, np.uint8)
+        return s
+
+    def matvec(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out = W @ x`` for contiguous f32 ``x`` (k,) and ``out`` (n,); no argument checks."""
+        if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x, out, self.scratch()):
+            out[:] = self._fallback(x.reshape(1, -1)).reshape(-1)
+        return out
+
+    def matmul_t(self, x: np.ndarray, num_threads: int | None = None) -> np.ndarray:
+        """``x @ W.T`` for ``x`` (..., k)."""
+        x = np.asarray(x, dtype=np.float32)
+        if x.shape[-1:] != (self.k,):
+            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {self.k}) for a "
+                             f"({self.n}, {self.k}) weight")
+        lead = x.shape[:-1]
+        x2 = np.ascontiguousarray(x.reshape(-1, self.k))
+        m = x2.shape[0]
+        out = np.empty((m, self.n), np.float32)
+        if m == 0 or self.n == 0:
+            return out.reshape(lead + (self.n,))
+        if m == 1:
+            self.matvec(x2.reshape(-1), out.reshape(-1))
+            return out.reshape(lead + (self.n,))
+        xq = np.empty((m, self.k), np.int8)
+        xd = np.empty((m, self.nb), np.float32)
+        xs = np.empty((m, self.nb), np.int32)
+        if not _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs):
+            return self._fallback(x2).reshape(lead + (self.n,))
+        threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
+        args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
+        if threads == 1:
+            _kernels.matmul_q(*args, 0, self.groups)
+        else:
+            run_pieces(lambda a, b: _kernels.matmul_q(*args, a, b), self.groups, threads)
+        return out.reshape(lead + (self.n,))
+
+
+# ------------------------------------------------------------------- threads
+# A product is split across threads only when each thread gets a few hundred
+# microseconds of work: a matrix-vector product (one token of decoding) never
+# is, so a busy core cannot stall it; prompt-sized products are.
+MIN_WORK_PER_THREAD = 1 << 23  # multiply-adds
+
+
+def plan_threads(m: int, n: int, k: int, groups: int, num_threads: int | None) -> int:
+    """Threads for an (m, k) x (k, n) product: 1 for matrix-vector and small products."""
+    if m <= 1:
+        return 1
+    if num_threads is None:
+        from ....utils import get_num_threads
+
+        num_threads = get_num_threads()
+    return max(1, min(num_threads, groups, (m * n * k) // MIN_WORK_PER_THREAD))
+
+
+def run_pieces(fn, total: int, threads: int) -> None:
+    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they free up.
+
+    Several pieces per thread, the calling thread among the workers: a core
+    busy with another process delays one piece, not half the product.  Workers
+    block on the pool's queue when idle (no spinning).
+    """
+    from ....quantized.vec_dot import _executor, _split
+
+    pieces = iter(_split(total, min(total, threads * 4), 1))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                piece = next(pieces, None)
+            if piece is None:
+                return
+            fn(*piece)
+
+    pool = _executor(threads - 1)
+    futures = [pool.submit(worker) for _ in range(threads - 1)]
+    worker()
+    for f in futures:
+        f.result()
