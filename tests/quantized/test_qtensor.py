@@ -6,6 +6,7 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gq
 
 import tallow as tl
+from tallow.backends.cpu import native
 from tallow.quantized import QMatMul, QTensor, fast, ggml_type, matmul_t_dequantized
 from test_vec_dot import reference_matmul
 
@@ -14,7 +15,7 @@ FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2k", "q3k", "q4k", 
            "f16", "f32", "bf16"]
 GGUF_QUANTIZE = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32"]
 GGUF_DEQUANTIZE = GGUF_QUANTIZE + ["Q2K", "Q3K", "Q4K", "Q5K", "Q6K"]
-PATHS = ["numba", "numpy"] if fast.available() else ["numpy"]
+PATHS = (["native"] if native.available() else []) + (["numba", "numpy"] if fast.available() else ["numpy"])
 
 
 def gguf_type(name):
@@ -87,6 +88,10 @@ def test_from_bytes_round_trip_and_checks():
 def test_qmatmul_computes_ggml_products(monkeypatch, path, name):
     if path == "numpy":
         monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+    if path != "native":
+        monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+    elif name not in native.SUPPORTED:
+        path = PATHS[1]  # the compiled C kernels leave this format to numba
     rng = np.random.default_rng(5)
     w = rng.standard_normal((6, 512)).astype(F)
     x = rng.standard_normal((2, 3, 512)).astype(F)

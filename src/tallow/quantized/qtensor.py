@@ -10,9 +10,11 @@ GPU they are a ``u8`` tensor on that device.
 ``forward(x) = x @ W.T`` for ``x`` of shape ``(..., k)``.  What it computes is
 ggml's quantized matmul (see ``README-quantized.md``): the activations are
 quantized to the weight format's dot type and block products are exact
-integer sums, then scaled.  On the CPU that runs the compiled kernel of
+integer sums, then scaled.  On the CPU that runs the C kernels of
+:mod:`tallow.backends.cpu.native` for the formats they cover (Q4_0, Q8_0,
+Q5_0; byte dot products), else the compiled kernel of
 :mod:`tallow.quantized.fast` (numba), else the NumPy path of
-:mod:`tallow.quantized.vec_dot`.  F32/F16/BF16 weights, and every weight
+:mod:`tallow.quantized.vec_dot`; all give the same bits.  F32/F16/BF16 weights, and every weight
 when ``TALLOW_DEQUANTIZE_ALL=1`` (candle's ``CANDLE_DEQUANTIZE_ALL``) or
 ``QMatMul(qt, dequantize=True)``, are dequantized once and multiplied as an
 f32 matrix instead.
@@ -276,9 +278,13 @@ class QMatMul:
         elif qtensor.device.kind != "cpu":
             self.path = "gpu" if _gpu_supports(t.name) else "gpu-dequantized"
         else:
+            from ..backends.cpu import native
             from . import fast
 
-            self.path = "numba" if fast.available() else "numpy"
+            if native.supports(t.name):
+                self.path = "native"
+            else:
+                self.path = "numba" if fast.available() else "numpy"
 
     @staticmethod
     def from_qtensor(qtensor: QTensor, dequantize: bool | None = None) -> "QMatMul":
@@ -304,6 +310,10 @@ class QMatMul:
     def prepared(self):
         """The CPU weight in the layout of this QMatMul's path (built once)."""
         q = self.qtensor
+        if self.path == "native":
+            from ..backends.cpu.native import NativeWeight
+
+            return q._cached("native", lambda: NativeWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
         if self.path == "numba":
             from .fast import TiledWeight
 

@@ -145,7 +145,6 @@ class NativeWeight:
         self.groups = -(-self.n // ROWS)
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
         self._raw = raw  # for the non-finite fallback only (a view of the file's map)
-        self._scratch = threading.local()
 
     @property
     def nbytes(self) -> int:
@@ -156,16 +155,9 @@ class NativeWeight:
 
         return matmul_t(x2, self._raw, self.type, self.n, self.k, num_threads=1)
 
-    def scratch(self) -> np.ndarray:
-        """A per-thread byte buffer for the activation's quantized form (one row)."""
-        s = getattr(self._scratch, "buf", None)
-        if s is None:
-            s = self._scratch.buf = np.empty(self.k + self.nb * 8, np.uint8)
-        return s
-
     def matvec(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out = W @ x`` for contiguous f32 ``x`` (k,) and ``out`` (n,); no argument checks."""
-        if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x, out, self.scratch()):
+        if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x, out):
             out[:] = self._fallback(x.reshape(1, -1)).reshape(-1)
         return out
 

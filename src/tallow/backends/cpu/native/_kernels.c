@@ -309,6 +309,51 @@ Q4_0_GROUP(q4_0_vnni, AVX512, Q4_DOT_VNNI)
 Q8_0_GROUP(q8_0_avx2, AVX2, Q8_DOT_AVX2)
 Q8_0_GROUP(q8_0_vnni, AVX512, Q8_DOT_VNNI)
 
+/* quantize_q8_0_row with eight lanes: the same float operations (x * inv, then
+ * round half away from zero through trunc), so the same integers. */
+AVX2 static int quantize_q8_0_row_avx2(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028235e38f);
+    const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f), one = _mm256_set1_ps(1.0f);
+    for (int64_t b = 0; b < k / QK; b++) {
+        const float *xb = x + b * QK;
+        __m256 v[4], amax = _mm256_setzero_ps();
+        int finite = 0xff;
+        for (int u = 0; u < 4; u++) {
+            v[u] = _mm256_loadu_ps(xb + 8 * u);
+            __m256 a = _mm256_andnot_ps(sign, v[u]);
+            finite &= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_LE_OQ));
+            amax = _mm256_max_ps(amax, a);
+        }
+        if (finite != 0xff) return 0;
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float d = _mm_cvtss_f32(m4) / 127.0f;
+        float inv = d == 0.0f ? 0.0f : 1.0f / d;
+        __m256 vinv = _mm256_set1_ps(inv);
+        __m256i qi[4], total = _mm256_setzero_si256();
+        for (int u = 0; u < 4; u++) {
+            __m256 p = _mm256_mul_ps(v[u], vinv);
+            __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __m256 f = _mm256_sub_ps(p, t);
+            t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, half, _CMP_GE_OQ), one));
+            t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, mhalf, _CMP_LE_OQ), one));
+            qi[u] = _mm256_cvttps_epi32(t);
+            total = _mm256_add_epi32(total, qi[u]);
+        }
+        __m256i q16a = _mm256_packs_epi32(qi[0], qi[1]), q16b = _mm256_packs_epi32(qi[2], qi[3]);
+        __m256i q8 = _mm256_packs_epi16(q16a, q16b);
+        q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(xq + b * QK), q8);
+        __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
+        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
+        xs[b] = _mm_cvtsi128_si32(t4);
+        xd[b] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)));
+    }
+    return 1;
+}
+
 #define DRIVER(NAME, ATTR, FMT)                                                                    \
     ATTR static void NAME(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, \
                           const float *xd, const int32_t *xs, int64_t m, float *out, int64_t n) {  \
@@ -331,6 +376,13 @@ DRIVER(q4_0_vnni, AVX512, FMT_Q4_0)
 DRIVER(q8_0_avx2, AVX2, FMT_Q8_0)
 DRIVER(q8_0_vnni, AVX512, FMT_Q8_0)
 #endif /* TALLOW_X86 */
+
+static int quantize_row(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs) {
+#ifdef TALLOW_X86
+    if (active_isa >= ISA_AVX2) return quantize_q8_0_row_avx2(x, k, xq, xd, xs);
+#endif
+    return quantize_q8_0_row(x, k, xq, xd, xs);
+}
 
 static kernel_fn pick_kernel(int fmt) {
 #ifdef TALLOW_X86
@@ -378,7 +430,7 @@ static PyObject *py_quantize_q8_0(PyObject *self, PyObject *const *args, Py_ssiz
         int ok = 1;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t i = 0; i < m && ok; i++)
-            ok = quantize_q8_0_row((const float *)b[0].view.buf + i * k, k, (int8_t *)b[1].view.buf + i * k,
+            ok = quantize_row((const float *)b[0].view.buf + i * k, k, (int8_t *)b[1].view.buf + i * k,
                                    (float *)b[2].view.buf + i * nb, (int32_t *)b[3].view.buf + i * nb);
         Py_END_ALLOW_THREADS
         res = PyBool_FromLong(ok);
@@ -417,33 +469,46 @@ static PyObject *py_matmul_q(PyObject *self, PyObject *const *args, Py_ssize_t n
     return res;
 }
 
-/* matvec_q(fmt, w, n, k, x f32 (k), out f32 (n), scratch bytes >= k + k/8 * 2 * 4) -> bool:
- * quantize x and multiply, one call, on the calling thread. */
+/* matvec_q(fmt, w, n, k, x f32 (k), out f32 (n)) -> bool: quantize x and multiply, one
+ * call, on the calling thread (the activation's quantized form lives on the stack). */
+#define STACK_K 16384
 static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "matvec_q takes 7 arguments");
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "matvec_q takes 6 arguments");
     int fmt = (int)PyLong_AsLong(args[0]);
     int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
     if ((fmt != FMT_Q4_0 && fmt != FMT_Q8_0) || n < 0 || k <= 0 || k % QK)
         return PyErr_Format(PyExc_ValueError, "matvec_q: bad format or shape");
     int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QK;
-    buf_t b[4];
+    buf_t b[3];
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
     if (get_buf(args[1], &b[0], 0, groups * nb * block_bytes(fmt), "w") && get_buf(args[4], &b[1], 0, k * 4, "x") &&
-        get_buf(args[5], &b[2], 1, n * 4, "out") && get_buf(args[6], &b[3], 1, k + nb * 8, "scratch")) {
-        int8_t *xq = (int8_t *)b[3].view.buf;
-        float *xd = (float *)(xq + k);
-        int32_t *xs = (int32_t *)(xd + nb);
+        get_buf(args[5], &b[2], 1, n * 4, "out")) {
+        int8_t stack_q[STACK_K];
+        float stack_d[STACK_K / QK];
+        int32_t stack_s[STACK_K / QK];
+        int8_t *xq = stack_q;
+        float *xd = stack_d;
+        int32_t *xs = stack_s;
+        void *heap = NULL;
+        if (k > STACK_K) {
+            heap = PyMem_RawMalloc((size_t)(k + nb * 8));
+            if (!heap) { release(b, 3); return PyErr_NoMemory(); }
+            xq = (int8_t *)heap;
+            xd = (float *)(xq + k);
+            xs = (int32_t *)(xd + nb);
+        }
         int ok;
         Py_BEGIN_ALLOW_THREADS
-        ok = quantize_q8_0_row((const float *)b[1].view.buf, k, xq, xd, xs);
+        ok = quantize_row((const float *)b[1].view.buf, k, xq, xd, xs);
         if (ok) pick_kernel(fmt)((const uint8_t *)b[0].view.buf, nb, 0, groups, xq, xd, xs, 1, (float *)b[2].view.buf, n);
         Py_END_ALLOW_THREADS
+        PyMem_RawFree(heap);
         res = PyBool_FromLong(ok);
     }
-    release(b, 4);
+    release(b, 3);
     return res;
 }
 
