@@ -20,10 +20,11 @@ else:
 setup(
     ext_modules=[
         Extension(
-            "tallow.backends.cpu.native._kernels",
-            sources=["src/tallow/backends/cpu/native/_kernels.c"],
+            f"tallow.backends.cpu.native.{name}",
+            sources=[f"src/tallow/backends/cpu/native/{name}.c"],
             extra_compile_args=flags,
             optional=True,
         )
+        for name in ("_kernels", "_ops")
     ]
 )
