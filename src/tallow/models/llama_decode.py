@@ -315,17 +315,13 @@ class LlamaDecoder:
         q = np.empty((s, nh * d), F32)
         att = np.empty((s, nh * d), F32)
         act = np.empty((s, f), F32)
-        threads = native.plan_threads(s, nh * d, max(pos0 + s, 1) * d, nh, None)
+        threads = native.plan_threads(s, nh * d, (pos0 + s) * d, nkv, None)
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
             qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
             ops.rope_store(qkv, s, nh, nkv, d, self.cos, self.sin, pos0, q, kc, vc, cap)
-            args = (q, kc, vc, att, s, nh, nkv, d, cap, pos0, self.scale)
-            if threads > 1:
-                native.run_pieces(lambda a, b_: ops.attention(*args, a, b_), nh, threads)
-            else:
-                ops.attention(*args, 0, nh)
+            self._prompt_attention(q, kc, vc, att, s, pos0, threads)
             o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)
             ops.rms_norm(x, layer.ffn_norm, xn, s, h, eps, o)
             gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
@@ -334,3 +330,17 @@ class LlamaDecoder:
         out = np.empty((s, h), F32)
         ops.rms_norm(x, self.norm, out, s, h, eps, pending)
         return out
+
+    def _prompt_attention(self, q, kc, vc, att, s, pos0, threads):
+        """Causal attention of s queries as matrix products: (s group, d) x (d, total) per key head."""
+        nh, nkv, d = self.nh, self.nkv, self.d
+        group, total = nh // nkv, pos0 + s
+        qh = q.reshape(s, nkv, group, d).transpose(1, 0, 2, 3).reshape(nkv, s * group, d)
+        scores = np.matmul(qh, kc[:, :total].transpose(0, 2, 1))  # (nkv, s group, total)
+        args = (scores, s, group, total, pos0, self.scale)
+        if threads > 1:
+            native.run_pieces(lambda a, b: _ops.causal_softmax(*args, a, b), nkv, threads)
+        else:
+            _ops.causal_softmax(*args, 0, nkv)
+        out = np.matmul(scores, vc[:, :total])  # (nkv, s group, d)
+        att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)

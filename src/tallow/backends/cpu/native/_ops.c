@@ -139,6 +139,67 @@ AVX2 static void f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
 }
 #endif
 
+#ifdef TALLOW_X86
+/* exp of eight floats: Cephes' expf (range reduction by ln 2 in two parts, degree-5
+ * polynomial), within 2 ulp of expf over the range where the result is normal. */
+AVX2 static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
+    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* p[t] = exp(p[t] - mx) for t < n; returns the sum. */
+AVX2 static float exp_shift_sum_avx2(float *p, int64_t n, float mx) {
+    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + t), vm));
+        _mm256_storeu_ps(p + t, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum8(acc);
+    for (; t < n; t++) {
+        p[t] = expf(p[t] - mx);
+        sum += p[t];
+    }
+    return sum;
+}
+
+AVX2 static void silu_mul_avx2(const float *g, const float *u, float *out, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 den = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) out[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+#endif
+
+static float exp_shift_sum(float *p, int64_t n, float mx) {
+#ifdef TALLOW_X86
+    if (use_avx2) return exp_shift_sum_avx2(p, n, mx);
+#endif
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        p[t] = expf(p[t] - mx);
+        sum += p[t];
+    }
+    return sum;
+}
+
 static inline float dot(const float *a, const float *b, int64_t n) {
 #ifdef TALLOW_X86
     if (use_avx2) return dot_avx2(a, b, n);
@@ -307,11 +368,7 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
                     scores[t] = v;
                     mx = v > mx ? v : mx;
                 }
-                float sum = 0.0f;
-                for (int64_t t = 0; t < total; t++) {
-                    scores[t] = expf(scores[t] - mx);
-                    sum += scores[t];
-                }
+                float sum = exp_shift_sum(scores, total, mx);
                 float *o = out + (r * nh + h) * d;
                 memset(o, 0, (size_t)d * 4);
                 float inv = 1.0f / sum;
@@ -324,6 +381,46 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
         res = Py_None;
     }
     release(b, 4);
+    return res;
+}
+
+/* causal_softmax(scores, s, group, total, pos0, scale, r0, r1): scores (r, s, group, total)
+ * for blocks r in [r0, r1): row (i, g) keeps its first pos0 + i + 1 entries, scaled and
+ * softmaxed; the rest (later positions) become 0. */
+static PyObject *py_causal_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "causal_softmax takes 8 arguments");
+    int64_t a[4], rr[2];
+    if (!ints(args, 1, 4, a) || !ints(args, 6, 2, rr)) return NULL;
+    float scale = (float)PyFloat_AsDouble(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t s = a[0], group = a[1], total = a[2], pos0 = a[3];
+    if (pos0 + s > total) return PyErr_Format(PyExc_ValueError, "causal_softmax: positions past the scores");
+    buf_t b[1];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 1, rr[1] * s * group * total * 4, "scores")) {
+        float *sc = (float *)b[0].v.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t r = rr[0]; r < rr[1]; r++)
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t g = 0; g < group; g++) {
+                    float *p = sc + ((r * s + i) * group + g) * total;
+                    int64_t valid = pos0 + i + 1;
+                    float mx = -INFINITY;
+                    for (int64_t t = 0; t < valid; t++) {
+                        p[t] *= scale;
+                        mx = p[t] > mx ? p[t] : mx;
+                    }
+                    float inv = 1.0f / exp_shift_sum(p, valid, mx);
+                    for (int64_t t = 0; t < valid; t++) p[t] *= inv;
+                    memset(p + valid, 0, (size_t)(total - valid) * 4);
+                }
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 1);
     return res;
 }
 
@@ -341,11 +438,17 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (get_buf(args[0], &b[0], 0, s * 2 * f * 4, "gu") && get_buf(args[3], &b[1], 1, s * f * 4, "out")) {
         const float *gu = (const float *)b[0].v.buf;
         float *out = (float *)b[1].v.buf;
-        for (int64_t r = 0; r < s; r++)
-            for (int64_t i = 0; i < f; i++) {
-                float g = gu[r * 2 * f + i], u = gu[r * 2 * f + f + i];
-                out[r * f + i] = (g / (1.0f + expf(-g))) * u;
+        for (int64_t r = 0; r < s; r++) {
+            const float *g = gu + r * 2 * f, *u = g + f;
+            float *o = out + r * f;
+#ifdef TALLOW_X86
+            if (use_avx2) {
+                silu_mul_avx2(g, u, o, f);
+                continue;
             }
+#endif
+            for (int64_t i = 0; i < f; i++) o[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+        }
         Py_INCREF(Py_None);
         res = Py_None;
     }
@@ -448,6 +551,7 @@ static PyMethodDef methods[] = {
     {"rope_store", FC(py_rope_store), "Rotary embedding of q and k, k and v written to the cache."},
     {"attention", FC(py_attention), "Causal attention over the cache."},
     {"silu_mul", FC(py_silu_mul), "silu(gate) * up."},
+    {"causal_softmax", FC(py_causal_softmax), "Scaled causal softmax of attention scores."},
     {"matvec_float", FC(py_matvec_float), "f32/f16 weight rows times activation rows."},
     {"f16_to_f32", FC(py_f16_to_f32), "f16 -> f32 conversion."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 versions."},
