@@ -134,6 +134,8 @@ def test_shapes_and_types_are_checked():
 
 
 def test_single_rows_and_small_products_stay_on_one_thread():
-    assert native.plan_threads(1, 49152, 576, 6144, 2) == 1
+    assert native.plan_threads(1, 1536, 576, 192, 2) == 1  # a layer's matrix-vector product
     assert native.plan_threads(4, 64, 576, 8, 2) == 1
+    assert native.plan_threads(1, 49152, 576, 6144, 2) == 2  # a vocabulary-sized output layer
+    assert native.plan_threads(1, 49152, 576, 6144, 1) == 1
     assert native.plan_threads(512, 1536, 576, 192, 2) == 2

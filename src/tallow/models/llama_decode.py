@@ -112,10 +112,15 @@ class _TiledProj:
         release_pages(t.data)
 
     def matvec(self, x, out):
-        out[:] = self.w.matmul_t(x.reshape(1, -1), num_threads=1).reshape(-1)
+        from ..utils import get_num_threads
+
+        # that path's own rule keeps small products on one thread
+        out[:] = self.w.matmul_t(x.reshape(1, -1), num_threads=get_num_threads()).reshape(-1)
 
     def matmul(self, x):
-        return self.w.matmul_t(x)
+        from ..utils import get_num_threads
+
+        return self.w.matmul_t(x, num_threads=get_num_threads())
 
 
 class _DequantizedProj(_FloatProj):

@@ -145,6 +145,7 @@ class NativeWeight:
         self.groups = -(-self.n // ROWS)
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
         self._raw = raw  # for the non-finite fallback only (a view of the file's map)
+        self._splittable = self.n * self.k >= 2 * MIN_WORK_PER_THREAD
 
     @property
     def nbytes(self) -> int:
@@ -156,7 +157,14 @@ class NativeWeight:
         return matmul_t(x2, self._raw, self.type, self.n, self.k, num_threads=1)
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """``out = W @ x`` for contiguous f32 ``x`` (k,) and ``out`` (n,); no argument checks."""
+        """``out = W @ x`` for contiguous f32 ``x`` (k,) and ``out`` (n,); no argument checks.
+
+        One call on this thread, except for weights large enough to be worth a
+        second thread (a vocabulary-sized output layer).
+        """
+        if self._splittable and plan_threads(1, self.n, self.k, self.groups, None) > 1:
+            out[:] = self.matmul_t(x.reshape(1, -1)).reshape(-1)
+            return out
         if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x, out):
             out[:] = self._fallback(x.reshape(1, -1)).reshape(-1)
         return out
@@ -173,15 +181,16 @@ class NativeWeight:
         out = np.empty((m, self.n), np.float32)
         if m == 0 or self.n == 0:
             return out.reshape(lead + (self.n,))
-        if m == 1:
-            self.matvec(x2.reshape(-1), out.reshape(-1))
+        threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
+        if m == 1 and threads == 1:
+            if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
+                out = self._fallback(x2)
             return out.reshape(lead + (self.n,))
         xq = np.empty((m, self.k), np.int8)
         xd = np.empty((m, self.nb), np.float32)
         xs = np.empty((m, self.nb), np.int32)
         if not _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs):
             return self._fallback(x2).reshape(lead + (self.n,))
-        threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
         args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
         if threads == 1:
             _kernels.matmul_q(*args, 0, self.groups)
@@ -192,14 +201,15 @@ class NativeWeight:
 
 # ------------------------------------------------------------------- threads
 # A product is split across threads only when each thread gets a few hundred
-# microseconds of work: a matrix-vector product (one token of decoding) never
-# is, so a busy core cannot stall it; prompt-sized products are.
+# microseconds of work (a hand-off costs tens): the matrix-vector products of a
+# decoder layer never are, so a busy core cannot stall them; prompt-sized
+# products and a vocabulary-sized output layer are, in pieces (run_pieces).
 MIN_WORK_PER_THREAD = 1 << 23  # multiply-adds
 
 
 def plan_threads(m: int, n: int, k: int, groups: int, num_threads: int | None) -> int:
-    """Threads for an (m, k) x (k, n) product: 1 for matrix-vector and small products."""
-    if m <= 1:
+    """Threads for an (m, k) x (k, n) product: 1 for small ones (every layer's matrix-vector product)."""
+    if m * n * k < 2 * MIN_WORK_PER_THREAD:
         return 1
     if num_threads is None:
         from ....utils import get_num_threads
