@@ -58,7 +58,7 @@ class _NativeProj:
         self.k = tensors[0].shape[1]
         self.n = sum(x.shape[0] for x in tensors)
         raw = tensors[0].data if len(tensors) == 1 else np.concatenate([x.data for x in tensors])
-        self.w = native.NativeWeight(raw, t, self.n, self.k)
+        self.w = native.NativeWeight(raw, t, self.n, self.k, source=[x.data for x in tensors])
         del raw
         for x in tensors:
             release_pages(x.data)
@@ -173,13 +173,14 @@ def release_pages(data: np.ndarray) -> None:
     """
     import mmap
 
-    base = data
-    while base is not None and not isinstance(base, np.memmap):
-        base = getattr(base, "base", None)
-    mm = getattr(base, "_mmap", None)
-    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+    root = data  # the array whose base is the mmap object itself: it starts at the map's start
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    mm = getattr(root, "base", None)
+    if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return
-    start = data.__array_interface__["data"][0] - base.__array_interface__["data"][0] + getattr(base, "offset", 0)
+    ptr = data.__array_interface__["data"][0]
+    start = ptr - root.__array_interface__["data"][0] + getattr(root, "offset", 0) % mmap.ALLOCATIONGRANULARITY
     page = mmap.PAGESIZE
     lo = -(-start // page) * page
     hi = (start + data.nbytes) // page * page

@@ -24,7 +24,7 @@ import threading
 
 import numpy as np
 
-from ....quantized.blocks import byte_blocks
+from ....quantized.blocks import as_bytes, byte_blocks
 from ....quantized.types import ggml_type
 
 try:  # the extension is optional
@@ -93,20 +93,27 @@ def _interleave(d: np.ndarray, qs: np.ndarray, n: int, nb: int) -> np.ndarray:
 
     Rows padded with zero blocks to a multiple of eight; for each group of eight
     rows and block position: the eight scales, then the quants four bytes at a
-    time, row after row (see ``_kernels.c``).
+    time, row after row (see ``_kernels.c``).  Done a slice of groups at a time,
+    so the temporaries stay small next to the result.
     """
     width = qs.shape[1]
     groups = -(-n // ROWS)
-    pad = groups * ROWS - n
     d = d.reshape(n, nb, 2)
     qs = qs.reshape(n, nb, width)
-    if pad:
-        d = np.concatenate([d, np.zeros((pad, nb, 2), np.uint8)])
-        qs = np.concatenate([qs, np.zeros((pad, nb, width), np.uint8)])
     out = np.empty((groups, nb, 16 + ROWS * width), np.uint8)
-    out[:, :, :16] = d.reshape(groups, ROWS, nb, 2).transpose(0, 2, 1, 3).reshape(groups, nb, 16)
-    q = qs.reshape(groups, ROWS, nb, width // 4, 4).transpose(0, 2, 3, 1, 4)
-    out[:, :, 16:] = q.reshape(groups, nb, ROWS * width)
+    step = max(1, (1 << 20) // max(1, nb * width * ROWS))  # about 1 MiB of quants per slice
+    for g0 in range(0, groups, step):
+        g1 = min(groups, g0 + step)
+        r0, r1 = g0 * ROWS, min(n, g1 * ROWS)
+        dd, qq = d[r0:r1], qs[r0:r1]
+        pad = (g1 - g0) * ROWS - (r1 - r0)
+        if pad:
+            dd = np.concatenate([dd, np.zeros((pad, nb, 2), np.uint8)])
+            qq = np.concatenate([qq, np.zeros((pad, nb, width), np.uint8)])
+        gs = g1 - g0
+        out[g0:g1, :, :16] = dd.reshape(gs, ROWS, nb, 2).transpose(0, 2, 1, 3).reshape(gs, nb, 16)
+        q = qq.reshape(gs, ROWS, nb, width // 4, 4).transpose(0, 2, 3, 1, 4)
+        out[g0:g1, :, 16:] = q.reshape(gs, nb, ROWS * width)
     return out
 
 
@@ -133,10 +140,12 @@ class NativeWeight:
     ``matmul_t(x)`` is ``x @ W.T`` with ggml's arithmetic; ``matvec(x, out)``
     the single-row product written into ``out``, in one call and no checks
     (the decode path's form).  A non-finite activation falls back to the NumPy
-    path of :mod:`tallow.quantized.vec_dot`, which defines those cases.
+    path of :mod:`tallow.quantized.vec_dot`, which defines those cases
+    (``source``: when ``raw`` is a temporary concatenation, the parts it was
+    made of, kept instead of the copy).
     """
 
-    def __init__(self, raw, w_type, n: int, k: int):
+    def __init__(self, raw, w_type, n: int, k: int, source=None):
         t = ggml_type(w_type)
         if k <= 0 or k % QK:
             raise ValueError(f"{t.name} weight: k={k} must be a positive multiple of {QK}")
@@ -144,7 +153,9 @@ class NativeWeight:
         self.nb = self.k // QK
         self.groups = -(-self.n // ROWS)
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
-        self._raw = raw  # for the non-finite fallback only (a view of the file's map)
+        # For the non-finite fallback only: the blocks (a view of the file's map), or
+        # ``source``, parts whose concatenation they are (not kept as a copy).
+        self._source = [raw] if source is None else list(source)
         self._splittable = self.n * self.k >= 2 * MIN_WORK_PER_THREAD
 
     @property
@@ -154,7 +165,8 @@ class NativeWeight:
     def _fallback(self, x2: np.ndarray) -> np.ndarray:
         from ....quantized.vec_dot import matmul_t
 
-        return matmul_t(x2, self._raw, self.type, self.n, self.k, num_threads=1)
+        raw = self._source[0] if len(self._source) == 1 else np.concatenate([as_bytes(p) for p in self._source])
+        return matmul_t(x2, raw, self.type, self.n, self.k, num_threads=1)
 
     def matvec(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out = W @ x`` for contiguous f32 ``x`` (k,) and ``out`` (n,); no argument checks.
