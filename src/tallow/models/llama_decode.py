@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - the extension is not built
     _ops = None
 
 F32 = np.float32
-_F16_TILE = 1024  # rows of an f16 weight converted at a time for a BLAS product
+_F16_TILE = 1024  # rows of a float weight per BLAS product in a prompt (f16 converted first)
 
 
 def available() -> bool:
@@ -83,18 +83,27 @@ class _FloatProj:
 
     def matmul(self, x):
         m = x.shape[0]
-        if not self.half:
-            return np.matmul(x, self.w.T)
         out = np.empty((m, self.n), F32)
-        if m <= 4:
+        if self.half and m <= 4:
             _ops.matvec_float(self.w, True, x, out, m, self.n, self.k, 0, self.n)
             return out
-        tile = np.empty((min(_F16_TILE, self.n), self.k), F32)
-        for r0 in range(0, self.n, _F16_TILE):
-            r1 = min(self.n, r0 + _F16_TILE)
-            t = tile[: r1 - r0]
-            _ops.f16_to_f32(self.w[r0:r1], t, t.size)
-            out[:, r0:r1] = x @ t.T
+        groups = -(-self.n // _F16_TILE)
+        threads = native.plan_threads(m, self.n, self.k, groups, None)
+
+        def rows(g0, g1):  # one BLAS call per tile of rows, on the calling thread's BLAS
+            for r0 in range(g0 * _F16_TILE, min(self.n, g1 * _F16_TILE), _F16_TILE):
+                r1 = min(self.n, r0 + _F16_TILE)
+                if self.half:
+                    t = np.empty((r1 - r0, self.k), F32)
+                    _ops.f16_to_f32(self.w[r0:r1], t, t.size)
+                else:
+                    t = self.w[r0:r1]
+                out[:, r0:r1] = x @ t.T
+
+        if threads > 1:
+            native.run_pieces(rows, groups, threads)
+        else:
+            rows(0, groups)
         return out
 
 
@@ -281,7 +290,12 @@ class LlamaDecoder:
         if s == 1:
             y = self._step(x.reshape(-1), pos0, state)
         else:
-            y = self._prompt(x, pos0, state)
+            from ..quantized.vec_dot import _single_threaded_blas
+
+            # BLAS's own threads spin after each product and would take the core the
+            # next step needs; the prompt's products are split by tallow's pool instead.
+            with _single_threaded_blas():
+                y = self._prompt(x, pos0, state)
         if last_only or s == 1:
             out = np.empty(self.vocab, F32)
             self.output.matvec(np.ascontiguousarray(y[-1] if s > 1 else y), out)
@@ -321,7 +335,7 @@ class LlamaDecoder:
         q = np.empty((s, nh * d), F32)
         att = np.empty((s, nh * d), F32)
         act = np.empty((s, f), F32)
-        threads = native.plan_threads(s, nh * d, (pos0 + s) * d, nkv, None)
+        threads = native.plan_threads(s * nh, pos0 + s, 2 * d, nkv, None)
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
@@ -342,11 +356,15 @@ class LlamaDecoder:
         nh, nkv, d = self.nh, self.nkv, self.d
         group, total = nh // nkv, pos0 + s
         qh = q.reshape(s, nkv, group, d).transpose(1, 0, 2, 3).reshape(nkv, s * group, d)
-        scores = np.matmul(qh, kc[:, :total].transpose(0, 2, 1))  # (nkv, s group, total)
-        args = (scores, s, group, total, pos0, self.scale)
+        out = np.empty((nkv, s * group, d), F32)
+
+        def heads(a, b):
+            scores = np.matmul(qh[a:b], kc[a:b, :total].transpose(0, 2, 1))  # (b - a, s group, total)
+            _ops.causal_softmax(scores, s, group, total, pos0, self.scale, 0, b - a)
+            np.matmul(scores, vc[a:b, :total], out=out[a:b])
+
         if threads > 1:
-            native.run_pieces(lambda a, b: _ops.causal_softmax(*args, a, b), nkv, threads)
+            native.run_pieces(heads, nkv, threads)
         else:
-            _ops.causal_softmax(*args, 0, nkv)
-        out = np.matmul(scores, vc[:, :total])  # (nkv, s group, d)
+            heads(0, nkv)
         att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)
