@@ -12,9 +12,10 @@ is missing (no compiler), or ``TALLOW_NO_NATIVE=1``, :func:`available` is
 False and quantized matmul uses the numba path.  ``TALLOW_NATIVE_ISA``
 (``scalar``, ``avx2``, ``avx512vnni``) narrows the instruction set.
 
-Formats: Q4_0 (its own layout, the GGUF size), Q8_0, and Q5_0 in the Q8_0
-layout (its 5-bit values stored as bytes: 1.55x the GGUF bytes of those
-tensors, the same integer sums).
+Formats: Q4_0 (its own layout, the GGUF size), Q8_0, Q5_0 in the Q8_0 layout
+(its 5-bit values stored as bytes: 1.55x the GGUF bytes of those tensors, the
+same integer sums), Q4K (the GGUF size plus unpacked 6-bit scales: 1.03x) and
+Q6K (its 6-bit values as bytes: 1.3x), the last two with Q8K activations.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ ENV_DISABLE = "TALLOW_NO_NATIVE"
 ENV_ISA = "TALLOW_NATIVE_ISA"
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
 QK = 32
-SUPPORTED = ("Q4_0", "Q8_0", "Q5_0")
+SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4K", "Q6K")
 
 _isa_checked = False
 
@@ -88,32 +89,32 @@ def isa() -> str | None:
 
 
 # ------------------------------------------------------------------- repacking
-def _interleave(d: np.ndarray, qs: np.ndarray, n: int, nb: int) -> np.ndarray:
-    """Blocks' f16 scales ``d`` (n*nb, 2) and quants ``qs`` (n*nb, B) bytes -> (groups, nb, 16 + 8 B).
+def _interleave(fields, n: int, nb: int) -> np.ndarray:
+    """Per-block byte fields of an (n, nb blocks) weight -> (groups, nb, bytes) in the x8 layout.
 
-    Rows padded with zero blocks to a multiple of eight; for each group of eight
-    rows and block position: the eight scales, then the quants four bytes at a
-    time, row after row (see ``_kernels.c``).  Done a slice of groups at a time,
-    so the temporaries stay small next to the result.
+    ``fields``: ``(array (n*nb, W) uint8, g)`` pairs, in layout order; each field
+    is interleaved across eight rows ``g`` bytes at a time (g = W: the rows'
+    fields one after another; g = 1: element by element; g = 4: the quants).
+    Rows are padded with zero blocks to a multiple of eight.  Done a slice of
+    groups at a time, so the temporaries stay small next to the result.
     """
-    width = qs.shape[1]
     groups = -(-n // ROWS)
-    d = d.reshape(n, nb, 2)
-    qs = qs.reshape(n, nb, width)
-    out = np.empty((groups, nb, 16 + ROWS * width), np.uint8)
-    step = max(1, (1 << 20) // max(1, nb * width * ROWS))  # about 1 MiB of quants per slice
+    widths = [a.shape[1] for a, _ in fields]
+    total = ROWS * sum(widths)
+    out = np.empty((groups, nb, total), np.uint8)
+    step = max(1, (1 << 20) // max(1, nb * total))  # about 1 MiB per slice
     for g0 in range(0, groups, step):
         g1 = min(groups, g0 + step)
         r0, r1 = g0 * ROWS, min(n, g1 * ROWS)
-        dd, qq = d[r0:r1], qs[r0:r1]
-        pad = (g1 - g0) * ROWS - (r1 - r0)
-        if pad:
-            dd = np.concatenate([dd, np.zeros((pad, nb, 2), np.uint8)])
-            qq = np.concatenate([qq, np.zeros((pad, nb, width), np.uint8)])
-        gs = g1 - g0
-        out[g0:g1, :, :16] = dd.reshape(gs, ROWS, nb, 2).transpose(0, 2, 1, 3).reshape(gs, nb, 16)
-        q = qq.reshape(gs, ROWS, nb, width // 4, 4).transpose(0, 2, 3, 1, 4)
-        out[g0:g1, :, 16:] = q.reshape(gs, nb, ROWS * width)
+        gs, pad = g1 - g0, (g1 - g0) * ROWS - (r1 - r0)
+        col = 0
+        for (a, gran), width in zip(fields, widths):
+            part = a.reshape(n, nb, width)[r0:r1]
+            if pad:
+                part = np.concatenate([part, np.zeros((pad, nb, width), np.uint8)])
+            part = part.reshape(gs, ROWS, nb, width // gran, gran).transpose(0, 2, 3, 1, 4)
+            out[g0:g1, :, col:col + ROWS * width] = part.reshape(gs, nb, ROWS * width)
+            col += ROWS * width
     return out
 
 
@@ -121,16 +122,27 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     """GGML blocks of an ``(n, k)`` weight -> (kernel format, interleaved bytes)."""
     t = ggml_type(type_name)
     blocks = byte_blocks(raw, n * k, t.block_size, t.type_size, t.name)
-    nb = k // QK
-    if t.name == "Q4_0":
-        return _kernels.Q4_0, _interleave(blocks[:, :2], blocks[:, 2:], n, nb)
-    if t.name == "Q8_0":
-        return _kernels.Q8_0, _interleave(blocks[:, :2], blocks[:, 2:], n, nb)
+    nb = k // t.block_size
+    if t.name in ("Q4_0", "Q8_0"):
+        fmt = _kernels.Q4_0 if t.name == "Q4_0" else _kernels.Q8_0
+        return fmt, _interleave([(blocks[:, :2], 2), (blocks[:, 2:], 4)], n, nb)
     if t.name == "Q5_0":
         from ....quantized import legacy
 
         q = legacy._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
-        return _kernels.Q8_0, _interleave(blocks[:, :2], q.view(np.uint8), n, nb)
+        return _kernels.Q8_0, _interleave([(blocks[:, :2], 2), (q.view(np.uint8), 4)], n, nb)
+    if t.name == "Q6K":
+        from ....quantized import kquants
+
+        q = kquants._q6_values(blocks).view(np.uint8)
+        return _kernels.Q6K, _interleave([(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (q, 4)], n, nb)
+    if t.name == "Q4K":
+        from ....quantized import kquants
+
+        sc, mn = kquants._k4_scales(blocks[:, 4:16])
+        fields = [(blocks[:, 0:2], 2), (blocks[:, 2:4], 2), (np.ascontiguousarray(sc, np.uint8), 1),
+                  (np.ascontiguousarray(mn, np.uint8), 1), (blocks[:, 16:144], 4)]
+        return _kernels.Q4K, _interleave(fields, n, nb)
     raise ValueError(f"{t.name} has no compiled kernel (supported: {', '.join(SUPPORTED)})")
 
 
@@ -147,12 +159,14 @@ class NativeWeight:
 
     def __init__(self, raw, w_type, n: int, k: int, source=None):
         t = ggml_type(w_type)
-        if k <= 0 or k % QK:
-            raise ValueError(f"{t.name} weight: k={k} must be a positive multiple of {QK}")
+        if k <= 0 or k % t.block_size:
+            raise ValueError(f"{t.name} weight: k={k} must be a positive multiple of {t.block_size}")
         self.type, self.n, self.k = t, int(n), int(k)
-        self.nb = self.k // QK
+        self.nb = self.k // t.block_size
         self.groups = -(-self.n // ROWS)
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
+        self.kquant = t.name in ("Q4K", "Q6K")  # Q8K activations, super-blocks of 256
+        self._matvec = _kernels.matvec_k if self.kquant else _kernels.matvec_q
         # For the non-finite fallback only: the blocks (a view of the file's map), or
         # ``source``, parts whose concatenation they are (not kept as a copy).
         self._source = [raw] if source is None else list(source)
@@ -177,7 +191,7 @@ class NativeWeight:
         if self._splittable and plan_threads(1, self.n, self.k, self.groups, None) > 1:
             out[:] = self.matmul_t(x.reshape(1, -1)).reshape(-1)
             return out
-        if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x, out):
+        if not self._matvec(self.fmt, self.packed, self.n, self.k, x, out):
             out[:] = self._fallback(x.reshape(1, -1)).reshape(-1)
         return out
 
@@ -194,20 +208,27 @@ class NativeWeight:
         if m == 0 or self.n == 0:
             return out.reshape(lead + (self.n,))
         threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
-        if m == 1 and threads == 1:
-            if not _kernels.matvec_q(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
+        if m == 1 and threads == 1 and self.k <= 16384:
+            if not self._matvec(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
                 out = self._fallback(x2)
             return out.reshape(lead + (self.n,))
         xq = np.empty((m, self.k), np.int8)
         xd = np.empty((m, self.nb), np.float32)
-        xs = np.empty((m, self.nb), np.int32)
-        if not _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs):
+        if self.kquant:  # Q8K: sixteen 16-element sums per super-block
+            xs = np.empty((m, self.nb * 16), np.int32)
+            ok = _kernels.quantize_q8k(x2, m, self.k, xq, xd, xs)
+            kernel = _kernels.matmul_k
+        else:
+            xs = np.empty((m, self.nb), np.int32)
+            ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs)
+            kernel = _kernels.matmul_q
+        if not ok:
             return self._fallback(x2).reshape(lead + (self.n,))
         args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
         if threads == 1:
-            _kernels.matmul_q(*args, 0, self.groups)
+            kernel(*args, 0, self.groups)
         else:
-            run_pieces(lambda a, b: _kernels.matmul_q(*args, a, b), self.groups, threads)
+            run_pieces(lambda a, b: kernel(*args, a, b), self.groups, threads)
         return out.reshape(lead + (self.n,))
 
 

@@ -392,6 +392,207 @@ static kernel_fn pick_kernel(int fmt) {
     return fmt == FMT_Q4_0 ? q4_0_scalar : q8_0_scalar;
 }
 
+
+/* ================================================================== K-quants (Q4K, Q6K)
+ * Activations are Q8K (256 per block: iscale = -127 / (the first element of largest
+ * magnitude), q = round-half-away(iscale x) clamped to [-128, 127], d = 1 / iscale,
+ * sixteen 16-element sums), as the numba path's quantizer.  Per super-block, as the
+ * numba kernel: isum = sum over sub-blocks of (integer scale x exact sub-block sum),
+ * then Q6K adds (d_w d_x) isum and Q4K (d_w d_x) isum - (dmin_w d_x) msum, where msum
+ * = sum of the eight minimums x their 32-element activation sums.
+ * Layouts (eight rows interleaved four bytes at a time, as above), per super-block:
+ *   Q6Kx8: d 8 x f16 (16) | scales [16 sub-blocks][8 rows] int8 (128) |
+ *          values -32..31 as bytes, vector v = elements 4v..4v+3 of each row (2048)
+ *   Q4Kx8: d 8 x f16 (16) | dmin 8 x f16 (16) | scales [8][8] (64) | mins [8][8] (64) |
+ *          nibbles (1024): vector 8c + v holds bytes 32c + 4v.. of each row's 128, whose
+ *          low nibbles are elements 4v.. of sub-block 2c and high ones of sub-block 2c + 1
+ */
+enum { FMT_Q4K = 2, FMT_Q6K = 3 };
+#define QKK 256
+static inline int64_t kblock_bytes(int fmt) { return fmt == FMT_Q6K ? 16 + 128 + 2048 : 32 + 128 + 1024; }
+
+static int quantize_q8k_row(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xbs) {
+    for (int64_t b = 0; b < k / QKK; b++) {
+        const float *xb = x + b * QKK;
+        float amax = 0.0f, mx = 0.0f;
+        for (int t = 0; t < QKK; t++) {
+            float a = fabsf(xb[t]);
+            if (!(a <= 3.4028235e38f)) return 0;
+            if (a > amax) { amax = a; mx = xb[t]; }
+        }
+        int8_t *q = xq + b * QKK;
+        if (mx == 0.0f) {
+            memset(q, 0, QKK);
+            xd[b] = 0.0f;
+        } else {
+            float iscale = -127.0f / mx;
+            for (int t = 0; t < QKK; t++) {
+                float v = round_away(iscale * xb[t]);
+                v = v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v);
+                q[t] = (int8_t)v;
+            }
+            xd[b] = 1.0f / iscale;
+        }
+        for (int u = 0; u < 16; u++) {
+            int32_t acc = 0;
+            for (int t = 0; t < 16; t++) acc += q[16 * u + t];
+            xbs[b * 16 + u] = acc;
+        }
+    }
+    return 1;
+}
+
+typedef void (*kkernel_fn)(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
+                           const float *xd, const int32_t *xbs, int64_t m, float *out, int64_t n);
+
+static void q6k_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, const float *xd,
+                       const int32_t *xbs, int64_t m, float *out, int64_t n) {
+    (void)xbs;
+    const int64_t bb = kblock_bytes(FMT_Q6K), k = nb * QKK;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t i = 0; i < m; i++) {
+            float acc[ROWS] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = w + (g * nb + b) * bb;
+                const int8_t *x = xq + i * k + b * QKK;
+                float dx = xd[i * nb + b];
+                for (int r = 0; r < ROWS; r++) {
+                    int32_t isum = 0;
+                    for (int sb = 0; sb < 16; sb++) {
+                        int32_t sum = 0;
+                        for (int v = 4 * sb; v < 4 * sb + 4; v++)
+                            for (int j = 0; j < 4; j++)
+                                sum += (int32_t)(int8_t)blk[144 + 32 * v + 4 * r + j] * x[4 * v + j];
+                        isum += sum * (int32_t)(int8_t)blk[16 + 8 * sb + r];
+                    }
+                    uint16_t hd;
+                    memcpy(&hd, blk + 2 * r, 2);
+                    acc[r] += (half_to_float(hd) * dx) * (float)isum;
+                }
+            }
+            store_rows(out + i * n, g, n, acc);
+        }
+}
+
+static void q4k_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, const float *xd,
+                       const int32_t *xbs, int64_t m, float *out, int64_t n) {
+    const int64_t bb = kblock_bytes(FMT_Q4K), k = nb * QKK;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t i = 0; i < m; i++) {
+            float acc[ROWS] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = w + (g * nb + b) * bb;
+                const int8_t *x = xq + i * k + b * QKK;
+                const int32_t *bs = xbs + (i * nb + b) * 16;
+                float dx = xd[i * nb + b];
+                for (int r = 0; r < ROWS; r++) {
+                    int32_t isum = 0, msum = 0;
+                    for (int c = 0; c < 4; c++) {
+                        int32_t lo = 0, hi = 0;
+                        for (int v = 0; v < 8; v++)
+                            for (int j = 0; j < 4; j++) {
+                                uint8_t byte = blk[160 + 32 * (8 * c + v) + 4 * r + j];
+                                lo += (int32_t)(byte & 15) * x[64 * c + 4 * v + j];
+                                hi += (int32_t)(byte >> 4) * x[64 * c + 32 + 4 * v + j];
+                            }
+                        isum += lo * (int32_t)blk[32 + 8 * (2 * c) + r] + hi * (int32_t)blk[32 + 8 * (2 * c + 1) + r];
+                    }
+                    for (int u = 0; u < 8; u++) msum += (int32_t)blk[96 + 8 * u + r] * (bs[2 * u] + bs[2 * u + 1]);
+                    uint16_t hd, hm;
+                    memcpy(&hd, blk + 2 * r, 2);
+                    memcpy(&hm, blk + 16 + 2 * r, 2);
+                    acc[r] += (half_to_float(hd) * dx) * (float)isum - (half_to_float(hm) * dx) * (float)msum;
+                }
+            }
+            store_rows(out + i * n, g, n, acc);
+        }
+}
+
+#ifdef TALLOW_X86
+AVX2 static void q6k_avx2(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, const float *xd,
+                          const int32_t *xbs, int64_t m, float *out, int64_t n) {
+    (void)xbs;
+    const int64_t bb = kblock_bytes(FMT_Q6K), k = nb * QKK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t i = 0; i < m; i++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = w + (g * nb + b) * bb;
+                const int8_t *x = xq + i * k + b * QKK;
+                __m256i isum = _mm256_setzero_si256();
+                for (int sb = 0; sb < 16; sb++) {
+                    __m256i s16 = _mm256_setzero_si256(), s16b = _mm256_setzero_si256();
+                    for (int v = 4 * sb; v < 4 * sb + 4; v += 2) {
+                        /* |x| x sign(w, x): |x| <= 128, |w| <= 32, so a lane of two pairs stays below 2^15 */
+                        __m256i W0 = _mm256_loadu_si256((const __m256i *)(blk + 144 + 32 * v));
+                        __m256i W1 = _mm256_loadu_si256((const __m256i *)(blk + 144 + 32 * (v + 1)));
+                        __m256i x0 = _mm256_set1_epi32(load_i32(x + 4 * v)), x1 = _mm256_set1_epi32(load_i32(x + 4 * v + 4));
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_abs_epi8(x0), _mm256_sign_epi8(W0, x0)));
+                        s16b = _mm256_add_epi16(s16b, _mm256_maddubs_epi16(_mm256_abs_epi8(x1), _mm256_sign_epi8(W1, x1)));
+                    }
+                    __m256i s32 = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_madd_epi16(s16b, ones));
+                    __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 16 + 8 * sb)));
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(s32, sc));
+                }
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+                __m256 f = _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xd[i * nb + b])), _mm256_cvtepi32_ps(isum));
+                acc = _mm256_add_ps(acc, f);
+            }
+            store_acc(out + i * n, g, n, acc);
+        }
+}
+
+AVX2 static void q4k_avx2(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, const float *xd,
+                          const int32_t *xbs, int64_t m, float *out, int64_t n) {
+    const int64_t bb = kblock_bytes(FMT_Q4K), k = nb * QKK;
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(15);
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t i = 0; i < m; i++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = w + (g * nb + b) * bb;
+                const int8_t *x = xq + i * k + b * QKK;
+                const int32_t *bs = xbs + (i * nb + b) * 16;
+                __m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+                for (int c = 0; c < 4; c++) {
+                    /* (0..15) x (-128..127): eight pairs per 16-bit lane stay below 2^15 */
+                    __m256i lo16 = _mm256_setzero_si256(), hi16 = _mm256_setzero_si256();
+                    for (int v = 0; v < 8; v++) {
+                        __m256i W = _mm256_loadu_si256((const __m256i *)(blk + 160 + 32 * (8 * c + v)));
+                        __m256i xl = _mm256_set1_epi32(load_i32(x + 64 * c + 4 * v));
+                        __m256i xh = _mm256_set1_epi32(load_i32(x + 64 * c + 32 + 4 * v));
+                        lo16 = _mm256_add_epi16(lo16, _mm256_maddubs_epi16(_mm256_and_si256(W, mask), xl));
+                        hi16 = _mm256_add_epi16(hi16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(W, 4), mask), xh));
+                    }
+                    __m256i scl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 32 + 8 * (2 * c))));
+                    __m256i sch = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 32 + 8 * (2 * c + 1))));
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_madd_epi16(lo16, ones), scl));
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_madd_epi16(hi16, ones), sch));
+                }
+                for (int u = 0; u < 8; u++) {
+                    __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 96 + 8 * u)));
+                    msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(mn, _mm256_set1_epi32(bs[2 * u] + bs[2 * u + 1])));
+                }
+                __m256 vdx = _mm256_set1_ps(xd[i * nb + b]);
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+                __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+                __m256 f = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dw, vdx), _mm256_cvtepi32_ps(isum)),
+                                         _mm256_mul_ps(_mm256_mul_ps(dm, vdx), _mm256_cvtepi32_ps(msum)));
+                acc = _mm256_add_ps(acc, f);
+            }
+            store_acc(out + i * n, g, n, acc);
+        }
+}
+#endif
+
+static kkernel_fn pick_kkernel(int fmt) {
+#ifdef TALLOW_X86
+    if (active_isa >= ISA_AVX2) return fmt == FMT_Q6K ? q6k_avx2 : q4k_avx2;
+#endif
+    return fmt == FMT_Q6K ? q6k_scalar : q4k_scalar;
+}
+
 /* ------------------------------------------------------------------ Python bindings */
 typedef struct {
     Py_buffer view;
@@ -512,6 +713,91 @@ static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t n
     return res;
 }
 
+
+/* quantize_q8k(x f32 (m*k), m, k, xq int8 (m*k), xd f32 (m*k/256), xbs i32 (m*k/16)) -> bool */
+static PyObject *py_quantize_q8k(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "quantize_q8k takes 6 arguments");
+    int64_t m = PyLong_AsLongLong(args[1]), k = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (m < 0 || k <= 0 || k % QKK) return PyErr_Format(PyExc_ValueError, "quantize_q8k: bad m or k");
+    int64_t nb = k / QKK;
+    buf_t b[4];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, m * k * 4, "x") && get_buf(args[3], &b[1], 1, m * k, "xq") &&
+        get_buf(args[4], &b[2], 1, m * nb * 4, "xd") && get_buf(args[5], &b[3], 1, m * nb * 64, "xbs")) {
+        int ok = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < m && ok; i++)
+            ok = quantize_q8k_row((const float *)b[0].view.buf + i * k, k, (int8_t *)b[1].view.buf + i * k,
+                                  (float *)b[2].view.buf + i * nb, (int32_t *)b[3].view.buf + i * nb * 16);
+        Py_END_ALLOW_THREADS
+        res = PyBool_FromLong(ok);
+    }
+    release(b, 4);
+    return res;
+}
+
+/* matmul_k(fmt, w, n, k, xq, xd, xbs, m, out, g0, g1) */
+static PyObject *py_matmul_k(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 11) return PyErr_Format(PyExc_TypeError, "matmul_k takes 11 arguments");
+    int fmt = (int)PyLong_AsLong(args[0]);
+    int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]), m = PyLong_AsLongLong(args[7]);
+    int64_t g0 = PyLong_AsLongLong(args[9]), g1 = PyLong_AsLongLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    if ((fmt != FMT_Q4K && fmt != FMT_Q6K) || n < 0 || k <= 0 || k % QKK || m < 0)
+        return PyErr_Format(PyExc_ValueError, "matmul_k: bad format or shape");
+    int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QKK;
+    if (g0 < 0 || g1 > groups || g0 > g1) return PyErr_Format(PyExc_ValueError, "matmul_k: bad group range");
+    buf_t b[5];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[1], &b[0], 0, groups * nb * kblock_bytes(fmt), "w") && get_buf(args[4], &b[1], 0, m * k, "xq") &&
+        get_buf(args[5], &b[2], 0, m * nb * 4, "xd") && get_buf(args[6], &b[3], 0, m * nb * 64, "xbs") &&
+        get_buf(args[8], &b[4], 1, m * n * 4, "out")) {
+        kkernel_fn fn = pick_kkernel(fmt);
+        Py_BEGIN_ALLOW_THREADS
+        fn((const uint8_t *)b[0].view.buf, nb, g0, g1, (const int8_t *)b[1].view.buf, (const float *)b[2].view.buf,
+           (const int32_t *)b[3].view.buf, m, (float *)b[4].view.buf, n);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 5);
+    return res;
+}
+
+/* matvec_k(fmt, w, n, k, x f32 (k), out f32 (n)) -> bool */
+static PyObject *py_matvec_k(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "matvec_k takes 6 arguments");
+    int fmt = (int)PyLong_AsLong(args[0]);
+    int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if ((fmt != FMT_Q4K && fmt != FMT_Q6K) || n < 0 || k <= 0 || k % QKK || k > STACK_K)
+        return PyErr_Format(PyExc_ValueError, "matvec_k: bad format or shape");
+    int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QKK;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[1], &b[0], 0, groups * nb * kblock_bytes(fmt), "w") && get_buf(args[4], &b[1], 0, k * 4, "x") &&
+        get_buf(args[5], &b[2], 1, n * 4, "out")) {
+        int8_t xq[STACK_K];
+        float xd[STACK_K / QKK];
+        int32_t xbs[STACK_K / 16];
+        int ok;
+        Py_BEGIN_ALLOW_THREADS
+        ok = quantize_q8k_row((const float *)b[1].view.buf, k, xq, xd, xbs);
+        if (ok) pick_kkernel(fmt)((const uint8_t *)b[0].view.buf, nb, 0, groups, xq, xd, xbs, 1, (float *)b[2].view.buf, n);
+        Py_END_ALLOW_THREADS
+        res = PyBool_FromLong(ok);
+    }
+    release(b, 3);
+    return res;
+}
+
 static PyObject *py_f16_round(PyObject *self, PyObject *arg) {
     (void)self;
     double v = PyFloat_AsDouble(arg);
@@ -548,6 +834,9 @@ static PyMethodDef methods[] = {
     {"quantize_q8_0", (PyCFunction)(void (*)(void))py_quantize_q8_0, METH_FASTCALL, "Activation rows to Q8_0."},
     {"matmul_q", (PyCFunction)(void (*)(void))py_matmul_q, METH_FASTCALL, "Quantized matmul over a group range."},
     {"matvec_q", (PyCFunction)(void (*)(void))py_matvec_q, METH_FASTCALL, "Quantize one row and multiply."},
+    {"quantize_q8k", (PyCFunction)(void (*)(void))py_quantize_q8k, METH_FASTCALL, "Activation rows to Q8K."},
+    {"matmul_k", (PyCFunction)(void (*)(void))py_matmul_k, METH_FASTCALL, "K-quant matmul over a group range."},
+    {"matvec_k", (PyCFunction)(void (*)(void))py_matvec_k, METH_FASTCALL, "Quantize one row to Q8K and multiply."},
     {"f16_round", py_f16_round, METH_O, "A float through f16 and back (the scalar conversion)."},
     {"isa", py_isa, METH_NOARGS, "The instruction set the kernels use."},
     {"best_isa", py_best_isa, METH_NOARGS, "The widest instruction set this CPU supports."},
@@ -571,6 +860,8 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     if (!m) return NULL;
     PyModule_AddIntConstant(m, "Q4_0", FMT_Q4_0);
     PyModule_AddIntConstant(m, "Q8_0", FMT_Q8_0);
+    PyModule_AddIntConstant(m, "Q4K", FMT_Q4K);
+    PyModule_AddIntConstant(m, "Q6K", FMT_Q6K);
     PyModule_AddIntConstant(m, "ROWS", ROWS);
     return m;
 }
