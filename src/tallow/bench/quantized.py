@@ -77,9 +77,12 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
         q = tl.Tensor(w).quantize(fmt)
         raw = q.numpy_bytes()
         paths = {}
+        if QMatMul(q, dequantize=False).path == "native":
+            paths["native"] = QMatMul(q, dequantize=False)
         if fast.available():
-            paths["numba"] = QMatMul(q, dequantize=False)
-        paths["numpy"] = _with_env("TALLOW_NO_NUMBA", "1", lambda: QMatMul(q, dequantize=False))
+            paths["numba"] = _with_env("TALLOW_NO_NATIVE", "1", lambda: QMatMul(q, dequantize=False))
+        paths["numpy"] = _with_env("TALLOW_NO_NATIVE", "1", lambda: _with_env(
+            "TALLOW_NO_NUMBA", "1", lambda: QMatMul(q, dequantize=False)))
         paths["dequantized"] = QMatMul(q, dequantize=True)
         memory = {"blocks": q.nbytes}
         for name, qm in paths.items():
@@ -99,7 +102,7 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
             cands["dequantized"] = lambda xt=xt: paths["dequantized"].forward(xt)
             if deq_per_call:
                 cands["deq/call"] = lambda x=x: x @ t.dequantize(raw, n * k).reshape(n, k).T
-            for name in ("numpy", "numba"):
+            for name in ("numpy", "numba", "native"):
                 if name in paths:
                     cands[name] = lambda qm=paths[name], xt=xt: qm.forward(xt)
             entry["batch"][b] = alternate(cands, repeats=repeats)
@@ -229,7 +232,7 @@ def bench_gpu(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5,
 
 
 def _tables(res, batches) -> str:
-    cand = ["numba", "numpy", "dequantized", "deq/call"]
+    cand = ["native", "numba", "numpy", "dequantized", "deq/call"]
     rows = []
     for fmt, e in res.items():
         for b in batches:
@@ -251,8 +254,8 @@ def _tables(res, batches) -> str:
     for fmt, e in res.items():
         m = e["memory"]
         mem_rows.append([fmt] + [None if m.get(c) is None else m[c] / MIB
-                                 for c in ("blocks", "numba", "numpy", "dequantized", "f32")])
-    t2 = table("memory held (MiB)", ["format", "blocks", "numba", "numpy", "dequantized", "f32"], mem_rows)
+                                 for c in ("blocks", "native", "numba", "numpy", "dequantized", "f32")])
+    t2 = table("memory held (MiB)", ["format", "blocks", "native", "numba", "numpy", "dequantized", "f32"], mem_rows)
     return t1 + "\n\n" + t2
 
 

@@ -10,9 +10,11 @@ GPU they are a ``u8`` tensor on that device.
 ``forward(x) = x @ W.T`` for ``x`` of shape ``(..., k)``.  What it computes is
 ggml's quantized matmul (see ``README-quantized.md``): the activations are
 quantized to the weight format's dot type and block products are exact
-integer sums, then scaled.  On the CPU that runs the compiled kernel of
+integer sums, then scaled.  On the CPU that runs the C kernels of
+:mod:`tallow.backends.cpu.native` for the formats they cover (Q4_0, Q8_0, Q5_0,
+Q4K, Q6K; byte dot products), else the compiled kernel of
 :mod:`tallow.backends.cpu.quantized.fast` (numba), else the NumPy path of
-:mod:`tallow.backends.cpu.quantized.vec_dot`.  F32/F16/BF16 weights, and every weight
+:mod:`tallow.backends.cpu.quantized.vec_dot`; all give the same bits.  F32/F16/BF16 weights, and every weight
 when ``TALLOW_DEQUANTIZE_ALL=1`` (candle's ``CANDLE_DEQUANTIZE_ALL``) or
 ``QMatMul(qt, dequantize=True)``, are dequantized once and multiplied as an
 f32 matrix instead.

@@ -26,8 +26,8 @@ class CpuDeviceState(CpuCreation, BackendDevice):
         self._rng = np.random.default_rng()
 
     def qmatmul_path(self, ggml_type):
-        """"numba" or "numpy": the CPU multiplies every GGML type."""
-        return qmatmul_path()
+        """"native", "numba" or "numpy": the CPU multiplies every GGML type."""
+        return qmatmul_path(ggml_type)
 
     # -- control -------------------------------------------------------------------
     def set_seed(self, seed):

@@ -1,7 +1,9 @@
 """Quantized ops of ``CpuStorage``: GGML blocks dequantized, and multiplied as ggml does.
 
-The kernels: the compiled tiled product (``fast``, numba) when numba is usable,
-else the NumPy ggml-semantics product (``vec_dot``). The weight is unpacked into
+The kernels: the C byte-dot-product kernels (``tallow.backends.cpu.native``) for
+the formats they cover, else the compiled tiled product (``fast``, numba) when
+numba is usable, else the NumPy ggml-semantics product (``vec_dot``); all three
+give the same bits. The weight is unpacked into
 the kernel's layout once per blocks storage and kept while that storage lives
 (a QTensor's blocks are not written after it is made).
 """
@@ -21,10 +23,14 @@ _prepared: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _prepared_lock = threading.Lock()
 
 
-def qmatmul_path() -> str:
-    """The CPU's quantized product: "numba" (compiled) when available, else "numpy"."""
+def qmatmul_path(ggml_type) -> str:
+    """The CPU's quantized product for one GGML type: "native" (the C kernels) where
+    they cover the format, else "numba" (compiled) when available, else "numpy"."""
+    from .. import native
     from . import fast
 
+    if native.supports(ggml_type.name):
+        return "native"
     return "numba" if fast.available() else "numpy"
 
 
@@ -37,13 +43,15 @@ class CpuQuantized:
         return self._wrap(ggml_type.dequantize(self.view(layout), n_elements), dt.f32)
 
     def prepare_qweight(self, layout, ggml_type, n, k):
-        key = (layout, ggml_type.name, n, k, qmatmul_path())
+        key = (layout, ggml_type.name, n, k, qmatmul_path(ggml_type))
         entry = _prepared.get(self)
         if entry is None or entry[0] != key:
             with _prepared_lock:
                 entry = _prepared.get(self)
                 if entry is None or entry[0] != key:
-                    if key[-1] == "numba":
+                    if key[-1] == "native":
+                        from ..native import NativeWeight as kind
+                    elif key[-1] == "numba":
                         from .fast import TiledWeight as kind
                     else:
                         from .vec_dot import PreparedWeight as kind
