@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from tallow.bench import cli as bench_cli
+from tallow.cli import bench as bench_cli
 from tallow.bench.common import write_json
 from tallow.cli import main
 

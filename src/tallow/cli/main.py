@@ -1,68 +1,35 @@
-"""The ``tallow`` command: info, bench, embed, generate."""
+"""The ``tallow`` command: info, bench, embed, generate.
+
+Each sub-command lives in its own module of this package and adds its parser here.
+The models (and their tokenizers) load only when their command runs, so that
+``tallow --help``, ``tallow info`` and usage errors answer at once.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from .bench import add_bench_parser
+from .embed import add_embed_parser
+from .generate import add_generate_parser
+from .info import add_info_parser
 
-def _info(args) -> int:
-    import tallow as tl
 
-    cpu = tl.cpu.info()
-    print("tallow", tl.__version__)
-    print("cpu:")
-    print(f"  processor: {cpu['name']} ({cpu['machine']})")
-    print(f"  threads:   {cpu['threads']} (rule: {cpu['threads_rule']}; {cpu['threads_details']})")
-    for b in cpu["blas"]:
-        print(f"  blas:      {b.get('internal_api')} {b.get('version')} "
-              f"({b.get('architecture')}, {b.get('num_threads')} threads)")
-    print(f"  numpy:     {cpu['numpy']}")
-    if tl.utils.gpu_is_available():
-        try:
-            info = tl.Device.gpu(0).info()
-        except Exception as e:  # an adapter that fails to open is reported, not fatal
-            print(f"gpu: unavailable ({e})")
-        else:
-            print("gpu:0:")
-            for key in ("adapter", "backend", "adapter_type", "driver"):
-                if key in info:
-                    print(f"  {key}: {info[key]}")
-            if "features" in info:
-                print(f"  features: {', '.join(sorted(info['features']))}")
-            if "limits" in info:
-                lim = info["limits"]
-                keys = ("max-storage-buffer-binding-size", "max-buffer-size",
-                        "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup")
-                print("  limits: " + ", ".join(f"{k}={lim[k]}" for k in keys if k in lim))
-            if args.json:
-                print(json.dumps(info, indent=2, default=str))
-    else:
-        print("gpu: no WebGPU adapter found (install mesa-vulkan-drivers for lavapipe)")
-    return 0
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tallow`` argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="tallow", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_info_parser(sub)
+    add_bench_parser(sub)
+    add_embed_parser(sub)
+    add_generate_parser(sub)
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="tallow", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("info", help="devices, adapter, features, threads")
-    p.add_argument("--json", action="store_true", help="also print the full GPU info as JSON")
-    p.set_defaults(run=_info)
-
-    from .bench.cli import add_bench_parser
-
-    add_bench_parser(sub)
-
-    try:
-        from .models.cli import add_model_parsers
-    except ImportError:
-        pass
-    else:
-        add_model_parsers(sub)
-
-    args = parser.parse_args(argv)
+    """Run the ``tallow`` command with ``argv`` (default: the process arguments)."""
+    args = build_parser().parse_args(argv)
     return args.run(args)
 
 
