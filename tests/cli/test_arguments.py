@@ -1,6 +1,6 @@
 """The ``tallow`` command's argument handling: clear messages and exit codes, valid
 --json files. The suites are stand-ins (the real ones take minutes); the models'
-commands are covered end to end in tests/models/test_cli.py."""
+commands are covered end to end in tests/cli/test_embed_generate.py."""
 
 import json
 import os

@@ -5,8 +5,8 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
-import candle_ref
-from samples import sample_matrix
+from support import candle_ref
+from support.quantized_samples import sample_matrix
 from tallow.quantized import GGML_TYPES, ggml_type
 
 F = np.float32

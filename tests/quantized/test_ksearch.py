@@ -9,7 +9,7 @@ show up here.
 import numpy as np
 import pytest
 
-import candle_ref
+from support import candle_ref
 from tallow.quantized import ksearch
 
 F = np.float32

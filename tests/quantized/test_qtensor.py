@@ -7,7 +7,7 @@ from gguf import quants as gq
 
 import tallow as tl
 from tallow.quantized import QMatMul, QTensor, fast, ggml_type, matmul_t_dequantized
-from test_vec_dot import reference_matmul
+from support.quantized_reference import reference_matmul
 
 F = np.float32
 FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2k", "q3k", "q4k", "q5k", "q6k", "q8k",
