@@ -49,7 +49,7 @@ from ..nn.norm import RmsNorm
 from ..nn.rotary import rope_i
 from ..quantized.gguf_file import qtensor_of
 from ..quantized.gguf_io import GgufFile, read_gguf
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .config import ModelFormatError
 from .llama import Cache, LlamaConfig, decoder_hidden
 

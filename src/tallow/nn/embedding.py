@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..creation import randn
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .module import Module
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .ops import log_softmax
 
 

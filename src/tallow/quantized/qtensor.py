@@ -32,11 +32,11 @@ import threading
 import numpy as np
 
 from .. import dtype as dt
-from .._construct import make
 from ..device import Device, cpu
 from ..errors import DeviceMismatchError, ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
-from ..tensor import Tensor, adopt_array
+from ..constructors import adopt_array
+from ..tensor_class import Tensor
 from .blocks import as_bytes
 from .types import GgmlType, ggml_type
 
@@ -75,7 +75,7 @@ def _gpu_supports(name: str) -> bool:
 def _f32_tensor(arr: np.ndarray, shape, device: Device) -> Tensor:
     """A tensor taking over a freshly made f32 array."""
     storage = adopt_array(np.ascontiguousarray(arr, dtype=np.float32).reshape(-1), dt.f32, Device.cpu())
-    t = make(storage, _contig(tuple(shape)))
+    t = Tensor._wrap(storage, _contig(tuple(shape)))
     return t if device.kind == "cpu" else t.to_device(device)
 
 
@@ -212,7 +212,7 @@ class QTensor:
         if self._device.kind != "cpu" and _gpu_supports(name):
             raw = self._raw
             storage = gpu_ops().dequantize(raw._storage, name, n)
-            return make(storage, _contig(self._shape))
+            return Tensor._wrap(storage, _contig(self._shape))
         return _f32_tensor(self._type.dequantize(self._cpu_raw(), n), self._shape, self._device)
 
     def to_device(self, device) -> "QTensor":
@@ -345,13 +345,13 @@ class QMatMul:
         elif self.path == "gpu":
             storage = gpu_ops().qmatmul_t(x._storage, x._layout, self.qtensor.raw._storage,
                                           self.qtensor.ggml_dtype, self.n, self.k)
-            y = make(storage, _contig(shape[:-1] + (self.n,)))
+            y = Tensor._wrap(storage, _contig(shape[:-1] + (self.n,)))
         else:
             from ..utils import get_num_threads
 
             arr = x._storage.to_numpy(x._layout)
             out = self.prepared().matmul_t(arr, num_threads=get_num_threads())
-            y = make(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), _contig(shape[:-1] + (self.n,)))
+            y = Tensor._wrap(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), _contig(shape[:-1] + (self.n,)))
         return y if in_dtype is dt.f32 else y.to_dtype(in_dtype)
 
     __call__ = forward
