@@ -1,7 +1,7 @@
 """The module-level constructors: ``tl.tensor``, ``tl.zeros``, ``tl.cat``, ...
 
 The ones without a tensor argument are Tensor's own class methods under a short name
-(``tl.zeros`` is ``tl.Tensor.zeros``, defined in ``constructors.py``); the ``*_like``
+(``tl.zeros`` = ``tl.Tensor.zeros``, defined in ``constructors.py``); the ``*_like``
 ones take their shape, dtype and device from a tensor.
 """
 
