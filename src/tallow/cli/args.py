@@ -1,5 +1,4 @@
-"""Argument types for the ``tallow`` command, checked before any work starts, and the
-one-line report of a command's expected errors.
+"""Argument types for the ``tallow`` command, checked before any work starts.
 
 A benchmark runs for minutes before it writes ``--json`` or ``--plot``: a path that
 cannot be written, or a missing matplotlib, must fail at once with a usage message,
@@ -11,9 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-
-from ..errors import TallowError
 
 
 def positive_int(text: str) -> int:
@@ -46,16 +42,3 @@ def plot_file(text: str) -> str:
         raise argparse.ArgumentTypeError(
             "drawing needs matplotlib (pip install 'tallow[bench]')") from None
     return path
-
-
-def reported_errors(run):
-    """Wrap a command so that a missing file, a bad value or a ``TallowError`` ends it
-    with one line on stderr and exit status 1, not a traceback."""
-
-    def wrapped(args):
-        try:
-            return run(args)
-        except (FileNotFoundError, TallowError, ValueError) as e:
-            print(f"tallow {args.command}: error: {e}", file=sys.stderr)
-            return 1
-    return wrapped

