@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy.special import erf as sp_erf
 
 import tallow as tl
-from helpers import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, assert_close, np_values, strided
+from support.differential import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, assert_close, np_values, strided
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

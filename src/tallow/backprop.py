@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from . import dtype as dt
+from .creation import arange, cat, full, ones, ones_like, stack, tensor, zeros, zeros_like
 from .errors import NotDifferentiableError
 
 
@@ -104,8 +105,6 @@ def backward(root):
         raise NotDifferentiableError(
             "backward: this tensor does not depend on any Var (its ops were not recorded)"
         )
-    from .creation import ones_like
-
     grads = GradStore()
     grads.insert(root, ones_like(root.detach()))
     for node in sorted_nodes(root):
@@ -145,8 +144,6 @@ def rule(*names):
 
 
 def _like(t, value):
-    from .creation import full
-
     return full((), value, dtype=t.dtype, device=t.device)
 
 
@@ -262,8 +259,6 @@ def _affine(op, a, out, g):
 def _powf_grad(x, e, g):
     # x ** 0 is constant: PyTorch's 0, not 0 * 0 ** -1 = nan at x = 0.
     if e == 0:
-        from .creation import zeros_like
-
         return zeros_like(g)
     return g * x.powf(e - 1.0) * e
 
@@ -406,8 +401,6 @@ def _max(op, a, out, g):
         # Route to the first arg position (PyTorch's max(dim) / min(dim)).
         d = dims[0]
         idx = x.argmax_keepdim(d) if op.name == "max_keepdim" else x.argmin_keepdim(d)
-        from .creation import zeros_like
-
         return [zeros_like(x).scatter_add(idx, g, d)]
     # Over several dims: split evenly among equal extremes (PyTorch's max()).
     m = _mask(x == out.broadcast_as(x.shape), g)
@@ -475,8 +468,6 @@ def _narrow(op, a, out, g):
 
 @rule("slice_step")
 def _slice_step(op, a, out, g):
-    from .creation import arange, zeros_like
-
     d, start, length, step = op.params
     ids = arange(start, start + length * step, step, dtype=dt.i64, device=g.device) if length else None
     z = zeros_like(a[0])
@@ -499,16 +490,12 @@ def _broadcast(op, a, out, g):
 
 @rule("index_select")
 def _index_select(op, a, out, g):
-    from .creation import zeros_like
-
     x, ids = a
     return [zeros_like(x).index_add(ids, g, op.params), None]
 
 
 @rule("gather")
 def _gather(op, a, out, g):
-    from .creation import zeros_like
-
     x, ids = a
     return [zeros_like(x).scatter_add(ids, g, op.params), None]
 
@@ -522,8 +509,6 @@ def _scatter_add(op, a, out, g):
 
 @rule("scatter")
 def _scatter(op, a, out, g):
-    from .creation import zeros_like
-
     x, ids, src = a
     d = op.params
     return [g.scatter(ids, zeros_like(src), d), None, _fit(g.gather(ids, d), src)]
@@ -545,8 +530,6 @@ def _index_add(op, a, out, g):
 
 @rule("slice_scatter")
 def _slice_scatter(op, a, out, g):
-    from .creation import zeros_like
-
     x, src = a
     d, start = op.params
     return [g.slice_scatter(zeros_like(src), d, start), g.narrow(d, start, src.shape[d])]
@@ -554,8 +537,6 @@ def _slice_scatter(op, a, out, g):
 
 @rule("slice_assign")
 def _slice_assign(op, a, out, g):
-    from .creation import zeros_like
-
     x, src = a
     starts, lens = op.params
     ranges = [(s, s + n) for s, n in zip(starts, lens)]
@@ -595,8 +576,6 @@ def _conv_weight_grad(x, g, k_shape, pad, stride, dil, groups, nd):
         for i in range(nd):
             w = w.narrow(2 + i, 0, k_shape[2 + i])
         outs.append(w)
-    from .ops_index import cat
-
     return cat(outs, 0) if len(outs) > 1 else outs[0]
 
 
@@ -654,8 +633,6 @@ def _conv_t2d(op, a, out, g):
 
 @rule("avg_pool2d")
 def _avg_pool(op, a, out, g):
-    from .creation import ones
-
     x = a[0]
     (kh, kw), (sh, sw) = op.params
     c = x.shape[1]
@@ -667,9 +644,6 @@ def _avg_pool(op, a, out, g):
 
 @rule("max_pool2d")
 def _max_pool(op, a, out, g):
-    from .creation import arange, zeros
-    from .ops_index import stack
-
     x = a[0]
     (kh, kw), (sh, sw) = op.params
     b, c, h, w = x.shape
@@ -689,18 +663,12 @@ def _max_pool(op, a, out, g):
 
 
 def _nearest_ids(src, dst, device):
-    import numpy as np
-
-    from .tensor import Tensor
-
     ids = np.minimum((np.arange(dst) * (src / dst)).astype(np.int64), src - 1)
-    return Tensor(ids).to_device(device)
+    return tensor(ids, device=device)
 
 
 @rule("upsample_nearest1d")
 def _up1(op, a, out, g):
-    from .creation import zeros_like
-
     x = a[0]
     ids = _nearest_ids(x.shape[2], op.params, g.device)
     return [zeros_like(x).index_add(ids, g, 2)]
@@ -708,8 +676,6 @@ def _up1(op, a, out, g):
 
 @rule("upsample_nearest2d")
 def _up2(op, a, out, g):
-    from .creation import zeros
-
     x = a[0]
     b, c, h, w = x.shape
     H, W = op.params

@@ -8,6 +8,8 @@ string form ("cpu", "gpu" for ordinal 0, "gpu:1").
 
 from __future__ import annotations
 
+from .backends.cpu.device import CPU_STATE
+from .dtype import DType
 from .errors import TallowError
 
 
@@ -24,6 +26,7 @@ class Device:
 
     @staticmethod
     def gpu(ordinal: int = 0) -> "Device":
+        # The GPU backend (wgpu) loads only when a GPU is asked for.
         from .backends.gpu import gpu_device_state
 
         return Device.of(gpu_device_state(ordinal))
@@ -106,8 +109,6 @@ class Device:
         self._state.set_seed(int(seed))
 
     def supports_dtype(self, dtype) -> bool:
-        from .dtype import DType
-
         return self._state.supports_dtype(DType.parse(dtype))
 
     def info(self) -> dict:
@@ -149,8 +150,6 @@ def _parse_name(value) -> tuple:
 
 
 def _make_cpu() -> Device:
-    from .backends.cpu.device import CPU_STATE
-
     return Device.of(CPU_STATE)
 
 

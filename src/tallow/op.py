@@ -27,6 +27,10 @@ class Op:
         return f"Op({self.name}, inputs={shapes}, params={self.params!r})"
 
 
+# Every op records through these: ``record(name, args, params)`` is the Op when an
+# input is tracked, else None; record1/record2 are the same for one and two inputs,
+# without building a tuple first (they are on every op's path).
+
 def record1(name, a, params=None):
     return Op(name, (a,), params) if a._track else None
 

@@ -8,8 +8,8 @@ device's ``qmatmul_path``, see tallow/backends/base.py) and wrap the result.
 
 from __future__ import annotations
 
-from ._construct import make
 from .layout import Layout
+from .tensor_class import Tensor
 
 _contig = Layout.contiguous_of
 
@@ -26,7 +26,7 @@ def dequantize(blocks, ggml_type, shape: tuple):
     for d in shape:
         n *= d
     storage = blocks._storage.dequantize(blocks._layout, ggml_type, n)
-    return make(storage, _contig(tuple(shape)))
+    return Tensor._wrap(storage, _contig(tuple(shape)))
 
 
 def prepare_qweight(blocks, ggml_type, n: int, k: int):
@@ -37,4 +37,4 @@ def prepare_qweight(blocks, ggml_type, n: int, k: int):
 def qmatmul_t(x, blocks, ggml_type, n: int, k: int):
     """``x @ W.T`` for f32 ``x`` ``(..., k)`` and ``W`` the ``(n, k)`` weight in ``blocks``."""
     storage = x._storage.qmatmul_t(x._layout, blocks._storage, blocks._layout, ggml_type, n, k)
-    return make(storage, _contig(x.shape[:-1] + (n,)))
+    return Tensor._wrap(storage, _contig(x.shape[:-1] + (n,)))

@@ -7,7 +7,6 @@ recorded as two ops (keepdim then squeeze), as candle does.
 from __future__ import annotations
 
 from . import dtype as dt
-from ._construct import make
 from .errors import ShapeMismatchError, UnsupportedDTypeError
 from .layout import Layout
 from .op import record1
@@ -31,7 +30,7 @@ class ReduceOps:
         rec = None
         if op in ("sum", "max", "min"):
             rec = record1(name, self, dims)
-        return make(out, _contig(out_shape), rec)
+        return self._wrap(out, _contig(out_shape), rec)
 
     def _single_dim(self, dim, name):
         if isinstance(dim, (list, tuple)):
@@ -143,7 +142,7 @@ class ReduceOps:
     def cumsum(self, dim):
         d = normalize_dim(dim, self.rank, "cumsum")
         out = self._storage.cumsum(self._layout, d)
-        return make(out, _contig(self._layout.shape), record1("cumsum", self, d))
+        return self._wrap(out, _contig(self._layout.shape), record1("cumsum", self, d))
 
     def log_sum_exp(self, dims):
         """``log(sum(exp(x)))`` over ``dims``, stable (the max is subtracted first)."""
@@ -169,7 +168,7 @@ class ReduceOps:
         if self.rank == 0:
             raise ShapeMismatchError("arg_sort_last_dim: needs rank >= 1")
         out = self._storage.arg_sort_last_dim(self._layout, bool(asc))
-        return make(out, _contig(self._layout.shape))
+        return self._wrap(out, _contig(self._layout.shape))
 
     def sort_last_dim(self, asc=True):
         """(sorted values, u32 indices) along the last dim."""

@@ -6,7 +6,6 @@ Shapes are plain tuples of ints. Every rule about them lives here, once.
 from __future__ import annotations
 
 import operator
-from typing import Iterable
 
 from .errors import DimOutOfRangeError, ShapeMismatchError
 
@@ -134,9 +133,3 @@ def _broadcast(lhs: tuple, rhs: tuple, op: str) -> tuple:
             )
     return tuple(out)
 
-
-def broadcast_shape_many(shapes: Iterable[tuple], op: str) -> tuple:
-    out = ()
-    for s in shapes:
-        out = broadcast_shapes(out, s, op)
-    return out

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from .backends.cpu.threads import CONFIG as _THREADS
+from .constructors import adopt_array
 from .device import Device, cpu
-from .errors import FileFormatError
+from .dtype import DType, from_numpy_dtype
+from .errors import FileFormatError, UnsupportedDTypeError
+from .layout import Layout
+from .shape import parse_shape, parse_shape_with_hole
+from .tensor_class import Tensor
 
 
 # -- threads ----------------------------------------------------------------------------
@@ -29,8 +38,6 @@ def num_threads_rule() -> str:
 
 def parse_absolute_shape(*shape, element_count=None) -> list:
     """A shape as a list, with a -1 hole resolved against ``element_count``."""
-    from .shape import parse_shape, parse_shape_with_hole
-
     if element_count is None:
         return list(parse_shape(shape, "parse_absolute_shape"))
     return list(parse_shape_with_hole(shape, int(element_count), "parse_absolute_shape"))
@@ -41,6 +48,7 @@ def parse_absolute_shape(*shape, element_count=None) -> list:
 def gpu_is_available() -> bool:
     """True when a WebGPU adapter can be opened (Metal, Vulkan, D3D12 or lavapipe)."""
     try:
+        # The GPU backend (wgpu) loads only when asked for.
         from .backends.gpu import adapter_available
     except ImportError:
         return False
@@ -94,10 +102,6 @@ def load_safetensors(path, device=cpu) -> dict:
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
-    from safetensors.numpy import save_file
-
-    from .tensor import Tensor
-
     arrays = {}
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
@@ -110,8 +114,6 @@ class SafetensorsFile:
     """A lazily read safetensors file: names, shapes and dtypes up front, data on demand."""
 
     def __init__(self, path):
-        from safetensors import SafetensorError, safe_open
-
         self.path = str(path)
         _missing(self.path, "load_safetensors")
         try:
@@ -140,44 +142,32 @@ class SafetensorsFile:
         return tuple(self._f.get_slice(name).get_shape())
 
     def dtype(self, name):
-        from .dtype import DType
-
         st = self._f.get_slice(name).get_dtype()
         if st not in _SAFETENSORS_DTYPES:
             raise self._unsupported(name, st)
         return DType.parse(_SAFETENSORS_DTYPES[st])
 
     def _unsupported(self, name, what):
-        from .errors import UnsupportedDTypeError
-
         return UnsupportedDTypeError(
             f"{self.path}: tensor {name!r} has dtype {what}, which tallow cannot hold "
             f"(supported: {', '.join(sorted(set(_SAFETENSORS_DTYPES)))})"
         )
 
     def get(self, name, device=None):
-        from safetensors import SafetensorError
-
         if name not in self._keys:
             raise KeyError(f"{self.path}: no tensor named {name!r}")
         try:
             arr = self._f.get_tensor(name)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
-        from .dtype import from_numpy_dtype
-        from .errors import UnsupportedDTypeError
-        from .tensor import adopt_array
-        from ._construct import make
-        from .layout import Layout
-
         try:
             # Types tallow lacks widen losslessly, as for arrays (and candle: I32 -> i64).
             dtype = from_numpy_dtype(arr.dtype, allow_widening=True)
         except UnsupportedDTypeError:
             raise self._unsupported(name, self._f.get_slice(name).get_dtype()) from None
         arr = np.asarray(arr, dtype=dtype.np, order="C")
-        return make(adopt_array(arr, dtype, Device.parse(device) if device else cpu),
-                    Layout.contiguous_of(arr.shape))
+        return Tensor._wrap(adopt_array(arr, dtype, Device.parse(device) if device else cpu),
+                            Layout.contiguous_of(arr.shape))
 
 
 _SAFETENSORS_DTYPES = {
@@ -191,8 +181,6 @@ _SAFETENSORS_DTYPES = {
 # -- npy / npz ---------------------------------------------------------------------------
 
 def load_npy(path, device=None):
-    from .tensor import Tensor
-
     _missing(str(path), "load_npy")
     try:
         arr = np.load(str(path), allow_pickle=False)
@@ -209,11 +197,6 @@ def save_npy(path, tensor) -> None:
 
 
 def load_npz(path, device=None) -> dict:
-    import zipfile
-    import zlib
-
-    from .tensor import Tensor
-
     _missing(str(path), "load_npz")
     try:
         z = np.load(str(path), allow_pickle=False)
@@ -234,6 +217,7 @@ def save_npz(path, tensors: dict) -> None:
 # -- gguf ----------------------------------------------------------------------------------
 
 def load_gguf(path, device=None):
+    # tallow.quantized loads on first use, as ``tl.quantized`` does.
     from .quantized.gguf_file import load_gguf as _load
 
     return _load(path, device=device)

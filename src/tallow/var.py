@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import same_dtype_device
 from .errors import ShapeMismatchError
-from .tensor import Tensor
+from .tensor_base import new_id
+from .tensor_class import Tensor
 
 
 class Var(Tensor):
@@ -25,10 +27,8 @@ class Var(Tensor):
                 src = src.to_dtype(dtype)
             own = src.copy()
             self._storage, self._layout = own._storage, own._layout
-            from . import _construct
-
             self._op = None
-            self._id = _construct.new_id()
+            self._id = new_id()
         else:
             Tensor.__init__(self, data, dtype=dtype, device=device)
         self._track = True
@@ -53,8 +53,6 @@ class Var(Tensor):
             value = Tensor(value, dtype=self.dtype, device=self.device)
         if value.shape != self.shape:
             raise ShapeMismatchError(f"Var.set: shape {value.shape} does not match {self.shape}")
-        from .checks import same_dtype_device
-
         same_dtype_device("Var.set", (self, value))
         if value._storage is self._storage and value._layout == self._layout:
             return

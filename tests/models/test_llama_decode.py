@@ -9,7 +9,7 @@ from tallow.models import llama_decode
 from tallow.models.llama import ContextLengthError
 from tallow.models.quantized_llama import ModelWeights
 
-from model_fixtures import QLLAMA_CFG, save_llama_gguf
+from support.models import QLLAMA_CFG, save_llama_gguf
 
 pytestmark = pytest.mark.skipif(not llama_decode.available(), reason="the C extension is not built")
 

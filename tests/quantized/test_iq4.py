@@ -10,9 +10,9 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
-import ggml_ref
+from support import ggml_ref
 import tallow as tl
-from golden import golden
+from support.ggml_golden import golden
 from tallow.backends.cpu.quantized import fast
 from tallow.quantized import QMatMul, QTensor, ggml_type, load_gguf, read_gguf, write_gguf
 

@@ -6,10 +6,10 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gq
 
 import tallow as tl
+from support.quantized_reference import reference_matmul
 from tallow.backends.cpu import native
 from tallow.backends.cpu.quantized import fast
 from tallow.quantized import QMatMul, QTensor, ggml_type, matmul_t_dequantized
-from test_vec_dot import reference_matmul
 
 F = np.float32
 FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2k", "q3k", "q4k", "q5k", "q6k", "q8k",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .config import ModelFormatError
 
 DEFAULT_SEED = 299792458

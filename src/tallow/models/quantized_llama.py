@@ -39,7 +39,7 @@ import math
 import os
 
 from .. import dtype as dt
-from .._construct import make
+from ..constructors import adopt_array
 from ..errors import IndexOutOfRangeError, ShapeMismatchError
 from ..layout import Layout
 from ..device import Device, cpu
@@ -53,7 +53,7 @@ from ..nn.rotary import rope_i
 from ..quantized.gguf_file import qtensor_of
 from ..quantized.gguf_io import GgufFile, read_gguf
 from ..quantized.qtensor import dequantize_all
-from ..tensor import Tensor, adopt_array
+from ..tensor_class import Tensor
 from .config import ModelFormatError
 from . import llama_decode
 from .llama import Cache, ContextLengthError, LlamaConfig, decoder_hidden
@@ -280,7 +280,7 @@ class ModelWeights(Module):
         out = self._decoder.forward(ids, index_pos, state, last_only)
         cache.seq_len = index_pos + s
         shape = (1, self.config.vocab_size) if last_only else (1, s, self.config.vocab_size)
-        return make(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), Layout.contiguous_of(shape))
+        return Tensor._wrap(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), Layout.contiguous_of(shape))
 
 
 def _expected_shapes(cfg: LlamaConfig) -> dict:

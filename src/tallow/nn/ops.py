@@ -9,12 +9,11 @@ Tensor primitives, which every backend has and autograd differentiates.
 
 from __future__ import annotations
 
-from .._construct import make
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
 from ..shape import normalize_dim
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from . import rotary as rotary_emb  # noqa: F401  (tl.nn.ops.rotary_emb.rope / rope_i)
 
 _contig = Layout.contiguous_of
@@ -41,7 +40,7 @@ def fused(name, x, *args, shape=None):
     except NotImplementedError:
         _MISSING.setdefault(type(s), set()).add(name)
         return None
-    return make(out, _contig(x._layout.shape if shape is None else shape))
+    return Tensor._wrap(out, _contig(x._layout.shape if shape is None else shape))
 
 
 def _float_only(op, x):

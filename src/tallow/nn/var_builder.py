@@ -21,7 +21,7 @@ import numpy as np
 from .. import dtype as dt
 from ..device import Device, cpu
 from ..errors import FileFormatError, ShapeMismatchError, TallowError
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 
 
 class MissingTensorError(TallowError, KeyError):

@@ -37,11 +37,11 @@ import numpy as np
 from .. import config
 from .. import dtype as dt
 from .. import ops_quantized as qops
-from .._construct import make
 from ..device import Device, cpu
 from ..errors import DeviceMismatchError, ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
-from ..tensor import Tensor, adopt_array
+from ..constructors import adopt_array
+from ..tensor_class import Tensor
 from .blocks import as_bytes
 from .types import GgmlType, ggml_type
 
@@ -56,7 +56,8 @@ def dequantize_all() -> bool:
 def _f32_tensor(arr: np.ndarray, shape, device: Device) -> Tensor:
     """A tensor taking over a freshly made f32 array."""
     storage = adopt_array(np.ascontiguousarray(arr, dtype=np.float32).reshape(-1), dt.f32, Device.cpu())
-    return make(storage, _contig(tuple(shape))).to_device(device)
+    t = Tensor._wrap(storage, _contig(tuple(shape)))
+    return t if device.kind == "cpu" else t.to_device(device)
 
 
 class QTensor:

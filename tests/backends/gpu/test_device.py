@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from gpu_util import values
-from helpers import ALL_DTYPES, assert_close
+from support.gpu import values
+from support.differential import ALL_DTYPES, assert_close
 from tallow.backends.gpu import new_device_state
 
 pytestmark = pytest.mark.gpu

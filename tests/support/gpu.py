@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from helpers import assert_close, np_values
+from .differential import assert_close, np_values
 
 VIEWS = {
     "contiguous": lambda t: t,

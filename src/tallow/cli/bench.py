@@ -1,4 +1,5 @@
-"""The ``tallow bench`` sub-command: one module per suite, each with ``run(args)``."""
+"""``tallow bench``: runs the suites of :mod:`tallow.bench`, one module per suite,
+each with ``run(args)``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 import os
 import tempfile
 
-from ..cliargs import output_file, plot_file, positive_int
-from .common import write_json
+from ..bench.common import write_json
+from .args import output_file, plot_file, positive_int
 
 # suite name -> module (relative to tallow.bench) providing run(args) -> int
 SUITES = {

@@ -1,114 +1,61 @@
 """Tensor: a shared storage plus a layout, and the op that produced it (if tracked).
 
-This module holds what every tensor is (creation from data, inspection, getting
-values out, dtype/device moves, copies); the op families live in ``ops_*.py``
-mixins. Every op validates at this layer, calls one backend storage method, and
-wraps the new storage in a tensor with an interned contiguous layout.
+This module holds what every tensor is (inspection, getting values out, dtype/device
+moves, copies) and how results are wrapped (``Tensor._wrap``); the op families live in
+``ops_*.py`` mixins and the constructors in ``constructors.py``. Every op validates at
+this layer, calls one backend storage method, and wraps the new storage in a tensor
+with an interned contiguous layout.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _construct
 from . import dtype as dt
-from ._construct import make
-from .convert import check_numpy_exact, from_data
+from .constructors import Constructors, device_of, storage_from_array, storage_of
+from .custom_op import CustomOpMethods
 from .device import Device, cpu
 from .errors import ShapeMismatchError, TallowError
 from .layout import Layout
 from .op import record1
-from .custom_op import CustomOpMethods
 from .ops_conv import ConvOps
 from .ops_elementwise import ElementwiseOps
 from .ops_index import IndexOps
 from .ops_linalg import LinalgOps
 from .ops_reduce import ReduceOps
 from .ops_views import ViewOps
-from .shape import elem_count, parse_shape
+from .tensor_base import TensorBase, new_id
 
 _contig = Layout.contiguous_of
+_new = object.__new__
 
 
-def _device_of(device) -> Device:
-    if device is None:
-        return cpu
-    return Device.parse(device)
+class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps,
+             CustomOpMethods, TensorBase):
+    """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
+    copies Python data, a NumPy array or another tensor."""
 
-
-def _checked_state(device: Device, dtype):
-    state = device._state
-    state.check_dtype(dtype, "tensor")
-    return state
-
-
-def _storage_from_array(arr: np.ndarray, dtype, device: Device, copy: bool):
-    """A storage from an array the caller keeps (``copy=False`` shares its buffer)."""
-    return _checked_state(device, dtype).from_numpy(arr, dtype, copy=copy)
-
-
-def adopt_array(arr: np.ndarray, dtype, device: Device):
-    """A storage from a private array made for it (the CPU takes the buffer over)."""
-    state = _checked_state(device, dtype)
-    adopt = getattr(state, "adopt_numpy", None)
-    if adopt is not None:
-        return adopt(arr, dtype)
-    return state.from_numpy(arr, dtype, copy=False)
-
-
-class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, CustomOpMethods):
-    __slots__ = ("_storage", "_layout", "_op", "_track", "_id", "__weakref__")
+    __slots__ = ()
     # NumPy defers its binary operators to ours (``ndarray + tensor`` -> __radd__).
     __array_priority__ = 1000
 
     def __init__(self, data, dtype=None, device=None):
-        if isinstance(data, Tensor):
-            src = data.to_device(_device_of(device)) if device is not None else data
-            src = src.to_dtype(dtype) if dtype is not None else src
-            s = src.copy() if src is data else src.detach()
-            self._storage, self._layout = s._storage, s._layout
-        else:
-            arr, dtype_ = from_data(data, None if dtype is None else dt.DType.parse(dtype))
-            self._storage = adopt_array(arr, dtype_, _device_of(device))
-            self._layout = _contig(arr.shape)
+        self._storage, self._layout = storage_of(data, dtype, device)
         self._op = None
         self._track = False
-        self._id = _construct.new_id()
-
-    # -- constructors (candle's names) -------------------------------------------
-    @staticmethod
-    def new(data, device=cpu) -> "Tensor":
-        """A tensor from Python data or a NumPy array (always copied)."""
-        return Tensor(data, device=device)
+        self._id = new_id()
 
     @staticmethod
-    def from_slice(data, shape, device=None) -> "Tensor":
-        """A copy of ``data`` (a flat sequence or array) viewed as ``shape``."""
-        arr, dtype = from_data(data)
-        shape = parse_shape((shape,), "from_slice")
-        if arr.size != elem_count(shape):
-            raise ShapeMismatchError(
-                f"from_slice: {arr.size} elements do not fill shape {shape}"
-            )
-        storage = adopt_array(arr.reshape(-1), dtype, _device_of(device))
-        return make(storage, _contig(shape))
-
-    @staticmethod
-    def from_vec(array, shape=None, device=None) -> "Tensor":
-        """A tensor over a NumPy array's own buffer (no copy on the CPU)."""
-        dtype = check_numpy_exact(array, "from_vec")
-        if not array.flags.c_contiguous:
-            raise ShapeMismatchError(
-                "from_vec: the array must be C-contiguous to share its buffer "
-                "(use from_slice to copy a strided array)"
-            )
-        shape = array.shape if shape is None else parse_shape((shape,), "from_vec")
-        if array.size != elem_count(shape):
-            raise ShapeMismatchError(
-                f"from_vec: {array.size} elements do not fill shape {shape}"
-            )
-        storage = _storage_from_array(array, dtype, _device_of(device), copy=False)
-        return make(storage, _contig(shape))
+    def _wrap(storage, layout, op=None) -> "Tensor":
+        """The tensor over a new ``storage`` with ``layout``; ``op`` is its recorded op or
+        None. Every op's result is made here (a Var's ops give plain tensors too)."""
+        t = _new(Tensor)
+        t._storage = storage
+        t._layout = layout
+        t._op = op
+        t._track = op is not None
+        t._id = new_id()
+        return t
 
     # -- inspection -----------------------------------------------------------------
     @property
@@ -332,7 +279,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             return self
         s.bdev.check_dtype(dtype, "to_dtype")
         out = s.to_dtype(self._layout, dtype)
-        return make(out, _contig(self._layout.shape), record1("to_dtype", self, s.dtype))
+        return self._wrap(out, _contig(self._layout.shape), record1("to_dtype", self, s.dtype))
 
     def to_device(self, device) -> "Tensor":
         device = Device.parse(device)
@@ -340,8 +287,8 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         if device._state is s.bdev:
             return self
         arr = np.asarray(s.to_numpy(self._layout), order="C")
-        out = _storage_from_array(arr, s.dtype, device, copy=True)
-        return make(out, _contig(self._layout.shape), record1("to_device", self, self.device))
+        out = storage_from_array(arr, s.dtype, device, copy=True)
+        return self._wrap(out, _contig(self._layout.shape), record1("to_device", self, self.device))
 
     def cpu(self) -> "Tensor":
         return self.to_device(cpu)
@@ -421,13 +368,13 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     def _copy_op(self, name):
         out = self._storage.copy_strided(self._layout)
-        return make(out, _contig(self._layout.shape), record1(name, self))
+        return self._wrap(out, _contig(self._layout.shape), record1(name, self))
 
     def detach(self) -> "Tensor":
         """The same storage and layout, with no op: nothing behind it is tracked."""
         if not self._track:
             return self
-        return make(self._storage, self._layout)
+        return self._wrap(self._storage, self._layout)
 
     def clone(self) -> "Tensor":
         """The same tensor (as candle's clone: same storage, layout, op and id)."""
@@ -449,11 +396,15 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     # -- quantization (tallow.quantized) ------------------------------------------------
     def quantize(self, ggml_dtype):
         """A ``tallow.QTensor`` of this tensor in a GGML format ("q4_0", "q4k", "f16", ...)."""
+        # tallow.quantized loads on first use (``import tallow`` stays light), and it is
+        # built on Tensor.
         from .quantized.qtensor import QTensor
 
         return QTensor.quantize(self, ggml_dtype)
 
     # -- autograd (tallow.backprop) -----------------------------------------------------
+    # backprop computes gradients with Tensor's ops and constructors, so it is loaded
+    # when first used, not while Tensor is being defined.
     def sorted_nodes(self):
         from .backprop import sorted_nodes
 
@@ -468,5 +419,3 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 def _rebuild(arr, dtype, device):
     return Tensor(arr, dtype=dtype, device=device)
 
-
-_construct.TENSOR = Tensor

@@ -1,6 +1,6 @@
 """The ``tallow`` command's argument handling: clear messages and exit codes, valid
 --json files. The suites are stand-ins (the real ones take minutes); the models'
-commands are covered end to end in tests/models/test_cli.py."""
+commands are covered end to end in tests/cli/test_embed_generate.py."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from tallow.bench import cli as bench_cli
+from tallow.cli import bench as bench_cli
 from tallow.bench.common import write_json
 from tallow.cli import main
 

@@ -1,5 +1,5 @@
 """Helpers of the distributed tests: a small mixed corpus written as text, JSONL and
-Parquet files; reading an index back; stand-in models (in ray_fakes)."""
+Parquet files; reading an index back; stand-in models (in support.ray_fakes)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-import ray_fakes
+from support import ray_fakes
 
 CORPUS = [
     "tallow is a small tensor library",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import DimOutOfRangeError, IndexOutOfRangeError
+from .tensor_base import TensorBase
 
 
 def int_index(t, dim, index):
@@ -51,11 +52,9 @@ def _host_ids(index, size, dim):
 
 
 def _select(t, dim, index):
-    from .tensor import Tensor
-
     size = t._layout.shape[dim]
-    if not isinstance(index, Tensor):
-        ids = Tensor(_host_ids(index, size, dim)).to_device(t.device)
+    if not isinstance(index, TensorBase):
+        ids = t.new(_host_ids(index, size, dim), device=t.device)
     else:
         ids = index
         if not ids.dtype.is_int:
@@ -65,7 +64,7 @@ def _select(t, dim, index):
         if ids.dtype.name == "i64":
             arr = ids._host() if ids.device.kind == "cpu" else None
             if arr is not None and arr.size and arr.min() < 0:
-                ids = Tensor(_host_ids(arr, size, dim))
+                ids = t.new(_host_ids(arr, size, dim))
             elif arr is None and ids.nelement:
                 # On a GPU: wrap on the device (reading the ids back would wait).
                 ids = ids.lt(0).where_cond(ids + size, ids)
@@ -78,8 +77,6 @@ def _select(t, dim, index):
 
 
 def getitem(t, index):
-    from .tensor import Tensor
-
     if not isinstance(index, tuple):
         index = (index,)
     n_ellipsis = sum(1 for i in index if i is Ellipsis)
@@ -110,16 +107,16 @@ def getitem(t, index):
                 out = out._slice_step(dim, start, length, step)
             else:
                 ids = list(range(start, stop, step))
-                out = out.index_select(Tensor(np.asarray(ids, dtype=np.int64)).to_device(out.device), dim)
+                out = out.index_select(out.new(np.asarray(ids, dtype=np.int64), device=out.device), dim)
             dim += 1
         elif isinstance(item, (list, np.ndarray)) or (
-            isinstance(item, Tensor) and item.rank > 0
+            isinstance(item, TensorBase) and item.rank > 0
         ):
             out, added = _select(out, dim, item)
             dim += added
         elif isinstance(item, bool):
             raise TypeError("boolean indices are not supported")
-        elif isinstance(item, Tensor):
+        elif isinstance(item, TensorBase):
             out = int_index(out, dim, item.item())
         else:
             try:

@@ -1,5 +1,7 @@
 """Model fixtures: the all-MiniLM-L6-v2 directory from its wheel, and small random
-BERT / Llama models saved by transformers into temporary directories (no network)."""
+BERT / Llama models saved by transformers into temporary directories (no network).
+
+tests/conftest.py imports them, so every folder (models, cli, bench) can use them."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import pytest  # noqa: E402
 
-from model_fixtures import save_llama  # noqa: E402
+from .models import save_llama  # noqa: E402
 
 REQUIRE_MODELS = os.environ.get("CI") == "true"
 

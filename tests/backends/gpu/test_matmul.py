@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from gpu_util import check, skip_unless, values
-from helpers import ALL_DTYPES
+from support.gpu import check, skip_unless, values
+from support.differential import ALL_DTYPES
 from tallow.backends.gpu.matmul import pick_tile
 
 pytestmark = pytest.mark.gpu

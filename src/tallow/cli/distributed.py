@@ -1,7 +1,8 @@
 """Command-line pieces: ``tallow embed --ray`` and ``tallow search``.
 
 The ``embed`` and top-level parsers add these with one call each; the work is in
-``tallow.distributed`` and ``tallow.search``.
+``tallow.distributed`` and ``tallow.search`` (imported when a command runs, so the
+parser never loads Ray).
 """
 
 from __future__ import annotations
@@ -9,19 +10,9 @@ from __future__ import annotations
 import json
 import sys
 
+from .args import positive_int
+
 LOCAL = "local"
-
-
-def _positive_int(text):
-    from argparse import ArgumentTypeError
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def add_ray_arguments(p) -> None:
@@ -31,10 +22,10 @@ def add_ray_arguments(p) -> None:
                    help="embed on Ray and write a Parquet index to --output DIR: without "
                         "ADDRESS a local runtime starts on this machine; 'auto' or "
                         "'ray://host:port' joins a cluster")
-    g.add_argument("--num-workers", type=_positive_int, default=None,
+    g.add_argument("--num-workers", type=positive_int, default=None,
                    help="Ray actors, each with its own model (default: one per CPU but one, "
                         "or one per GPU with --device gpu)")
-    g.add_argument("--num-cpus", type=_positive_int, default=None,
+    g.add_argument("--num-cpus", type=positive_int, default=None,
                    help="CPUs of the local runtime (default: all usable ones)")
     g.add_argument("--no-text", dest="keep_text", action="store_false",
                    help="leave the texts out of the index (ids and embeddings only)")
@@ -44,7 +35,7 @@ def add_ray_arguments(p) -> None:
 
 def run_ray_embed(args) -> int:
     """``tallow embed --ray``: inputs -> index directory."""
-    from . import embed_files
+    from ..distributed import embed_files
 
     if args.text:
         print("tallow embed: --ray embeds files (--input), not texts given as arguments",
@@ -102,7 +93,7 @@ def add_search_parser(sub) -> None:
     p.add_argument("query", help="the text to search for")
     p.add_argument("--index", required=True, metavar="DIR",
                    help="an index written by 'tallow embed --ray --output DIR'")
-    p.add_argument("-k", type=_positive_int, default=10, help="results to show (default 10)")
+    p.add_argument("-k", type=positive_int, default=10, help="results to show (default 10)")
     p.add_argument("--model", metavar="DIR", default=None,
                    help="the model that embeds the query (default: the index's own)")
     p.add_argument("--device", default="cpu", help="where the scores are computed: cpu or gpu")

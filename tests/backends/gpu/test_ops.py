@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from gpu_util import VIEWS, both, check, on, skip_unless, values
-from helpers import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES
+from support.gpu import VIEWS, both, check, on, skip_unless, values
+from support.differential import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, assert_close
 from tallow.backends.base import BINARY_OPS, CMP_OPS, INT_UNARY_OPS, UNARY_OPS
 
 pytestmark = pytest.mark.gpu
@@ -424,8 +424,6 @@ def test_pooling_and_upsampling_of_ints(gpu):
 def test_fused_row_kernels(gpu, dtype):
     skip_unless(gpu, dtype)
     import torch
-
-    from helpers import assert_close
 
     x = values((7, 300), dtype, 28)
     alpha = values((300,), dtype, 29)

@@ -1,4 +1,5 @@
-"""``tallow embed`` and ``tallow generate``."""
+"""The commands that run models: ``tallow embed`` (sentence embeddings) and
+``tallow generate`` (text from a Llama-family model, safetensors or GGUF)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import os
 import sys
 
-from ..cliargs import output_path, positive_int
+from .args import output_path, positive_int
 
 
 def default_embed_model():
@@ -86,7 +87,7 @@ def _embed(args) -> int:
     from tallow.models.sentence import SentenceEmbedder
 
     if args.ray is not None:
-        from tallow.distributed.cli import run_ray_embed
+        from .distributed import run_ray_embed
 
         args.model = args.model or default_embed_model()
         return run_ray_embed(args)
@@ -255,7 +256,7 @@ def add_model_parsers(sub) -> None:
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="always show a progress bar (default: for long runs)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
-    from tallow.distributed.cli import add_ray_arguments
+    from .distributed import add_ray_arguments
 
     add_ray_arguments(p)
     p.set_defaults(run=_errors(_embed))

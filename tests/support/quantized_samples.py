@@ -1,4 +1,5 @@
-"""Test inputs shared by the quantized tests (a module of its own: ``conftest`` names clash across folders)."""
+"""Test inputs shared by the quantized tests: sample weight matrices with the value
+ranges real models have."""
 
 import numpy as np
 

@@ -1,15 +1,13 @@
-"""The ``tallow`` command: info, bench, embed, generate."""
+"""``tallow info``: the tallow version, the CPU (threads, BLAS) and the GPU adapter."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+
+import tallow as tl
 
 
 def _info(args) -> int:
-    import tallow as tl
-
     cpu = tl.cpu.info()
     print("tallow", tl.__version__)
     print("cpu:")
@@ -43,32 +41,7 @@ def _info(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="tallow", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_info_parser(sub) -> None:
     p = sub.add_parser("info", help="devices, adapter, features, threads")
     p.add_argument("--json", action="store_true", help="also print the full GPU info as JSON")
     p.set_defaults(run=_info)
-
-    from .bench.cli import add_bench_parser
-
-    add_bench_parser(sub)
-
-    try:
-        from .models.cli import add_model_parsers
-    except ImportError:
-        pass
-    else:
-        add_model_parsers(sub)
-
-    from .distributed.cli import add_search_parser
-
-    add_search_parser(sub)
-
-    args = parser.parse_args(argv)
-    return args.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""ggml's own quantized bytes for fixed float rows (``fixtures/ggml_golden.npz``).
+"""ggml's own quantized bytes for fixed float rows (``tests/quantized/fixtures/ggml_golden.npz``).
 
 The file holds ``x`` (float32 rows of 512) and, per type, the bytes ggml's
 reference quantizers make of them; ``fixtures/make_ggml_golden.py`` says how
@@ -10,7 +10,7 @@ import pathlib
 
 import numpy as np
 
-PATH = pathlib.Path(__file__).parent / "fixtures" / "ggml_golden.npz"
+PATH = pathlib.Path(__file__).parents[1] / "quantized" / "fixtures" / "ggml_golden.npz"
 
 
 @functools.lru_cache(maxsize=1)
