@@ -152,7 +152,7 @@ class NativeWeight:
     ``matmul_t(x)`` is ``x @ W.T`` with ggml's arithmetic; ``matvec(x, out)``
     the single-row product written into ``out``, in one call and no checks
     (the decode path's form).  A non-finite activation falls back to the NumPy
-    path of :mod:`tallow.quantized.vec_dot`, which defines those cases
+    path of :mod:`tallow.backends.cpu.quantized.vec_dot`, which defines those cases
     (``source``: when ``raw`` is a temporary concatenation, the parts it was
     made of, kept instead of the copy).
     """
@@ -177,7 +177,7 @@ class NativeWeight:
         return self.packed.nbytes
 
     def _fallback(self, x2: np.ndarray) -> np.ndarray:
-        from ....quantized.vec_dot import matmul_t
+        from ..quantized.vec_dot import matmul_t
 
         raw = self._source[0] if len(self._source) == 1 else np.concatenate([as_bytes(p) for p in self._source])
         return matmul_t(x2, raw, self.type, self.n, self.k, num_threads=1)
@@ -251,6 +251,27 @@ def plan_threads(m: int, n: int, k: int, groups: int, num_threads: int | None) -
     return max(1, min(num_threads, groups, (m * n * k) // MIN_WORK_PER_THREAD))
 
 
+_pool = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _executor(n: int):
+    """The kernels' own pool, with at least ``n`` workers (not the backend's shared
+    pool: a caller may itself run on one of that pool's workers).
+
+    A smaller pool is replaced, not shut down: a concurrent caller may still be
+    submitting to it; its idle threads end once it is unreferenced.
+    """
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
+        return _pool
+
+
 def run_pieces(fn, total: int, threads: int) -> None:
     """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they free up.
 
@@ -258,7 +279,7 @@ def run_pieces(fn, total: int, threads: int) -> None:
     busy with another process delays one piece, not half the product.  Workers
     block on the pool's queue when idle (no spinning).
     """
-    from ....quantized.vec_dot import _executor, _split
+    from ..quantized.vec_dot import _split
 
     pieces = iter(_split(total, min(total, threads * 4), 1))
     lock = threading.Lock()
