@@ -337,7 +337,8 @@ def to_dtype(s, layout, dtype):
     x = s.view(layout)
     if dtype.is_int and s.dtype.is_float:
         return wrap(_float_to_int(x, dtype), dtype)
-    return wrap(x.astype(dtype.np, order="C"), dtype)
+    with np.errstate(over="ignore"):  # out-of-range floats become inf, as documented
+        return wrap(x.astype(dtype.np, order="C"), dtype)
 
 
 def _float_to_int(x, dtype):
