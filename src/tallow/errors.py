@@ -44,3 +44,7 @@ class NotDifferentiableError(TallowError):
 
 class FileFormatError(TallowError, ValueError):
     """A file is truncated, corrupted or not in the expected format."""
+
+
+class FileWriteError(TallowError, OSError):
+    """A file could not be written (full disk, no permission); the old file is intact."""

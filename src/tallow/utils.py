@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from .atomic import atomic_write, write_bytes
 from .backends.cpu.threads import CONFIG as _THREADS
 from .device import Device, cpu
 from .errors import FileFormatError
@@ -94,16 +95,29 @@ def load_safetensors(path, device=cpu) -> dict:
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
-    from safetensors.numpy import save_file
+    """Write ``tensors`` (name -> Tensor) to ``path``, atomically (see ``tallow.atomic``)."""
+    from safetensors.numpy import save
 
+    arrays = _host_arrays("save_safetensors", tensors)
+    write_bytes(path, save(arrays, metadata=metadata))
+
+
+def _host_arrays(op, tensors) -> dict:
+    """name -> C-ordered host array, checked before anything is written."""
+    from .errors import DTypeMismatchError
     from .tensor import Tensor
 
+    if not isinstance(tensors, dict):
+        raise DTypeMismatchError(f"{op}: expected a dict of name -> Tensor, got "
+                                 f"{type(tensors).__name__}")
     arrays = {}
     for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise DTypeMismatchError(f"{op}: names must be strings, got {name!r}")
         if not isinstance(t, Tensor):
-            raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}, not a Tensor")
+            raise DTypeMismatchError(f"{op}: {name!r} is a {type(t).__name__}, not a Tensor")
         arrays[name] = np.asarray(t._host(), order="C")
-    save_file(arrays, str(path), metadata=metadata)
+    return arrays
 
 
 class SafetensorsFile:
@@ -205,7 +219,10 @@ def load_npy(path, device=None):
 
 
 def save_npy(path, tensor) -> None:
-    np.save(str(path), np.asarray(tensor._host(), order="C"), allow_pickle=False)
+    """Write one tensor as ``.npy``, atomically (see ``tallow.atomic``)."""
+    arr = _host_arrays("save_npy", {"tensor": tensor})["tensor"]
+    with atomic_write(path) as f:
+        np.save(f, arr, allow_pickle=False)
 
 
 def load_npz(path, device=None) -> dict:
@@ -228,7 +245,10 @@ def load_npz(path, device=None) -> dict:
 
 
 def save_npz(path, tensors: dict) -> None:
-    np.savez(str(path), **{k: np.asarray(t._host(), order="C") for k, t in tensors.items()})
+    """Write name -> tensor as an ``.npz`` archive, atomically (see ``tallow.atomic``)."""
+    arrays = _host_arrays("save_npz", tensors)
+    with atomic_write(path) as f:
+        np.savez(f, **arrays)
 
 
 # -- gguf ----------------------------------------------------------------------------------

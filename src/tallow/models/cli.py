@@ -51,17 +51,35 @@ def read_texts(path) -> list:
     return texts
 
 
+EMBEDDING_FORMATS = (".npy", ".jsonl", ".ndjson", ".json")
+
+
+def embeddings_file(text: str) -> str:
+    """``--output``: a writable path with a known extension (checked before any work)."""
+    import argparse
+
+    path = output_file(text)
+    if not path.endswith(EMBEDDING_FORMATS):
+        raise argparse.ArgumentTypeError(
+            f"unknown format for {path} (use .npy or .jsonl)")
+    return path
+
+
 def write_embeddings(path, texts, emb) -> None:
+    """The embeddings as ``.npy`` or JSON lines, written atomically (see ``tallow.atomic``)."""
     import numpy as np
 
+    from tallow.atomic import atomic_write
+
+    if not path.endswith(EMBEDDING_FORMATS):
+        raise ValueError(f"--output: unknown format for {path} (use .npy or .jsonl)")
     if path.endswith(".npy"):
-        np.save(path, emb)
-    elif path.endswith((".jsonl", ".ndjson", ".json")):
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_write(path) as f:
+            np.save(f, emb)
+    else:
+        with atomic_write(path, "w", encoding="utf-8") as f:
             for t, e in zip(texts, emb):
                 f.write(json.dumps({"text": t, "embedding": [float(v) for v in e]}) + "\n")
-    else:
-        raise ValueError(f"--output: unknown format for {path} (use .npy or .jsonl)")
 
 
 def _embed(args) -> int:
@@ -100,7 +118,11 @@ def _embed(args) -> int:
         head = ", ".join(f"{x:+.4f}" for x in v[:6])
         print(f"{t[:60]!r:64s} [{head}, ...] norm {np.linalg.norm(v):.4f}")
     if 1 < len(texts) <= 8:
-        sims = vecs @ vecs.T
+        # Cosines whether or not the model normalises its output: dot products of
+        # unnormalised vectors are not similarities.
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        unit = vecs / np.where(norms == 0, 1, norms)
+        sims = unit @ unit.T
         print("cosine similarity:")
         for i in range(len(texts)):
             print("  " + " ".join(f"{sims[i, j]:+.3f}" for j in range(len(texts))))
@@ -205,7 +227,7 @@ def add_model_parsers(sub) -> None:
     p.add_argument("--input", metavar="FILE", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
                         "'-' reads stdin")
-    p.add_argument("--output", metavar="FILE", type=output_file, default=None,
+    p.add_argument("--output", metavar="FILE", type=embeddings_file, default=None,
                    help="write the embeddings to FILE (.npy array or .jsonl) instead of printing")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", default="cpu", help="cpu or gpu")
@@ -229,7 +251,9 @@ def add_model_parsers(sub) -> None:
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=299792458)
-    g.add_argument("--repeat-penalty", type=float, default=1.1)
+    g.add_argument("--repeat-penalty", type=float, default=1.0,
+                   help="penalise recently seen tokens (1.0, the default, is none: "
+                        "--temperature 0 is then plain greedy decoding)")
     g.add_argument("--repeat-last-n", type=int, default=64)
     g.add_argument("--device", default="cpu")
     g.add_argument("--dtype", default="f32", help="weights dtype (safetensors models; GGUF runs in f32)")
