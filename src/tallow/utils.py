@@ -9,6 +9,7 @@ import numpy as np
 from .atomic import atomic_write, write_bytes
 from .backends.cpu.threads import CONFIG as _THREADS
 from .device import Device, cpu
+from .safetensors_io import SafetensorsReader
 from .errors import FileFormatError
 
 
@@ -120,86 +121,19 @@ def _host_arrays(op, tensors) -> dict:
     return arrays
 
 
-class SafetensorsFile:
-    """A lazily read safetensors file: names, shapes and dtypes up front, data on demand."""
+class SafetensorsFile(SafetensorsReader):
+    """A lazily read safetensors file: names, shapes and dtypes up front, data on demand.
+
+    The header is validated when the file opens (see ``tallow.safetensors_io``).
+    """
 
     def __init__(self, path):
-        from safetensors import SafetensorError, safe_open
-
-        self.path = str(path)
-        _missing(self.path, "load_safetensors")
-        try:
-            self._f = safe_open(self.path, framework="numpy")
-            self._keys = list(self._f.keys())
-        except (SafetensorError, OSError, ValueError, TypeError) as e:
-            raise FileFormatError(f"{self.path}: not a valid safetensors file ({e})") from None
-        self.metadata = self._f.metadata() or {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self):
-        self._f = None
-
-    def keys(self):
-        return list(self._keys)
-
-    def __contains__(self, name):
-        return name in self._keys
-
-    def shape(self, name):
-        return tuple(self._f.get_slice(name).get_shape())
-
-    def dtype(self, name):
-        from .dtype import DType
-
-        st = self._f.get_slice(name).get_dtype()
-        if st not in _SAFETENSORS_DTYPES:
-            raise self._unsupported(name, st)
-        return DType.parse(_SAFETENSORS_DTYPES[st])
-
-    def _unsupported(self, name, what):
-        from .errors import UnsupportedDTypeError
-
-        return UnsupportedDTypeError(
-            f"{self.path}: tensor {name!r} has dtype {what}, which tallow cannot hold "
-            f"(supported: {', '.join(sorted(set(_SAFETENSORS_DTYPES)))})"
-        )
+        _missing(str(path), "load_safetensors")
+        super().__init__(path)
 
     def get(self, name, device=None):
-        from safetensors import SafetensorError
-
-        if name not in self._keys:
-            raise KeyError(f"{self.path}: no tensor named {name!r}")
-        try:
-            arr = self._f.get_tensor(name)
-        except (SafetensorError, OSError, ValueError, TypeError) as e:
-            raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
-        from .dtype import from_numpy_dtype
-        from .errors import UnsupportedDTypeError
-        from .tensor import adopt_array
-        from ._construct import make
-        from .layout import Layout
-
-        try:
-            # Types tallow lacks widen losslessly, as for arrays (and candle: I32 -> i64).
-            dtype = from_numpy_dtype(arr.dtype, allow_widening=True)
-        except UnsupportedDTypeError:
-            raise self._unsupported(name, self._f.get_slice(name).get_dtype()) from None
-        arr = np.asarray(arr, dtype=dtype.np, order="C")
-        return make(adopt_array(arr, dtype, Device.parse(device) if device else cpu),
-                    Layout.contiguous_of(arr.shape))
-
-
-_SAFETENSORS_DTYPES = {
-    "U8": "u8", "U32": "u32", "I64": "i64", "F16": "f16", "BF16": "bf16", "F32": "f32",
-    "F64": "f64",
-    # Widened on load (lossless), as NumPy arrays of these types are.
-    "BOOL": "u8", "I8": "i64", "I16": "i64", "I32": "i64", "U16": "u32",
-}
+        """The tensor ``name``, on ``device`` (default: the CPU, sharing the map)."""
+        return super().get(name, device=Device.parse(device) if device else None)
 
 
 # -- npy / npz ---------------------------------------------------------------------------
