@@ -48,3 +48,14 @@ class FileFormatError(TallowError, ValueError):
 
 class FileWriteError(TallowError, OSError):
     """A file could not be written (full disk, no permission); the old file is intact."""
+
+
+class StaleGraphError(TallowError, RuntimeError):
+    """Backward over a graph whose input was changed in place after being recorded."""
+
+
+class NoGradientError(TallowError, KeyError):
+    """A gradient store has no gradient for the tensor asked for."""
+
+    def __str__(self):  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""

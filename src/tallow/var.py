@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .errors import ShapeMismatchError
 from .tensor import Tensor
+from .versions import bump
 
 
 class Var(Tensor):
@@ -60,6 +61,7 @@ class Var(Tensor):
         if value._storage is self._storage:
             src = value.copy()
         self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
+        bump(self._storage)  # graphs recorded before this write are now stale
 
     def __repr__(self):
         return "Var(" + Tensor.__repr__(self) + ")"
