@@ -132,9 +132,14 @@ class ReduceOps:
             return self._half_in_f32(lambda t: t.var_keepdim(d, unbiased))
         n = self._layout.shape[d]
         mean = self.mean_keepdim(d)
-        squares = self.broadcast_sub(mean).sqr()
+        centred = self.broadcast_sub(mean)
         denom = (n - 1) if unbiased else n
-        return squares.sum_keepdim(d) * (1.0 / denom if denom > 0 else float("nan"))
+        # Corrected two-pass: the rounding error e of the mean adds n e^2 to the sum of
+        # squares (1000x PyTorch's error on rows with a large mean); the sum of the
+        # centred values is n e, so (sum c)^2 / n takes it off again.
+        rest = centred.sum_keepdim(d)
+        ss = centred.sqr().sum_keepdim(d) - rest.sqr() * (1.0 / n if n else 0.0)
+        return ss * (1.0 / denom if denom > 0 else float("nan"))
 
     def var(self, dim, unbiased=True):
         d = self._single_dim(dim, "var")

@@ -184,6 +184,8 @@ def layer_norm(x: Tensor, alpha: Tensor, beta: Tensor | None, eps: float) -> Ten
     xf = x.to_dtype("f32") if dtype.size_in_bytes < 4 else x
     mean = xf.mean_keepdim(-1)
     centred = xf.broadcast_sub(mean)
+    # Centred again on what the rounding of the mean left (as the fused kernels do).
+    centred = centred.broadcast_sub(centred.mean_keepdim(-1))
     var = centred.sqr().mean_keepdim(-1)
     y = centred.broadcast_div((var + eps).sqrt()).to_dtype(dtype).broadcast_mul(alpha)
     return y if beta is None else y.broadcast_add(beta)

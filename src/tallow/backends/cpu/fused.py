@@ -102,12 +102,13 @@ def softmax_last_dim(s, layout):
 # -- normalisations ---------------------------------------------------------------------------
 
 def _rms_chunk(o, r, w, eps):
-    ms = np.einsum("ij,ij->i", r, r)
+    # Squares summed in f64: an f32 sum of 4096 squares near 1e6 loses ~1e-5 relative.
+    ms = np.einsum("ij,ij->i", r, r, dtype=np.float64)
     ms *= 1.0 / r.shape[1]
     ms += eps
     np.sqrt(ms, out=ms)
     np.reciprocal(ms, out=ms)
-    np.multiply(r, ms[:, None], out=o)
+    np.multiply(r, ms.astype(r.dtype)[:, None], out=o)
     o *= w
 
 
@@ -119,16 +120,23 @@ def rms_norm(s, layout, alpha, alpha_layout, eps):
 
 
 def _ln_chunk(o, r, w, b, eps):
+    # Corrected two-pass statistics: the mean summed in f64, the rows centred on
+    # it, then centred again on the mean of what remains (the rounding of the first
+    # mean), so a row of 4096 x 1000.1 gives exactly 0 and a row with a large mean
+    # keeps its small spread. The variance is summed in f64.
     inv_n = 1.0 / r.shape[1]
-    mean = _row_sums(r)
+    mean = r.sum(axis=1, dtype=np.float64)
     mean *= inv_n
-    np.subtract(r, mean[:, None], out=o)
-    var = np.einsum("ij,ij->i", o, o)
+    np.subtract(r, mean.astype(r.dtype)[:, None], out=o)
+    rest = o.sum(axis=1, dtype=np.float64)
+    rest *= inv_n
+    o -= rest.astype(r.dtype)[:, None]
+    var = np.einsum("ij,ij->i", o, o, dtype=np.float64)
     var *= inv_n
     var += eps
     np.sqrt(var, out=var)
     np.reciprocal(var, out=var)
-    o *= var[:, None]
+    o *= var.astype(r.dtype)[:, None]
     o *= w
     if b is not None:
         o += b
