@@ -59,3 +59,11 @@ class NoGradientError(TallowError, KeyError):
 
     def __str__(self):  # KeyError would show the message quoted
         return str(self.args[0]) if self.args else ""
+
+
+class ValueNotRepresentableError(TallowError, OverflowError, ValueError):
+    """A value cannot be held by the requested dtype (NaN or inf as an integer, 300 as u8)."""
+
+
+class InvalidArgumentError(TallowError, ValueError, TypeError):
+    """An argument has the wrong type or value (a byte count of "abc", -1 threads)."""

@@ -55,6 +55,8 @@ def softmax(x: Tensor, dim=-1) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``."""
     _float_only("softmax", x)
     d = normalize_dim(dim, x.rank, "softmax")
+    if x.shape[d] == 0:  # empty rows: an empty result, as PyTorch gives
+        return x.copy()
     if d == x.rank - 1 and not x._track:
         out = fused("softmax_last_dim", x)
         if out is not None:
@@ -72,6 +74,8 @@ def log_softmax(x: Tensor, dim=-1) -> Tensor:
     """``x - max - log(sum(exp(x - max)))`` along ``dim`` (stable)."""
     _float_only("log_softmax", x)
     d = normalize_dim(dim, x.rank, "log_softmax")
+    if x.shape[d] == 0:
+        return x.copy()
     mx = x.max_keepdim(d).detach()
     shifted = x.broadcast_sub(mx)
     return shifted.broadcast_sub(shifted.exp().sum_keepdim(d).log())

@@ -37,7 +37,8 @@ def _rows(s, layout):
     """(2-D array of rows over the last dim, compute dtype)."""
     x = s.view(layout)
     n = x.shape[-1] if x.ndim else 1
-    rows = x.reshape(-1, n)
+    # Not reshape(-1, n): with n == 0 the row count would be ambiguous.
+    rows = x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)) if x.ndim else 1, n)
     cd = _compute_dtype(s.dtype)
     if rows.dtype != cd:
         rows = rows.astype(cd)
@@ -58,6 +59,8 @@ def _step(n):
 def _run(kernel, out, rows, *extra):
     """``kernel(o, r, *extra)`` over row chunks of ``rows`` into ``out`` (both 2-D),
     with the rows split over the CPU threads when the op is large."""
+    if out.size == 0:  # no rows, or empty rows: nothing to compute (as on the GPU)
+        return out
     step = _step(rows.shape[1])
 
     def chunks(o, r):
