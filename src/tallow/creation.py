@@ -12,6 +12,7 @@ from . import dtype as dt
 from ._construct import make
 from .device import Device, cpu
 from .layout import Layout
+from .limits import check_allocation
 from .shape import elem_count, parse_shape
 
 _contig = Layout.contiguous_of
@@ -39,6 +40,7 @@ def zeros(*shape, dtype=dt.f32, device=cpu):
     shape, (dtype, device) = _split_shape(shape, "zeros", (dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "zeros")
+    check_allocation("zeros", shape, dtype, device)
     return make(state.zeros(elem_count(shape), dtype), _contig(shape))
 
 
@@ -46,6 +48,7 @@ def ones(*shape, dtype=dt.f32, device=cpu):
     shape, (dtype, device) = _split_shape(shape, "ones", (dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "ones")
+    check_allocation("ones", shape, dtype, device)
     return make(state.full(elem_count(shape), dtype, 1), _contig(shape))
 
 
@@ -60,6 +63,7 @@ def full(shape, value, dtype=None, device=cpu):
 
     value = scalar_for("full", value, dtype)
     state = _checked_state(device, dtype, "full")
+    check_allocation("full", shape, dtype, device)
     return make(state.full(elem_count(shape), dtype, value), _contig(shape))
 
 
@@ -122,6 +126,7 @@ def arange(start, end=None, step=1, dtype=None, device=cpu):
         count = max(0, math.ceil((end - start) / step))
     device = _dev(device)
     state = _checked_state(device, dtype, "arange")
+    check_allocation("arange", (count,), dtype, device)
     return make(state.arange(start, step, count, dtype), _contig((count,)))
 
 
@@ -136,6 +141,7 @@ def rand(*shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
     shape, (low, high, dtype, device) = _split_shape(shape, "rand", (low, high, dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "rand")
+    check_allocation("rand", shape, dtype, device)
     return make(state.rand_uniform(elem_count(shape), dtype, float(low), float(high)), _contig(shape))
 
 
@@ -143,6 +149,7 @@ def randn(*shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
     shape, (mean, std, dtype, device) = _split_shape(shape, "randn", (mean, std, dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "randn")
+    check_allocation("randn", shape, dtype, device)
     return make(state.rand_normal(elem_count(shape), dtype, float(mean), float(std)), _contig(shape))
 
 

@@ -67,3 +67,7 @@ class ValueNotRepresentableError(TallowError, OverflowError, ValueError):
 
 class InvalidArgumentError(TallowError, ValueError, TypeError):
     """An argument has the wrong type or value (a byte count of "abc", -1 threads)."""
+
+
+class ShapeTooLargeError(TallowError, ValueError):
+    """A shape has more elements, or needs more bytes, than can ever be held."""

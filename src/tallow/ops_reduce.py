@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from . import dtype as dt
 from ._construct import make
-from .errors import ShapeMismatchError, UnsupportedDTypeError
+from .errors import ShapeMismatchError, ShapeTooLargeError, UnsupportedDTypeError
 from .layout import Layout
 from .op import record1
 from .shape import normalize_dim, normalize_dims
 
 _contig = Layout.contiguous_of
 _HALF = (dt.f16, dt.bf16)
+GPU_MAX_ELEMENTS = 2**32 - 1  # the GPU kernels index with u32
 
 
 def _keep_shape(shape, dims):
@@ -26,6 +27,10 @@ class ReduceOps:
 
     def _reduce(self, op, dims, name):
         lay = self._layout
+        if lay.count > GPU_MAX_ELEMENTS and self.device.kind != "cpu":
+            raise ShapeTooLargeError(
+                f"{name}: shape {lay.shape} has {lay.count} elements; GPU reductions take "
+                f"at most {GPU_MAX_ELEMENTS} (32-bit indices)")
         out_shape = _keep_shape(lay.shape, dims)
         out = self._storage.reduce(op, lay, dims)
         rec = None

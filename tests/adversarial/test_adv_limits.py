@@ -54,3 +54,38 @@ def test_set_num_threads_is_capped_with_a_warning():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tl.utils.set_num_threads(before)
+
+
+# -- huge shapes ---------------------------------------------------------------------------
+
+from tallow.errors import ShapeTooLargeError  # noqa: E402
+
+
+@pytest.mark.parametrize("make,op", [
+    (lambda d: tl.zeros((2**64, 0), device=d), "zeros"),
+    (lambda d: tl.zeros((2**40, 2**30), device=d), "zeros"),
+    (lambda d: tl.ones((2**62,), device=d), "ones"),
+    (lambda d: tl.rand((2**31, 2**31), device=d), "rand"),
+    (lambda d: tl.full((2**61, 4), 1.0, device=d), "full"),
+    (lambda d: tl.arange(0, 2**62, device=d), "arange"),
+    (lambda d: tl.zeros((0,), device=d).reshape((2**70, 0)), "reshape"),
+    (lambda d: tl.zeros((1,), device=d).broadcast_as((2**64,)), "broadcast_as"),
+])
+def test_huge_shapes_fail_up_front_naming_op_shape_and_limit(dev, make, op):
+    with pytest.raises(ShapeTooLargeError) as e:
+        make(dev)
+    msg = str(e.value)
+    assert msg.startswith(op) and "shape (" in msg and ("limit" in msg or "memory" in msg
+                                                        or "largest buffer" in msg)
+
+
+@pytest.mark.gpu
+def test_gpu_reduction_over_a_huge_broadcast_view_is_refused():
+    from adv_support import gpu_or_skip
+
+    gpu = gpu_or_skip()
+    view = tl.zeros((1,), device=gpu).broadcast_as((2**20, 2**20, 2**10))
+    with pytest.raises(ShapeTooLargeError, match=r"sum.*\(1048576, 1048576, 1024\).*4294967295"):
+        view.sum_all()
+    with pytest.raises(TallowError):
+        view.exp()
