@@ -26,8 +26,15 @@ def read_texts(path) -> list:
     else:
         if not os.path.exists(path):
             raise FileNotFoundError(f"--input: no such file: {path}")
-        with open(path, encoding="utf-8-sig") as f:
-            data = f.read()
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                data = f.read()
+        except UnicodeDecodeError as e:
+            from tallow.errors import FileFormatError
+
+            raise FileFormatError(
+                f"--input: {path} is not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); "
+                "give one text per line or JSONL") from None
     lines = data.removeprefix("\ufeff").splitlines()
     jsonl = path.endswith((".jsonl", ".ndjson"))
     texts = []
@@ -135,7 +142,8 @@ def _find(path, names, what):
             p = os.path.join(path, n)
             if os.path.exists(p):
                 return p
-        raise FileNotFoundError(f"{what}: {path} has none of {', '.join(names)}")
+        hint = " (pass it with --tokenizer)" if what == "--tokenizer" else ""
+        raise FileNotFoundError(f"{what}: {path} has none of {', '.join(names)}{hint}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{what}: no such file: {path}")
     return path
@@ -150,7 +158,9 @@ def _generate(args) -> int:
     if os.path.isfile(model_path) and _is_gguf(model_path):
         from tallow.models.quantized_llama import ModelWeights
 
-        tok_path = _find(args.tokenizer or os.path.dirname(model_path), ["tokenizer.json"], "--tokenizer")
+        # abspath: the folder of "model.gguf" is "", which named no folder in errors.
+        tok_path = _find(args.tokenizer or os.path.dirname(os.path.abspath(model_path)),
+                         ["tokenizer.json"], "--tokenizer")
         model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
         return _stream(args, model, load_tokenizer(tok_path))
     if os.path.isdir(model_path):
@@ -167,7 +177,7 @@ def _generate(args) -> int:
     if args.config:
         config_path = args.config
     tok_path = _find(args.tokenizer or (model_path if os.path.isdir(model_path)
-                                        else os.path.dirname(model_path)),
+                                        else os.path.dirname(os.path.abspath(model_path))),
                      ["tokenizer.json"], "--tokenizer")
     cfg = LlamaConfig.from_json(config_path)
     device = tl.Device.parse(args.device)
