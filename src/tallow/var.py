@@ -76,6 +76,7 @@ class Var(Tensor):
         if not (lay.contiguous and lay.start_offset == 0 and value._storage.count == lay.count):
             value = value.copy()
         self._storage, self._layout = value._storage, value._layout
+        bump(self._storage)  # graphs recorded with the old data are now stale
 
     def __reduce__(self):
         # Pickling and copy.deepcopy keep a Var a Var (a model stays trainable).
