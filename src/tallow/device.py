@@ -26,7 +26,16 @@ class Device:
     def gpu(ordinal: int = 0) -> "Device":
         from .backends.gpu import gpu_device_state
 
-        return Device(gpu_device_state(ordinal))
+        return Device.of(gpu_device_state(ordinal))
+
+    @staticmethod
+    def of(state) -> "Device":
+        """The canonical handle of a backend device state (made on first request:
+        backends create device states but never handles)."""
+        handle = state.handle
+        if handle is None:
+            handle = state.handle = Device(state)
+        return handle
 
     @staticmethod
     def parse(value) -> "Device":
@@ -151,9 +160,7 @@ def _parse_name(value) -> tuple:
 def _make_cpu() -> Device:
     from .backends.cpu.device import CPU_STATE
 
-    handle = Device(CPU_STATE)
-    CPU_STATE.handle = handle
-    return handle
+    return Device.of(CPU_STATE)
 
 
 cpu = _make_cpu()

@@ -71,3 +71,12 @@ class InvalidArgumentError(TallowError, ValueError, TypeError):
 
 class ShapeTooLargeError(TallowError, ValueError):
     """A shape has more elements, or needs more bytes, than can ever be held."""
+
+
+class DistributedError(TallowError, RuntimeError):
+    """Distributed embedding cannot run: Ray is missing, the cluster cannot be
+    reached, or the cluster lacks what the job asks for (workers, GPUs)."""
+
+
+class EmbeddingIndexError(TallowError, ValueError):
+    """An embedding index directory is missing, empty, or not one tallow wrote."""

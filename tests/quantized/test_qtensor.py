@@ -6,7 +6,8 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gq
 
 import tallow as tl
-from tallow.quantized import QMatMul, QTensor, fast, ggml_type, matmul_t_dequantized
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import QMatMul, QTensor, ggml_type, matmul_t_dequantized
 from test_vec_dot import reference_matmul
 
 F = np.float32
@@ -168,7 +169,7 @@ def test_without_numba_installed_the_numpy_path_serves():
     code = (
         "import sys; sys.modules['numba'] = None\n"  # makes `import numba` fail
         "import numpy as np, tallow as tl\n"
-        "from tallow.quantized import QMatMul, fast\n"
+        "from tallow.quantized import QMatMul\nfrom tallow.backends.cpu.quantized import fast\n"
         "q = tl.Tensor(np.linspace(-1, 1, 4 * 256, dtype=np.float32).reshape(4, 256)).quantize('q4k')\n"
         "qm = QMatMul(q)\n"
         "y = qm.forward(tl.ones((2, 256)))\n"

