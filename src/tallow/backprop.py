@@ -16,7 +16,8 @@ import numpy as np
 
 from . import dtype as dt
 from .creation import arange, cat, full, ones, ones_like, stack, tensor, zeros, zeros_like
-from .errors import NotDifferentiableError
+from .errors import NoGradientError, NotDifferentiableError
+from .versions import check_unchanged
 
 
 class GradStore:
@@ -35,7 +36,7 @@ class GradStore:
     def __getitem__(self, t):
         g = self._grads.get(t.id)
         if g is None:
-            raise KeyError(f"no gradient for tensor {t.id} (shape {t.shape})")
+            raise NoGradientError(_why_no_gradient(t))
         return g
 
     def __contains__(self, t):
@@ -65,6 +66,16 @@ class GradStore:
             self._tensors[t.id] = t
         else:
             self._grads[t.id] = prev + grad
+
+
+def _why_no_gradient(t) -> str:
+    what = f"tensor {t.id} (shape {t.shape}, {t.dtype}{', a Var' if t.is_variable() else ''})"
+    if t.dtype.is_int:
+        return (f"no gradient for {what}: integer tensors carry no gradient (use a float "
+                "dtype for values to differentiate)")
+    return (f"no gradient for {what}: the differentiated value does not depend on it, or only "
+            "through an integer dtype (a cast to an integer type, argmax, a comparison), which "
+            "carries no gradient")
 
 
 def sorted_nodes(root):
@@ -114,6 +125,7 @@ def backward(root):
         if grad is None:
             continue
         op = node._op
+        check_unchanged(op)
         rule = RULES.get(op.name)
         if rule is None:
             raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")

@@ -20,6 +20,7 @@ from .convert import check_numpy_exact, from_data
 from .device import Device, cpu
 from .errors import ShapeMismatchError
 from .layout import Layout
+from .limits import check_allocation
 from .shape import elem_count, parse_shape
 from .tensor_base import TensorBase
 
@@ -164,6 +165,7 @@ class Constructors:
         shape, (dtype, device) = _split_shape(shape, "zeros", (dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "zeros")
+        check_allocation("zeros", shape, dtype, device)
         return cls._wrap(state.zeros(elem_count(shape), dtype), _contig(shape))
 
     @classmethod
@@ -171,6 +173,7 @@ class Constructors:
         shape, (dtype, device) = _split_shape(shape, "ones", (dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "ones")
+        check_allocation("ones", shape, dtype, device)
         return cls._wrap(state.full(elem_count(shape), dtype, 1), _contig(shape))
 
     @classmethod
@@ -183,6 +186,7 @@ class Constructors:
         device = device_of(device)
         value = scalar_for("full", value, dtype)
         state = checked_state(device, dtype, "full")
+        check_allocation("full", shape, dtype, device)
         return cls._wrap(state.full(elem_count(shape), dtype, value), _contig(shape))
 
     # -- ranges and identity -----------------------------------------------------------
@@ -213,6 +217,7 @@ class Constructors:
             count = max(0, math.ceil((end - start) / step))
         device = device_of(device)
         state = checked_state(device, dtype, "arange")
+        check_allocation("arange", (count,), dtype, device)
         return cls._wrap(state.arange(start, step, count, dtype), _contig((count,)))
 
     @classmethod
@@ -228,6 +233,7 @@ class Constructors:
         shape, (low, high, dtype, device) = _split_shape(shape, "rand", (low, high, dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "rand")
+        check_allocation("rand", shape, dtype, device)
         storage = state.rand_uniform(elem_count(shape), dtype, float(low), float(high))
         return cls._wrap(storage, _contig(shape))
 
@@ -236,6 +242,7 @@ class Constructors:
         shape, (mean, std, dtype, device) = _split_shape(shape, "randn", (mean, std, dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "randn")
+        check_allocation("randn", shape, dtype, device)
         storage = state.rand_normal(elem_count(shape), dtype, float(mean), float(std))
         return cls._wrap(storage, _contig(shape))
 

@@ -17,6 +17,7 @@ from .errors import DeviceMismatchError, NotDifferentiableError, TallowError
 from .layout import Layout
 from .op import record
 from .shape import elem_count
+from .versions import bump
 
 _contig = Layout.contiguous_of
 
@@ -124,6 +125,7 @@ class CustomOpMethods:
             op.cpu_fwd(self._storage, self._layout)
         else:
             op.gpu_fwd(self._storage, self._layout)
+        bump(self._storage)
 
     def inplace_op2(self, rhs, op):
         _same_device(op, self, rhs)
@@ -131,6 +133,7 @@ class CustomOpMethods:
             op.cpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)
         else:
             op.gpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)
+        bump(self._storage)
 
 
 def _same_device(op, a, b):

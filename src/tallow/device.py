@@ -123,6 +123,15 @@ class Device:
         return self._gpu_only("memory_stats").memory_stats()
 
     def set_cache_limit(self, nbytes: int) -> None:
+        """Keep at most ``nbytes`` of unused buffers cached for reuse (GPU only)."""
+        import numbers
+
+        from .errors import InvalidArgumentError
+
+        if (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral)
+                or nbytes < 0):
+            raise InvalidArgumentError(
+                f"set_cache_limit: the limit is a byte count, an integer >= 0, got {nbytes!r}")
         self._gpu_only("set_cache_limit").set_cache_limit(int(nbytes))
 
     def kernel_stats(self) -> dict:

@@ -13,14 +13,18 @@ the GPU codes and the WGSL constants (``OP_NEG``...) are derived from it.
 
 from __future__ import annotations
 
+from .versions import versions_of
+
 
 class Op:
-    __slots__ = ("name", "args", "params")
+    __slots__ = ("name", "args", "params", "versions")
 
     def __init__(self, name: str, args: tuple, params=None):
         self.name = name
         self.args = args
         self.params = params
+        # The inputs' in-place write counts, checked by backward (see versions.py).
+        self.versions = versions_of(args)
 
     def __repr__(self):
         shapes = [list(a.shape) for a in self.args]

@@ -15,6 +15,7 @@ from .errors import (
 from .layout import Layout
 from .op import record
 from .shape import elem_count, normalize_dim, parse_shape
+from .versions import bump
 
 _contig = Layout.contiguous_of
 
@@ -105,6 +106,7 @@ class IndexOps:
         self._check_scatter("scatter_set", ids, src, d)
         self._storage.scatter_inplace(self._layout, ids._storage, ids._layout,
                                       src._storage, src._layout, d, False)
+        bump(self._storage)
 
     def index_add(self, ids, src, dim):
         """A copy of self with ``src``'s slices added at rows ``ids`` of ``dim``."""
@@ -145,6 +147,7 @@ class IndexOps:
             raise TallowError("slice_set: self and src share their storage")
         region = self._layout.narrow(d, offset, src.shape[d])
         self._storage.copy_into_inplace(region, src._storage, src._layout)
+        bump(self._storage)
 
     def slice_scatter(self, src, dim, start):
         """A copy of self with ``src`` written at ``start`` along ``dim``."""
@@ -197,12 +200,15 @@ class IndexOps:
 
     def zero_set(self):
         self._storage.fill_inplace(self._layout, 0)
+        bump(self._storage)
 
     def one_set(self):
         self._storage.fill_inplace(self._layout, 1)
+        bump(self._storage)
 
     def const_set(self, value):
         self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
+        bump(self._storage)
 
     # -- padding, flips, rolls, repeats -------------------------------------------------------
     def pad_with_zeros(self, dim, left, right):

@@ -22,8 +22,6 @@ class LinalgOps:
 
     def matmul(self, rhs):
         ls, rs = self._storage, rhs._storage
-        if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
-            binary_mismatch("matmul", self, rhs)
         a, b = self._layout.shape, rhs._layout.shape
         if len(a) == 2 and len(b) == 2:
             if a[1] != b[0]:
@@ -39,6 +37,9 @@ class LinalgOps:
             if a[-1] != b[-2]:
                 raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")
             shape = a[:-1] + (b[-1],)
+        # Shapes first, then device, then dtype: candle's order of checks.
+        if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
+            binary_mismatch("matmul", self, rhs)
         out = ls.matmul(self._layout, rs, rhs._layout)
         return self._wrap(out, _contig(shape), record2("matmul", self, rhs))
 

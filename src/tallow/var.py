@@ -8,6 +8,7 @@ from .checks import same_dtype_device
 from .errors import ShapeMismatchError
 from .tensor_base import new_id
 from .tensor_class import Tensor
+from .versions import bump
 
 
 class Var(Tensor):
@@ -60,6 +61,7 @@ class Var(Tensor):
         if value._storage is self._storage:
             src = value.copy()
         self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
+        bump(self._storage)  # graphs recorded before this write are now stale
 
     def _adopt(self, value: Tensor) -> None:
         """Take ``value``'s data, shape, dtype and device, keeping this Var's identity.
@@ -72,6 +74,7 @@ class Var(Tensor):
         if not (lay.contiguous and lay.start_offset == 0 and value._storage.count == lay.count):
             value = value.copy()
         self._storage, self._layout = value._storage, value._layout
+        bump(self._storage)  # graphs recorded with the old data are now stale
 
     def __reduce__(self):
         # Pickling and copy.deepcopy keep a Var a Var (a model stays trainable).

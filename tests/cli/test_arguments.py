@@ -40,6 +40,7 @@ def fake_suites(monkeypatch):
         monkeypatch.setitem(sys.modules, mod.__name__, mod)
     monkeypatch.setattr(bench_cli, "SUITES", {n: f"_fake_{n}" for n in ("one", "none", "two")})
     monkeypatch.setattr(bench_cli, "ALL_ORDER", ("one", "none", "two"))
+    monkeypatch.setattr(bench_cli, "DRAWING", ("one", "two"))
     return calls
 
 

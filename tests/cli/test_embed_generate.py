@@ -63,7 +63,8 @@ def test_embed_errors(st_tiny, tmp_path, capsys, tiny_llama):
     bad.write_text('{"nottext": 1}\n')
     assert main(["embed", "--model", str(st_tiny), "--input", str(bad)]) == 1
     assert "text" in capsys.readouterr().err
-    assert main(["embed", "--model", str(st_tiny), "x", "--output", str(tmp_path / "o.csv")]) == 1
+    # An unknown output format is a usage error, before the model loads.
+    assert main(["embed", "--model", str(st_tiny), "x", "--output", str(tmp_path / "o.csv")]) == 2
 
 
 def test_embed_uses_minilm_by_default(minilm_dir, capsys):

@@ -23,7 +23,7 @@ import numpy as np
 
 import tallow as tl
 
-from .common import alternate, have_torch, ratio, table, write_json
+from .common import alternate, have_torch, ratio, table, save_figure, write_json
 from .queue import SETTINGS, plot_queue, sweep
 
 
@@ -242,7 +242,7 @@ def run(args) -> int:
         ax1.legend(fontsize=7)
         plot_queue(ax2, qres, SETTINGS, cases)
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        save_figure(fig, args.plot)
         print(f"plot written to {args.plot}")
     write_json(getattr(args, "json", None), results)
     return 0

@@ -7,6 +7,7 @@ import argparse
 import importlib
 import json
 import os
+import sys
 import tempfile
 
 from ..bench.common import write_json
@@ -25,6 +26,8 @@ SUITES = {
     "llm": "llm",  # not under "all": it needs model files (see --make-models)
 }
 ALL_ORDER = ("cpu", "gpu", "queue", "first-use", "quantized", "models")
+# The suites that draw a plot; ``--plot`` with any other is refused before it runs.
+DRAWING = ("gpu", "queue")
 
 
 def _plot_name(path, suite):
@@ -35,6 +38,10 @@ def _plot_name(path, suite):
 
 def _run(args) -> int:
     names = ALL_ORDER if args.suite == "all" else (args.suite,)
+    if args.plot and args.suite not in DRAWING + ("all",):
+        print(f"tallow bench: error: --plot: the {args.suite} suite draws nothing (suites that "
+              f"draw: {', '.join(DRAWING)}, and all)", file=sys.stderr)
+        return 2
     status = 0
     results = {}
     # Each suite writes its own JSON; they get a scratch file each, so that under
@@ -52,7 +59,7 @@ def _run(args) -> int:
             suite_args = argparse.Namespace(**vars(args))
             suite_args.json = os.path.join(scratch, f"{name}.json") if args.json else None
             if args.plot and len(names) > 1:
-                suite_args.plot = _plot_name(args.plot, name)
+                suite_args.plot = _plot_name(args.plot, name) if name in DRAWING else None
             status |= module.run(suite_args) or 0
             if suite_args.json and os.path.exists(suite_args.json):
                 with open(suite_args.json) as f:
@@ -71,8 +78,8 @@ def add_bench_parser(sub):
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed repeats per measurement")
     p.add_argument("--plot", metavar="FILE.png", type=plot_file, default=None,
-                   help="draw the results (matplotlib; gpu and queue draw; under 'all', "
-                        "FILE-<suite>.png each)")
+                   help="draw the results (matplotlib; only gpu and queue draw, other suites "
+                        "refuse the flag; under 'all', FILE-<suite>.png each)")
     p.add_argument("--json", metavar="FILE.json", type=output_file, default=None,
                    help="write the results as JSON (under 'all': one object per suite)")
     llm = p.add_argument_group("llm (GGUF Llama decode/prompt speed, side by side with llama.cpp)")

@@ -42,8 +42,15 @@ def read_texts(path) -> list:
     else:
         if not os.path.exists(path):
             raise FileNotFoundError(f"--input: no such file: {path}")
-        with open(path, encoding="utf-8-sig") as f:
-            data = f.read()
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                data = f.read()
+        except UnicodeDecodeError as e:
+            from tallow.errors import FileFormatError
+
+            raise FileFormatError(
+                f"--input: {path} is not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); "
+                "give one text per line or JSONL") from None
     lines = data.removeprefix("\ufeff").splitlines()
     jsonl = path.endswith((".jsonl", ".ndjson"))
     texts = []
@@ -67,17 +74,24 @@ def read_texts(path) -> list:
     return texts
 
 
+EMBEDDING_FORMATS = (".npy", ".jsonl", ".ndjson", ".json")
+
+
 def write_embeddings(path, texts, emb) -> None:
+    """The embeddings as ``.npy`` or JSON lines, written atomically (see ``tallow.atomic``)."""
     import numpy as np
 
+    from tallow.atomic import atomic_write
+
+    if not path.endswith(EMBEDDING_FORMATS):
+        raise ValueError(f"--output: unknown format for {path} (use .npy or .jsonl)")
     if path.endswith(".npy"):
-        np.save(path, emb)
-    elif path.endswith((".jsonl", ".ndjson", ".json")):
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_write(path) as f:
+            np.save(f, emb)
+    else:
+        with atomic_write(path, "w", encoding="utf-8") as f:
             for t, e in zip(texts, emb):
                 f.write(json.dumps({"text": t, "embedding": [float(v) for v in e]}) + "\n")
-    else:
-        raise ValueError(f"--output: unknown format for {path} (use .npy or .jsonl)")
 
 
 def _embed(args) -> int:
@@ -94,6 +108,11 @@ def _embed(args) -> int:
     if args.output and os.path.isdir(args.output):
         print(f"tallow embed: --output: {args.output} is a directory (an index directory "
               "is written with --ray)", file=sys.stderr)
+        return 2
+    if args.output and not args.output.endswith(EMBEDDING_FORMATS):
+        # A usage error before the model loads, not after it ran.
+        print(f"tallow embed: error: --output: unknown format for {args.output} (use .npy "
+              "or .jsonl)", file=sys.stderr)
         return 2
     texts = list(args.text)
     for path in args.input or ():
@@ -125,7 +144,11 @@ def _embed(args) -> int:
         head = ", ".join(f"{x:+.4f}" for x in v[:6])
         print(f"{t[:60]!r:64s} [{head}, ...] norm {np.linalg.norm(v):.4f}")
     if 1 < len(texts) <= 8:
-        sims = vecs @ vecs.T
+        # Cosines whether or not the model normalises its output: dot products of
+        # unnormalised vectors are not similarities.
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        unit = vecs / np.where(norms == 0, 1, norms)
+        sims = unit @ unit.T
         print("cosine similarity:")
         for i in range(len(texts)):
             print("  " + " ".join(f"{sims[i, j]:+.3f}" for j in range(len(texts))))
@@ -138,7 +161,8 @@ def _find(path, names, what):
             p = os.path.join(path, n)
             if os.path.exists(p):
                 return p
-        raise FileNotFoundError(f"{what}: {path} has none of {', '.join(names)}")
+        hint = " (pass it with --tokenizer)" if what == "--tokenizer" else ""
+        raise FileNotFoundError(f"{what}: {path} has none of {', '.join(names)}{hint}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{what}: no such file: {path}")
     return path
@@ -186,7 +210,7 @@ def _generate(args) -> int:
     if args.config:
         config_path = args.config
     tok_path = _find(args.tokenizer or (model_path if os.path.isdir(model_path)
-                                        else os.path.dirname(model_path)),
+                                        else os.path.dirname(os.path.abspath(model_path))),
                      ["tokenizer.json"], "--tokenizer")
     cfg = LlamaConfig.from_json(config_path)
     device = tl.Device.parse(args.device)
@@ -280,7 +304,9 @@ def add_model_parsers(sub) -> None:
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--seed", type=int, default=299792458)
-    g.add_argument("--repeat-penalty", type=float, default=1.1)
+    g.add_argument("--repeat-penalty", type=float, default=1.0,
+                   help="penalise recently seen tokens (1.0, the default, is none: "
+                        "--temperature 0 is then plain greedy decoding)")
     g.add_argument("--repeat-last-n", type=int, default=64)
     g.add_argument("--device", default="cpu")
     g.add_argument("--dtype", default="f32", help="weights dtype (safetensors models; GGUF runs in f32)")

@@ -226,13 +226,13 @@ class SentenceEmbedder:
                 for f in futures:
                     f.cancel()
 
-    def encode(self, sentences, batch_size: int = 32, normalize=True, show_progress_bar=None,
+    def encode(self, sentences, batch_size: int = 32, normalize=None, show_progress_bar=None,
                convert_to_numpy: bool = True, workers: int | None = None):
         """Embeddings of ``sentences`` (a string or a list) as an ``(n, dim)`` float32 array.
 
-        ``normalize``: True (the default, as API.md promises) gives unit vectors, False
-        the raw pooled ones; None does what the directory says (a ``Normalize`` module
-        in ``modules.json``), which is what sentence-transformers' ``encode`` returns. A progress bar shows for long runs
+        ``normalize``: None (the default) does what the directory says (a ``Normalize``
+        module in ``modules.json``), which is what sentence-transformers' ``encode``
+        returns; True forces unit vectors, False the raw pooled ones. A progress bar shows for long runs
         (``show_progress_bar`` None: more than 8 batches). ``workers``: batches run at
         once on the CPU (default: the thread count, ``tl.utils.get_num_threads()``).
         """

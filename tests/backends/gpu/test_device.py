@@ -39,7 +39,7 @@ def test_mixing_devices_raises(gpu):
         with pytest.raises(tl.DeviceMismatchError):
             x + y
         with pytest.raises(tl.DeviceMismatchError):
-            x.matmul(y.reshape((3, 1)).reshape((1, 3)).t())
+            x.reshape((1, 3)).matmul(y.reshape((3, 1)).reshape((1, 3)).t())
         with pytest.raises(tl.DeviceMismatchError):
             tl.cat([x, y], 0)
         with pytest.raises(tl.DeviceMismatchError):

@@ -335,4 +335,5 @@ class CpuElementwise:
         x = self.view(layout)
         if dtype.is_int and self.dtype.is_float:
             return self._wrap(_float_to_int(x, dtype), dtype)
-        return self._wrap(x.astype(dtype.np, order="C"), dtype)
+        with np.errstate(over="ignore"):  # out-of-range floats become inf, as documented
+            return self._wrap(x.astype(dtype.np, order="C"), dtype)

@@ -33,7 +33,8 @@ def _rows(s, layout):
     """(2-D array of rows over the last dim, compute dtype)."""
     x = s.view(layout)
     n = x.shape[-1] if x.ndim else 1
-    rows = x.reshape(-1, n)
+    # Not reshape(-1, n): with n == 0 the row count would be ambiguous.
+    rows = x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)) if x.ndim else 1, n)
     cd = _compute_dtype(s.dtype)
     if rows.dtype != cd:
         rows = rows.astype(cd)
@@ -54,6 +55,8 @@ def _step(n):
 def _run(kernel, out, rows, *extra):
     """``kernel(o, r, *extra)`` over row chunks of ``rows`` into ``out`` (both 2-D),
     with the rows split over the CPU threads when the op is large."""
+    if out.size == 0:  # no rows, or empty rows: nothing to compute (as on the GPU)
+        return out
     step = _step(rows.shape[1])
 
     def chunks(o, r):
@@ -92,26 +95,34 @@ def _softmax_chunk(o, r):
 # -- normalisations ---------------------------------------------------------------------------
 
 def _rms_chunk(o, r, w, eps):
-    ms = np.einsum("ij,ij->i", r, r)
+    # Squares summed in f64: an f32 sum of 4096 squares near 1e6 loses ~1e-5 relative.
+    ms = np.einsum("ij,ij->i", r, r, dtype=np.float64)
     ms *= 1.0 / r.shape[1]
     ms += eps
     np.sqrt(ms, out=ms)
     np.reciprocal(ms, out=ms)
-    np.multiply(r, ms[:, None], out=o)
+    np.multiply(r, ms.astype(r.dtype)[:, None], out=o)
     o *= w
 
 
 def _ln_chunk(o, r, w, b, eps):
+    # Corrected two-pass statistics: the mean summed in f64, the rows centred on
+    # it, then centred again on the mean of what remains (the rounding of the first
+    # mean), so a row of 4096 x 1000.1 gives exactly 0 and a row with a large mean
+    # keeps its small spread. The variance is summed in f64.
     inv_n = 1.0 / r.shape[1]
-    mean = _row_sums(r)
+    mean = r.sum(axis=1, dtype=np.float64)
     mean *= inv_n
-    np.subtract(r, mean[:, None], out=o)
-    var = np.einsum("ij,ij->i", o, o)
+    np.subtract(r, mean.astype(r.dtype)[:, None], out=o)
+    rest = o.sum(axis=1, dtype=np.float64)
+    rest *= inv_n
+    o -= rest.astype(r.dtype)[:, None]
+    var = np.einsum("ij,ij->i", o, o, dtype=np.float64)
     var *= inv_n
     var += eps
     np.sqrt(var, out=var)
     np.reciprocal(var, out=var)
-    o *= var[:, None]
+    o *= var.astype(r.dtype)[:, None]
     o *= w
     if b is not None:
         o += b

@@ -199,7 +199,9 @@ class ThreadConfig:
             n, rule, details = detect_default()
             env = parse_env()
             if env is not None:
-                n, rule = env, f"{ENV_VAR} environment variable"
+                from ...thread_limit import cap_threads
+
+                n, rule = cap_threads(env, ENV_VAR), f"{ENV_VAR} environment variable"
             self._count, self._rule, self._details = n, rule, details
 
     def get(self) -> int:
@@ -228,6 +230,9 @@ class ThreadConfig:
                 f"set_num_threads: need an integer, got {type(n).__name__} {n!r}") from None
         if n < 1:
             raise ValueError(f"set_num_threads: need at least one thread, got {n}")
+        from ...thread_limit import cap_threads
+
+        n = cap_threads(n, "set_num_threads")
         with self._lock:
             self._count, self._rule = n, "set_num_threads"
             self._details = self._details or {}

@@ -201,7 +201,16 @@ class Commands:
             self.flush_locked()
             pos = 0
         nw = len(words)
-        _STRUCTS[nw].pack_into(self.ring, pos, *words)
+        try:
+            _STRUCTS[nw].pack_into(self.ring, pos, *words)
+        except struct.error:
+            from ...errors import ShapeTooLargeError
+
+            big = next((w for w in words if not 0 <= w <= 0xFFFFFFFF), None)
+            raise ShapeTooLargeError(
+                f"a GPU kernel parameter ({big}) does not fit the kernels' 32-bit sizes and "
+                "strides (limit 4294967295): the tensor or view is too large for the GPU"
+            ) from None
         self.ring_pos = pos + ((nw * 4 + self.align - 1) & -self.align)
         batch = self.batch
         if len(bufs) == 2 and type(bufs[0]) is PoolBuffer and type(bufs[1]) is PoolBuffer:
