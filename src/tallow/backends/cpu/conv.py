@@ -35,42 +35,42 @@ def _out(s, y, dtype):
     return s._wrap(y.astype(dtype.np, copy=False), dtype)
 
 
-def _im2col(x, kh, kw, pad, stride, dil, groups, out_hw=None):
-    """The patches of ``x`` as ``(groups, b*oh*ow, cg*kh*kw)`` (one copy), with oh, ow;
+def _padded(x, pad):
+    if pad[0] or pad[1]:
+        return np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
+    return np.ascontiguousarray(x)
+
+
+def _windows(x, kh, kw, stride, dil, out_hw=None):
+    """The output size and the strides of one kernel tap's window walk over ``x``;
     ``out_hw`` keeps only the first rows/columns of windows (a transposed convolution's
     output padding leaves positions past its input that no gradient reaches)."""
-    b, c, _, _ = x.shape
-    cg = c // groups
-    if pad[0] or pad[1]:
-        x = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])))
-    else:
-        x = np.ascontiguousarray(x)
     hp, wp = x.shape[2:]
     oh = (hp - dil[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (wp - dil[1] * (kw - 1) - 1) // stride[1] + 1
     if out_hw is not None:
         oh, ow = min(oh, out_hw[0]), min(ow, out_hw[1])
     sb, sc, sh, sw = x.strides
-    win = as_strided(
-        x, (b, groups, cg, oh, ow, kh, kw),
-        (sb, sc * cg, sc, sh * stride[0], sw * stride[1], sh * dil[0], sw * dil[1]),
-        writeable=False,
-    )
-    cols = win.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, b * oh * ow, cg * kh * kw)
-    return cols, oh, ow
+    return oh, ow, (sb, sc, sh * dil[0], sw * dil[1], sh * stride[0], sw * stride[1])
 
 
 def _conv2d(x, k, pad, stride, dil, groups):
-    b = x.shape[0]
+    """Per image, ``kernel[g, cog, (cg, kh, kw)] @ cols[b, g, (cg, kh, kw), (oh, ow)]``:
+    the product comes out in the output's own layout (no transposed copy), and a 1x1
+    stride-1 convolution reads its input in place (no im2col at all)."""
+    b, c = x.shape[:2]
     co, cg, kh, kw = k.shape
-    # cols[g, (b, oh, ow), (cg, kh, kw)] @ kernel[g, (cg, kh, kw), cog]
-    cols, oh, ow = _im2col(x, kh, kw, pad, stride, dil, groups)
-    cog = co // groups
-    kern = k.reshape(groups, cog, cg * kh * kw).transpose(0, 2, 1)
+    x = _padded(x, pad)
+    oh, ow, (sb, sc, sdh, sdw, soh, sow) = _windows(x, kh, kw, stride, dil)
+    if kh == kw == 1 and oh == x.shape[2] and ow == x.shape[3]:
+        cols = x.reshape(b, groups, cg, oh * ow)
+    else:
+        win = as_strided(x, (b, groups, cg, kh, kw, oh, ow),
+                         (sb, sc * cg, sc, sdh, sdw, soh, sow), writeable=False)
+        cols = win.reshape(b, groups, cg * kh * kw, oh * ow)
+    kern = k.reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
-    res = np.matmul(cols, kern)  # (g, b*oh*ow, cog)
-    res = res.reshape(groups, b, oh, ow, cog).transpose(1, 0, 4, 2, 3)
-    return np.ascontiguousarray(res).reshape(b, co, oh, ow)
+    return np.matmul(kern, cols).reshape(b, co, oh, ow)
 
 
 def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
@@ -100,16 +100,20 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
 
 
 def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-    """dL/dkernel: ``grad[g, cog, (b, oh, ow)] @ cols[g, (b, oh, ow), (cg, kh, kw)]``,
-    one batched BLAS product over the same patches the forward product read."""
+    """dL/dkernel as one batched BLAS product over all images at once:
+    ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``."""
     co, cg, kh, kw = k_shape
-    cols, oh, ow = _im2col(x, kh, kw, pad, stride, dil, groups, g.shape[2:])
-    g = g[:, :, :oh, :ow]
     b = x.shape[0]
     cog = co // groups
-    gm = g.reshape(b, groups, cog, oh * ow).transpose(1, 2, 0, 3).reshape(groups, cog, b * oh * ow)
+    x = _padded(x, pad)
+    oh, ow, (sb, sc, sdh, sdw, soh, sow) = _windows(x, kh, kw, stride, dil, g.shape[2:])
+    win = as_strided(x, (groups, cg, kh, kw, b, oh, ow),
+                     (sc * cg, sc, sdh, sdw, sb, soh, sow), writeable=False)
+    cols = win.reshape(groups, cg * kh * kw, b * oh * ow)
+    gm = g[:, :, :oh, :ow].reshape(b, groups, cog, oh * ow).transpose(1, 2, 0, 3)
+    gm = gm.reshape(groups, cog, b * oh * ow)
     CONFIG.apply()
-    return np.matmul(gm, cols).reshape(co, cg, kh, kw)
+    return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
 
 
 def _taps(kernel, stride, oh, ow):
