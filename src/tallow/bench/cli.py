@@ -19,6 +19,7 @@ SUITES = {
     "first-use": "first_use",
     "quantized": "quantized",
     "models": "models",
+    "train": "train",
 }
 ALL_ORDER = ("cpu", "gpu", "queue", "first-use", "quantized", "models")
 
