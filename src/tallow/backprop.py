@@ -424,7 +424,10 @@ def _cumsum(op, a, out, g):
 @rule("matmul")
 def _matmul(op, a, out, g):
     x, y = a
-    return [g.matmul(y.transpose(-1, -2)), x.transpose(-1, -2).matmul(g)]
+    # A side that needs no gradient (a batch of data, say) costs no product.
+    gx = g.matmul(y.transpose(-1, -2)) if op.args[0]._track else None
+    gy = x.transpose(-1, -2).matmul(g) if op.args[1]._track else None
+    return [gx, gy]
 
 
 # -- moves and copies -------------------------------------------------------------------
