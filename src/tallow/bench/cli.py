@@ -19,7 +19,10 @@ SUITES = {
     "first-use": "first_use",
     "quantized": "quantized",
     "models": "models",
+    # Not part of "all": "cpu" already runs its rows.
     "train": "train",
+    # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
+    "distributed": "distributed",
 }
 ALL_ORDER = ("cpu", "gpu", "queue", "first-use", "quantized", "models")
 

@@ -75,13 +75,7 @@ class CpuCore:
     def adopt(arr: np.ndarray, dtype) -> "CpuStorage":
         """A storage owning a freshly made array nobody else holds (a C-contiguous copy
         is made first if it is not contiguous)."""
-        if not arr.flags.c_contiguous:
-            arr = parallel.copy(arr)
-        s = _new(CpuStorage)
-        s.arr = arr
-        s.dtype = dtype
-        s._vc = (_contig(arr.shape), arr)
-        return s
+        return CpuCore._wrap(None, arr, dtype)
 
     # -- write tracking ------------------------------------------------------------
     def write_state(self) -> WriteState:
@@ -162,8 +156,17 @@ class CpuCore:
         self.mark_shared()
         return self.view(layout)
 
-    # Ops return their results through ``self._wrap``: a new storage owning the array.
-    _wrap = adopt
+    def _wrap(self, arr: np.ndarray, dtype) -> "CpuStorage":
+        """A new storage owning an op's freshly computed result (made C-contiguous if
+        it is not). Ops return through it; ``self`` is not read. (A plain method,
+        not a staticmethod: CPython's fast path for method calls applies.)"""
+        if not arr.flags.c_contiguous:
+            arr = parallel.copy(arr)
+        s = _new(CpuStorage)
+        s.arr = arr
+        s.dtype = dtype
+        s._vc = (_contig(arr.shape), arr)
+        return s
 
 
 # The protocol class comes last: its NotImplementedError defaults (optional ops)

@@ -169,7 +169,7 @@ def _decompose(t, blocks: np.ndarray) -> dict:
         out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
                    sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
     elif name in ("IQ4_NL", "IQ4_XS"):  # non-linear levels; ggml scales (d_w d_x) * isum
-        from . import iq4
+        from ....quantized import iq4
 
         if name == "IQ4_NL":
             out.update(q=iq4.iq4_nl_levels(blocks), d=f16_field(blocks, 0), mode=KQUANT)
