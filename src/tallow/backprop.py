@@ -429,7 +429,10 @@ def _cumsum(op, a, out, g):
 @rule("matmul")
 def _matmul(op, a, out, g):
     x, y = a
-    return [g.matmul(y.transpose(-1, -2)), x.transpose(-1, -2).matmul(g)]
+    # A side that needs no gradient (a batch of data, say) costs no product.
+    gx = g.matmul(y.transpose(-1, -2)) if op.args[0]._track else None
+    gy = x.transpose(-1, -2).matmul(g) if op.args[1]._track else None
+    return [gx, gy]
 
 
 # -- moves and copies -------------------------------------------------------------------
@@ -574,8 +577,30 @@ def _group_split(t, groups, dim):
     return t.chunk(groups, dim) if groups > 1 else [t]
 
 
+def _fast(shape, storage_call):
+    """A backend's optional backward kernel as a Tensor, or None where it has none."""
+    from ._construct import make
+    from .layout import Layout
+
+    try:
+        storage = storage_call()
+    except NotImplementedError:
+        return None
+    return make(storage, Layout.contiguous_of(tuple(shape)))
+
+
 def _conv_weight_grad(x, g, k_shape, pad, stride, dil, groups, nd):
-    """dL/dkernel of a convolution: a convolution of the input with the output grad."""
+    """dL/dkernel of a convolution: the backend's im2col product where it has one, else
+    a convolution of the input with the output grad."""
+    if nd == 1:
+        x2, g2 = x.unsqueeze(2), g.unsqueeze(2)
+        args = (tuple(k_shape[:2]) + (1, k_shape[2]), (0, pad), (1, stride), (1, dil))
+    else:
+        x2, g2, args = x, g, (tuple(k_shape), pad, stride, dil)
+    fast = _fast(args[0], lambda: x2._storage.conv2d_kernel_grad(
+        x2._layout, g2._storage, g2._layout, *args, groups))
+    if fast is not None:
+        return fast.reshape(tuple(k_shape)) if nd == 1 else fast
     outs = []
     for xg, gg in zip(_group_split(x, groups, 1), _group_split(g, groups, 1)):
         xt = xg.transpose(0, 1)
@@ -597,9 +622,11 @@ def _conv1d(op, a, out, g):
     pad, stride, dil, groups = op.params
     n = x.shape[2]
     opad = (n + 2 * pad - dil * (k.shape[2] - 1) - 1) % stride
-    gx = g.conv_transpose1d(k, padding=pad, output_padding=opad, stride=stride,
-                            dilation=dil, groups=groups)
-    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 1)
+    gx = None
+    if op.args[0]._track:  # an input image that needs no gradient costs nothing
+        gx = g.conv_transpose1d(k, padding=pad, output_padding=opad, stride=stride,
+                                dilation=dil, groups=groups)
+    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 1) if op.args[1]._track else None
     return [gx, gk]
 
 
@@ -611,9 +638,11 @@ def _conv2d(op, a, out, g):
         (x.shape[2 + i] + 2 * pad[i] - dil[i] * (k.shape[2 + i] - 1) - 1) % stride[i]
         for i in range(2)
     )
-    gx = g.conv_transpose2d(k, padding=pad, output_padding=opad, stride=stride,
-                            dilation=dil, groups=groups)
-    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 2)
+    gx = None
+    if op.args[0]._track:  # an input image that needs no gradient costs nothing
+        gx = g.conv_transpose2d(k, padding=pad, output_padding=opad, stride=stride,
+                                dilation=dil, groups=groups)
+    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 2) if op.args[1]._track else None
     return [gx, gk]
 
 
@@ -647,6 +676,10 @@ def _conv_t2d(op, a, out, g):
 def _avg_pool(op, a, out, g):
     x = a[0]
     (kh, kw), (sh, sw) = op.params
+    fast = _fast(x.shape, lambda: g._storage.avg_pool2d_backward(
+        g._layout, x.shape, (kh, kw), (sh, sw)))
+    if fast is not None:
+        return [fast]
     c = x.shape[1]
     kern = ones((c, 1, kh, kw), dtype=g.dtype, device=g.device) * (1.0 / (kh * kw))
     gx = g.conv_transpose2d(kern, stride=(sh, sw), groups=c)
@@ -658,6 +691,10 @@ def _avg_pool(op, a, out, g):
 def _max_pool(op, a, out, g):
     x = a[0]
     (kh, kw), (sh, sw) = op.params
+    fast = _fast(x.shape, lambda: x._storage.max_pool2d_backward(
+        x._layout, g._storage, g._layout, (kh, kw), (sh, sw)))
+    if fast is not None:
+        return [fast]
     b, c, h, w = x.shape
     oh, ow = out.shape[2:]
     cands = []

@@ -266,6 +266,23 @@ class BackendStorage:
     def upsample_nearest1d(self, layout, size: int):
         raise NotImplementedError
 
+    # Optional backward kernels (NotImplementedError: autograd composes them from the
+    # ops above, as it does on a backend without them).
+    def conv2d_kernel_grad(self, layout, grad, grad_layout, kernel_shape: tuple, padding,
+                           stride, dilation, groups):
+        """dL/dkernel of ``conv2d``: ``self`` the input, ``grad`` dL/doutput; a new storage
+        of ``kernel_shape`` (c_out, c_in / groups, kh, kw)."""
+        raise NotImplementedError
+
+    def max_pool2d_backward(self, layout, grad, grad_layout, kernel: tuple, stride: tuple):
+        """dL/dinput of ``max_pool2d``: ``self`` the input; each window's gradient goes to
+        its first maximum, or its last NaN (PyTorch's choice); overlapping windows add up."""
+        raise NotImplementedError
+
+    def avg_pool2d_backward(self, layout, input_shape: tuple, kernel: tuple, stride: tuple):
+        """dL/dinput of ``avg_pool2d``: ``self`` dL/doutput, spread evenly over each window."""
+        raise NotImplementedError
+
     def upsample_nearest2d(self, layout, h: int, w: int):
         raise NotImplementedError
 

@@ -21,6 +21,8 @@ SUITES = {
     "first-use": "first_use",
     "quantized": "quantized",
     "models": "models",
+    # Not part of "all": "cpu" already runs its rows.
+    "train": "train",
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
     "distributed": "distributed",
     "llm": "llm",  # not under "all": it needs model files (see --make-models)
