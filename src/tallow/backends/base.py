@@ -33,7 +33,12 @@ UNARY_OPS = (
 )
 # Unary ops defined on integer dtypes too (the others are float-only).
 INT_UNARY_OPS = ("neg", "abs", "sqr", "relu", "sign")
-BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+BINARY_OPS = (
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow",
+    # Python's ``%`` and ``//`` (floored, the remainder takes the divisor's sign) and
+    # the bitwise ops (integer dtypes only).
+    "rem", "floor_div", "bit_and", "bit_or", "bit_xor",
+)
 CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
 
@@ -155,7 +160,9 @@ class BackendStorage:
     def binary(self, op: str, lhs_layout, rhs, rhs_layout):
         """One of ``BINARY_OPS`` on two layouts of the same shape.
 
-        Integer ``div`` truncates toward zero (as Rust does) and refuses a zero divisor.
+        Integer ``div`` truncates toward zero (as Rust does) and refuses a zero divisor;
+        ``rem`` and ``floor_div`` follow Python (floored), and refuse a zero integer
+        divisor too; ``bit_*`` refuse float dtypes.
         """
         raise NotImplementedError
 

@@ -38,7 +38,12 @@ UNARY_CODES = {
     "sigmoid": 15, "floor": 16, "ceil": 17, "round": 18, "sign": 19,
 }
 AFFINE, POWF, ELU, CLAMP = 20, 21, 22, 23
-BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6}
+BINARY_CODES = {
+    "add": 0, "sub": 1, "mul": 2, "div": 3, "maximum": 4, "minimum": 5, "pow": 6,
+    "rem": 7, "floor_div": 8, "bit_and": 9, "bit_or": 10, "bit_xor": 11,
+}
+_BITWISE = ("bit_and", "bit_or", "bit_xor")
+_INT_DIVISIONS = ("div", "rem", "floor_div")
 CMP_CODES = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}
 # Per-op pipeline-key caches: (dtype name, op) -> constants tuple.
 _UNARY_CONSTS = {name: (("OP", code),) for name, code in UNARY_CODES.items()}
@@ -99,12 +104,12 @@ def clamp(s, layout, low, high):
     return _map1(s, layout, UNARY, (("OP", CLAMP),), pad_scalars(words))
 
 
-def _check_div(s, layout):
+def _check_div(s, layout, op="div"):
     """Integer division refuses a zero divisor, as on the CPU: one small readback."""
     from .ops_check import first_zero
 
     if first_zero(s, layout) is not None:
-        raise ZeroDivisionError("div: integer division by zero")
+        raise ZeroDivisionError(f"{op}: integer division by zero")
 
 
 def binary(s, op, lhs_layout, rhs, rhs_layout):
@@ -115,8 +120,10 @@ def binary(s, op, lhs_layout, rhs, rhs_layout):
     if dtype.is_int:
         if op == "pow":
             raise _unsupported(s, "pow")
-        if op == "div":
-            _check_div(rhs, rhs_layout)
+        if op in _INT_DIVISIONS:
+            _check_div(rhs, rhs_layout, op)
+    elif op in _BITWISE:
+        raise _unsupported(s, op)
     state = s.bdev
     pipe = state.kernels.ref(BINARY, (dtype.name,), "main", consts)
     n = lhs_layout.count
@@ -132,11 +139,13 @@ def binary_scalar(s, op, layout, scalar, scalar_on_left):
     if dtype.is_int:
         if op == "pow":
             raise _unsupported(s, "pow")
-        if op == "div":
+        if op in _INT_DIVISIONS:
             if scalar_on_left:
-                _check_div(s, layout)
+                _check_div(s, layout, op)
             elif scalar == 0:
-                raise ZeroDivisionError("div: integer division by zero")
+                raise ZeroDivisionError(f"{op}: integer division by zero")
+    elif op in _BITWISE:
+        raise _unsupported(s, op)
     # NumPy rounds the scalar to a half dtype, except for pow (computed in f32).
     words = pad_scalars(scalar_words(dtype, scalar, op != "pow"))
     consts = (("OP", code), ("SCALAR_LEFT", bool(scalar_on_left)))
