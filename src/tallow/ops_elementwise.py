@@ -5,12 +5,18 @@ Methods named like the op (``add``) require equal shapes, as in candle;
 ``broadcast_*`` and the Python operators broadcast (as candle-pyo3). Binary ops
 on tracked inputs record the broadcast views they insert, so gradients are summed
 back over broadcast dims.
+
+The Python operators follow NumPy and PyTorch (docs/semantics.md): ``/`` on
+integers is true division (f32), ``//`` floors, ``%`` takes the divisor's sign, a
+Python float meeting an integer tensor computes in f32, ``& | ^`` are bitwise and
+``~`` is logical on u8 (tallow's bool) and bitwise on u32/i64.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import dtype as dt
 from ._construct import make
 from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
 from .errors import UnsupportedDTypeError
@@ -131,6 +137,9 @@ class ElementwiseOps:
         if isinstance(rhs, Tensor):
             return self._binop(name, rhs, True) if not on_left else rhs._binop(name, self, True)
         if is_scalar(rhs):
+            if name in _PROMOTING and self._storage.dtype.is_int and _is_float_scalar(rhs):
+                # NumPy and PyTorch: an integer tensor meeting a float computes in float.
+                return self.to_dtype(dt.f32)._scalar(name, rhs, on_left)
             return self._scalar(name, rhs, on_left)
         other = self._array_operand(rhs)
         if other is None:
@@ -225,18 +234,106 @@ class ElementwiseOps:
         return self._operand("mul", lhs, on_left=True)
 
     def __truediv__(self, rhs):
-        if rhs.__class__ is self.__class__:
+        if rhs.__class__ is self.__class__ and self._storage.dtype.is_float:
             return self._binop("div", rhs, True)
-        return self._operand("div", rhs)
+        lhs, rhs = _true_division_operands(self, rhs)
+        return lhs._operand("div", rhs)
 
     def __rtruediv__(self, lhs):
-        return self._operand("div", lhs, on_left=True)
+        rhs, lhs = _true_division_operands(self, lhs)
+        return rhs._operand("div", lhs, on_left=True)
+
+    def __floordiv__(self, rhs):
+        return self._operand("floor_div", rhs)
+
+    def __rfloordiv__(self, lhs):
+        return self._operand("floor_div", lhs, on_left=True)
+
+    def __mod__(self, rhs):
+        return self._operand("rem", rhs)
+
+    def __rmod__(self, lhs):
+        return self._operand("rem", lhs, on_left=True)
 
     def __pow__(self, rhs):
+        if self._storage.dtype.is_int and isinstance(rhs, (int, np.integer)) and not isinstance(rhs, bool):
+            return _int_power(self, int(rhs))
         return self._operand("pow", rhs)
 
     def __rpow__(self, lhs):
         return self._operand("pow", lhs, on_left=True)
+
+    def __and__(self, rhs):
+        return self._operand("bit_and", rhs)
+
+    __rand__ = __and__
+
+    def __or__(self, rhs):
+        return self._operand("bit_or", rhs)
+
+    __ror__ = __or__
+
+    def __xor__(self, rhs):
+        return self._operand("bit_xor", rhs)
+
+    __rxor__ = __xor__
+
+    def __invert__(self):
+        """``~t``: logical not on u8 (tallow's bool, as PyTorch's ``~`` on bool);
+        bitwise not on u32 and i64."""
+        dtype = self._storage.dtype
+        if dtype is dt.u8:
+            return self.eq(0)
+        if dtype is dt.u32:
+            return self._scalar("sub", int(dtype.max), True)
+        if dtype is dt.i64:
+            return self._scalar("sub", -1, True)
+        raise UnsupportedDTypeError(f"~: needs an integer tensor (u8, u32 or i64), got {dtype}")
+
+    # -- the same, by PyTorch's names ----------------------------------------------------
+    def true_divide(self, rhs):
+        """``self / rhs`` (PyTorch's ``div``): integers are divided as f32."""
+        return self.__truediv__(rhs)
+
+    def floor_divide(self, rhs):
+        """``self // rhs``: rounded toward minus infinity, as Python and PyTorch."""
+        return self._operand("floor_div", rhs)
+
+    def remainder(self, rhs):
+        """``self % rhs``: the result takes the divisor's sign, as Python and PyTorch."""
+        return self._operand("rem", rhs)
+
+    def bitwise_and(self, rhs):
+        """``self & rhs`` on integer tensors."""
+        return self._operand("bit_and", rhs)
+
+    def bitwise_or(self, rhs):
+        """``self | rhs`` on integer tensors."""
+        return self._operand("bit_or", rhs)
+
+    def bitwise_xor(self, rhs):
+        """``self ^ rhs`` on integer tensors."""
+        return self._operand("bit_xor", rhs)
+
+    def bitwise_not(self):
+        """``~self``: bitwise not on u32/i64; on u8 (tallow's bool) logical not."""
+        return self.__invert__()
+
+    def logical_not(self):
+        """u8 mask: 1 where self is zero (any dtype)."""
+        return self.eq(0)
+
+    def logical_and(self, rhs):
+        """u8 mask: 1 where both self and ``rhs`` are nonzero."""
+        return self.ne(0) & _truth(self, rhs)
+
+    def logical_or(self, rhs):
+        """u8 mask: 1 where self or ``rhs`` is nonzero."""
+        return self.ne(0) | _truth(self, rhs)
+
+    def logical_xor(self, rhs):
+        """u8 mask: 1 where exactly one of self and ``rhs`` is nonzero."""
+        return self.ne(0) ^ _truth(self, rhs)
 
     def __neg__(self):
         return self.neg()
@@ -344,6 +441,58 @@ class ElementwiseOps:
         if t._track or f._track:
             op = Op("where_cond", (c, t, f))
         return make(out, _contig(shape), op)
+
+
+# Operators for which an integer tensor meeting a Python float computes in f32.
+_PROMOTING = frozenset(("add", "sub", "mul", "div", "pow", "rem", "floor_div", "maximum", "minimum"))
+
+
+def _is_float_scalar(value) -> bool:
+    return isinstance(value, (float, np.floating))
+
+
+def _true_division_operands(t, other):
+    """``t`` and ``other`` for ``/``: integer tensors and arrays become f32 first."""
+    from .tensor import Tensor
+
+    if t._storage.dtype.is_int:
+        t = t.to_dtype(dt.f32)
+    if isinstance(other, Tensor):
+        if other._storage.dtype.is_int:
+            other = other.to_dtype(dt.f32)
+    elif isinstance(other, np.ndarray) and other.dtype.kind in "iub":
+        other = other.astype(np.float32)
+    return t, other
+
+
+def _truth(t, value):
+    """A u8 mask of ``value != 0`` (a tensor, array or scalar) on t's device."""
+    from .tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return value.ne(0)
+    if is_scalar(value):
+        from .creation import full
+
+        return full((), int(bool(value)), dtype=dt.u8, device=t.device)
+    return Tensor(np.asarray(value) != 0, device=t.device)
+
+
+def _int_power(t, exponent: int):
+    """``t ** exponent`` for an integer tensor: exact (wrapping) repeated squaring."""
+    if exponent < 0:
+        raise ValueError("integers to negative integer powers are not allowed")
+    from .creation import ones_like
+
+    result = ones_like(t)
+    base = t
+    while exponent:
+        if exponent & 1:
+            result = result * base
+        exponent >>= 1
+        if exponent:
+            base = base * base
+    return result
 
 
 _ALWAYS, _NEVER = object(), object()
