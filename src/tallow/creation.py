@@ -154,6 +154,71 @@ def randn_like(t, mean=0.0, std=1.0):
     return randn(t.shape, mean=mean, std=std, dtype=t.dtype, device=t.device)
 
 
+def _uniform_dtype(device):
+    """The widest float the device has, for random draws turned into integers."""
+    return dt.f64 if device.supports_dtype(dt.f64) else dt.f32
+
+
+def randint(low, high=None, size=(), dtype=None, device=cpu):
+    """Integers drawn uniformly from ``low..high-1`` (PyTorch's ``randint``; one bound is
+    ``high``, from 0). i64 unless ``dtype`` is given; seeded by ``device.set_seed`` /
+    ``tl.manual_seed``."""
+    if high is None:
+        low, high = 0, low
+    low, high = int(low), int(high)
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be greater than low ({low})")
+    shape = parse_shape((size,), "randint")
+    dtype, device = _dtype(dtype, dt.i64), _dev(device)
+    span = high - low
+    draw = rand(shape, low=0.0, high=float(span), dtype=_uniform_dtype(device), device=device)
+    # The cast truncates (the draws are >= 0); the clamp catches a draw rounded up to span.
+    ints = draw.clamp(0, span - 1).to_dtype(dt.i64 if device.supports_dtype(dt.i64) else dt.u32)
+    if low:
+        ints = ints + low
+    return ints.to_dtype(dtype)
+
+
+def randperm(n, dtype=None, device=cpu):
+    """A random permutation of ``0..n-1`` (i64 unless ``dtype`` is given)."""
+    (n,) = _sizes("randperm", n)
+    dtype, device = _dtype(dtype, dt.i64), _dev(device)
+    keys = rand((n,), dtype=_uniform_dtype(device), device=device)
+    return keys.arg_sort_last_dim().to_dtype(dtype)
+
+
+def multinomial(probs, num_samples, replacement=False):
+    """i64 indices drawn from each row of ``probs`` (1-D or 2-D, non-negative weights
+    that need not sum to 1), as PyTorch's ``multinomial``. Without replacement an
+    index is drawn at most once per row (Gumbel top-k)."""
+    from .errors import ShapeMismatchError
+
+    if probs.rank not in (1, 2):
+        raise ShapeMismatchError(f"multinomial: probs must be 1-D or 2-D, got shape {probs.shape}")
+    num_samples = int(num_samples)
+    n = probs.shape[-1]
+    if not replacement and num_samples > n:
+        raise ValueError(
+            f"multinomial: cannot draw {num_samples} samples without replacement from {n} categories")
+    if num_samples < 1:
+        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    p = probs.detach()
+    if not p.dtype.is_float:
+        p = p.to_dtype(dt.f32)
+    device = p.device
+    rows = p.shape[:-1]
+    if replacement:
+        cdf = p.cumsum(-1)
+        total = cdf.narrow(-1, n - 1, 1)
+        u = rand(rows + (num_samples,), dtype=p.dtype, device=device).broadcast_mul(total)
+        # The index is the number of cumulative weights at or below the draw.
+        below = cdf.unsqueeze(-2) <= u.unsqueeze(-1)
+        return below.sum(-1).clamp(0, n - 1)
+    u = rand(p.shape, dtype=p.dtype, device=device).clamp(1e-12, None)
+    keys = p.log() - (-u.log()).log()
+    return keys.topk(num_samples, -1).indices
+
+
 def from_array(arr, dtype, device):
     """A tensor taking over a private array made for it."""
     from .tensor import adopt_array

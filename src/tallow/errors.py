@@ -44,3 +44,17 @@ class NotDifferentiableError(TallowError):
 
 class FileFormatError(TallowError, ValueError):
     """A file is truncated, corrupted or not in the expected format."""
+
+
+class InplaceOnTrackedError(TallowError, RuntimeError):
+    """An in-place op (``add_``, ``x[i] = v``, ...) on a Var or on a tensor computed
+    from one: it would change values the recorded graph needs for backward."""
+
+
+class OverlappingWriteError(TallowError, RuntimeError):
+    """An in-place write into a view where several elements share one memory location
+    (a broadcast view): the result would depend on the write order."""
+
+
+class NotContiguousError(TallowError, RuntimeError):
+    """An op that never copies (``view``) was given a non-contiguous tensor."""

@@ -4,6 +4,15 @@ Ints pick (and drop) a dim, slices narrow it (steps > 1 are strided views, steps
 < 0 a reversed copy), ``...`` stands for the remaining dims, ``None`` adds a
 size-1 dim, and lists or integer tensors select with ``index_select`` (one dim
 at a time, as candle-pyo3).
+
+A u8 tensor (tallow's bool: what comparisons return), a NumPy bool array or a
+list of bools is a boolean mask, as in NumPy: its shape must equal the dims it
+indexes, and it selects the positions where it is nonzero, flattened into one
+dim (``x[x > 0]`` is 1-D). Use u32/i64 tensors for ids.
+
+``t[index] = value`` (``setitem``) writes into the tensor's storage: basic
+indices through the view, masks and ids through a scatter of the selected
+positions.
 """
 
 from __future__ import annotations
@@ -77,6 +86,58 @@ def _select(t, dim, index):
     return out, len(shape)
 
 
+def _as_mask(item):
+    """``item`` as a u8 mask tensor when it is a boolean mask, else None."""
+    from . import dtype as dt
+    from .tensor import Tensor
+
+    if isinstance(item, Tensor):
+        return item if item._storage.dtype is dt.u8 and item.rank > 0 else None
+    if isinstance(item, np.ndarray):
+        return Tensor(item.astype(np.uint8)) if item.dtype == np.bool_ and item.ndim > 0 else None
+    if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in _leaves(item)):
+        return Tensor(np.asarray(item, dtype=np.uint8))
+    return None
+
+
+def _leaves(items):
+    for v in items:
+        if isinstance(v, list):
+            yield from _leaves(v)
+        else:
+            yield v
+
+
+def _mask_select(t, dim, mask):
+    """The elements of ``t`` where ``mask`` (covering dims dim..dim+k) is nonzero."""
+    from .tensor import Tensor
+
+    k = mask.rank
+    covered = t._layout.shape[dim:dim + k]
+    if mask.shape != covered:
+        raise IndexOutOfRangeError(
+            f"boolean mask of shape {mask.shape} does not match the dims it indexes "
+            f"({covered}, dims {dim}..{dim + k - 1} of shape {t.shape})"
+        )
+    # The result's length depends on the mask's values: they are read on the host
+    # (as PyTorch synchronises for x[mask]).
+    ids = np.flatnonzero(np.asarray(mask.numpy())).astype(np.int64)
+    shape = t._layout.shape
+    n = 1
+    for size in covered:
+        n *= size
+    flat = t.reshape(shape[:dim] + (n,) + shape[dim + k:]) if k != 1 else t
+    return flat.index_select(Tensor(ids).to_device(t.device), dim)
+
+
+def _consumes(item) -> int:
+    """How many of the indexed tensor's dims an index item uses."""
+    if item is None or item is Ellipsis:
+        return 0
+    mask = _as_mask(item)
+    return mask.rank if mask is not None else 1
+
+
 def getitem(t, index):
     from .tensor import Tensor
 
@@ -85,10 +146,7 @@ def getitem(t, index):
     n_ellipsis = sum(1 for i in index if i is Ellipsis)
     if n_ellipsis > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(
-        1 for i in index
-        if i is not None and i is not Ellipsis
-    )
+    consumed = sum(_consumes(i) for i in index)
     rank = t.rank
     if consumed > rank:
         raise DimOutOfRangeError(
@@ -115,8 +173,13 @@ def getitem(t, index):
         elif isinstance(item, (list, np.ndarray)) or (
             isinstance(item, Tensor) and item.rank > 0
         ):
-            out, added = _select(out, dim, item)
-            dim += added
+            mask = _as_mask(item)
+            if mask is not None:
+                out = _mask_select(out, dim, mask.to_device(out.device))
+                dim += 1
+            else:
+                out, added = _select(out, dim, item)
+                dim += added
         elif isinstance(item, bool):
             raise TypeError("boolean indices are not supported")
         elif isinstance(item, Tensor):
@@ -128,3 +191,48 @@ def getitem(t, index):
                 raise TypeError(f"unsupported index type {type(item).__name__}") from None
             out = int_index(out, dim, i)
     return out
+
+
+def _is_basic(index) -> bool:
+    """True when ``index`` makes a view (ints, forward slices, ``...``, None)."""
+    from .tensor import Tensor
+
+    for item in index if isinstance(index, tuple) else (index,):
+        if item is None or item is Ellipsis or isinstance(item, (int, np.integer)):
+            continue
+        if isinstance(item, slice) and (item.step is None or item.step > 0):
+            continue
+        if isinstance(item, Tensor) and item.rank == 0 and item.dtype.is_int:
+            continue
+        return False
+    return True
+
+
+def setitem(t, index, value):
+    """``t[index] = value``: write into t's storage (value broadcast, cast to t's dtype)."""
+    from . import dtype as dt
+    from .checks import is_scalar, scalar_for
+    from .creation import arange
+    from .ops_index import check_writable, source_for
+
+    check_writable(t, "__setitem__")
+    if isinstance(index, bool):
+        raise TypeError("boolean indices are not supported")
+    if _is_basic(index):
+        view = getitem(t, index)
+        if is_scalar(value):
+            t._storage.fill_inplace(view._layout, scalar_for("__setitem__", value, t.dtype))
+            return
+        src = source_for(t, value, view.shape, "__setitem__")
+        t._storage.copy_into_inplace(view._layout, src._storage, src._layout)
+        return
+    # Advanced indices: select the flat positions the same index picks, then scatter.
+    positions = getitem(arange(t.nelement, dtype=dt.i64, device=t.device).reshape(t.shape), index)
+    src = source_for(t, value, positions.shape, "__setitem__").flatten_all().contiguous()
+    ids = positions.flatten_all().contiguous()
+    if t.is_contiguous():
+        t.flatten_all().scatter_set(ids, src, 0)
+        return
+    flat = t.copy().flatten_all()
+    flat.scatter_set(ids, src, 0)
+    t._storage.copy_into_inplace(t._layout, flat._storage, flat.reshape(t.shape)._layout)

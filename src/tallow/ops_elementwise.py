@@ -99,6 +99,39 @@ class ElementwiseOps:
         m = 10.0 ** int(decimals)
         return (self * m).round() * (1.0 / m)
 
+    # -- PyTorch's dtype shorthands ----------------------------------------------------------
+    def float(self):
+        """``to_dtype(f32)``."""
+        return self.to_dtype(dt.f32)
+
+    def double(self):
+        """``to_dtype(f64)``."""
+        return self.to_dtype(dt.f64)
+
+    def half(self):
+        """``to_dtype(f16)``."""
+        return self.to_dtype(dt.f16)
+
+    def bfloat16(self):
+        """``to_dtype(bf16)``."""
+        return self.to_dtype(dt.bf16)
+
+    def long(self):
+        """``to_dtype(i64)``."""
+        return self.to_dtype(dt.i64)
+
+    def int(self):
+        """``to_dtype(i64)``: tallow has no i32, and u32 would wrap negative values."""
+        return self.to_dtype(dt.i64)
+
+    def byte(self):
+        """``to_dtype(u8)`` (a cast: values wrap or truncate)."""
+        return self.to_dtype(dt.u8)
+
+    def bool(self):
+        """tallow's bool: a u8 tensor of ``self != 0`` (not a cast: 0.5 is true)."""
+        return self.ne(0)
+
     # -- binary ----------------------------------------------------------------------
     def _binop(self, name, rhs, broadcast):
         ls = self._storage
@@ -441,6 +474,24 @@ class ElementwiseOps:
         if t._track or f._track:
             op = Op("where_cond", (c, t, f))
         return make(out, _contig(shape), op)
+
+
+def where(condition, input=None, other=None):
+    """PyTorch's ``where``: ``input`` where ``condition`` is nonzero, else ``other``
+    (tensors or scalars, broadcast together). ``where(condition)`` alone gives the
+    coordinates of the nonzero elements, one i64 tensor per dim."""
+    from .tensor import Tensor
+
+    if not isinstance(condition, Tensor):
+        condition = Tensor(condition)
+    if input is None and other is None:
+        coords = condition.nonzero()
+        return tuple(coords[:, d] for d in range(condition.rank))
+    if input is None or other is None:
+        raise TypeError("where: give both input and other, or neither")
+    if not condition.dtype.is_int:
+        condition = condition.ne(0)
+    return condition.where_cond(input, other)
 
 
 # Operators for which an integer tensor meeting a Python float computes in f32.

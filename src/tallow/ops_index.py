@@ -2,7 +2,10 @@
 in-place fills, padding, flips, rolls and repeats, and cat/stack.
 
 In-place ops (``slice_set``, ``scatter_set``, ``zero_set``, ``one_set``,
-``const_set``) validate every argument before writing anything.
+``const_set``) validate every argument before writing anything. The PyTorch
+in-place ops (``add_``, ``mul_``, ``zero_``, ``copy_``, ``x[i] = v``, ...) also
+refuse a tracked tensor (a Var, or a result computed from one): nothing would
+tell the recorded graph that a value it needs changed.
 """
 
 from __future__ import annotations
@@ -10,12 +13,12 @@ from __future__ import annotations
 from ._construct import make
 from .checks import same_dtype_device, scalar_for
 from .errors import (
-    DeviceMismatchError, NarrowOutOfBoundsError, ShapeMismatchError, TallowError,
-    UnsupportedDTypeError,
+    DeviceMismatchError, DTypeMismatchError, InplaceOnTrackedError, NarrowOutOfBoundsError,
+    OverlappingWriteError, ShapeMismatchError, TallowError, UnsupportedDTypeError,
 )
 from .layout import Layout
 from .op import record
-from .shape import normalize_dim
+from .shape import broadcast_shapes, normalize_dim
 
 _contig = Layout.contiguous_of
 
@@ -29,6 +32,42 @@ def _check_ids(op, t, ids):
 
 def _check_src(op, t, src):
     same_dtype_device(op, (t, src))
+
+
+def check_writable(t, op):
+    """Refuse an in-place write the graph or the layout cannot take."""
+    if t._track:
+        what = "a Var" if t.is_variable() else "a tensor computed from a Var (it is in a recorded graph)"
+        raise InplaceOnTrackedError(
+            f"{op}: in-place ops are refused on {what}: backward needs the old values. "
+            "Compute a new tensor instead (x = x + y), update a Var with var.set(...), "
+            "or write into x.detach() if the graph no longer matters"
+        )
+    lay = t._layout
+    if any(st == 0 and n > 1 for st, n in zip(lay.stride, lay.shape)):
+        raise OverlappingWriteError(
+            f"{op}: the tensor is a broadcast view (shape {lay.shape}, strides {lay.stride}): "
+            "several elements share one memory location; write into a copy() instead"
+        )
+
+
+def source_for(t, value, shape, op):
+    """``value`` (tensor, array, list or scalar) as a tensor of t's dtype on t's device,
+    broadcast to ``shape`` and safe to read while t's storage is written."""
+    from .tensor import Tensor
+    from .shape import broadcast_shapes
+
+    if not isinstance(value, Tensor):
+        value = Tensor(value, dtype=t.dtype, device=t.device)
+    else:
+        value = value.detach().to_device(t.device).to_dtype(t.dtype)
+    if value.shape != shape:
+        if broadcast_shapes(value.shape, shape, op) != shape:
+            raise ShapeMismatchError(f"{op}: a value of shape {value.shape} cannot fill shape {shape}")
+        value = value.broadcast_as(shape)
+    if value._storage is t._storage:
+        value = value.copy()
+    return value
 
 
 def _fresh_copy(t):
@@ -204,6 +243,126 @@ class IndexOps:
 
     def const_set(self, value):
         self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
+
+    # -- PyTorch's in-place ops ------------------------------------------------------------------
+    def _write_result(self, result, op):
+        """Write ``result`` (broadcast to self's shape, same dtype) into self's storage."""
+        if result.dtype is not self.dtype:
+            raise DTypeMismatchError(
+                f"{op}: the result is {result.dtype} but the tensor is {self.dtype} "
+                "(in-place ops keep the tensor's dtype; convert with to_dtype first)"
+            )
+        src = source_for(self, result, self.shape, op)
+        self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
+        return self
+
+    def _inplace(self, op, f, *args):
+        check_writable(self, op)
+        return self._write_result(f(self, *args), op)
+
+    def add_(self, other, alpha=1):
+        """In place: ``self += alpha * other`` (broadcast to self's shape); returns self."""
+        return self._inplace("add_", lambda t: t + (other if alpha == 1 else other * alpha))
+
+    def sub_(self, other, alpha=1):
+        """In place: ``self -= alpha * other``; returns self."""
+        return self._inplace("sub_", lambda t: t - (other if alpha == 1 else other * alpha))
+
+    def mul_(self, other):
+        """In place: ``self *= other``; returns self."""
+        return self._inplace("mul_", lambda t: t * other)
+
+    def div_(self, other):
+        """In place: ``self /= other`` (true division: an integer tensor is refused, as
+        PyTorch, since the f32 result cannot be stored); returns self."""
+        return self._inplace("div_", lambda t: t / other)
+
+    def clamp_(self, min=None, max=None):
+        """In place: ``self = self.clamp(min, max)``; returns self."""
+        return self._inplace("clamp_", lambda t: t.clamp(min, max))
+
+    def masked_fill_(self, mask, value):
+        """In place: ``value`` where ``mask`` (broadcast to self) is nonzero; returns self."""
+        return self._inplace("masked_fill_", lambda t: t.masked_fill(mask, value))
+
+    def zero_(self):
+        """In place: fill with zeros; returns self."""
+        check_writable(self, "zero_")
+        self._storage.fill_inplace(self._layout, 0)
+        return self
+
+    def fill_(self, value):
+        """In place: fill with ``value`` (a scalar or a one-element tensor); returns self."""
+        check_writable(self, "fill_")
+        from .tensor import Tensor
+
+        if isinstance(value, Tensor):
+            value = value.item()
+        self._storage.fill_inplace(self._layout, scalar_for("fill_", value, self.dtype))
+        return self
+
+    def copy_(self, src):
+        """In place: copy ``src``'s values (cast to self's dtype and device, broadcast
+        to self's shape) into self; returns self."""
+        check_writable(self, "copy_")
+        s = source_for(self, src, self.shape, "copy_")
+        self._storage.copy_into_inplace(self._layout, s._storage, s._layout)
+        return self
+
+    def __setitem__(self, index, value):
+        from .indexing import setitem
+
+        setitem(self, index, value)
+
+    # -- masks ------------------------------------------------------------------------------------
+    def masked_fill(self, mask, value):
+        """A copy with ``value`` where ``mask`` (broadcast to self's shape) is nonzero."""
+        from .tensor import Tensor
+
+        if not isinstance(mask, Tensor):
+            mask = Tensor(mask, device=self.device)
+        if isinstance(value, Tensor):
+            value = value.to_dtype(self.dtype).to_device(self.device)
+        else:
+            from .creation import full
+
+            value = full((), scalar_for("masked_fill", value, self.dtype), dtype=self.dtype, device=self.device)
+        return mask.to_device(self.device).ne(0).where_cond(value, self)
+
+    def where(self, condition, other):
+        """PyTorch's ``x.where(condition, other)``: self where ``condition`` is nonzero,
+        else ``other`` (a tensor or a scalar)."""
+        from .tensor import Tensor
+
+        if not isinstance(condition, Tensor):
+            condition = Tensor(condition, device=self.device)
+        if not condition.dtype.is_int:
+            condition = condition.ne(0)
+        return condition.where_cond(self, other)
+
+    def nonzero(self):
+        """The i64 coordinates ``(n, rank)`` of the nonzero elements (PyTorch's ``nonzero``)."""
+        import numpy as np
+        from .tensor import Tensor
+
+        coords = np.argwhere(np.asarray(self.numpy()) != 0).astype(np.int64)
+        return Tensor(coords.reshape(-1, self.rank), device=self.device)
+
+    def multinomial(self, num_samples, replacement=False):
+        """i64 indices drawn from this tensor's rows of weights (``tl.multinomial``)."""
+        from .creation import multinomial
+
+        return multinomial(self, num_samples, replacement)
+
+    def masked_select(self, mask):
+        """The elements where ``mask`` (broadcast to self's shape) is nonzero, as 1-D."""
+        from .tensor import Tensor
+
+        if not isinstance(mask, Tensor):
+            mask = Tensor(mask, device=self.device)
+        mask = mask.ne(0).to_device(self.device)
+        shape = broadcast_shapes(self.shape, mask.shape, "masked_select")
+        return self.broadcast_as(shape)[mask.broadcast_as(shape).contiguous()]
 
     # -- padding, flips, rolls, repeats -------------------------------------------------------
     def pad_with_zeros(self, dim, left, right):

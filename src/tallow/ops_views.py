@@ -143,6 +143,39 @@ class ViewOps:
 
         return int_index(self, 0, index)
 
+    # -- PyTorch's shape spellings ---------------------------------------------------------
+    def view(self, *shape):
+        """PyTorch's ``view``: a reshape that never copies. The tensor must be
+        contiguous (else use ``reshape``, which copies); one ``-1`` is inferred."""
+        if not self._layout.contiguous:
+            from .errors import NotContiguousError
+
+            raise NotContiguousError(
+                f"view: the tensor (shape {self.shape}, strides {self.stride}) is not "
+                "contiguous, so a view cannot reshape it; use reshape(...) (copies) or "
+                "contiguous().view(...)"
+            )
+        return self.reshape(*shape)
+
+    def size(self, dim=None):
+        """PyTorch's ``size()``: the shape tuple, or the size of ``dim``."""
+        if dim is None:
+            return self._layout.shape
+        return self._layout.shape[normalize_dim(dim, len(self._layout.shape), "size")]
+
+    @property
+    def ndim(self) -> int:
+        """The number of dims (= ``rank``)."""
+        return len(self._layout.shape)
+
+    def dim(self) -> int:
+        """PyTorch's ``dim()``: the number of dims (= ``rank``)."""
+        return len(self._layout.shape)
+
+    def numel(self) -> int:
+        """PyTorch's ``numel()``: the number of elements (= ``elem_count``)."""
+        return self._layout.count
+
     # -- broadcasting -------------------------------------------------------------------
     def broadcast_as(self, *shape):
         return self._broadcast(parse_shape(shape, "broadcast_as"))

@@ -288,7 +288,23 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         # candle omits the CPU; the contract shows every tensor's device.
         return f"{body}\nTensor[{list(self.shape)}, {self.dtype}, {self.device}]"
 
-    __str__ = __repr__
+    def __str__(self):
+        """A rank-0 tensor prints as its value on one line (``0.25``); others as repr."""
+        if not self._layout.shape:
+            arr = self._host()
+            if self._storage.dtype is dt.bf16:
+                arr = arr.astype(np.float32)
+            return str(arr[()])
+        return self.__repr__()
+
+    def __format__(self, spec):
+        """``f"{loss:.4f}"``: a format spec formats the value of a one-element tensor."""
+        if not spec:
+            return str(self)
+        if self._layout.count != 1:
+            raise TypeError(
+                f"format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
+        return format(self.item(), spec)
 
     def __len__(self):
         if not self._layout.shape:
