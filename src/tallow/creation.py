@@ -36,6 +36,7 @@ def _shape_args(shape, op):
 
 
 def zeros(*shape, dtype=dt.f32, device=cpu):
+    """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3), dtype=tl.i64, device=...)`` (f32 by default)."""
     shape, (dtype, device) = _split_shape(shape, "zeros", (dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "zeros")
@@ -43,6 +44,7 @@ def zeros(*shape, dtype=dt.f32, device=cpu):
 
 
 def ones(*shape, dtype=dt.f32, device=cpu):
+    """A tensor of ones: ``ones(2, 3)`` or ``ones((2, 3), dtype, device)`` (f32 by default)."""
     shape, (dtype, device) = _split_shape(shape, "ones", (dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "ones")
@@ -50,6 +52,7 @@ def ones(*shape, dtype=dt.f32, device=cpu):
 
 
 def full(shape, value, dtype=None, device=cpu):
+    """A tensor of ``shape`` filled with ``value`` (dtype inferred from the value: float -> f32, int -> i64, bool -> u8)."""
     shape = parse_shape((shape,), "full")
     if dtype is None:
         dtype = dt.f32 if isinstance(value, float) else (
@@ -80,14 +83,17 @@ def _split_shape(args, op, keywords):
 
 
 def zeros_like(t, dtype=None, device=None):
+    """Zeros of ``t``'s shape (and dtype/device unless given)."""
     return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def ones_like(t, dtype=None, device=None):
+    """Ones of ``t``'s shape (and dtype/device unless given)."""
     return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def full_like(t, value, dtype=None, device=None):
+    """``value`` in ``t``'s shape (and dtype/device unless given)."""
     return full(t.shape, value, dtype=dtype or t.dtype, device=device or t.device)
 
 
@@ -97,6 +103,7 @@ def _sizes(op, *sizes):
 
 
 def eye(n, m=None, dtype=None, device=None):
+    """The (n, m) identity matrix (m = n by default), f32 unless ``dtype`` is given."""
     n, m = _sizes("eye", n, n if m is None else m)
     arr = np.eye(n, m, dtype=_dtype(dtype).np)
     return from_array(arr, _dtype(dtype), _dev(device))
@@ -126,6 +133,7 @@ def arange(start, end=None, step=1, dtype=None, device=cpu):
 
 
 def linspace(start, end, steps, dtype=None, device=None):
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (computed in f64, rounded once)."""
     dtype = _dtype(dtype)
     (steps,) = _sizes("linspace", steps)
     arr = np.linspace(float(start), float(end), steps, dtype=np.float64).astype(dtype.np)
@@ -133,6 +141,7 @@ def linspace(start, end, steps, dtype=None, device=None):
 
 
 def rand(*shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
+    """Uniform random values in ``[low, high)`` from the device's seeded generator."""
     shape, (low, high, dtype, device) = _split_shape(shape, "rand", (low, high, dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "rand")
@@ -140,6 +149,7 @@ def rand(*shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
 
 
 def randn(*shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
+    """Normal random values (``mean``, ``std``) from the device's seeded generator."""
     shape, (mean, std, dtype, device) = _split_shape(shape, "randn", (mean, std, dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "randn")
@@ -147,10 +157,12 @@ def randn(*shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
 
 
 def rand_like(t, low=0.0, high=1.0):
+    """``rand`` with ``t``'s shape, dtype and device."""
     return rand(t.shape, low=low, high=high, dtype=t.dtype, device=t.device)
 
 
 def randn_like(t, mean=0.0, std=1.0):
+    """``randn`` with ``t``'s shape, dtype and device."""
     return randn(t.shape, mean=mean, std=std, dtype=t.dtype, device=t.device)
 
 
@@ -228,6 +240,7 @@ def from_array(arr, dtype, device):
 
 
 def tensor(data, dtype=None, device=None):
+    """A tensor from a scalar, nested lists or an array (Python ints infer to i64, floats to f32, bools to u8)."""
     from .tensor import Tensor
 
     return Tensor(data, dtype=dtype, device=device)
@@ -266,6 +279,7 @@ def tril2(n, dtype=None, device=None):
 
 
 def triu2(n, dtype=None, device=None):
+    """An (n, n) upper-triangular mask of ones (the diagonal included)."""
     (n,) = _sizes("triu2", n)
     dtype = _dtype(dtype)
     return from_array(np.triu(np.ones((n, n), dtype=dtype.np)), dtype, _dev(device))

@@ -69,16 +69,19 @@ class ElementwiseOps:
         return make(out, _contig(self._layout.shape), record1("affine", self, (mul, add)))
 
     def powf(self, exponent):
+        """``self ** exponent`` for a float exponent (float dtypes)."""
         exponent = float(exponent)
         out = self._storage.powf(self._layout, exponent)
         return make(out, _contig(self._layout.shape), record1("powf", self, exponent))
 
     def elu(self, alpha=1.0):
+        """Element-wise ELU: ``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``."""
         alpha = float(alpha)
         out = self._storage.elu(self._layout, alpha)
         return make(out, _contig(self._layout.shape), record1("elu", self, alpha))
 
     def clamp(self, low=None, high=None):
+        """Values limited to ``[low, high]`` (either may be None; scalars or tensors)."""
         from .tensor import Tensor
 
         if isinstance(low, Tensor) or isinstance(high, Tensor):
@@ -194,51 +197,65 @@ class ElementwiseOps:
         return other
 
     def add(self, rhs):
+        """``self + rhs`` for equal shapes (candle; ``+`` and ``broadcast_add`` broadcast)."""
         return self._binop("add", rhs, False)
 
     def sub(self, rhs):
+        """``self - rhs`` for equal shapes (candle; ``-`` broadcasts)."""
         return self._binop("sub", rhs, False)
 
     def mul(self, rhs):
+        """``self * rhs`` for equal shapes (candle; ``*`` broadcasts)."""
         return self._binop("mul", rhs, False)
 
     def div(self, rhs):
+        """``self / rhs`` for equal shapes, with candle's semantics: integer division truncates toward zero (``/`` is true division)."""
         return self._binop("div", rhs, False)
 
     def maximum(self, rhs):
+        """The element-wise maximum with ``rhs`` (a tensor of the same shape or a scalar)."""
         if is_scalar(rhs):
             return self._scalar("maximum", rhs, False)
         return self._binop("maximum", rhs, False)
 
     def minimum(self, rhs):
+        """The element-wise minimum with ``rhs`` (a tensor of the same shape or a scalar)."""
         if is_scalar(rhs):
             return self._scalar("minimum", rhs, False)
         return self._binop("minimum", rhs, False)
 
     def pow(self, rhs):
+        """``self ** rhs`` element-wise (floats; a tensor of the same shape or a scalar)."""
         if is_scalar(rhs):
             return self._scalar("pow", rhs, False)
         return self._binop("pow", rhs, False)
 
     def broadcast_add(self, rhs):
+        """``self + rhs`` with NumPy broadcasting."""
         return self._binop("add", rhs, True)
 
     def broadcast_sub(self, rhs):
+        """``self - rhs`` with NumPy broadcasting."""
         return self._binop("sub", rhs, True)
 
     def broadcast_mul(self, rhs):
+        """``self * rhs`` with NumPy broadcasting."""
         return self._binop("mul", rhs, True)
 
     def broadcast_div(self, rhs):
+        """``self / rhs`` with broadcasting (candle's ``div``: integers truncate)."""
         return self._binop("div", rhs, True)
 
     def broadcast_maximum(self, rhs):
+        """The element-wise maximum with broadcasting."""
         return self._binop("maximum", rhs, True)
 
     def broadcast_minimum(self, rhs):
+        """The element-wise minimum with broadcasting."""
         return self._binop("minimum", rhs, True)
 
     def broadcast_pow(self, rhs):
+        """``self ** rhs`` with broadcasting (floats)."""
         return self._binop("pow", rhs, True)
 
     # -- Python operators -------------------------------------------------------------
@@ -408,21 +425,27 @@ class ElementwiseOps:
         return NotImplemented
 
     def eq(self, rhs):
+        """u8 mask of ``self == rhs`` (a tensor, broadcast, or a scalar)."""
         return self._cmp("eq", rhs)
 
     def ne(self, rhs):
+        """u8 mask of ``self != rhs``."""
         return self._cmp("ne", rhs)
 
     def lt(self, rhs):
+        """u8 mask of ``self < rhs``."""
         return self._cmp("lt", rhs)
 
     def le(self, rhs):
+        """u8 mask of ``self <= rhs``."""
         return self._cmp("le", rhs)
 
     def gt(self, rhs):
+        """u8 mask of ``self > rhs``."""
         return self._cmp("gt", rhs)
 
     def ge(self, rhs):
+        """u8 mask of ``self >= rhs``."""
         return self._cmp("ge", rhs)
 
     def __eq__(self, rhs):

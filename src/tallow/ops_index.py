@@ -80,6 +80,7 @@ class IndexOps:
 
     # -- selection -----------------------------------------------------------------------
     def index_select(self, ids, dim):
+        """The slices at the 1-D ``ids`` along ``dim`` (an id equal to the dtype's max selects zeros, as candle)."""
         d = normalize_dim(dim, self.rank, "index_select")
         _check_ids("index_select", self, ids)
         if ids.rank != 1:
@@ -97,6 +98,7 @@ class IndexOps:
         return rows.reshape(ids.shape + (self.shape[1],)) if ids.rank != 1 else rows
 
     def gather(self, ids, dim):
+        """Values at ``ids`` along ``dim`` (``out[i][j] = self[ids[i][j]][j]`` for dim 0); ids have self's rank."""
         d = normalize_dim(dim, self.rank, "gather")
         _check_ids("gather", self, ids)
         if ids.rank != self.rank or any(
@@ -195,6 +197,7 @@ class IndexOps:
         return make(out, lay, record("slice_scatter", (self, src), (d, start)))
 
     def slice_scatter0(self, src, start):
+        """A copy of self with ``src`` written at ``start`` along dim 0."""
         return self.slice_scatter(src, 0, start)
 
     def slice_assign(self, ranges, src):
@@ -236,12 +239,15 @@ class IndexOps:
         return make(out, lay, record("slice_assign", (self, src), (tuple(starts), tuple(lens))))
 
     def zero_set(self):
+        """In place: fill this tensor's elements with zeros (candle)."""
         self._storage.fill_inplace(self._layout, 0)
 
     def one_set(self):
+        """In place: fill this tensor's elements with ones (candle)."""
         self._storage.fill_inplace(self._layout, 1)
 
     def const_set(self, value):
+        """In place: fill this tensor's elements with ``value`` (candle; no graph check)."""
         self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
 
     # -- PyTorch's in-place ops ------------------------------------------------------------------
@@ -366,6 +372,7 @@ class IndexOps:
 
     # -- padding, flips, rolls, repeats -------------------------------------------------------
     def pad_with_zeros(self, dim, left, right):
+        """Pad ``dim`` with ``left``/``right`` zeros."""
         from .creation import zeros
 
         d = normalize_dim(dim, self.rank, "pad_with_zeros")
@@ -380,6 +387,7 @@ class IndexOps:
         return cat(parts, d)
 
     def pad_with_same(self, dim, left, right):
+        """Pad ``dim`` with ``left``/``right`` copies of its first/last slice."""
         d = normalize_dim(dim, self.rank, "pad_with_same")
         size = self.shape[d]
         if left == 0 and right == 0:
@@ -397,6 +405,7 @@ class IndexOps:
         return cat(parts, d)
 
     def flip(self, dims):
+        """A copy with the order of ``dims`` (an int or a sequence) reversed."""
         from .creation import arange
 
         if isinstance(dims, int):
@@ -411,6 +420,7 @@ class IndexOps:
         return out
 
     def roll(self, shift, dim):
+        """Rotate ``dim`` by ``shift`` positions (elements leaving the end come back at the start)."""
         d = normalize_dim(dim, self.rank, "roll")
         size = self.shape[d]
         if size == 0:
@@ -471,6 +481,7 @@ def cat(tensors, dim):
 
 
 def stack(tensors, dim):
+    """Join equal-shape tensors along a new dim ``dim``."""
     tensors = list(tensors)
     if not tensors:
         raise ShapeMismatchError("stack: needs at least one tensor")

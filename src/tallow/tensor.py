@@ -113,42 +113,52 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
     # -- inspection -----------------------------------------------------------------
     @property
     def shape(self) -> tuple:
+        """The dims as a tuple."""
         return self._layout.shape
 
     @property
     def dims(self) -> tuple:
+        """The dims as a tuple (= ``shape``)."""
         return self._layout.shape
 
     @property
     def stride(self) -> tuple:
+        """The strides, in elements, as a tuple."""
         return self._layout.stride
 
     @property
     def rank(self) -> int:
+        """The number of dims."""
         return len(self._layout.shape)
 
     @property
     def nelement(self) -> int:
+        """The number of elements (a property; PyTorch's ``numel()`` is the method)."""
         return self._layout.count
 
     @property
     def elem_count(self) -> int:
+        """The number of elements."""
         return self._layout.count
 
     @property
     def dtype(self):
+        """The element type (a ``tl.DType``)."""
         return self._storage.dtype
 
     @property
     def device(self) -> Device:
+        """The device the storage lives on."""
         return self._storage.bdev.handle
 
     @property
     def layout(self) -> Layout:
+        """The layout: shape, strides and start offset into the storage."""
         return self._layout
 
     @property
     def id(self) -> int:
+        """A number unique to this tensor object (kept by ``clone``)."""
         return self._id
 
     @property
@@ -157,18 +167,23 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return self._op
 
     def is_contiguous(self) -> bool:
+        """True when the elements are laid out row-major without gaps."""
         return self._layout.contiguous
 
     def is_fortran_contiguous(self) -> bool:
+        """True when the elements are laid out column-major without gaps."""
         return self._layout.is_fortran_contiguous()
 
     def storage_and_layout(self):
+        """``(storage, layout)``: the shared buffer and how this tensor views it."""
         return self._storage, self._layout
 
     def track_op(self) -> bool:
+        """True when ops on this tensor are recorded (a Var, or a result computed from one)."""
         return self._track
 
     def is_variable(self) -> bool:
+        """True for a ``tl.Var``."""
         return False
 
     def _dims_n(self, n):
@@ -178,22 +193,28 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return shape[0] if n == 1 else shape
 
     def dims0(self):
+        """Check the tensor is rank 0 and return ``()``."""
         self._dims_n(0)
         return ()
 
     def dims1(self):
+        """The one dim of a rank-1 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(1)
 
     def dims2(self):
+        """The dims of a rank-2 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(2)
 
     def dims3(self):
+        """The dims of a rank-3 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(3)
 
     def dims4(self):
+        """The dims of a rank-4 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(4)
 
     def dims5(self):
+        """The dims of a rank-5 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(5)
 
     # -- values out -------------------------------------------------------------------
@@ -237,21 +258,27 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return self._pyvalues()
 
     def to_scalar(self):
+        """The value of a rank-0 tensor as a Python number."""
         return self._rank_checked(0, "to_scalar")
 
     def to_vec0(self):
+        """The value of a rank-0 tensor as a Python number."""
         return self._rank_checked(0, "to_vec0")
 
     def to_vec1(self):
+        """A rank-1 tensor's values as a list."""
         return self._rank_checked(1, "to_vec1")
 
     def to_vec2(self):
+        """A rank-2 tensor's values as nested lists."""
         return self._rank_checked(2, "to_vec2")
 
     def to_vec3(self):
+        """A rank-3 tensor's values as nested lists."""
         return self._rank_checked(3, "to_vec3")
 
     def item(self):
+        """The value of a one-element tensor (any rank) as a Python number."""
         if self._layout.count != 1:
             raise ShapeMismatchError(f"item: the tensor has {self.nelement} elements, not 1")
         return self.flatten_all()._pyvalues()[0]
@@ -271,6 +298,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return (1, 0)  # kDLCPU: the exported array is a host copy on other devices
 
     def to_torch(self):
+        """A PyTorch CPU tensor with a copy of the values (u32 becomes int64)."""
         import torch
 
         arr = np.asarray(self._host(), order="C")
@@ -342,6 +370,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     # -- dtype and device moves -----------------------------------------------------
     def to_dtype(self, dtype) -> "Tensor":
+        """The values converted to ``dtype`` (self when already that dtype); float to int truncates and saturates, as Rust's ``as``."""
         dtype = dt.DType.parse(dtype)
         s = self._storage
         if dtype is s.dtype:
@@ -351,6 +380,7 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return make(out, _contig(self._layout.shape), record1("to_dtype", self, s.dtype))
 
     def to_device(self, device) -> "Tensor":
+        """The tensor on ``device`` (self when already there)."""
         device = Device.parse(device)
         s = self._storage
         if device._state is s.bdev:
@@ -360,9 +390,11 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
         return make(out, _contig(self._layout.shape), record1("to_device", self, self.device))
 
     def cpu(self) -> "Tensor":
+        """``to_device(tl.cpu)``."""
         return self.to_device(cpu)
 
     def gpu(self, ordinal: int = 0) -> "Tensor":
+        """``to_device(tl.Device.gpu(ordinal))``."""
         return self.to_device(Device.gpu(ordinal))
 
     def to(self, *args, **kwargs) -> "Tensor":
@@ -471,11 +503,13 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
 
     # -- autograd (tallow.backprop) -----------------------------------------------------
     def sorted_nodes(self):
+        """The tracked tensors this one depends on, in topological order."""
         from .backprop import sorted_nodes
 
         return sorted_nodes(self)
 
     def backward(self):
+        """Gradients of this tensor with respect to every Var it depends on (a ``tl.GradStore``)."""
         from .backprop import backward
 
         return backward(self)
