@@ -514,6 +514,12 @@ def where(condition, input=None, other=None):
         raise TypeError("where: give both input and other, or neither")
     if not condition.dtype.is_int:
         condition = condition.ne(0)
+    if is_scalar(input) and is_scalar(other):
+        # Two scalars: the dtype a tensor of them would infer (float -> f32, else i64).
+        from .creation import full
+
+        kind = dt.f32 if _is_float_scalar(input) or _is_float_scalar(other) else dt.i64
+        input = full((), input, dtype=kind, device=condition.device)
     return condition.where_cond(input, other)
 
 
