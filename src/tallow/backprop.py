@@ -679,7 +679,7 @@ def _max_pool(op, a, out, g):
         for j in range(kw):
             cands.append(x[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw])
     k = stack(cands, 4).argmax(4).to_dtype(dt.i64)  # first max in each window
-    di, dj = k / kw, k - (k / kw) * kw
+    di, dj = k // kw, k % kw
     rows = arange(oh, dtype=dt.i64, device=g.device).reshape((oh, 1)) * sh
     cols = arange(ow, dtype=dt.i64, device=g.device).reshape((1, ow)) * sw
     pos = (di + rows) * w + dj + cols  # (b, c, oh, ow) flat input positions
