@@ -338,3 +338,20 @@ def test_u8_reductions_match_torch(device, rng):
     assert t.cumsum(1).dtype == tl.i64
     np.testing.assert_allclose(t.mean(1).numpy(), ref.double().mean(1).numpy(), rtol=1e-6)
     assert t.mean(1).dtype == tl.f32
+
+
+def test_remainder_gradients_match_torch(device):
+    a = np.array([7.5, -7.5, 3.25, -0.5], dtype=np.float32)
+    b = np.array([2.0, 2.0, -1.5, 3.0], dtype=np.float32)
+    va, vb = tl.Var(a, device=device), tl.Var(b, device=device)
+    grads = ((va % vb) * tl.tensor([1.0, 2.0, 3.0, 4.0], device=device)).sum().backward()
+    ta = torch.tensor(a, requires_grad=True)
+    tb = torch.tensor(b, requires_grad=True)
+    (torch.remainder(ta, tb) * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    np.testing.assert_allclose(grads[va].numpy(), ta.grad.numpy())
+    np.testing.assert_allclose(grads[vb].numpy(), tb.grad.numpy())
+    g_left = (5.0 % vb).sum().backward()[vb]
+    tb.grad = None
+    torch.remainder(torch.tensor(5.0), tb).sum().backward()
+    np.testing.assert_allclose(g_left.numpy(), tb.grad.numpy())
+    assert np.allclose(((va % 2.0).sum().backward()[va]).numpy(), 1.0)

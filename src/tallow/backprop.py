@@ -315,6 +315,12 @@ def _div(op, a, out, g):
     return [g / a[1], -(g * a[0] / a[1].sqr())]
 
 
+@rule("rem")
+def _rem(op, a, out, g):
+    # a % b = a - b * floor(a / b): 1 for a, -floor(a / b) for b (as PyTorch).
+    return [g, -(g * (a[0] // a[1]))]
+
+
 @rule("maximum", "minimum")
 def _extreme(op, a, out, g):
     # Ties split the gradient in half, as PyTorch does.
@@ -358,6 +364,14 @@ def _s_div(op, a, out, g):
     if left:  # v / x
         return [-(g * v / a[0].sqr())]
     return [g * (1.0 / v)]
+
+
+@rule("scalar_rem")
+def _s_rem(op, a, out, g):
+    v, left = op.params
+    if left:  # v % x
+        return [-(g * (v // a[0]))]
+    return [g]
 
 
 @rule("scalar_pow")
