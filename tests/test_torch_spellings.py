@@ -319,3 +319,16 @@ def test_every_public_tensor_method_has_a_docstring():
         if not (getattr(target, "__doc__", None) or "").strip():
             missing.append(name)
     assert not missing, f"public Tensor methods without a docstring: {missing}"
+
+
+def test_logsumexp_norm_cat_stack_match_torch(device):
+    x, r = _pair(device, (3, 4), 21)
+    assert_close(x.logsumexp(1), r.logsumexp(1).numpy(), tl.f32, device, loose=True)
+    assert_close(x.logsumexp((0, 1), keepdim=True), r.logsumexp((0, 1), keepdim=True).numpy(),
+                 tl.f32, device, loose=True)
+    for p in ("fro", 2, 1, float("inf")):
+        assert_close(x.norm(p), r.norm(p).numpy(), tl.f32, device, loose=True)
+        assert_close(x.norm(p, dim=1, keepdim=True), r.norm(p, dim=1, keepdim=True).numpy(),
+                     tl.f32, device, loose=True)
+    np.testing.assert_array_equal(tl.cat([x, x]).numpy(), torch.cat([r, r]).numpy())
+    np.testing.assert_array_equal(tl.stack([x, x]).numpy(), torch.stack([r, r]).numpy())

@@ -451,7 +451,7 @@ class IndexOps:
         return tiled.reshape(tuple(r * n for r, n in zip(reps, own)))
 
 
-def cat(tensors, dim):
+def cat(tensors, dim=0):
     """Concatenate along ``dim`` (shapes equal off ``dim``)."""
     tensors = list(tensors)
     if not tensors:
@@ -480,7 +480,7 @@ def cat(tensors, dim):
     return make(out, lay, record("cat", tensors, (d, sizes)))
 
 
-def stack(tensors, dim):
+def stack(tensors, dim=0):
     """Join equal-shape tensors along a new dim ``dim``."""
     tensors = list(tensors)
     if not tensors:

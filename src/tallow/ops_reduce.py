@@ -305,9 +305,22 @@ class ReduceOps:
         s = self.broadcast_sub(mx).exp().sum(dims)
         return s.log() + mx.squeeze_dims(dims)
 
-    def norm(self):
-        """The Frobenius norm: ``sqrt(sum(x^2))`` over every element."""
-        return self.sqr().sum_all().sqrt()
+    def logsumexp(self, dim, keepdim=False):
+        """PyTorch's ``logsumexp``: ``log_sum_exp`` over ``dim`` (an int or a sequence)."""
+        dims = normalize_dims(dim, self.rank, "logsumexp")
+        out = self.log_sum_exp(dims)
+        return out.reshape(_keep_shape(self.shape, dims)) if keepdim else out
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        """The 2-norm (Frobenius): ``sqrt(sum(x^2))`` over every element, or over ``dim``
+        (PyTorch's ``norm``; ``p`` may be 2/"fro", 1 or ``inf``)."""
+        if p in ("fro", 2, 2.0):
+            return self.sqr().sum(dim, keepdim=keepdim).sqrt()
+        if p in (1, 1.0):
+            return self.abs().sum(dim, keepdim=keepdim)
+        if p == float("inf"):
+            return self.abs().amax(dim, keepdim=keepdim)
+        raise ValueError(f"norm: p={p!r} is not supported (2, 'fro', 1 or inf)")
 
     # -- sorting ------------------------------------------------------------------------------
     def arg_sort_last_dim(self, asc=True):
