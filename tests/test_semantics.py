@@ -355,3 +355,19 @@ def test_remainder_gradients_match_torch(device):
     torch.remainder(torch.tensor(5.0), tb).sum().backward()
     np.testing.assert_allclose(g_left.numpy(), tb.grad.numpy())
     assert np.allclose(((va % 2.0).sum().backward()[va]).numpy(), 1.0)
+
+
+def test_ints_on_a_gpu_without_int64_say_to_ask_for_u32(gpu):
+    from tallow.backends.gpu import new_device_state
+
+    dev = new_device_state(0, disable_features=("shader-int64",)).handle
+    with pytest.raises(tl.UnsupportedDTypeError, match="dtype=tl.u32"):
+        tl.tensor([1, 2, 3], device=dev)
+    with pytest.raises(tl.UnsupportedDTypeError, match="dtype=tl.u32"):
+        tl.arange(0, 5, device=dev)
+    t = tl.tensor([1, 2, 3], dtype=tl.u32, device=dev)
+    assert (t > 1).sum_all().values() == 2            # the mask sum falls back to u32
+    assert (t > 1).sum_all().dtype == tl.u32
+    x = tl.tensor([[1.0, 3.0], [4.0, 2.0]], device=dev)
+    assert x.argmax(1).dtype == tl.u32 and x.argmax(1).values() == [1, 0]
+    assert x[x > 2].values() == [3.0, 4.0]

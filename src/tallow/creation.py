@@ -120,8 +120,17 @@ def arange(start, end=None, step=1, dtype=None, device=cpu):
         raise ValueError("arange: step must not be zero")
     all_int = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
                   for v in (start, end, step))
+    device = _dev(device)
     if dtype is None:
         dtype = dt.i64 if all_int else dt.f32
+        if all_int and not device.supports_dtype(dt.i64):
+            from .errors import UnsupportedDTypeError
+
+            try:
+                device._state.check_dtype(dt.i64, "arange")
+            except UnsupportedDTypeError as e:
+                raise UnsupportedDTypeError(
+                    f"{e} (integer arguments give i64: pass dtype=tl.u32)") from None
     dtype = dt.DType.parse(dtype)
     if all_int:
         count = len(range(int(start), int(end), int(step)))

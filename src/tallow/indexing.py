@@ -59,12 +59,23 @@ def _host_ids(index, size, dim):
     return arr
 
 
+def _ids_on(arr, device):
+    """Host ids (i64) as a tensor on ``device``: u32 where it has no i64 (ids here are
+    non-negative and below the indexed size)."""
+    from . import dtype as dt
+    from .tensor import Tensor
+
+    if not device.supports_dtype(dt.i64):
+        arr = arr.astype(np.uint32)
+    return Tensor(arr).to_device(device)
+
+
 def _select(t, dim, index):
     from .tensor import Tensor
 
     size = t._layout.shape[dim]
     if not isinstance(index, Tensor):
-        ids = Tensor(_host_ids(index, size, dim)).to_device(t.device)
+        ids = _ids_on(_host_ids(index, size, dim), t.device)
     else:
         ids = index
         if not ids.dtype.is_int:
@@ -74,7 +85,7 @@ def _select(t, dim, index):
         if ids.dtype.name == "i64":
             arr = ids._host() if ids.device.kind == "cpu" else None
             if arr is not None and arr.size and arr.min() < 0:
-                ids = Tensor(_host_ids(arr, size, dim))
+                ids = _ids_on(_host_ids(arr, size, dim), t.device)
             elif arr is None and ids.nelement:
                 # On a GPU: wrap on the device (reading the ids back would wait).
                 ids = ids.lt(0).where_cond(ids + size, ids)
@@ -127,7 +138,7 @@ def _mask_select(t, dim, mask):
     for size in covered:
         n *= size
     flat = t.reshape(shape[:dim] + (n,) + shape[dim + k:]) if k != 1 else t
-    return flat.index_select(Tensor(ids).to_device(t.device), dim)
+    return flat.index_select(_ids_on(ids, t.device), dim)
 
 
 def _consumes(item) -> int:
@@ -168,7 +179,7 @@ def getitem(t, index):
                 out = out._slice_step(dim, start, length, step)
             else:
                 ids = list(range(start, stop, step))
-                out = out.index_select(Tensor(np.asarray(ids, dtype=np.int64)).to_device(out.device), dim)
+                out = out.index_select(_ids_on(np.asarray(ids, dtype=np.int64), out.device), dim)
             dim += 1
         elif isinstance(item, (list, np.ndarray)) or (
             isinstance(item, Tensor) and item.rank > 0
@@ -227,7 +238,8 @@ def setitem(t, index, value):
         t._storage.copy_into_inplace(view._layout, src._storage, src._layout)
         return
     # Advanced indices: select the flat positions the same index picks, then scatter.
-    positions = getitem(arange(t.nelement, dtype=dt.i64, device=t.device).reshape(t.shape), index)
+    pos_dtype = dt.i64 if t.device.supports_dtype(dt.i64) else dt.u32
+    positions = getitem(arange(t.nelement, dtype=pos_dtype, device=t.device).reshape(t.shape), index)
     src = source_for(t, value, positions.shape, "__setitem__").flatten_all().contiguous()
     ids = positions.flatten_all().contiguous()
     if t.is_contiguous():

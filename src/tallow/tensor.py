@@ -69,7 +69,16 @@ class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, C
             self._storage, self._layout = s._storage, s._layout
         else:
             arr, dtype_ = from_data(data, None if dtype is None else dt.DType.parse(dtype))
-            self._storage = adopt_array(arr, dtype_, _device_of(device))
+            dev = _device_of(device)
+            if dtype is None and dtype_ is dt.i64 and not dev.supports_dtype(dt.i64):
+                from .errors import UnsupportedDTypeError
+
+                try:
+                    dev._state.check_dtype(dt.i64, "tensor")
+                except UnsupportedDTypeError as e:
+                    raise UnsupportedDTypeError(
+                        f"{e} (Python ints infer to i64: pass dtype=tl.u32)") from None
+            self._storage = adopt_array(arr, dtype_, dev)
             self._layout = _contig(arr.shape)
         self._op = None
         self._track = False
