@@ -371,3 +371,24 @@ def test_ints_on_a_gpu_without_int64_say_to_ask_for_u32(gpu):
     x = tl.tensor([[1.0, 3.0], [4.0, 2.0]], device=dev)
     assert x.argmax(1).dtype == tl.u32 and x.argmax(1).values() == [1, 0]
     assert x[x > 2].values() == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("dtype", [tl.u8, tl.u32, tl.i64, tl.f16, tl.bf16, tl.f32, tl.f64], ids=str)
+def test_masks_and_setitem_on_every_dtype(device, dtype):
+    if not device.supports_dtype(dtype):
+        pytest.skip(f"{device} has no {dtype}")
+    base = np.arange(24).reshape(4, 6).astype(dtype.np)
+    x = tl.tensor(base, device=device)
+    ref = base.copy()
+    x[x > 10] = 3
+    ref[ref > 10] = 3
+    x[1, ::2] = 7
+    ref[1, ::2] = 7
+    x[[0, 3], 1:3] = 9
+    ref[[0, 3], 1:3] = 9
+    x.t()[2] = 1
+    ref.T[2] = 1
+    np.testing.assert_array_equal(x.numpy().astype(np.float64), ref.astype(np.float64))
+    mask = x > 2
+    assert mask.sum().item() == int((ref > 2).sum())
+    np.testing.assert_array_equal(x[mask].numpy().astype(np.float64), ref[ref > 2].astype(np.float64))
