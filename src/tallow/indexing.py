@@ -121,8 +121,6 @@ def _leaves(items):
 
 def _mask_select(t, dim, mask):
     """The elements of ``t`` where ``mask`` (covering dims dim..dim+k) is nonzero."""
-    from .tensor import Tensor
-
     k = mask.rank
     covered = t._layout.shape[dim:dim + k]
     if mask.shape != covered:
