@@ -1,17 +1,18 @@
 """``candle.functional`` of candle's Python binding: free functions over tensors.
 
 Thin wrappers, each one call into the Tensor method or ``tl.nn.ops`` function that
-does the work, so ``import tallow as candle; candle.functional.gelu(x)`` runs. Where
-candle-pyo3's signature differs from the method's, the binding's wins here:
-``max_pool2d`` / ``avg_pool2d`` take ``stride=1`` by default (the Tensor methods,
-as candle-core, default the stride to the kernel size), and ``arange`` gives f32
-whatever its arguments (``tl.arange`` of ints gives i64).
+does the work, so ``import tallow as candle; candle.functional.gelu(x)`` runs.
+``max_pool2d`` / ``avg_pool2d`` follow PyTorch: the stride defaults to the kernel
+size (candle-pyo3's default is 1: pass ``stride=1`` for its behaviour), and they
+take ``padding``. ``arange`` gives f32 whatever its arguments, as the binding's
+(``tl.arange`` of ints gives i64).
 """
 
 from __future__ import annotations
 
 from .creation import arange as _arange
 from .dtype import f32
+from .nn import pooling as _pool
 from .nn.ops import gelu, relu, silu, softmax
 from .tensor import Tensor
 
@@ -35,13 +36,18 @@ def matmul(lhs: Tensor, rhs: Tensor) -> Tensor:
     return lhs.matmul(rhs)
 
 
-def max_pool2d(tensor: Tensor, ksize: int, stride: int = 1) -> Tensor:
-    return tensor.max_pool2d(ksize, stride)
+def max_pool2d(tensor: Tensor, ksize, stride=None, padding=0) -> Tensor:
+    """Max pooling; ``stride`` defaults to the kernel size ``ksize`` (PyTorch)."""
+    return _pool.max_pool2d(tensor, ksize, stride, padding)
 
 
-def avg_pool2d(tensor: Tensor, ksize: int, stride: int = 1) -> Tensor:
-    return tensor.avg_pool2d(ksize, stride)
+def avg_pool2d(tensor: Tensor, ksize, stride=None, padding=0) -> Tensor:
+    """Average pooling; ``stride`` defaults to the kernel size ``ksize`` (PyTorch)."""
+    return _pool.avg_pool2d(tensor, ksize, stride, padding)
 
 
-__all__ = ["arange", "avg_pool2d", "gelu", "matmul", "max_pool2d", "relu", "rsqrt", "silu",
+adaptive_avg_pool2d = _pool.adaptive_avg_pool2d
+
+
+__all__ = ["adaptive_avg_pool2d", "arange", "avg_pool2d", "gelu", "matmul", "max_pool2d", "relu", "rsqrt", "silu",
            "softmax", "tanh"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .errors import ShapeMismatchError
 from .tensor import Tensor
 
@@ -61,5 +63,26 @@ class Var(Tensor):
             src = value.copy()
         self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
 
+    def _adopt(self, value: Tensor) -> None:
+        """Take ``value``'s data, shape, dtype and device, keeping this Var's identity.
+
+        ``Module.to`` and ``load_state_dict(assign=True)`` use it so that an optimiser
+        holding the Var follows the model (PyTorch moves a Parameter's data the same
+        way). ``value`` must not be used afterwards when its buffer is taken as it is.
+        """
+        lay = value._layout
+        if not (lay.contiguous and lay.start_offset == 0 and value._storage.count == lay.count):
+            value = value.copy()
+        self._storage, self._layout = value._storage, value._layout
+
+    def __reduce__(self):
+        # Pickling and copy.deepcopy keep a Var a Var (a model stays trainable).
+        arr = np.asarray(self._host(), order="C").copy()
+        return (_rebuild_var, (arr, str(self.dtype), str(self.device)))
+
     def __repr__(self):
         return "Var(" + Tensor.__repr__(self) + ")"
+
+
+def _rebuild_var(arr, dtype, device):
+    return Var(arr, dtype=dtype, device=device)

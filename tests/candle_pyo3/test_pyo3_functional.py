@@ -28,7 +28,9 @@ def test_functional_and_nn_functions_exist_and_agree():
         assert getattr(F, name)(x).values() == getattr(x, name)().values(), name
     assert F.softmax(x, 1).values() == candle.nn.softmax(x, 1).values()
     assert candle.nn.silu(x).values() == x.silu().values()
-    # candle-pyo3's pools default to stride 1 (the methods default it to the kernel).
-    assert F.max_pool2d(x, 2).shape == (1, 2, 3, 3) and F.avg_pool2d(x, 2, 2).shape == (1, 2, 2, 2)
-    assert F.max_pool2d(x, 2).values() == x.max_pool2d(2, 1).values()
+    # candle-pyo3's pools default to stride 1; tallow's follow PyTorch and default it to
+    # the kernel size, as the Tensor methods do (docs/differences.md). stride=1 is explicit.
+    assert F.max_pool2d(x, 2).shape == (1, 2, 2, 2) and F.avg_pool2d(x, 2, 1).shape == (1, 2, 3, 3)
+    assert F.max_pool2d(x, 2, 1).values() == x.max_pool2d(2, 1).values()
+    assert F.max_pool2d(x, 2).values() == x.max_pool2d(2).values()
     assert F.matmul(x, x).values() == x.matmul(x).values()

@@ -286,9 +286,11 @@ def test_load_state_dict_keeps_vars_so_optimisers_still_train_the_model():
         opt.backward_step(m(tl.Tensor(x)).sqr().sum_all())
     np.testing.assert_allclose(m.weight.numpy(), tm.weight.detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(m.bias.numpy(), tm.bias.detach().numpy(), atol=1e-5)
-    # assign=True replaces the tensor, as PyTorch's assign does
+    # assign=True takes the checkpoint's dtype (as PyTorch's assign does) but keeps the
+    # Var object, so the optimiser still follows it
+    before = m.weight
     m.load_state_dict({"weight": tl.Tensor(w0), "bias": tl.Tensor(b0)}, assign=True)
-    assert not isinstance(m.weight, tl.Var) and m.weight.dtype == tl.f64
+    assert m.weight is before and m.weight.dtype == tl.f64 and opt.vars[0] is m.weight
 
 
 def test_sequential_slices_keep_their_names():

@@ -73,6 +73,25 @@ def fan_in_of(shape) -> int:
     return n
 
 
+def parameter(t):
+    """A new layer's parameter: a ``Var``, so a layer built from scratch is trainable.
+
+    (Layers built from loaded weights keep what they are given: plain tensors from
+    files record no graph; see ``Module.requires_grad_``.)
+    """
+    from ..var import Var
+
+    return Var(t)
+
+
+def uniform_fan_in(shape, fan_in: int, dtype="f32", device=None):
+    """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: PyTorch's default for the weights and
+    biases of Linear and the convolutions (``kaiming_uniform_(a=sqrt(5))`` reduces to
+    this bound for the weight)."""
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    return rand(tuple(shape), low=-bound, high=bound, dtype=dtype, device=device)
+
+
 def linear_weight(in_features: int, out_features: int, dtype="f32", device=None):
     """PyTorch's ``nn.Linear`` weight: ``U(-1/sqrt(in), 1/sqrt(in))``.
 

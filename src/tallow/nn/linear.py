@@ -63,8 +63,11 @@ def _apply_2d(x, f):
 class Linear(Module):
     """``Linear(in_features, out_features, bias=True)``.
 
-    The weight (``(out, in)``) and bias are drawn from ``U(-1/sqrt(in), 1/sqrt(in))``
-    as PyTorch does. ``weight`` may be replaced by a quantized tensor.
+    Built from scratch, the weight (``(out, in)``) and bias are trainable ``Var``s
+    drawn from ``U(-1/sqrt(in), 1/sqrt(in))``, PyTorch's default (its
+    ``kaiming_uniform_(a=sqrt(5))``). ``from_weights`` / ``load`` keep the tensors
+    they are given (plain tensors from a file are frozen: ``requires_grad_``).
+    ``weight`` may be replaced by a quantized tensor.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
@@ -75,12 +78,14 @@ class Linear(Module):
         self.out_features = int(out_features)
         dtype = dtype or "f32"
         if weight is None:
-            weight = init.linear_weight(self.in_features, self.out_features, dtype, device)
+            weight = init.parameter(
+                init.linear_weight(self.in_features, self.out_features, dtype, device))
         self.weight = weight
         if bias_tensor is not None:
             self.bias = bias_tensor
         elif bias:
-            self.bias = init.linear_bias(self.in_features, self.out_features, dtype, device)
+            self.bias = init.parameter(
+                init.linear_bias(self.in_features, self.out_features, dtype, device))
         else:
             self.bias = None
 

@@ -1,14 +1,20 @@
 """Module: PyTorch-style registration of tensors and submodules (candle-pyo3's semantics).
 
-Assigning a ``Tensor`` to a module attribute registers it as a buffer, assigning
-a ``Module`` registers a submodule. ``state_dict`` / ``load_state_dict`` walk
-both, with PyTorch's key names and error messages. A quantized tensor (any
-object with ``dequantize()`` and ``ggml_dtype``) assigned to a name listed in
-``_quantizable_buffers`` is kept as it is; elsewhere it is dequantized.
+Assigning a ``Tensor`` to a module attribute registers it (candle-pyo3 calls every
+such tensor a buffer), assigning a ``Module`` registers a submodule. A tensor is a
+*parameter* unless it was registered with ``register_buffer`` (running statistics,
+caches): ``parameters()`` lists the parameters, ``buffers()`` every tensor.
+Whether a parameter is trainable is whether it is a ``Var``: layers built from
+scratch hold Vars, layers loaded from files plain tensors, and
+``requires_grad_(flag)`` turns one into the other. ``state_dict`` /
+``load_state_dict`` walk both, with PyTorch's key names and error messages. A
+quantized tensor (any object with ``dequantize()`` and ``ggml_dtype``) assigned to a
+name listed in ``_quantizable_buffers`` is kept as it is; elsewhere it is dequantized.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
@@ -47,6 +53,9 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_quantizable_buffers", set())
+        # Names registered through register_buffer: tensors that are not parameters.
+        object.__setattr__(self, "_buffer_names", set())
+        object.__setattr__(self, "training", True)
 
     # -- calling -----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -70,6 +79,8 @@ class Module:
             modules.pop(name, None)
             self.__dict__.pop(name, None)
             buffers[name] = value
+            if isinstance(value, Var):  # a Var is a parameter (torch's nn.Parameter)
+                self.__dict__["_buffer_names"].discard(name)
         elif is_quantized(value):
             modules.pop(name, None)
             self.__dict__.pop(name, None)
@@ -131,6 +142,7 @@ class Module:
         if "." in name or name == "":
             raise KeyError(f"invalid buffer name {name!r}")
         self._buffers[name] = tensor
+        self._buffer_names.add(name)
         if persistent:
             self._non_persistent_buffers_set.discard(name)
         else:
@@ -182,9 +194,124 @@ class Module:
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
-    # candle-pyo3 calls every tensor a buffer; PyTorch users look for parameters.
-    named_parameters = named_buffers
-    parameters = buffers
+    def register_parameter(self, name: str, param) -> None:
+        """Register ``param`` (a ``Var`` to train it, a plain tensor, or None) as a parameter."""
+        if param is not None and not isinstance(param, Tensor) and not is_quantized(param):
+            raise TypeError(f"cannot assign a {type(param).__name__} as parameter {name!r}")
+        if not isinstance(name, str) or "." in name or name == "":
+            raise KeyError(f"invalid parameter name {name!r}")
+        self._buffers[name] = param
+        self._buffer_names.discard(name)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True):
+        """``(name, tensor)`` for every parameter: each tensor not registered with
+        ``register_buffer``. A trainable one is a ``Var``; a plain tensor is frozen
+        (``requires_grad_(True)`` makes it a Var). Tied tensors are listed once."""
+        seen = set()
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse \
+            else [(prefix, self)]
+        for mprefix, m in mods:
+            for k, v in m._buffers.items():
+                if v is None or k in m._buffer_names or id(v) in seen:
+                    continue
+                if remove_duplicate:
+                    seen.add(id(v))
+                yield mprefix + ("." if mprefix else "") + k, v
+
+    def parameters(self, recurse: bool = True):
+        """The parameters (see ``named_parameters``); pass them to an optimiser."""
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        """Make every float parameter trainable (a ``Var``) or frozen (a plain tensor).
+
+        ``True`` copies each plain parameter into a new Var (a memory-mapped weight is
+        then read into memory), so operations on it are recorded for ``backward``;
+        ``False`` swaps each Var for a plain tensor over the same data, so inference
+        records nothing. Freezing then unfreezing gives back the same Var objects (with
+        the slot's current value, if a load replaced it meanwhile), so an optimiser
+        built before keeps updating them. Quantized weights and buffers stay as they
+        are. Tensors shared by two modules stay shared. Returns ``self``.
+        """
+        done = {}
+        for m in self.modules():
+            # name -> weak reference to the Var the slot held when frozen: kept alive only
+            # by whoever still uses it (an optimiser), never by the module.
+            frozen = m.__dict__.setdefault("_frozen_vars", {})
+            for name, t in list(m._buffers.items()):
+                if not isinstance(t, Tensor) or name in m._buffer_names or not t.dtype.is_float:
+                    continue
+                if id(t) in done:
+                    m._buffers[name] = done[id(t)][1]
+                    continue
+                new = t
+                if requires_grad and not isinstance(t, Var):
+                    ref = frozen.pop(name, None)
+                    old = ref() if ref is not None else None
+                    if old is not None and old.shape == t.shape:
+                        # The Var this slot was frozen from: it takes the current value
+                        # (a load while frozen replaced the tensor), so an optimiser
+                        # holding it keeps training this parameter.
+                        if old._storage is not t._storage or old._layout != t._layout:
+                            old._adopt(t.copy())
+                        new = old
+                    else:
+                        new = Var(t)
+                elif not requires_grad and isinstance(t, Var):
+                    new = t.detach()
+                    frozen[name] = weakref.ref(t)
+                done[id(t)] = (t, new)
+                m._buffers[name] = new
+        return self
+
+    def __getstate__(self):
+        # The weak references to frozen Vars do not pickle, and a copy's Vars are new
+        # objects anyway: a copy starts without them.
+        state = self.__dict__.copy()
+        state.pop("_frozen_vars", None)
+        return state
+
+    # -- training mode ---------------------------------------------------------------------
+    def train(self, mode: bool = True) -> "Module":
+        """Set training mode (Dropout drops, BatchNorm uses and updates batch statistics)
+        on this module and every submodule. Returns ``self``."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> "Module":
+        """``train(False)``: Dropout is the identity, BatchNorm uses its running statistics."""
+        return self.train(False)
+
+    def float(self) -> "Module":
+        """Cast the float tensors to f32."""
+        return self.to("f32")
+
+    def double(self) -> "Module":
+        """Cast the float tensors to f64."""
+        return self.to("f64")
+
+    def half(self) -> "Module":
+        """Cast the float tensors to f16."""
+        return self.to("f16")
+
+    def bfloat16(self) -> "Module":
+        """Cast the float tensors to bf16."""
+        return self.to("bf16")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Nothing to clear: gradients live in the GradStore ``backward()`` returns."""
+
+    def apply(self, fn) -> "Module":
+        """Call ``fn`` on every submodule (children first) and on this module."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
 
     # -- state dicts -----------------------------------------------------------------------
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
@@ -219,8 +346,9 @@ class Module:
         ``strict``: every key must match. Shapes must match. Returns
         ``(missing_keys, unexpected_keys)``; raises RuntimeError listing every problem.
         A ``Var`` takes the new value in place (converted to its dtype and device, as
-        PyTorch's ``copy_``), so an optimiser holding it keeps training the model;
-        other tensors are replaced (candle-pyo3), as are Vars with ``assign=True``.
+        PyTorch's ``copy_``; with ``assign=True`` it takes the checkpoint's dtype and
+        device), so an optimiser holding it keeps training the model; other tensors are
+        replaced (candle-pyo3).
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
@@ -274,9 +402,13 @@ class Module:
                     f"from checkpoint, the shape in current model is {_shape_of(current)}.")
                 continue
             try:
-                if (isinstance(current, Var) and isinstance(value, Tensor)
-                        and not local_metadata.get("assign_to_params_buffers")):
-                    current.set(value.to_dtype(current.dtype).to_device(current.device))
+                if isinstance(current, Var) and isinstance(value, Tensor):
+                    if local_metadata.get("assign_to_params_buffers"):
+                        # assign=True: the Var takes the checkpoint's dtype and device
+                        # but stays the same object, so optimisers keep following it.
+                        current._adopt(value.detach().copy())
+                    else:
+                        current.set(value.to_dtype(current.dtype).to_device(current.device))
                 else:
                     setattr(self, name, value)
             except Exception as e:  # reported with the others, as PyTorch does
@@ -306,11 +438,16 @@ class Module:
                 if id(buf) in done:
                     self._buffers[k] = done[id(buf)][1]
                     continue
-                new = fn(buf)
-                # A cast or move of a Var gives a plain tensor: keep it a Var (PyTorch
-                # keeps Parameters), or the model could no longer be trained.
-                if isinstance(buf, Var) and isinstance(new, Tensor) and not isinstance(new, Var):
-                    new = Var(new)
+                if isinstance(buf, Var):
+                    # The Var takes the converted data and stays the same object, as
+                    # PyTorch moves a Parameter's data: an optimiser holding it keeps
+                    # training the model after model.to(device) or .type(dtype).
+                    new = fn(buf.detach())
+                    if isinstance(new, Tensor) and new._storage is not buf._storage:
+                        buf._adopt(new)
+                    new = buf
+                else:
+                    new = fn(buf)
                 done[id(buf)] = (buf, new)  # buf kept alive, so its id is not reused
                 self._buffers[k] = new
         return self

@@ -1,7 +1,18 @@
-"""Optimisers over Vars: SGD and AdamW (PyTorch's update rules, candle-nn's API).
+"""Optimisers over Vars, with torch.optim's update rules: SGD, Adam, AdamW, RMSprop.
 
-``opt.step(grads)`` updates every variable that has a gradient in ``grads``;
-``opt.backward_step(loss)`` runs ``loss.backward()`` first.
+``opt.step(grads)`` updates every variable that has a gradient in ``grads`` (the
+GradStore ``loss.backward()`` returns); ``opt.backward_step(loss)`` does both.
+``params`` is a list (or iterator) of Vars, a module (its ``parameters()``) or a
+VarMap; plain tensors among them are frozen and skipped.
+
+The optimiser holds the Var objects themselves. ``Module.to`` / ``type`` and
+``load_state_dict`` update those Vars in place, and the optimiser's state (moments,
+momentum buffers) follows a Var to its new device or dtype, so training goes on.
+If none of the optimiser's Vars receives a gradient (the model's Vars were replaced:
+``requires_grad_(True)`` on a reloaded model, a deep copy trained instead of the
+original...), ``step`` raises ``OptimizerVariablesError`` instead of silently doing
+nothing. State is kept per position in the variable list, so an optimiser pickled or
+deep-copied together with its model follows the copies.
 """
 
 from __future__ import annotations
@@ -9,26 +20,48 @@ from __future__ import annotations
 import math
 
 from ..var import Var
+from .errors import OptimizerVariablesError, UnsupportedOptionError
 
 
 def _vars_of(params):
     if hasattr(params, "all_vars"):
         params = params.all_vars()
-    elif hasattr(params, "named_buffers"):
-        params = [b for _, b in params.named_buffers()]
+    elif hasattr(params, "parameters") and callable(params.parameters):
+        params = params.parameters()
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        raise UnsupportedOptionError(
+            "optimizer: parameter groups (dicts) are not supported; pass one list of Vars")
     out = [p for p in params if isinstance(p, Var)]
     if not out:
-        raise ValueError("optimizer: no variables to optimise (use tl.Var or a VarMap)")
+        raise ValueError(
+            "optimizer: no variables to optimise: the parameters are plain tensors (a model "
+            "loaded from files is frozen; call model.requires_grad_(True) first) or the list "
+            "is empty")
     for p in out:
         if not p.dtype.is_float:
             raise ValueError(f"optimizer: variable of dtype {p.dtype} is not a float tensor")
     return out
 
 
+def _follow(t, v):
+    """State tensor ``t`` on ``v``'s device and dtype (after ``model.to(...)``)."""
+    if t.device != v.device:
+        t = t.to_device(v.device)
+    if t.dtype != v.dtype:
+        t = t.to_dtype(v.dtype)
+    return t
+
+
 class Optimizer:
+    """Base class: ``vars`` (the Vars), ``lr``, ``state`` (one dict per Var, by position)."""
+
     def __init__(self, params, lr: float):
+        if lr < 0:
+            raise ValueError(f"optimizer: invalid learning rate {lr}")
         self.vars = _vars_of(params)
         self.lr = float(lr)
+        self.state = [dict() for _ in self.vars]
 
     def learning_rate(self) -> float:
         return self.lr
@@ -36,80 +69,192 @@ class Optimizer:
     def set_learning_rate(self, lr: float) -> None:
         self.lr = float(lr)
 
-    def step(self, grads) -> None:
-        raise NotImplementedError
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Nothing to clear: gradients live in the GradStore ``backward()`` returns."""
 
     def backward_step(self, loss) -> None:
+        """``self.step(loss.backward())``."""
         self.step(loss.backward())
 
     def add_var(self, var: Var) -> None:
-        self.vars.extend(_vars_of([var]))
+        new = _vars_of([var])
+        self.vars.extend(new)
+        self.state.extend(dict() for _ in new)
+
+    def state_dict(self) -> dict:
+        """``{"state": {position: {name: tensor or int}}, "param_groups": [hyperparameters]}``
+        (PyTorch's layout, one group): save it with the model's state_dict to resume."""
+        hyper = {k: v for k, v in self.__dict__.items() if k not in ("vars", "state")}
+        hyper["params"] = list(range(len(self.vars)))
+        return {"state": {i: dict(st) for i, st in enumerate(self.state) if st},
+                "param_groups": [hyper]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore what ``state_dict`` saved, for an optimiser over the same number of
+        Vars in the same order (the moments move to each Var's device at the next step)."""
+        (group,) = state_dict["param_groups"]
+        if len(group["params"]) != len(self.vars):
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the saved state is for "
+                f"{len(group['params'])} variables, this optimiser has {len(self.vars)}")
+        for k, v in group.items():
+            if k != "params":
+                setattr(self, k, v)
+        self.state = [dict(state_dict["state"].get(i, {})) for i in range(len(self.vars))]
+
+    def step(self, grads) -> None:
+        """Update each Var that has a gradient in ``grads``."""
+        updated = 0
+        for i, v in enumerate(self.vars):
+            g = grads.get(v)
+            if g is None:
+                continue
+            state = self.state[i]
+            for k, t in state.items():
+                if hasattr(t, "device"):
+                    state[k] = _follow(t, v)
+            if g.device != v.device or g.dtype != v.dtype:
+                g = _follow(g, v)
+            self._update(v, g.detach(), state)
+            updated += 1
+        if not updated:
+            raise OptimizerVariablesError(
+                f"{type(self).__name__}.step: none of its {len(self.vars)} variables has a "
+                "gradient: the model's parameters are no longer the Vars this optimiser "
+                "holds (replaced by requires_grad_, a reload, or a copy?); build the "
+                "optimiser again from model.parameters()")
+
+    def _update(self, v: Var, g, state: dict) -> None:
+        raise NotImplementedError
 
 
 class SGD(Optimizer):
-    """``theta -= lr * g`` (with optional momentum and weight decay, as torch.optim.SGD)."""
+    """``SGD(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False)``,
+    torch.optim.SGD's rule: ``g += wd * p``; ``buf = g`` on the first step, then
+    ``buf = momentum * buf + (1 - dampening) * g``; ``g = g + momentum * buf`` (Nesterov)
+    or ``buf``; ``p -= lr * g``."""
 
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
-                 dampening: float = 0.0, nesterov: bool = False):
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0,
+                 weight_decay: float = 0.0, dampening: float = 0.0, nesterov: bool = False):
         super().__init__(params, lr)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
         self.dampening = float(dampening)
         self.nesterov = bool(nesterov)
-        self._buf = {}
 
-    def step(self, grads) -> None:
-        for v in self.vars:
-            g = grads.get(v)
-            if g is None:
-                continue
-            theta = v.detach()
-            if self.weight_decay:
-                g = g + theta * self.weight_decay
-            if self.momentum:
-                buf = self._buf.get(v.id)
-                buf = g if buf is None else buf * self.momentum + g * (1.0 - self.dampening)
-                self._buf[v.id] = buf
-                g = g + buf * self.momentum if self.nesterov else buf
-            v.set(theta - g * self.lr)
+    def _update(self, v, g, state):
+        theta = v.detach()
+        if self.weight_decay:
+            g = g + theta * self.weight_decay
+        if self.momentum:
+            buf = state.get("momentum_buffer")
+            buf = g if buf is None else buf * self.momentum + g * (1.0 - self.dampening)
+            state["momentum_buffer"] = buf
+            g = g + buf * self.momentum if self.nesterov else buf
+        v.set(theta - g * self.lr)
 
 
-class AdamW(Optimizer):
-    """AdamW (decoupled weight decay), PyTorch's defaults: lr 1e-3, betas (0.9, 0.999),
-    eps 1e-8, weight_decay 0.01."""
+class Adam(Optimizer):
+    """``Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False)``,
+    torch.optim.Adam's rule (``weight_decay`` is added to the gradient; AdamW decouples it).
+    Steps are counted per variable, as torch does: one without a gradient is left as it is."""
 
-    def __init__(self, params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: float = 0.01, betas=None):
+    _decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False):
         super().__init__(params, lr)
-        if betas is not None:
-            beta1, beta2 = betas
+        beta1, beta2 = betas
+        if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+            raise ValueError(f"{type(self).__name__}: invalid betas {betas}")
         self.beta1, self.beta2 = float(beta1), float(beta2)
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
-        self.t = 0  # calls to step()
-        self._steps = {}  # per variable: the updates it had (its bias correction)
-        self._m = {}
-        self._v = {}
+        self.amsgrad = bool(amsgrad)
 
-    def step(self, grads) -> None:
-        self.t += 1
+    @property
+    def betas(self):
+        return (self.beta1, self.beta2)
+
+    @betas.setter
+    def betas(self, value):
+        self.beta1, self.beta2 = (float(b) for b in value)
+
+    def _update(self, v, g, state):
         b1, b2, lr = self.beta1, self.beta2, self.lr
-        for v in self.vars:
-            g = grads.get(v)
-            if g is None:
-                continue
-            # torch.optim.AdamW counts steps per parameter: a variable without a gradient
-            # on the first steps starts its bias correction at 1 when it gets one.
-            t = self._steps[v.id] = self._steps.get(v.id, 0) + 1
-            bc1 = 1.0 - b1 ** t
-            bc2_sqrt = math.sqrt(1.0 - b2 ** t)
-            m = self._m.get(v.id)
-            s = self._v.get(v.id)
-            m = g * (1.0 - b1) if m is None else m * b1 + g * (1.0 - b1)
-            s = g.sqr() * (1.0 - b2) if s is None else s * b2 + g.sqr() * (1.0 - b2)
-            self._m[v.id], self._v[v.id] = m, s
-            theta = v.detach()
-            if self.weight_decay:
+        theta = v.detach()
+        if self.weight_decay:
+            if self._decoupled:
                 theta = theta * (1.0 - lr * self.weight_decay)
-            denom = s.sqrt() * (1.0 / bc2_sqrt) + self.eps
-            v.set(theta - (m / denom) * (lr / bc1))
+            else:
+                g = g + theta * self.weight_decay
+        t = state["step"] = state.get("step", 0) + 1
+        m, s = state.get("exp_avg"), state.get("exp_avg_sq")
+        m = g * (1.0 - b1) if m is None else m * b1 + g * (1.0 - b1)
+        s = g.sqr() * (1.0 - b2) if s is None else s * b2 + g.sqr() * (1.0 - b2)
+        state["exp_avg"], state["exp_avg_sq"] = m, s
+        if self.amsgrad:
+            prev = state.get("max_exp_avg_sq")
+            s = s if prev is None else prev.maximum(s)
+            state["max_exp_avg_sq"] = s
+        bc1 = 1.0 - b1 ** t
+        bc2_sqrt = math.sqrt(1.0 - b2 ** t)
+        denom = s.sqrt() * (1.0 / bc2_sqrt) + self.eps
+        v.set(theta - (m / denom) * (lr / bc1))
+
+
+class AdamW(Adam):
+    """``AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+    amsgrad=False)``: Adam with decoupled weight decay (``p *= 1 - lr * wd`` before the
+    update), torch.optim.AdamW's rule. candle-nn's ``beta1=`` / ``beta2=`` are accepted."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8, weight_decay: float = 0.01, betas=None,
+                 amsgrad: bool = False):
+        if betas is None:
+            betas = (beta1, beta2)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
+
+
+class RMSprop(Optimizer):
+    """``RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0,
+    centered=False)``, torch.optim.RMSprop's rule: ``sq = alpha * sq + (1 - alpha) g^2``;
+    ``avg = sqrt(sq - mean_g^2 if centered else sq) + eps``; ``p -= lr * g / avg`` (through
+    a momentum buffer ``buf = momentum * buf + g / avg`` when ``momentum > 0``)."""
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+        super().__init__(params, lr)
+        self.alpha, self.eps = float(alpha), float(eps)
+        self.weight_decay, self.momentum = float(weight_decay), float(momentum)
+        self.centered = bool(centered)
+
+    def _update(self, v, g, state):
+        a = self.alpha
+        theta = v.detach()
+        if self.weight_decay:
+            g = g + theta * self.weight_decay
+        sq = state.get("square_avg")
+        sq = g.sqr() * (1.0 - a) if sq is None else sq * a + g.sqr() * (1.0 - a)
+        state["square_avg"] = sq
+        if self.centered:
+            ga = state.get("grad_avg")
+            ga = g * (1.0 - a) if ga is None else ga * a + g * (1.0 - a)
+            state["grad_avg"] = ga
+            avg = (sq - ga.sqr()).sqrt() + self.eps
+        else:
+            avg = sq.sqrt() + self.eps
+        if self.momentum > 0:
+            buf = state.get("momentum_buffer")
+            buf = g / avg if buf is None else buf * self.momentum + g / avg
+            state["momentum_buffer"] = buf
+            v.set(theta - buf * self.lr)
+        else:
+            v.set(theta - (g / avg) * self.lr)
+
+
+from . import lr_scheduler  # noqa: E402  (tl.nn.optim.lr_scheduler, as torch.optim's)

@@ -1,0 +1,59 @@
+"""PyTorch's ``torch.nn.functional`` names over tallow's ops (``import tallow.nn.functional as F``).
+
+Each is the tallow function of the same meaning; see tl.nn.ops, tl.nn.loss and
+tl.nn.pooling for the details.
+"""
+
+from __future__ import annotations
+
+from ..tensor import Tensor
+from .linear import linear
+from .loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
+                   nll_loss)
+from .ops import gelu as _gelu_tanh
+from .ops import gelu_erf, leaky_relu, log_softmax, relu, sigmoid, silu, softmax
+from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """GELU: the exact (erf) form, or the tanh approximation with ``approximate='tanh'``."""
+    return _gelu_tanh(input) if approximate == "tanh" else gelu_erf(input)
+
+
+def tanh(input: Tensor) -> Tensor:
+    return input.tanh()
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``
+    when ``training`` (PyTorch's default is True here too)."""
+    from .activation import Dropout
+
+    return Dropout(p).train(training)(input)
+
+
+def embedding(input: Tensor, weight: Tensor) -> Tensor:
+    return weight.embedding(input)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    y = input.conv1d(weight, padding=padding, stride=stride, dilation=dilation, groups=groups)
+    return y if bias is None else y.broadcast_add(bias.reshape((1, -1, 1)))
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    y = input.conv2d(weight, padding=padding, stride=stride, dilation=dilation, groups=groups)
+    return y if bias is None else y.broadcast_add(bias.reshape((1, -1, 1, 1)))
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups=1, dilation=1):
+    y = input.conv_transpose2d(weight, padding=padding, output_padding=output_padding,
+                               stride=stride, dilation=dilation, groups=groups)
+    return y if bias is None else y.broadcast_add(bias.reshape((1, -1, 1, 1)))
+
+
+__all__ = ["adaptive_avg_pool2d", "avg_pool2d", "binary_cross_entropy_with_logits", "conv1d",
+           "conv2d", "conv_transpose2d", "cross_entropy", "dropout", "embedding", "gelu",
+           "l1_loss", "leaky_relu", "linear", "log_softmax", "max_pool2d", "mse_loss",
+           "nll_loss", "relu", "sigmoid", "silu", "softmax", "tanh"]
