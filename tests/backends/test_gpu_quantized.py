@@ -20,7 +20,7 @@ REQUIRED = ("F32", "F16", "Q4_0", "Q8_0", "Q4K", "Q6K")
 # Byte offsets of the f16 fields (scales, mins, sums) inside a block.
 F16_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
               "Q8_1": (0, 2), "Q2K": (80, 82), "Q3K": (108,), "Q4K": (0, 2), "Q5K": (0, 2),
-              "Q6K": (208,)}
+              "Q6K": (208,), "IQ4_NL": (0,), "IQ4_XS": (0,)}
 # zero, negative zero, subnormals of both signs, the smallest normal, the largest
 # finite of both signs, +-1, and a negative ordinary value
 EDGE_F16 = (0x0000, 0x8000, 0x0001, 0x03FF, 0x8001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00,

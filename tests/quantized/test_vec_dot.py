@@ -6,6 +6,7 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gq
 
 import candle_ref
+import ggml_ref
 from tallow.quantized import ggml_type
 from tallow.quantized.vec_dot import PreparedWeight, matmul_t, matmul_t_dequantized, prepare_weight
 
@@ -15,13 +16,14 @@ LAYOUTS = PreparedWeight.LAYOUTS
 
 
 def reference_matmul(name, x, w_raw):
-    """candle's k_quants::matmul, row by row: quantize x to the dot type, then vec_dot_unopt."""
+    """candle's k_quants::matmul, row by row: quantize x to the dot type (ggml's reference
+    quantizers), then vec_dot_unopt."""
     t = ggml_type(name)
     dot = t.dot_type
     if dot.name == "Q8_0":  # the gguf package is the oracle for Q8_0 bytes
         xq = gq.quantize(x, GGMLQuantizationType.Q8_0).view(np.uint8).reshape(x.shape[0], -1)
     else:
-        xq = np.frombuffer(candle_ref.quantize_row(dot.name, x.reshape(-1)), np.uint8).reshape(x.shape[0], -1)
+        xq = np.frombuffer(ggml_ref.quantize_row(dot.name, x.reshape(-1)), np.uint8).reshape(x.shape[0], -1)
     w_raw = w_raw.reshape(-1, t.nbytes(x.shape[1]))
     return np.array(
         [[candle_ref.vec_dot_row(name, bytes(w), bytes(r)) for w in w_raw] for r in xq], dtype=F
@@ -169,10 +171,13 @@ def test_candle_test_matmul_error(name):
     assert np.mean(np.abs(mm - res) / np.abs(mm)) <= 0.02
 
 
-# ggml_reference_matmul_error in candle's tests (the figures of ggml's test-quantize-fns).
-GGML_DOT_ERROR = {"F32": 0.0, "F16": 0.00001, "BF16": 0.0002, "Q2K": 0.004086, "Q3K": 0.017,
-                  "Q4K": 0.002425, "Q5K": 0.000740, "Q6K": 0.000952, "Q4_0": 0.001143, "Q4_1": 0.008,
-                  "Q5_0": 0.001353, "Q5_1": 0.00149, "Q8_0": 0.000092, "Q8_1": 0.000092, "Q8K": 0.00065}
+# ggml_reference_matmul_error in candle's tests (the figures of ggml's test-quantize-fns), with
+# ggml's quantizers (whose bytes test_ggml_golden checks) where candle's older ones measured
+# less: Q2K 0.01072 (candle 0.004086), Q5K 0.00104 (0.000740), and Q5_1 0.00151 (0.00149) with
+# ggml's Q8_1 block sums.  The overall bound stays ggml's 0.02.
+GGML_DOT_ERROR = {"F32": 0.0, "F16": 0.00001, "BF16": 0.0002, "Q2K": 0.01072, "Q3K": 0.017,
+                  "Q4K": 0.002425, "Q5K": 0.00104, "Q6K": 0.000952, "Q4_0": 0.001143, "Q4_1": 0.008,
+                  "Q5_0": 0.001353, "Q5_1": 0.00151, "Q8_0": 0.000092, "Q8_1": 0.000092, "Q8K": 0.00065}
 
 
 @pytest.mark.parametrize("name", list(GGML_DOT_ERROR))

