@@ -58,3 +58,12 @@ class OverlappingWriteError(TallowError, RuntimeError):
 
 class NotContiguousError(TallowError, RuntimeError):
     """An op that never copies (``view``) was given a non-contiguous tensor."""
+
+
+class DistributedError(TallowError, RuntimeError):
+    """Distributed embedding cannot run: Ray is missing, the cluster cannot be
+    reached, or the cluster lacks what the job asks for (workers, GPUs)."""
+
+
+class EmbeddingIndexError(TallowError, ValueError):
+    """An embedding index directory is missing, empty, or not one tallow wrote."""
