@@ -360,7 +360,7 @@ def test_remainder_gradients_match_torch(device):
 def test_ints_on_a_gpu_without_int64_say_to_ask_for_u32(gpu):
     from tallow.backends.gpu import new_device_state
 
-    dev = new_device_state(0, disable_features=("shader-int64",)).handle
+    dev = tl.Device.of(new_device_state(0, disable_features=("shader-int64",)))
     with pytest.raises(tl.UnsupportedDTypeError, match="dtype=tl.u32"):
         tl.tensor([1, 2, 3], device=dev)
     with pytest.raises(tl.UnsupportedDTypeError, match="dtype=tl.u32"):

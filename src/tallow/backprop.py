@@ -374,6 +374,12 @@ def _s_rem(op, a, out, g):
     return [g]
 
 
+@rule("scalar_floor_div", "scalar_bit_and", "scalar_bit_or", "scalar_bit_xor")
+def _s_stepwise(op, a, out, g):
+    raise NotDifferentiableError(
+        f"backward: '{op.name[7:]}' has no gradient (it is piecewise constant or bitwise)")
+
+
 @rule("scalar_pow")
 def _s_pow(op, a, out, g):
     v, left = op.params

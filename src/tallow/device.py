@@ -31,7 +31,16 @@ class Device:
             # A device first used after tl.manual_seed gets that seed too.
             _manually_seeded.add(state.id)
             state.set_seed(_manual_seed)
-        return Device(state)
+        return Device.of(state)
+
+    @staticmethod
+    def of(state) -> "Device":
+        """The canonical handle of a backend device state (made on first request:
+        backends create device states but never handles)."""
+        handle = state.handle
+        if handle is None:
+            handle = state.handle = Device(state)
+        return handle
 
     @staticmethod
     def parse(value) -> "Device":
@@ -168,9 +177,7 @@ def _parse_name(value) -> tuple:
 def _make_cpu() -> Device:
     from .backends.cpu.device import CPU_STATE
 
-    handle = Device(CPU_STATE)
-    CPU_STATE.handle = handle
-    return handle
+    return Device.of(CPU_STATE)
 
 
 cpu = _make_cpu()

@@ -21,7 +21,7 @@ from ._construct import make
 from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
 from .errors import UnsupportedDTypeError
 from .layout import Layout
-from .op import Op, record1
+from .op import UNARY_OPS, Op, record1
 from .shape import broadcast_shapes
 
 _contig = Layout.contiguous_of
@@ -39,28 +39,9 @@ def _unary(name):
 
 
 class ElementwiseOps:
+    # The unary ops (``t.exp()``, ``t.relu()``...) are added below, one per entry of
+    # the op table (tallow/op.py).
     __slots__ = ()
-
-    neg = _unary("neg")
-    abs = _unary("abs")
-    exp = _unary("exp")
-    log = _unary("log")
-    sin = _unary("sin")
-    cos = _unary("cos")
-    tanh = _unary("tanh")
-    sqr = _unary("sqr")
-    sqrt = _unary("sqrt")
-    recip = _unary("recip")
-    relu = _unary("relu")
-    gelu = _unary("gelu")
-    gelu_erf = _unary("gelu_erf")
-    erf = _unary("erf")
-    silu = _unary("silu")
-    sigmoid = _unary("sigmoid")
-    floor = _unary("floor")
-    ceil = _unary("ceil")
-    round = _unary("round")
-    sign = _unary("sign")
 
     def affine(self, mul, add):
         """``self * mul + add``."""
@@ -497,6 +478,12 @@ class ElementwiseOps:
         if t._track or f._track:
             op = Op("where_cond", (c, t, f))
         return make(out, _contig(shape), op)
+
+
+# One method per unary op of the op table: ``t.neg()``, ``t.exp()``, ``t.relu()``...
+for _name in UNARY_OPS:
+    setattr(ElementwiseOps, _name, _unary(_name))
+del _name
 
 
 def where(condition, input=None, other=None):

@@ -32,7 +32,7 @@ def test_handles_share_one_state(gpu):
 
 
 def test_mixing_devices_raises(gpu):
-    other = new_device_state(0).handle
+    other = tl.Device.of(new_device_state(0))
     assert other.id != gpu.id and other != gpu and not other.same_device(gpu)
     x = tl.ones((3,), device=gpu)
     for y in (tl.ones((3,)), tl.ones((3,), device=other)):
@@ -55,7 +55,7 @@ def test_unknown_ordinal():
 
 def test_unsupported_dtypes_name_dtype_op_and_adapter(gpu):
     state = new_device_state(0, disable_features=("shader-f64", "shader-int64"))
-    dev = state.handle
+    dev = tl.Device.of(state)
     assert not dev.supports_dtype("f64") and not dev.supports_dtype(tl.i64)
     for d in ("u8", "u32", "f16", "bf16", "f32"):
         assert dev.supports_dtype(d)
@@ -132,7 +132,7 @@ def test_to_device_round_trips(gpu, dtype):
         np.testing.assert_array_equal(view.to_device(tl.cpu).numpy(), view.numpy())
         np.testing.assert_array_equal(view.numpy(), view.cpu().numpy())
     np.testing.assert_array_equal(g.t().numpy(), x.astype(dtype.np).T)
-    other = new_device_state(0).handle if dtype is tl.f32 else None
+    other = tl.Device.of(new_device_state(0)) if dtype is tl.f32 else None
     if other is not None:
         np.testing.assert_array_equal(g.t().to_device(other).numpy(), x.astype(np.float32).T)
 

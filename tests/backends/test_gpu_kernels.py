@@ -33,7 +33,7 @@ def test_preprocessor():
 
 
 def test_kernel_stats_misses_then_hits():
-    dev = new_device_state(0).handle
+    dev = tl.Device.of(new_device_state(0))
     assert dev.kernel_stats() == {}
     x = tl.ones((8,), device=dev)
     y = x + x
@@ -53,7 +53,7 @@ def test_kernel_stats_misses_then_hits():
 
 
 def test_matmul_alignment_constants_make_new_pipelines():
-    dev = new_device_state(0).handle
+    dev = tl.Device.of(new_device_state(0))
     a = tl.ones((64, 64), device=dev)
     (a @ a).values()
     b = tl.ones((50, 50), device=dev)
@@ -67,7 +67,7 @@ def test_matmul_alignment_constants_make_new_pipelines():
 
 def test_compiling_does_not_block_built_pipelines():
     state = new_device_state(0)
-    dev = state.handle
+    dev = tl.Device.of(state)
     x = tl.ones((1000,), device=dev)
     (x + x).values()  # binary<f32> built
     real = state.device.create_shader_module
@@ -96,8 +96,8 @@ def test_compiling_does_not_block_built_pipelines():
 
 
 def test_second_device_has_its_own_cache(gpu):
-    d1 = new_device_state(0).handle
-    d2 = new_device_state(0).handle
+    d1 = tl.Device.of(new_device_state(0))
+    d2 = tl.Device.of(new_device_state(0))
     (tl.ones((4,), device=d1).exp()).values()
     assert "unary.wgsl<f32>" in d1.kernel_stats()
     assert "unary.wgsl<f32>" not in d2.kernel_stats()

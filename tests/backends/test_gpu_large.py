@@ -17,7 +17,7 @@ LIMIT = 64 * 1024  # a pretend max binding: 16384 f32
 def small():
     state = new_device_state(0, max_binding=LIMIT)
     assert state.max_binding == LIMIT
-    return state.handle
+    return tl.Device.of(state)
 
 
 def test_split_element_wise_ops(small):

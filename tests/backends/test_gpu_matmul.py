@@ -8,7 +8,7 @@ import pytest
 import tallow as tl
 from gpu_util import check, skip_unless, values
 from helpers import ALL_DTYPES
-from tallow.backends.gpu.ops_matmul import pick_tile
+from tallow.backends.gpu.matmul import pick_tile
 
 pytestmark = pytest.mark.gpu
 
@@ -127,7 +127,7 @@ def test_large_matmul_against_numpy(gpu):
 @pytest.mark.parametrize("tile", [1, 2, 4, 8])
 def test_every_tile_size_is_right(gpu, tile, monkeypatch):
     # Real GPUs get 8 x 8 per-thread tiles; check every variant here whatever the adapter.
-    import tallow.backends.gpu.ops_matmul as mm
+    import tallow.backends.gpu.matmul as mm
 
     monkeypatch.setattr(mm, "pick_tile", lambda *a, **k: (tile, tile))
     for m, k, n in ((128, 64, 128), (130, 70, 129), (17, 200, 300), (256, 16, 256)):
@@ -152,9 +152,9 @@ def test_matrix_vector_with_more_rows_than_two_grid_rows(gpu):
 def test_grids_over_the_workgroup_limit(gpu, monkeypatch):
     # Pretend a dispatch may have 3 workgroups per dimension: the GEMM is then split
     # into several dispatches over tiles of m and n, the GEMV's grid laid out in 2-D.
-    import tallow.backends.gpu.ops_matmul as mm
+    import tallow.backends.gpu.matmul as mm
 
-    monkeypatch.setattr(mm, "MAX_GROUPS", 3)
+    monkeypatch.setattr(mm, "max_groups", lambda state: 3)
     monkeypatch.setattr(mm, "pick_tile", lambda *a, **k: (1, 1))
     for m, k, n in ((100, 7, 90), (33, 16, 17)):
         a = values((2, m, k), tl.f32, m)

@@ -10,7 +10,8 @@ import pytest
 
 import tallow as tl
 from tallow.backends.gpu import new_device_state
-from tallow.backends.gpu.pool import MIN_BUCKET, parse_size
+from tallow import config
+from tallow.backends.gpu.pool import MIN_BUCKET
 
 pytestmark = pytest.mark.gpu
 
@@ -62,7 +63,7 @@ def test_views_share_the_buffer(gpu):
 
 def test_memory_stats_and_cache_limit():
     state = new_device_state(0)
-    dev = state.handle
+    dev = tl.Device.of(state)
     stats = dev.memory_stats()
     for key in ("active_bytes", "cached_bytes", "peak_bytes", "buffers_per_bucket"):
         assert key in stats
@@ -96,13 +97,16 @@ def test_memory_stats_and_cache_limit():
 
 
 def test_cache_limit_parsing():
-    assert parse_size(None, 7, "X") == 7
-    assert parse_size("1024", 7, "X") == 1024
-    assert parse_size("2K", 7, "X") == 2048
-    assert parse_size("3MiB", 7, "X") == 3 << 20
-    assert parse_size("1g", 7, "X") == 1 << 30
-    with pytest.warns(RuntimeWarning):
-        assert parse_size("lots", 7, "TALLOW_GPU_CACHE_LIMIT") == 7
+    def parse_size(value):
+        return config.size("TALLOW_GPU_CACHE_LIMIT", 7, value)
+
+    assert parse_size(None) == 7
+    assert parse_size("1024") == 1024
+    assert parse_size("2K") == 2048
+    assert parse_size("3MiB") == 3 << 20
+    assert parse_size("1g") == 1 << 30
+    with pytest.warns(RuntimeWarning, match="TALLOW_GPU_CACHE_LIMIT='lots'"):
+        assert parse_size("lots") == 7
 
 
 def test_cache_limit_env_variable(gpu):

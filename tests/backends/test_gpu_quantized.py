@@ -1,4 +1,4 @@
-"""GGML block formats on the GPU (backends/gpu/ops_quantized.py): dequantization
+"""GGML block formats on the GPU (backends/gpu/quantized.py): dequantization
 bit for bit against the NumPy codecs of tallow.quantized, and x @ W^T against
 x @ dequantize(W)^T computed in f64, through both kernels (matrix-vector and
 tiled), odd shapes, strided activations and weights split over bindings."""
@@ -8,7 +8,7 @@ import pytest
 
 import tallow as tl
 from tallow import dtype as dt
-from tallow.backends.gpu import new_device_state, ops_quantized as oq
+from tallow.backends.gpu import new_device_state, quantized as oq
 from tallow.errors import TallowError
 from tallow.layout import Layout
 from tallow.quantized import ggml_type
@@ -327,7 +327,7 @@ def test_dequantize_split_over_bindings(small_binding, name):
     n = t.block_size * (100000 // t.block_size)  # output 390 KiB: seven windows
     raw = t.quantize(np.random.default_rng(11).standard_normal(n).astype(np.float32)).reshape(-1)
     before = small_binding.commands.counters()["dispatches"]
-    got = read(oq.dequantize(u8(small_binding.handle, raw), name, n), n)
+    got = read(oq.dequantize(u8(tl.Device.of(small_binding), raw), name, n), n)
     assert small_binding.commands.counters()["dispatches"] - before >= 6
     assert_bits_equal(got, t.dequantize(raw, n))
 
@@ -338,18 +338,18 @@ def test_qmatmul_split_over_bindings(small_binding, name, kernel):
     t = ggml_type(name)
     n, k = 500, (256 if t.block_size > 1 else 140)
     raw, wd = _weight(t, n, k, 12)
-    raw_s = u8(small_binding.handle, raw)
+    raw_s = u8(tl.Device.of(small_binding), raw)
     rng = np.random.default_rng(13)
     for m in (1, 40):
         x = rng.standard_normal((m, k)).astype(np.float32)
         before = small_binding.commands.counters()["dispatches"]
-        got = run(small_binding.handle, tl.Tensor(x, device=small_binding.handle), raw_s, name, n, k)
+        got = run(tl.Device.of(small_binding), tl.Tensor(x, device=tl.Device.of(small_binding)), raw_s, name, n, k)
         assert small_binding.commands.counters()["dispatches"] - before >= 2
         check_product(got, x, wd)
 
 
 def test_too_large_to_split_raises(small_binding):
-    dev = small_binding.handle
+    dev = tl.Device.of(small_binding)
     t = ggml_type("Q8_0")
     k = 32 * 2000  # one row of W: 68000 bytes > 64 KiB
     raw = u8(dev, np.zeros(t.nbytes(2 * k), np.uint8))

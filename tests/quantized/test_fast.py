@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from tallow.quantized import fast, ggml_type, matmul_t_dequantized, prepare_weight
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import ggml_type, matmul_t_dequantized, prepare_weight
 from test_vec_dot import QUANTIZED, reference_matmul
 
 F = np.float32

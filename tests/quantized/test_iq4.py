@@ -13,7 +13,8 @@ from gguf import quants as gq
 import ggml_ref
 import tallow as tl
 from golden import golden
-from tallow.quantized import QMatMul, QTensor, fast, ggml_type, load_gguf, read_gguf, write_gguf
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import QMatMul, QTensor, ggml_type, load_gguf, read_gguf, write_gguf
 
 F = np.float32
 KVALUES = gq.IQ4_NL.kvalues

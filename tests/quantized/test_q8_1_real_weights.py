@@ -19,7 +19,8 @@ import pytest
 
 import ggml_ref
 import tallow as tl
-from tallow.quantized import QMatMul, QTensor, fast, ggml_type, read_gguf
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import QMatMul, QTensor, ggml_type, read_gguf
 
 F = np.float32
 

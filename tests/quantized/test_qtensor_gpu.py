@@ -1,8 +1,8 @@
 """QTensor on a GPU: the blocks live there; dequantize and products use the GPU kernels
-(tallow.backends.gpu.ops_quantized) for the types they support, else the f32 fallback.
+(tallow.backends.gpu.quantized) for the types they support, else the f32 fallback.
 
 Every test needs a WebGPU adapter (the ``gpu`` fixture); the kernel tests also need
-``ops_quantized`` and skip without it.  The CPU is the reference.
+``tallow.backends.gpu.quantized`` and skip without it.  The CPU is the reference.
 """
 
 import numpy as np
@@ -10,7 +10,7 @@ import pytest
 
 import tallow as tl
 from tallow.quantized import QMatMul, QTensor
-from tallow.quantized.qtensor import gpu_ops
+from tallow.backends.gpu import quantized as gpu_kernels
 
 pytestmark = pytest.mark.gpu
 KERNEL_TYPES = ["Q4_0", "Q8_0", "Q4K", "Q6K"]
@@ -18,12 +18,9 @@ F = np.float32
 
 
 def kernels_or_skip(name=None):
-    ops = gpu_ops()
-    if ops is None:
-        pytest.skip("tallow.backends.gpu.ops_quantized is not available")
-    if name is not None and not ops.supported(name):
-        pytest.fail(f"ops_quantized does not support {name}, which it must")
-    return ops
+    if name is not None and not gpu_kernels.supported(name):
+        pytest.fail(f"the GPU quantized kernels do not support {name}, which it must")
+    return gpu_kernels
 
 
 def weight(name, n=48, k=512, seed=0):
@@ -45,10 +42,8 @@ def test_blocks_move_to_the_gpu_and_back(gpu):
 
 @pytest.mark.parametrize("name", ["Q5_1", "Q3K"])
 def test_fallback_for_types_without_kernels(gpu, name, monkeypatch):
-    # as if the GPU kernels lacked this type (or were not there)
-    from tallow.quantized import qtensor
-
-    monkeypatch.setattr(qtensor, "_gpu_supports", lambda type_name: False)
+    # as if the GPU kernels lacked this type: the device names no kernels for it
+    monkeypatch.setattr(type(gpu._state), "qmatmul_path", lambda state, ggml_type: None)
     q = weight(name)
     g = q.to_device(gpu)
     d = g.dequantize()

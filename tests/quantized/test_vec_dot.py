@@ -8,7 +8,7 @@ from gguf import quants as gq
 import candle_ref
 import ggml_ref
 from tallow.quantized import ggml_type
-from tallow.quantized.vec_dot import PreparedWeight, matmul_t, matmul_t_dequantized, prepare_weight
+from tallow.backends.cpu.quantized.vec_dot import PreparedWeight, matmul_t, matmul_t_dequantized, prepare_weight
 
 F = np.float32
 QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2K", "Q3K", "Q4K", "Q5K", "Q6K", "Q8K"]
@@ -260,7 +260,7 @@ def test_blas_thread_setting_is_restored():
 @pytest.mark.parametrize("layout", ["int", "f32"])
 def test_chunk_size_does_not_change_results(monkeypatch, name, layout):
     # Small test shapes fit one chunk; force many chunks (and several row chunks).
-    import tallow.quantized.vec_dot as vd
+    import tallow.backends.cpu.quantized.vec_dot as vd
 
     rng = np.random.default_rng(14)
     n, k = 40, 1024

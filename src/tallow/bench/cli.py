@@ -21,6 +21,7 @@ SUITES = {
     "models": "models",
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
     "distributed": "distributed",
+    "llm": "llm",  # not under "all": it needs model files (see --make-models)
 }
 ALL_ORDER = ("cpu", "gpu", "queue", "first-use", "quantized", "models")
 
@@ -73,4 +74,15 @@ def add_bench_parser(sub):
                         "FILE-<suite>.png each)")
     p.add_argument("--json", metavar="FILE.json", type=output_file, default=None,
                    help="write the results as JSON (under 'all': one object per suite)")
+    llm = p.add_argument_group("llm (GGUF Llama decode/prompt speed, side by side with llama.cpp)")
+    llm.add_argument("--models", metavar="DIR", default=None,
+                     help="folder of model-<FORMAT>.gguf files (default $LLM_BENCH_MODELS or ./llm-bench-models)")
+    llm.add_argument("--make-models", action="store_true",
+                     help="write a random SmolLM2-135M-shaped Llama (F32, F16, Q8_0, Q4_0) where missing")
+    llm.add_argument("--formats", default=None, help="comma-separated formats (default F32,F16,Q8_0,Q4_0,Q4_K_M)")
+    llm.add_argument("--threads", type=lambda v: tuple(positive_int(x) for x in v.split(",")), default=None,
+                     help="comma-separated thread counts (default 1,2)")
+    llm.add_argument("--llama-python", metavar="PYTHON", default=None,
+                     help="a Python with llama-cpp-python installed: measure llama.cpp in the same run")
+    llm.add_argument("--busy", action="store_true", help="run one competing CPU-bound process meanwhile")
     p.set_defaults(run=_run)

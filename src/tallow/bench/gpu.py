@@ -152,7 +152,7 @@ QUANT_TYPES = ("Q4_0", "Q8_0", "Q4K", "Q6K")
 def bench_quantized(dev, size, repeats, cpu_adapter):
     """x (m, size) @ W(size, size)^T for W in GGML blocks on the GPU, m = 1 and 32."""
     from tallow import dtype as dt
-    from tallow.backends.gpu import ops_quantized as oq
+    from tallow.backends.gpu import quantized as oq
     from tallow.quantized import ggml_type, prepare_weight
 
     state = dev._state

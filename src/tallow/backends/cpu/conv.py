@@ -11,13 +11,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
-from .storage import wrap
 from .threads import CONFIG
 
-METHODS = (
-    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool2d",
-    "max_pool2d", "upsample_nearest1d", "upsample_nearest2d",
-)
 
 _HALF = (dt.f16, dt.bf16)
 
@@ -29,8 +24,8 @@ def _operand(s, layout, op):
     return x.astype(np.float32) if s.dtype in _HALF else x
 
 
-def _out(y, dtype):
-    return wrap(y.astype(dtype.np, copy=False), dtype)
+def _out(s, y, dtype):
+    return s._wrap(y.astype(dtype.np, copy=False), dtype)
 
 
 def _conv2d(x, k, pad, stride, dil, groups):
@@ -85,36 +80,6 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     return buf[:, :, pad[0]:pad[0] + oh, pad[1]:pad[1] + ow]
 
 
-def conv2d(s, layout, kernel, kernel_layout, padding, stride, dilation, groups):
-    x = _operand(s, layout, "conv2d")
-    k = _operand(kernel, kernel_layout, "conv2d")
-    return _out(_conv2d(x, k, padding, stride, dilation, groups), s.dtype)
-
-
-def conv1d(s, layout, kernel, kernel_layout, padding, stride, dilation, groups):
-    x = _operand(s, layout, "conv1d")[:, :, None, :]
-    k = _operand(kernel, kernel_layout, "conv1d")[:, :, None, :]
-    y = _conv2d(x, k, (0, padding), (1, stride), (1, dilation), groups)
-    return _out(y[:, :, 0, :], s.dtype)
-
-
-def conv_transpose2d(s, layout, kernel, kernel_layout, padding, output_padding, stride,
-                     dilation, groups):
-    x = _operand(s, layout, "conv_transpose2d")
-    k = _operand(kernel, kernel_layout, "conv_transpose2d")
-    y = _conv_transpose2d(x, k, padding, output_padding, stride, dilation, groups)
-    return _out(y, s.dtype)
-
-
-def conv_transpose1d(s, layout, kernel, kernel_layout, padding, output_padding, stride,
-                     dilation, groups):
-    x = _operand(s, layout, "conv_transpose1d")[:, :, None, :]
-    k = _operand(kernel, kernel_layout, "conv_transpose1d")[:, :, None, :]
-    y = _conv_transpose2d(x, k, (0, padding), (0, output_padding), (1, stride),
-                          (1, dilation), groups)
-    return _out(y[:, :, 0, :], s.dtype)
-
-
 def _windows(x, kernel, stride):
     b, c, h, w = x.shape
     oh = (h - kernel[0]) // stride[0] + 1
@@ -126,27 +91,55 @@ def _windows(x, kernel, stride):
     )
 
 
-def avg_pool2d(s, layout, kernel, stride):
-    x = _operand(s, layout, "avg_pool2d")
-    return _out(_windows(x, kernel, stride).mean(axis=(4, 5)), s.dtype)
-
-
-def max_pool2d(s, layout, kernel, stride):
-    x = s.view(layout)
-    return wrap(np.ascontiguousarray(_windows(x, kernel, stride).max(axis=(4, 5))), s.dtype)
-
-
 def _nearest(src: int, dst: int) -> np.ndarray:
     scale = src / dst
     return np.minimum((np.arange(dst) * scale).astype(np.intp), src - 1)
 
 
-def upsample_nearest1d(s, layout, size):
-    x = s.view(layout)
-    return wrap(np.take(x, _nearest(x.shape[-1], size), axis=-1), s.dtype)
+class CpuConv:
+    """Convolutions, pooling and upsampling of ``CpuStorage``."""
 
+    __slots__ = ()
 
-def upsample_nearest2d(s, layout, h, w):
-    x = s.view(layout)
-    y = np.take(x, _nearest(x.shape[-2], h), axis=-2)
-    return wrap(np.take(y, _nearest(x.shape[-1], w), axis=-1), s.dtype)
+    def conv2d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups):
+        x = _operand(self, layout, "conv2d")
+        k = _operand(kernel, kernel_layout, "conv2d")
+        return _out(self, _conv2d(x, k, padding, stride, dilation, groups), self.dtype)
+
+    def conv1d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups):
+        x = _operand(self, layout, "conv1d")[:, :, None, :]
+        k = _operand(kernel, kernel_layout, "conv1d")[:, :, None, :]
+        y = _conv2d(x, k, (0, padding), (1, stride), (1, dilation), groups)
+        return _out(self, y[:, :, 0, :], self.dtype)
+
+    def conv_transpose2d(self, layout, kernel, kernel_layout, padding, output_padding, stride,
+                         dilation, groups):
+        x = _operand(self, layout, "conv_transpose2d")
+        k = _operand(kernel, kernel_layout, "conv_transpose2d")
+        y = _conv_transpose2d(x, k, padding, output_padding, stride, dilation, groups)
+        return _out(self, y, self.dtype)
+
+    def conv_transpose1d(self, layout, kernel, kernel_layout, padding, output_padding, stride,
+                         dilation, groups):
+        x = _operand(self, layout, "conv_transpose1d")[:, :, None, :]
+        k = _operand(kernel, kernel_layout, "conv_transpose1d")[:, :, None, :]
+        y = _conv_transpose2d(x, k, (0, padding), (0, output_padding), (1, stride),
+                              (1, dilation), groups)
+        return _out(self, y[:, :, 0, :], self.dtype)
+
+    def avg_pool2d(self, layout, kernel, stride):
+        x = _operand(self, layout, "avg_pool2d")
+        return _out(self, _windows(x, kernel, stride).mean(axis=(4, 5)), self.dtype)
+
+    def max_pool2d(self, layout, kernel, stride):
+        x = self.view(layout)
+        return self._wrap(np.ascontiguousarray(_windows(x, kernel, stride).max(axis=(4, 5))), self.dtype)
+
+    def upsample_nearest1d(self, layout, size):
+        x = self.view(layout)
+        return self._wrap(np.take(x, _nearest(x.shape[-1], size), axis=-1), self.dtype)
+
+    def upsample_nearest2d(self, layout, h, w):
+        x = self.view(layout)
+        y = np.take(x, _nearest(x.shape[-2], h), axis=-2)
+        return self._wrap(np.take(y, _nearest(x.shape[-1], w), axis=-1), self.dtype)

@@ -16,12 +16,8 @@ import numpy as np
 
 from ... import dtype as dt
 from . import parallel
-from .storage import wrap
 from .threads import CONFIG
 
-METHODS = (
-    "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear", "attention",
-)
 
 # Elements per chunk: temporaries of this size stay in L2, and each NumPy call is
 # long enough that two threads rarely wait on each other for the GIL.
@@ -44,11 +40,11 @@ def _rows(s, layout):
     return rows, cd
 
 
-def _finish(out, shape, dtype):
+def _finish(s, out, shape, dtype):
     out = out.reshape(shape)
     if out.dtype != dtype.np:
         out = out.astype(dtype.np)
-    return wrap(out, dtype)
+    return s._wrap(out, dtype)
 
 
 def _step(n):
@@ -93,12 +89,6 @@ def _softmax_chunk(o, r):
     o /= _row_sums(o)[:, None]
 
 
-def softmax_last_dim(s, layout):
-    rows, cd = _rows(s, layout)
-    out = _run(_softmax_chunk, np.empty(rows.shape, cd), rows)
-    return _finish(out, layout.shape, s.dtype)
-
-
 # -- normalisations ---------------------------------------------------------------------------
 
 def _rms_chunk(o, r, w, eps):
@@ -109,13 +99,6 @@ def _rms_chunk(o, r, w, eps):
     np.reciprocal(ms, out=ms)
     np.multiply(r, ms[:, None], out=o)
     o *= w
-
-
-def rms_norm(s, layout, alpha, alpha_layout, eps):
-    rows, cd = _rows(s, layout)
-    w = _vec(alpha, alpha_layout, cd)
-    out = _run(_rms_chunk, np.empty(rows.shape, cd), rows, w, eps)
-    return _finish(out, layout.shape, s.dtype)
 
 
 def _ln_chunk(o, r, w, b, eps):
@@ -132,14 +115,6 @@ def _ln_chunk(o, r, w, b, eps):
     o *= w
     if b is not None:
         o += b
-
-
-def layer_norm(s, layout, alpha, alpha_layout, beta, beta_layout, eps):
-    rows, cd = _rows(s, layout)
-    w = _vec(alpha, alpha_layout, cd)
-    b = None if beta is None else _vec(beta, beta_layout, cd)
-    out = _run(_ln_chunk, np.empty(rows.shape, cd), rows, w, b, eps)
-    return _finish(out, layout.shape, s.dtype)
 
 
 # -- GELU (erf) ---------------------------------------------------------------------------------
@@ -171,63 +146,10 @@ def _gelu_chunk(o, x):
     np.subtract(a, o, out=o)
 
 
-def gelu_erf_fast(s, layout):
-    """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
-    rows, cd = _rows(s, layout)
-    out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
-    return _finish(out, layout.shape, s.dtype)
-
-
 # -- rotary embeddings ----------------------------------------------------------------------------
-
-def rope(s, layout, cos, cos_layout, sin, sin_layout, interleaved):
-    """x (b, h, t, d); cos/sin (t, d/2) or (b, t, d/2)."""
-    x = s.view(layout)
-    cd = _compute_dtype(s.dtype)
-    if x.dtype != cd:
-        x = x.astype(cd)
-    c = _vec(cos, cos_layout, cd)
-    sn = _vec(sin, sin_layout, cd)
-    b, _h, t, d = x.shape
-    half = d // 2
-    if c.ndim == 3:
-        c, sn = c[:, None], sn[:, None]
-    out = np.empty(x.shape, cd)
-    if interleaved:
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        o0, o1 = out[..., 0::2], out[..., 1::2]
-    else:
-        x0, x1 = x[..., :half], x[..., half:]
-        o0, o1 = out[..., :half], out[..., half:]
-    np.multiply(x0, c, out=o0)
-    o0 -= x1 * sn
-    np.multiply(x1, c, out=o1)
-    o1 += x0 * sn
-    return _finish(out, layout.shape, s.dtype)
 
 
 # -- linear ---------------------------------------------------------------------------------------
-
-def linear(s, layout, weight, weight_layout, bias, bias_layout):
-    """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
-    CONFIG.apply()
-    x = s.view(layout)
-    w = weight.view(weight_layout)
-    dtype = s.dtype
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    if dtype in _HALF:
-        y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
-    else:
-        if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
-            x2 = np.ascontiguousarray(x2)
-        if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
-            w = np.ascontiguousarray(w)
-        y = np.matmul(x2, w.T)
-    if bias is not None:
-        bv = bias.view(bias_layout)
-        y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
-    return _finish(y, layout.shape[:-1] + (w.shape[0],), dtype)
 
 
 # -- attention ------------------------------------------------------------------------------------
@@ -304,40 +226,115 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
         ob /= total
 
 
-def attention(s, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
-    """Scaled dot-product attention, one batch element at a time (the score matrix of
-    one element stays in cache; the full (b, h, q, k) scores never exist).
+class CpuFused:
+    """Fused ops of ``CpuStorage`` (softmax, norms, GELU, rope, linear, attention)."""
 
-    q (b, h, sq, d); k, v (b, hk, sk, d) with h a multiple of hk (grouped-query
-    attention); mask None or additive, broadcastable to (b, h, sq, sk).
-    """
-    CONFIG.apply()
-    dtype = s.dtype
-    cd = _compute_dtype(dtype)
-    q = s.view(layout)
-    kk = k.view(k_layout)
-    vv = v.view(v_layout)
-    if q.dtype != cd:
-        q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
-    b, h, sq, d = q.shape
-    groups = h // kk.shape[1]
-    m = None
-    if mask is not None:
-        m = mask.view(mask_layout)
-        if m.dtype != cd:
-            m = m.astype(cd)
-        # Keep the mask compact (a key-padding mask is (b, 1, 1, sk)): NumPy broadcasts
-        # it when it is added, and the checks on it stay cheap. Only the batch dim is
-        # made explicit, so the mask can be sliced like q.
-        while m.ndim < 4:
-            m = m[None]
-        m = np.broadcast_to(m, (b,) + m.shape[1:])
-    out = np.empty((b, h, sq, vv.shape[-1]), cd)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        if parallel.worth_splitting((b, h, sq, kk.shape[2])):
-            parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
-                o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
-                out, q, kk, vv, *(() if m is None else (m,)))
+    __slots__ = ()
+
+    def softmax_last_dim(self, layout):
+        rows, cd = _rows(self, layout)
+        out = _run(_softmax_chunk, np.empty(rows.shape, cd), rows)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def rms_norm(self, layout, alpha, alpha_layout, eps):
+        rows, cd = _rows(self, layout)
+        w = _vec(alpha, alpha_layout, cd)
+        out = _run(_rms_chunk, np.empty(rows.shape, cd), rows, w, eps)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def layer_norm(self, layout, alpha, alpha_layout, beta, beta_layout, eps):
+        rows, cd = _rows(self, layout)
+        w = _vec(alpha, alpha_layout, cd)
+        b = None if beta is None else _vec(beta, beta_layout, cd)
+        out = _run(_ln_chunk, np.empty(rows.shape, cd), rows, w, b, eps)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def gelu_erf_fast(self, layout):
+        """Exact-form GELU in the tensor'self own precision (no f64 detour); |error| < 1e-6."""
+        rows, cd = _rows(self, layout)
+        out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved):
+        """x (b, h, t, d); cos/sin (t, d/2) or (b, t, d/2)."""
+        x = self.view(layout)
+        cd = _compute_dtype(self.dtype)
+        if x.dtype != cd:
+            x = x.astype(cd)
+        c = _vec(cos, cos_layout, cd)
+        sn = _vec(sin, sin_layout, cd)
+        b, _h, t, d = x.shape
+        half = d // 2
+        if c.ndim == 3:
+            c, sn = c[:, None], sn[:, None]
+        out = np.empty(x.shape, cd)
+        if interleaved:
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+            o0, o1 = out[..., 0::2], out[..., 1::2]
         else:
-            _attention_rows(out, q, kk, vv, m, scale, groups)
-    return _finish(out, out.shape, dtype)
+            x0, x1 = x[..., :half], x[..., half:]
+            o0, o1 = out[..., :half], out[..., half:]
+        np.multiply(x0, c, out=o0)
+        o0 -= x1 * sn
+        np.multiply(x1, c, out=o1)
+        o1 += x0 * sn
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def linear(self, layout, weight, weight_layout, bias, bias_layout):
+        """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
+        CONFIG.apply()
+        x = self.view(layout)
+        w = weight.view(weight_layout)
+        dtype = self.dtype
+        k = x.shape[-1]
+        x2 = x.reshape(-1, k)
+        if dtype in _HALF:
+            y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
+        else:
+            if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
+                x2 = np.ascontiguousarray(x2)
+            if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
+                w = np.ascontiguousarray(w)
+            y = np.matmul(x2, w.T)
+        if bias is not None:
+            bv = bias.view(bias_layout)
+            y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
+        return _finish(self, y, layout.shape[:-1] + (w.shape[0],), dtype)
+
+    def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
+        """Scaled dot-product attention, one batch element at a time (the score matrix of
+        one element stays in cache; the full (b, h, q, k) scores never exist).
+
+        q (b, h, sq, d); k, v (b, hk, sk, d) with h a multiple of hk (grouped-query
+        attention); mask None or additive, broadcastable to (b, h, sq, sk).
+        """
+        CONFIG.apply()
+        dtype = self.dtype
+        cd = _compute_dtype(dtype)
+        q = self.view(layout)
+        kk = k.view(k_layout)
+        vv = v.view(v_layout)
+        if q.dtype != cd:
+            q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
+        b, h, sq, d = q.shape
+        groups = h // kk.shape[1]
+        m = None
+        if mask is not None:
+            m = mask.view(mask_layout)
+            if m.dtype != cd:
+                m = m.astype(cd)
+            # Keep the mask compact (a key-padding mask is (b, 1, 1, sk)): NumPy broadcasts
+            # it when it is added, and the checks on it stay cheap. Only the batch dim is
+            # made explicit, so the mask can be sliced like q.
+            while m.ndim < 4:
+                m = m[None]
+            m = np.broadcast_to(m, (b,) + m.shape[1:])
+        out = np.empty((b, h, sq, vv.shape[-1]), cd)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            if parallel.worth_splitting((b, h, sq, kk.shape[2])):
+                parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
+                    o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
+                    out, q, kk, vv, *(() if m is None else (m,)))
+            else:
+                _attention_rows(out, q, kk, vv, m, scale, groups)
+        return _finish(self, out, out.shape, dtype)

@@ -1,4 +1,4 @@
-"""The numba kernels of :mod:`tallow.quantized.fast` (imported only when they are used).
+"""The numba kernels of :mod:`tallow.backends.cpu.quantized.fast` (imported only when they are used).
 
 Module-level functions, so that numba's on-disk cache (``cache=True``) finds
 them again in a new process.  See :mod:`fast` for the layout and the

@@ -12,12 +12,7 @@ from ...errors import UnsupportedDTypeError
 from ...layout import Layout
 from .kernels import family
 from .launch import map_new
-from .storage import wrap
 
-METHODS = (
-    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool2d",
-    "max_pool2d", "upsample_nearest1d", "upsample_nearest2d",
-)
 
 _MAP = ("map.wgsl",)
 IM2COL = family("im2col", [("a", "in", 0), ("y", "out", 0)], file="conv.wgsl",
@@ -53,7 +48,7 @@ def _conv2d(s, layout, k, klayout, pad, stride, dil, groups):
     pipe = state.kernels.ref(IM2COL, (s.dtype.name,))
     words = (0,) * 8 + (groups, oh, ow, cg, kh, kw, h, w, stride[0], stride[1], pad[0], pad[1],
                         dil[0], dil[1]) + tuple(layout.stride) + (layout.start_offset,)
-    cols = wrap(state, map_new(state, pipe, ((s, layout),), s.dtype, n, words, raw=True), s.dtype, n)
+    cols = s._wrap(map_new(state, pipe, ((s, layout),), s.dtype, n, words, raw=True), s.dtype, n)
     if not klayout.contiguous:
         k = k.copy_strided(klayout)
         klayout = Layout.contiguous_of(klayout.shape)
@@ -66,17 +61,6 @@ def _conv2d(s, layout, k, klayout, pad, stride, dil, groups):
     # -> (b, g, cog, L) = (b, co, oh, ow)
     view = Layout((b, groups, cog, L), (groups * L * cog, L * cog, 1, cog), 0)
     return res.copy_strided(view)
-
-
-def conv2d(s, layout, kernel, kernel_layout, padding, stride, dilation, groups):
-    _float(s, "conv2d")
-    return _conv2d(s, layout, kernel, kernel_layout, padding, stride, dilation, groups)
-
-
-def conv1d(s, layout, kernel, kernel_layout, padding, stride, dilation, groups):
-    _float(s, "conv1d")
-    return _conv2d(s, _as_2d(layout), kernel, _as_2d(kernel_layout), (0, padding), (1, stride),
-                   (1, dilation), groups)
 
 
 def _convt2d(s, layout, k, klayout, pad, out_pad, stride, dil, groups):
@@ -92,20 +76,7 @@ def _convt2d(s, layout, k, klayout, pad, out_pad, stride, dil, groups):
                         pad[0], pad[1], dil[0], dil[1]) + tuple(layout.stride) \
         + (layout.start_offset,) + tuple(klayout.stride) + (klayout.start_offset,)
     buf = map_new(state, pipe, ((s, layout), (k, klayout)), s.dtype, n, words, raw=True)
-    return wrap(state, buf, s.dtype, n)
-
-
-def conv_transpose2d(s, layout, kernel, kernel_layout, padding, output_padding, stride,
-                     dilation, groups):
-    _float(s, "conv_transpose2d")
-    return _convt2d(s, layout, kernel, kernel_layout, padding, output_padding, stride, dilation, groups)
-
-
-def conv_transpose1d(s, layout, kernel, kernel_layout, padding, output_padding, stride,
-                     dilation, groups):
-    _float(s, "conv_transpose1d")
-    return _convt2d(s, _as_2d(layout), kernel, _as_2d(kernel_layout), (0, padding),
-                    (0, output_padding), (1, stride), (1, dilation), groups)
+    return s._wrap(buf, s.dtype, n)
 
 
 def _pool(s, layout, kernel, stride, op):
@@ -117,16 +88,7 @@ def _pool(s, layout, kernel, stride, op):
     pipe = state.kernels.ref(POOL, (s.dtype.name,), "main", (("OP", op),))
     words = (0,) * 8 + (c, oh, ow, kernel[0], kernel[1], stride[0], stride[1]) \
         + tuple(layout.stride) + (layout.start_offset,)
-    return wrap(state, map_new(state, pipe, ((s, layout),), s.dtype, n, words, raw=True), s.dtype, n)
-
-
-def avg_pool2d(s, layout, kernel, stride):
-    _float(s, "avg_pool2d")
-    return _pool(s, layout, kernel, stride, 0)
-
-
-def max_pool2d(s, layout, kernel, stride):
-    return _pool(s, layout, kernel, stride, 1)
+    return s._wrap(map_new(state, pipe, ((s, layout),), s.dtype, n, words, raw=True), s.dtype, n)
 
 
 def _nearest_ids(state, src: int, dst: int):
@@ -141,15 +103,46 @@ def _nearest_ids(state, src: int, dst: int):
     return hit
 
 
-def upsample_nearest1d(s, layout, size):
-    ids = _nearest_ids(s.bdev, layout.shape[-1], size)
-    return s.index_select(layout, ids, Layout.contiguous_of((size,)), 2)
+class GpuConv:
+    """Convolutions, pooling and upsampling of ``GpuStorage``."""
 
+    __slots__ = ()
 
-def upsample_nearest2d(s, layout, h, w):
-    ids_h = _nearest_ids(s.bdev, layout.shape[-2], h)
-    tmp = s.index_select(layout, ids_h, Layout.contiguous_of((h,)), 2)
-    b, c = layout.shape[:2]
-    ids_w = _nearest_ids(s.bdev, layout.shape[-1], w)
-    return tmp.index_select(Layout.contiguous_of((b, c, h, layout.shape[-1])), ids_w,
-                            Layout.contiguous_of((w,)), 3)
+    def conv2d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups):
+        _float(self, "conv2d")
+        return _conv2d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups)
+
+    def conv1d(self, layout, kernel, kernel_layout, padding, stride, dilation, groups):
+        _float(self, "conv1d")
+        return _conv2d(self, _as_2d(layout), kernel, _as_2d(kernel_layout), (0, padding), (1, stride),
+                       (1, dilation), groups)
+
+    def conv_transpose2d(self, layout, kernel, kernel_layout, padding, output_padding, stride,
+                         dilation, groups):
+        _float(self, "conv_transpose2d")
+        return _convt2d(self, layout, kernel, kernel_layout, padding, output_padding, stride, dilation, groups)
+
+    def conv_transpose1d(self, layout, kernel, kernel_layout, padding, output_padding, stride,
+                         dilation, groups):
+        _float(self, "conv_transpose1d")
+        return _convt2d(self, _as_2d(layout), kernel, _as_2d(kernel_layout), (0, padding),
+                        (0, output_padding), (1, stride), (1, dilation), groups)
+
+    def avg_pool2d(self, layout, kernel, stride):
+        _float(self, "avg_pool2d")
+        return _pool(self, layout, kernel, stride, 0)
+
+    def max_pool2d(self, layout, kernel, stride):
+        return _pool(self, layout, kernel, stride, 1)
+
+    def upsample_nearest1d(self, layout, size):
+        ids = _nearest_ids(self.bdev, layout.shape[-1], size)
+        return self.index_select(layout, ids, Layout.contiguous_of((size,)), 2)
+
+    def upsample_nearest2d(self, layout, h, w):
+        ids_h = _nearest_ids(self.bdev, layout.shape[-2], h)
+        tmp = self.index_select(layout, ids_h, Layout.contiguous_of((h,)), 2)
+        b, c = layout.shape[:2]
+        ids_w = _nearest_ids(self.bdev, layout.shape[-1], w)
+        return tmp.index_select(Layout.contiguous_of((b, c, h, layout.shape[-1])), ids_w,
+                                Layout.contiguous_of((w,)), 3)

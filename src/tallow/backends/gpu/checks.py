@@ -9,25 +9,25 @@ kernels do).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ... import config
 from ... import dtype as dt
-from .kernels import family
-from .layouts import pad_scalars, scalar_words
-from .ops_copy import fill_inplace, new_empty
+from ...errors import IndexOutOfRangeError
 from ...layout import Layout
+from .kernel_args import grid, map_tail, pad_scalars, scalar_words
+from .kernels import family
+from .launch import compact_via_host
 
 CHECK = family("check", [("a", "in", 0), ("z", "flag", "u32")])
-CHECK_INDICES = os.environ.get("TALLOW_GPU_CHECK_INDICES", "1").strip() not in ("0", "false", "no")
+CHECK_INDICES = config.flag("TALLOW_GPU_CHECK_INDICES", True)
 _ONE = Layout.contiguous_of((1,))
 
 
 def _first(s, layout, mode, scalars):
     state = s.bdev
-    flag = new_empty(state, 1, dt.u32)
-    fill_inplace(flag, _ONE, 0xFFFFFFFF)
+    flag = state.empty(1, dt.u32)
+    flag.fill_inplace(_ONE, 0xFFFFFFFF)
     pipe = state.kernels.get(CHECK, (s.dtype.name,), "main", (("MODE", mode),))
     _run(state, pipe, s, layout, flag, scalars)
     pos = int(flag.to_numpy(_ONE)[0])
@@ -35,14 +35,9 @@ def _first(s, layout, mode, scalars):
 
 
 def _run(state, pipe, s, layout, flag, scalars):
-    from .launch import map_tail
-    from .layouts import grid
-
     rank, bits, tail = map_tail((layout,))
     if rank is None:
-        from .launch import compact_for_kernel
-
-        s, layout = compact_for_kernel(s, layout)
+        s, layout = compact_via_host(s, layout)
         rank, bits, tail = map_tail((layout,))
     n = layout.count
     if n == 0:
@@ -50,7 +45,7 @@ def _run(state, pipe, s, layout, flag, scalars):
     cmd = state.commands
     with cmd.lock:
         words = (n, 0, 0, rank, bits, layout.start_offset, 0, 0) + tuple(scalars) + tail
-        cmd.dispatch(pipe, (s.buf, flag.buf), words, *grid(n))
+        cmd.dispatch(pipe, (s.buf, flag.buf), words, *grid(state, n))
 
 
 def first_zero(s, layout):
@@ -65,8 +60,6 @@ def check_ids(ids, ids_layout, size: int, op: str, dim: int) -> None:
         return
     if ids.dtype is dt.u8 and size > 255:
         return
-    from ...errors import IndexOutOfRangeError
-
     pos = _first(ids, ids_layout, 1, pad_scalars(scalar_words(ids.dtype, size)))
     if pos is not None:
         value = np.asarray(ids.to_numpy(ids_layout)).reshape(-1)[pos]

@@ -22,11 +22,9 @@ from ...errors import TallowError
 from ...layout import Layout
 from .kernels import family
 from .launch import map_inplace, map_new
-from .layouts import MAX_RANK, merge_dims, pad_scalars
-from .ops_check import check_ids
-from .storage import wrap
+from .kernel_args import MAX_RANK, merge_dims, pad_scalars
+from .checks import check_ids
 
-METHODS = ("index_select", "gather", "scatter_inplace", "index_add_inplace")
 
 _MAP = ("map.wgsl",)
 GATHER = family("gather", [("a", "in", 1), ("i", "in", 0), ("y", "out", 1)], main=1,
@@ -131,37 +129,7 @@ def _gather(s, layout, ids, ids_view, dim, out_shape):
     words = _words(layout.shape[dim], layout.stride[dim])
     reach = ((layout.shape[dim] - 1) * layout.stride[dim], 0)
     buf = map_new(state, pipe, ((s, src_view), (ids, ids_view)), s.dtype, n, words, reach=reach)
-    return wrap(state, buf, s.dtype, n)
-
-
-def index_select(s, layout, ids, ids_layout, dim):
-    check_ids(ids, ids_layout, layout.shape[dim], "index_select", dim)
-    if len(layout.shape) > MAX_RANK and _too_many_dims(layout.shape, layout):
-        # The kernel reads a virtual layout, which map_new must never compact:
-        # compact the real source instead (its virtual layout then merges).
-        s, layout = _compact(s, layout)
-    shape = layout.shape
-
-    def view_of(lay):
-        out_shape = shape[:dim] + (lay.shape[0],) + shape[dim + 1:]
-        istride = [0] * len(shape)
-        istride[dim] = lay.stride[0]
-        return Layout(out_shape, tuple(istride), lay.start_offset)
-
-    ids_view = view_of(ids_layout)
-    return _direct_or_slabs(
-        s, layout, dim, lambda: _gather(s, layout, ids, ids_view, dim, ids_view.shape),
-        lambda: _gather_slabs(s, layout, ids, ids_layout, dim, view_of))
-
-
-def gather(s, layout, ids, ids_layout, dim):
-    check_ids(ids, ids_layout, layout.shape[dim], "gather", dim)
-    if len(layout.shape) > MAX_RANK and _too_many_dims(ids_layout.shape, layout, ids_layout):
-        s, layout = _compact(s, layout)
-        ids, ids_layout = _compact(ids, ids_layout)
-    return _direct_or_slabs(
-        s, layout, dim, lambda: _gather(s, layout, ids, ids_layout, dim, ids_layout.shape),
-        lambda: _gather_slabs(s, layout, ids, ids_layout, dim, lambda lay: lay))
+    return s._wrap(buf, s.dtype, n)
 
 
 def _scatter(s, layout, ids, ids_view, src, src_layout, dim, walk, accumulate):
@@ -212,18 +180,50 @@ def _scatter_any(s, layout, ids, ids_layout, view_of, src, src_layout, dim, walk
                                          dim, walk, accumulate), by_slabs)
 
 
-def scatter_inplace(s, layout, ids, ids_layout, src, src_layout, dim, accumulate):
-    check_ids(ids, ids_layout, layout.shape[dim], "scatter_add" if accumulate else "scatter", dim)
-    _scatter_any(s, layout, ids, ids_layout, lambda lay: lay, src, src_layout, dim,
-                 ids_layout.shape[dim], accumulate)
+class GpuIndexing:
+    """Indexing methods of ``GpuStorage``: index_select, gather, scatter, index_add."""
 
+    __slots__ = ()
 
-def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
-    check_ids(ids, ids_layout, layout.shape[dim], "index_add", dim)
-    shape = src_layout.shape
+    def index_select(self, layout, ids, ids_layout, dim):
+        check_ids(ids, ids_layout, layout.shape[dim], "index_select", dim)
+        if len(layout.shape) > MAX_RANK and _too_many_dims(layout.shape, layout):
+            # The kernel reads a virtual layout, which map_new must never compact:
+            # compact the real source instead (its virtual layout then merges).
+            self, layout = _compact(self, layout)
+        shape = layout.shape
 
-    def view_of(lay):  # the 1-D ids over src's shape
-        return Layout(shape, tuple(lay.stride[0] if i == dim else 0 for i in range(len(shape))),
-                      lay.start_offset)
+        def view_of(lay):
+            out_shape = shape[:dim] + (lay.shape[0],) + shape[dim + 1:]
+            istride = [0] * len(shape)
+            istride[dim] = lay.stride[0]
+            return Layout(out_shape, tuple(istride), lay.start_offset)
 
-    _scatter_any(s, layout, ids, ids_layout, view_of, src, src_layout, dim, shape[dim], True)
+        ids_view = view_of(ids_layout)
+        return _direct_or_slabs(
+            self, layout, dim, lambda: _gather(self, layout, ids, ids_view, dim, ids_view.shape),
+            lambda: _gather_slabs(self, layout, ids, ids_layout, dim, view_of))
+
+    def gather(self, layout, ids, ids_layout, dim):
+        check_ids(ids, ids_layout, layout.shape[dim], "gather", dim)
+        if len(layout.shape) > MAX_RANK and _too_many_dims(ids_layout.shape, layout, ids_layout):
+            self, layout = _compact(self, layout)
+            ids, ids_layout = _compact(ids, ids_layout)
+        return _direct_or_slabs(
+            self, layout, dim, lambda: _gather(self, layout, ids, ids_layout, dim, ids_layout.shape),
+            lambda: _gather_slabs(self, layout, ids, ids_layout, dim, lambda lay: lay))
+
+    def scatter_inplace(self, layout, ids, ids_layout, src, src_layout, dim, accumulate):
+        check_ids(ids, ids_layout, layout.shape[dim], "scatter_add" if accumulate else "scatter", dim)
+        _scatter_any(self, layout, ids, ids_layout, lambda lay: lay, src, src_layout, dim,
+                     ids_layout.shape[dim], accumulate)
+
+    def index_add_inplace(self, layout, ids, ids_layout, src, src_layout, dim):
+        check_ids(ids, ids_layout, layout.shape[dim], "index_add", dim)
+        shape = src_layout.shape
+
+        def view_of(lay):  # the 1-D ids over src'self shape
+            return Layout(shape, tuple(lay.stride[0] if i == dim else 0 for i in range(len(shape))),
+                          lay.start_offset)
+
+        _scatter_any(self, layout, ids, ids_layout, view_of, src, src_layout, dim, shape[dim], True)

@@ -34,16 +34,15 @@ dequantize the whole matrix and use a float32 GEMM, with no activation rounding.
 
 from __future__ import annotations
 
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 
-from .blocks import byte_blocks
-from .planes import GROUP
-from .types import GgmlType, ggml_type
+from ....quantized.blocks import byte_blocks
+from ....quantized.planes import GROUP
+from ....quantized.types import GgmlType, ggml_type
+from ..threads import CONFIG
 
 F32 = np.float32
 # Elements of float32 scratch per work item (the cast group chunk, or the
@@ -53,32 +52,6 @@ _CHUNK = 1 << 20
 _ROWS = 64
 # Groups added to the output per step; fixed so results do not depend on batch size.
 _ACC = 8
-
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_lock = threading.Lock()
-
-
-def default_threads() -> int:
-    """CPUs this process may run on (the Tensor layer passes tallow's own setting instead)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _executor(n: int) -> ThreadPoolExecutor:
-    """A shared pool with at least ``n`` workers.
-
-    A smaller pool is replaced, not shut down: a concurrent caller may still
-    be submitting to it; its idle threads end once it is unreferenced.
-    """
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size < n:
-            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
-        return _pool
-
 
 _blas_lock = threading.Lock()
 _blas_users = 0
@@ -215,7 +188,7 @@ class PreparedWeight:
         elif x2.shape[0] == 0 or self.n == 0:
             out = np.zeros((x2.shape[0], self.n), F32)
         else:
-            out = self._matmul_planes(x2, num_threads or default_threads())
+            out = self._matmul_planes(x2, num_threads or CONFIG.get())
         return out.reshape(*lead, self.n)
 
     def _matmul_dequantized(self, x: np.ndarray) -> np.ndarray:
@@ -239,7 +212,7 @@ class PreparedWeight:
             if len(ranges) == 1:
                 partials = [self._partial(xplanes, xscale, 0, groups)]
             else:
-                pool = _executor(len(ranges))
+                pool = CONFIG.pool()
                 futures = [pool.submit(self._partial, xplanes, xscale, a, b) for a, b in ranges]
                 partials = [f.result() for f in futures]
         out = partials[0]

@@ -32,8 +32,7 @@ from __future__ import annotations
 from ... import dtype as dt
 from ...errors import TallowError
 from .kernels import family
-from .layouts import grid, merge_dims
-from .storage import wrap
+from .kernel_args import grid, max_groups, merge_dims
 
 QDEQ = family("qdequantize", [("w", "in", "u32"), ("y", "out", 1)], main=1,
               file="quantized_dequantize.wgsl", includes=("quantized_formats.wgsl",))
@@ -133,9 +132,9 @@ def dequantize(raw, type_name: str, n_elements: int):
             runs = (cnt + RUN - 1) // RUN
             wo = woff // f.qb if f.is_float else woff
             words = (runs, cnt, wo, yoff // 4) + (0,) * 12
-            cmd.dispatch(pipe, (w, y), words, *grid(runs))
+            cmd.dispatch(pipe, (w, y), words, *grid(state, runs))
             e0 = e1
-    return wrap(state, out, dt.f32, n)
+    return state.storage(out, dt.f32, n)
 
 
 # -- x (m, k) @ W(n, k)^T -------------------------------------------------------------------
@@ -145,7 +144,6 @@ QMM = family("qmatmul", [("x", "in", 1), ("w", "in", "u32"), ("y", "out", 1)], m
 MAX_ROW_RANK = 8
 NR = 4  # W rows per matrix-vector workgroup
 QMM_N = 64  # W rows per tile
-MAX_GROUPS = 65535
 # The matrix-vector kernel takes m up to MV_UP_TO (a workgroup takes up to 16 rows
 # of x, each workgroup decoding its W rows again), the tiled kernel larger m, except on
 # CPU adapters (lavapipe), where the matrix-vector kernel is the faster one at
@@ -215,11 +213,9 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
     if m * n == 0:
         with cmd.lock:
             out = state.pool.alloc(m * n * 4)
-        return wrap(state, out, dt.f32, m * n)
+        return state.storage(out, dt.f32, m * n)
     if k == 0:
-        from .ops_copy import fill
-
-        return fill(state, m * n, dt.f32, 0)
+        return state.zeros(m * n, dt.f32)
     x, x_layout, rshape, rstride = _x_rows(x, x_layout, k)
     mb = state.max_binding
     align = _align(state)
@@ -239,13 +235,13 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
             f"qmatmul_t: one weight row takes {row_bytes} bytes, more than the adapter's max "
             f"storage binding size ({mb} bytes) allows")
     rows_w = min(n, rows_w if rows_w < n_quantum else rows_w // n_quantum * n_quantum)
-    rows_w = min(rows_w, MAX_GROUPS * n_quantum)
+    rows_w = min(rows_w, max_groups(state) * n_quantum)
     rows_x = room // (n * 4)
     if rows_x < 1:
         raise TallowError(
             f"qmatmul_t: one output row takes {n * 4} bytes, more than the adapter's max "
             f"storage binding size ({mb} bytes) allows")
-    rows_x = min(m, rows_x, MAX_GROUPS * m_quantum)
+    rows_x = min(m, rows_x, max_groups(state) * m_quantum)
     if rows_x < m and rows_x >= m_quantum:
         rows_x = rows_x // m_quantum * m_quantum
     # x: the window covering its layout's extent.
@@ -271,4 +267,24 @@ def qmatmul_t(x, x_layout, raw, type_name: str, n: int, k: int):
                 gx = (n1 - n0 + n_quantum - 1) // n_quantum
                 gy = (m1 - m0 + m_quantum - 1) // m_quantum
                 cmd.dispatch(pipe, (xw, w, y), words, gx, gy)
-    return wrap(state, out, dt.f32, m * n)
+    return state.storage(out, dt.f32, m * n)
+
+
+def _blocks(raw, layout):
+    """The blocks' storage with the bytes starting at element 0 (a copy for a view)."""
+    if layout.contiguous and layout.start_offset == 0:
+        return raw
+    return raw.copy_strided(layout)
+
+
+class GpuQuantized:
+    """Quantized methods of ``GpuStorage`` (GGML blocks held as u8), for the types in
+    ``SUPPORTED``; the device's ``qmatmul_path`` says which."""
+
+    __slots__ = ()
+
+    def dequantize(self, layout, ggml_type, n_elements):
+        return dequantize(_blocks(self, layout), ggml_type.name, n_elements)
+
+    def qmatmul_t(self, layout, weight, weight_layout, ggml_type, n, k):
+        return qmatmul_t(self, layout, _blocks(weight, weight_layout), ggml_type.name, n, k)

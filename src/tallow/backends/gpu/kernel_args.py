@@ -1,5 +1,7 @@
-"""Layouts as kernel parameters: dim merging, the element-wise word map, grids,
-scalar encoding, and the split of element-wise work over binding windows.
+"""What a dispatch passes to a kernel: layouts as shape/stride words (dim merging,
+the element-wise word map, the range of elements a chunk touches), scalars as
+u32 words, and the workgroup grid within the adapter's per-dimension limit.
+(The split of element-wise work over binding windows is in launch.py.)
 
 Kernels read layouts of up to ``MAX_RANK`` dims; dims of size 1 are dropped and
 neighbouring dims that are contiguous for every operand are merged first, so a
@@ -16,7 +18,6 @@ from ... import dtype as dt
 
 MAX_RANK = 8
 WG = 256
-MAX_GROUPS = 65535
 _f32 = struct.Struct("<f")
 _u32 = struct.Struct("<I")
 _d = struct.Struct("<d")
@@ -51,13 +52,29 @@ def merge_dims(shape: tuple, strides: tuple) -> tuple:
     return res
 
 
-def grid(threads: int) -> tuple:
-    groups = (threads + WG - 1) // WG
-    if groups <= MAX_GROUPS:
+def max_groups(state) -> int:
+    """Workgroups one dispatch may have per dimension: the adapter's limit
+    (``max-compute-workgroups-per-dimension``, 65535 on most)."""
+    return state.max_groups
+
+
+def split_groups(groups: int, limit: int) -> tuple:
+    """``(gx, gy)``: at least ``groups`` workgroups, neither dimension over ``limit``
+    (kernels number their workgroups row-major over x and y and skip the excess)."""
+    if groups <= limit:
         return groups, 1
-    gy = (groups + MAX_GROUPS - 1) // MAX_GROUPS
-    gx = (groups + gy - 1) // gy
-    return gx, gy
+    gy = (groups + limit - 1) // limit
+    return (groups + gy - 1) // gy, gy
+
+
+def grid(state, threads: int) -> tuple:
+    """The grid of ``threads`` invocations in workgroups of ``WG``."""
+    return split_groups((threads + WG - 1) // WG, max_groups(state))
+
+
+def rows_grid(state, rows: int) -> tuple:
+    """The grid of one workgroup per row."""
+    return split_groups(rows, max_groups(state))
 
 
 # -- scalars ------------------------------------------------------------------------------

@@ -39,14 +39,16 @@ matmul uses the NumPy path of :mod:`vec_dot`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import numpy as np
 
-from .blocks import byte_blocks, f16_field, f16_round
-from .types import ggml_type
+from .... import config
+from ....quantized.blocks import byte_blocks, f16_field, f16_round
+from ....quantized.types import ggml_type
+from ..threads import CONFIG
+from .vec_dot import _split
 
 F32 = np.float32
 
@@ -58,8 +60,8 @@ _lock = threading.Lock()
 
 
 def numba_disabled() -> bool:
-    """``TALLOW_NO_NUMBA`` set to anything but "" or "0"."""
-    return os.environ.get("TALLOW_NO_NUMBA", "") not in ("", "0")
+    """``TALLOW_NO_NUMBA`` is on (see tallow.config)."""
+    return config.flag("TALLOW_NO_NUMBA", False)
 
 
 def available() -> bool:
@@ -126,8 +128,8 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     ``packed`` for 4-bit values (0..15, stored two per byte), ``zero`` the
     offset subtracted from them (Q4_0's 8).
     """
-    from . import kquants as kq
-    from . import legacy as lg
+    from ....quantized import kquants as kq
+    from ....quantized import legacy as lg
 
     name = t.name
     nb = blocks.shape[0]
@@ -167,7 +169,7 @@ def _decompose(t, blocks: np.ndarray) -> dict:
         out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
                    sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
     elif name in ("IQ4_NL", "IQ4_XS"):  # non-linear levels; ggml scales (d_w d_x) * isum
-        from . import iq4
+        from ....quantized import iq4
 
         if name == "IQ4_NL":
             out.update(q=iq4.iq4_nl_levels(blocks), d=f16_field(blocks, 0), mode=KQUANT)
@@ -318,9 +320,7 @@ class TiledWeight:
         out = np.empty((m, self.tiles * self.jw), F32)
         args = (self.wq, self.wp, self.zero, self.wsc, self.wd, self.wmin, self.wdmin, self.wm,
                 xf, xd, xs, xsum, xms, self.mode, self.sub, out)
-        from .vec_dot import _executor, _split, default_threads
-
-        threads = num_threads or default_threads()
+        threads = num_threads or CONFIG.get()
         work = m * self.n * self.k
         # A thread is worth its hand-off only for a few hundred microseconds of work.
         threads = max(1, min(threads, self.tiles, work >> 21))
@@ -342,7 +342,7 @@ class TiledWeight:
                         return
                     kernel(*args, *piece)
 
-            pool = _executor(threads - 1)
+            pool = CONFIG.pool()
             futures = [pool.submit(worker) for _ in range(threads - 1)]
             worker()
             for f in futures:
