@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from adv_support import ALL
+from support.adversarial import ALL
 
 _INT_BOUNDARIES = [0, 1, 2, 127, 128, 254, 255, 256, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1,
                    2**32, 2**53 + 1, 2**63 - 2, 2**63 - 1, -1, -2, -(2**31), -(2**63)]

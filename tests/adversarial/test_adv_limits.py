@@ -12,7 +12,7 @@ import pytest
 
 import tallow as tl
 from tallow.errors import TallowError
-from tallow.thread_limit import usable_cpus
+from tallow.backends.cpu.threads import usable_cpus
 
 
 def _child(code, env=None):
