@@ -87,7 +87,7 @@ def _fig():
 
 
 def _write_embeddings(ext):
-    from tallow.models.cli import write_embeddings
+    from tallow.cli.models import write_embeddings
 
     return lambda p: write_embeddings(p, ["a", "b"], np.ones((2, 512), np.float32))
 

@@ -102,7 +102,7 @@ def test_generate_corrupt_gguf_without_tokenizer_names_the_file(tmp_path, capsys
 def test_generate_repeat_penalty_defaults_to_none():
     import argparse
 
-    from tallow.models.cli import add_model_parsers
+    from tallow.cli.models import add_model_parsers
     from tallow.models.generate import TextGenerator
 
     p = argparse.ArgumentParser()

@@ -219,6 +219,14 @@ class ModelWeights(Module):
                 self._build_tree(*args)
         return super().__getattr__(name)
 
+    def requires_grad_(self, requires_grad: bool = True) -> "ModelWeights":
+        """As ``Module.requires_grad_``. The array fast path records no graph, so making
+        the model trainable builds its Tensor modules and runs them from then on."""
+        if requires_grad and self._decoder is not None:
+            self.model  # noqa: B018 -- builds the Tensor modules (see __getattr__)
+            self._decoder = None
+        return super().requires_grad_(requires_grad)
+
     @classmethod
     def from_gguf(cls, path, device=cpu) -> "ModelWeights":
         if not os.path.exists(path):
