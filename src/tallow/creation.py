@@ -36,6 +36,7 @@ def _shape_args(shape, op):
 
 
 def zeros(*shape, dtype=dt.f32, device=cpu):
+    """A tensor of zeros: ``zeros((2, 3))`` or ``zeros(2, 3)``; f32 on the CPU unless ``dtype``/``device`` say otherwise."""
     shape, (dtype, device) = _split_shape(shape, "zeros", (dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "zeros")
@@ -43,6 +44,7 @@ def zeros(*shape, dtype=dt.f32, device=cpu):
 
 
 def ones(*shape, dtype=dt.f32, device=cpu):
+    """A tensor of ones: ``ones((2, 3))`` or ``ones(2, 3)``; f32 on the CPU unless ``dtype``/``device`` say otherwise."""
     shape, (dtype, device) = _split_shape(shape, "ones", (dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "ones")
@@ -50,6 +52,10 @@ def ones(*shape, dtype=dt.f32, device=cpu):
 
 
 def full(shape, value, dtype=None, device=cpu):
+    """A tensor of ``shape`` filled with ``value``.
+
+    Without ``dtype``: a float gives f32, a bool u8, an int i64.
+    """
     shape = parse_shape((shape,), "full")
     if dtype is None:
         dtype = dt.f32 if isinstance(value, float) else (
@@ -80,14 +86,17 @@ def _split_shape(args, op, keywords):
 
 
 def zeros_like(t, dtype=None, device=None):
+    """Zeros of ``t``'s shape, in ``t``'s dtype and on its device unless given."""
     return zeros(t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def ones_like(t, dtype=None, device=None):
+    """Ones of ``t``'s shape, in ``t``'s dtype and on its device unless given."""
     return ones(t.shape, dtype=dtype or t.dtype, device=device or t.device)
 
 
 def full_like(t, value, dtype=None, device=None):
+    """``value`` in ``t``'s shape, in ``t``'s dtype and on its device unless given."""
     return full(t.shape, value, dtype=dtype or t.dtype, device=device or t.device)
 
 
@@ -97,6 +106,7 @@ def _sizes(op, *sizes):
 
 
 def eye(n, m=None, dtype=None, device=None):
+    """The (n, m) identity matrix (m defaults to n), f32 unless ``dtype`` is given."""
     n, m = _sizes("eye", n, n if m is None else m)
     arr = np.eye(n, m, dtype=_dtype(dtype).np)
     return from_array(arr, _dtype(dtype), _dev(device))
@@ -126,6 +136,7 @@ def arange(start, end=None, step=1, dtype=None, device=cpu):
 
 
 def linspace(start, end, steps, dtype=None, device=None):
+    """``steps`` evenly spaced values from ``start`` to ``end``, both included (NumPy's linspace), f32 unless ``dtype`` is given."""
     dtype = _dtype(dtype)
     (steps,) = _sizes("linspace", steps)
     arr = np.linspace(float(start), float(end), steps, dtype=np.float64).astype(dtype.np)
@@ -133,6 +144,7 @@ def linspace(start, end, steps, dtype=None, device=None):
 
 
 def rand(*shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
+    """Uniform random values in ``[low, high)`` of the given shape (f32 unless ``dtype`` is given)."""
     shape, (low, high, dtype, device) = _split_shape(shape, "rand", (low, high, dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "rand")
@@ -140,6 +152,7 @@ def rand(*shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
 
 
 def randn(*shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
+    """Normal random values with ``mean`` and ``std`` of the given shape (f32 unless ``dtype`` is given)."""
     shape, (mean, std, dtype, device) = _split_shape(shape, "randn", (mean, std, dtype, device))
     dtype, device = _dtype(dtype), _dev(device)
     state = _checked_state(device, dtype, "randn")
@@ -147,10 +160,12 @@ def randn(*shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
 
 
 def rand_like(t, low=0.0, high=1.0):
+    """Uniform random values in ``[low, high)`` of ``t``'s shape, dtype and device."""
     return rand(t.shape, low=low, high=high, dtype=t.dtype, device=t.device)
 
 
 def randn_like(t, mean=0.0, std=1.0):
+    """Normal random values of ``t``'s shape, dtype and device."""
     return randn(t.shape, mean=mean, std=std, dtype=t.dtype, device=t.device)
 
 
@@ -163,6 +178,11 @@ def from_array(arr, dtype, device):
 
 
 def tensor(data, dtype=None, device=None):
+    """A tensor from nested lists, a scalar, a NumPy array or another tensor (``Tensor(data)``).
+
+    ``dtype`` and ``device`` convert the data; without them the data's own dtype is kept
+    (Python floats give f32) and the tensor is on the CPU.
+    """
     from .tensor import Tensor
 
     return Tensor(data, dtype=dtype, device=device)
@@ -201,6 +221,7 @@ def tril2(n, dtype=None, device=None):
 
 
 def triu2(n, dtype=None, device=None):
+    """An (n, n) upper-triangular mask of ones (the diagonal included)."""
     (n,) = _sizes("triu2", n)
     dtype = _dtype(dtype)
     return from_array(np.triu(np.ones((n, n), dtype=dtype.np)), dtype, _dev(device))

@@ -312,6 +312,7 @@ def cat(tensors, dim):
 
 
 def stack(tensors, dim):
+    """Join tensors of one shape along a new dimension ``dim``."""
     tensors = list(tensors)
     if not tensors:
         raise ShapeMismatchError("stack: needs at least one tensor")

@@ -57,6 +57,12 @@ def adopt_array(arr: np.ndarray, dtype, device: Device):
 
 
 class Tensor(ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps, CustomOpMethods):
+    """An n-dimensional array: a shared storage (on a device, of one dtype) read through a ``Layout``.
+
+    ``Tensor(data, dtype=None, device=None)`` takes nested lists, scalars, NumPy arrays
+    or tensors. Views share the storage; ``copy()`` and ``contiguous()`` copy. Operations
+    are recorded for ``backward()`` only when a ``Var`` is involved.
+    """
     __slots__ = ("_storage", "_layout", "_op", "_track", "_id", "__weakref__")
     # NumPy defers its binary operators to ours (``ndarray + tensor`` -> __radd__).
     __array_priority__ = 1000

@@ -24,6 +24,7 @@ def set_num_threads(n: int) -> None:
 
 
 def num_threads_rule() -> str:
+    """The rule that chose the thread count, in words (affinity mask, cgroup quota, physical cores or ``TALLOW_NUM_THREADS``)."""
     return _THREADS.rule()
 
 
@@ -48,14 +49,17 @@ def gpu_is_available() -> bool:
 
 
 def cuda_is_available() -> bool:
+    """Always False: tallow has no CUDA backend (its GPU backend is WebGPU, see ``gpu_is_available``)."""
     return False
 
 
 def has_mkl() -> bool:
+    """True when NumPy's BLAS is Intel MKL."""
     return any("mkl" in str(d.get("internal_api", "")).lower() for d in _THREADS.blas_info())
 
 
 def has_accelerate() -> bool:
+    """Always False: tallow does not link Apple's Accelerate (NumPy's BLAS serves)."""
     return False
 
 
@@ -94,6 +98,7 @@ def load_safetensors(path, device=cpu) -> dict:
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
+    """Write a dict of tensors as a ``.safetensors`` file, with optional string metadata."""
     from safetensors.numpy import save_file
 
     from .tensor import Tensor
@@ -191,6 +196,7 @@ _SAFETENSORS_DTYPES = {
 # -- npy / npz ---------------------------------------------------------------------------
 
 def load_npy(path, device=None):
+    """The tensor of a ``.npy`` file (``FileFormatError`` for anything else, an archive included)."""
     from .tensor import Tensor
 
     _missing(str(path), "load_npy")
@@ -205,10 +211,12 @@ def load_npy(path, device=None):
 
 
 def save_npy(path, tensor) -> None:
+    """Write one tensor as a ``.npy`` file (NumPy's format, no pickles)."""
     np.save(str(path), np.asarray(tensor._host(), order="C"), allow_pickle=False)
 
 
 def load_npz(path, device=None) -> dict:
+    """The tensors of an ``.npz`` archive, by name."""
     import zipfile
     import zlib
 
@@ -228,18 +236,21 @@ def load_npz(path, device=None) -> dict:
 
 
 def save_npz(path, tensors: dict) -> None:
+    """Write a dict of tensors as an uncompressed ``.npz`` archive."""
     np.savez(str(path), **{k: np.asarray(t._host(), order="C") for k, t in tensors.items()})
 
 
 # -- gguf ----------------------------------------------------------------------------------
 
 def load_gguf(path, device=None):
+    """The tensors (QTensors over the memory-mapped file) and the metadata of a GGUF file: ``(tensors, metadata)``."""
     from .quantized.gguf_file import load_gguf as _load
 
     return _load(path, device=device)
 
 
 def save_gguf(path, tensors, metadata) -> None:
+    """Write a dict of tensors or QTensors and a metadata dict as a GGUF file."""
     from .quantized.gguf_file import save_gguf as _save
 
     _save(path, tensors, metadata)
