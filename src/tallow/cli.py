@@ -62,6 +62,10 @@ def main(argv=None) -> int:
     else:
         add_model_parsers(sub)
 
+    from .distributed.cli import add_search_parser
+
+    add_search_parser(sub)
+
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -34,6 +34,17 @@ def output_file(text: str) -> str:
     return text
 
 
+def output_path(text: str) -> str:
+    """A file or directory to write: its folder exists and is writable (``tallow embed
+    --output`` is a file, or with ``--ray`` a directory)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"no such directory: {folder}")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {folder}")
+    return text
+
+
 def plot_file(text: str) -> str:
     path = output_file(text)
     try:

