@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install gpu-driver bench docs clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the optional C kernels (src/tallow/backends/cpu/native/*.c) in place.
+$(STAMP): pyproject.toml setup.py $(wildcard src/tallow/backends/cpu/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[models,test,bench,distributed,docs]'

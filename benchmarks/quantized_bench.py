@@ -31,7 +31,8 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from tallow.quantized import ggml_type
-from tallow.quantized.vec_dot import default_threads, matmul_t_dequantized, prepare_weight
+from tallow.backends.cpu.quantized.vec_dot import matmul_t_dequantized, prepare_weight
+from tallow.utils import get_num_threads
 
 
 def main() -> None:
@@ -40,7 +41,7 @@ def main() -> None:
     ap.add_argument("--types", default="Q4_0,Q8_0,Q4K,Q6K")
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=default_threads())
+    ap.add_argument("--threads", type=int, default=get_num_threads())
     ap.add_argument("--pause", type=float, default=0.2, help="seconds of idle before each timed call")
     args = ap.parse_args()
 

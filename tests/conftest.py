@@ -14,6 +14,9 @@ import pytest
 
 import tallow as tl
 
+# The model fixtures, shared by tests/models, tests/cli and tests/bench.
+from support.model_fixtures import minilm_dir, smollm2_gguf, st_minilm, tiny_bert_dir, tiny_llama  # noqa: F401
+
 REQUIRE_GPU = os.environ.get("TALLOW_REQUIRE_GPU") == "1" or os.environ.get("CI") == "true"
 
 

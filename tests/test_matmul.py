@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tallow as tl
-from helpers import FLOAT_DTYPES, assert_close, np_values
+from support.differential import FLOAT_DTYPES, assert_close, np_values
 
 SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

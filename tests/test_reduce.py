@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tallow as tl
-from helpers import ALL_DTYPES, FLOAT_DTYPES, assert_close, np_values, strided
+from support.differential import ALL_DTYPES, FLOAT_DTYPES, assert_close, np_values, strided
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

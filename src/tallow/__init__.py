@@ -5,10 +5,12 @@ ops are recorded only when a Var is involved. Backends: CPU (NumPy and its
 BLAS) and GPU (WebGPU through wgpu).
 """
 
+import importlib
+
 from .backprop import GradStore
 from .creation import (
-    arange, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, ones,
-    ones_like, rand, rand_like, randn, randn_like, tensor, tril2, triu2, zeros, zeros_like,
+    arange, cat, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, ones,
+    ones_like, rand, rand_like, randn, randn_like, stack, tensor, tril2, triu2, zeros, zeros_like,
 )
 from .custom_op import CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2
 from .device import Device, cpu
@@ -19,24 +21,10 @@ from .errors import (
     TallowError, UnsupportedDTypeError,
 )
 from .layout import Layout
-from .ops_index import cat, stack
 from .shape import D
-from .tensor import Tensor
+from .tensor_class import Tensor
 from .var import Var
 from . import testing, utils  # noqa: E402  (they import the names above)
-
-Tensor.tril2 = staticmethod(tril2)
-Tensor.triu2 = staticmethod(triu2)
-Tensor.meshgrid = staticmethod(meshgrid)
-Tensor.cat = staticmethod(cat)
-Tensor.stack = staticmethod(stack)
-Tensor.zeros = staticmethod(zeros)
-Tensor.ones = staticmethod(ones)
-Tensor.arange = staticmethod(arange)
-
-# ``tallow.tensor`` is the constructor function (importing the submodule of the same
-# name rebinds the attribute, so it is set again here).
-from .creation import tensor  # noqa: E402,F811
 
 __version__ = "0.1.0"
 
@@ -47,8 +35,6 @@ _LAZY_NAMES = {"QTensor": "quantized", "QMatMul": "quantized"}
 def __getattr__(name):
     # tl.nn, tl.models, tl.quantized and tl.functional load on first use, so ``import tallow`` stays fast.
     if name in _LAZY or name in _LAZY_NAMES:
-        import importlib
-
         module = importlib.import_module(f"{__name__}.{_LAZY_NAMES.get(name, name)}")
         return getattr(module, name) if name in _LAZY_NAMES else module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,9 @@ import math
 import numpy as np
 
 from . import dtype as dt
-from .errors import NotDifferentiableError
+from .creation import arange, cat, full, ones, ones_like, stack, tensor, zeros, zeros_like
+from .errors import NoGradientError, NotDifferentiableError
+from .versions import check_unchanged
 
 
 class GradStore:
@@ -34,7 +36,7 @@ class GradStore:
     def __getitem__(self, t):
         g = self._grads.get(t.id)
         if g is None:
-            raise KeyError(f"no gradient for tensor {t.id} (shape {t.shape})")
+            raise NoGradientError(_why_no_gradient(t))
         return g
 
     def __contains__(self, t):
@@ -64,6 +66,16 @@ class GradStore:
             self._tensors[t.id] = t
         else:
             self._grads[t.id] = prev + grad
+
+
+def _why_no_gradient(t) -> str:
+    what = f"tensor {t.id} (shape {t.shape}, {t.dtype}{', a Var' if t.is_variable() else ''})"
+    if t.dtype.is_int:
+        return (f"no gradient for {what}: integer tensors carry no gradient (use a float "
+                "dtype for values to differentiate)")
+    return (f"no gradient for {what}: the differentiated value does not depend on it, or only "
+            "through an integer dtype (a cast to an integer type, argmax, a comparison), which "
+            "carries no gradient")
 
 
 def sorted_nodes(root):
@@ -104,8 +116,6 @@ def backward(root):
         raise NotDifferentiableError(
             "backward: this tensor does not depend on any Var (its ops were not recorded)"
         )
-    from .creation import ones_like
-
     grads = GradStore()
     grads.insert(root, ones_like(root.detach()))
     for node in sorted_nodes(root):
@@ -115,6 +125,7 @@ def backward(root):
         if grad is None:
             continue
         op = node._op
+        check_unchanged(op)
         rule = RULES.get(op.name)
         if rule is None:
             raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
@@ -145,8 +156,6 @@ def rule(*names):
 
 
 def _like(t, value):
-    from .creation import full
-
     return full((), value, dtype=t.dtype, device=t.device)
 
 
@@ -262,8 +271,6 @@ def _affine(op, a, out, g):
 def _powf_grad(x, e, g):
     # x ** 0 is constant: PyTorch's 0, not 0 * 0 ** -1 = nan at x = 0.
     if e == 0:
-        from .creation import zeros_like
-
         return zeros_like(g)
     return g * x.powf(e - 1.0) * e
 
@@ -406,8 +413,6 @@ def _max(op, a, out, g):
         # Route to the first arg position (PyTorch's max(dim) / min(dim)).
         d = dims[0]
         idx = x.argmax_keepdim(d) if op.name == "max_keepdim" else x.argmin_keepdim(d)
-        from .creation import zeros_like
-
         return [zeros_like(x).scatter_add(idx, g, d)]
     # Over several dims: split evenly among equal extremes (PyTorch's max()).
     m = _mask(x == out.broadcast_as(x.shape), g)
@@ -424,7 +429,10 @@ def _cumsum(op, a, out, g):
 @rule("matmul")
 def _matmul(op, a, out, g):
     x, y = a
-    return [g.matmul(y.transpose(-1, -2)), x.transpose(-1, -2).matmul(g)]
+    # A side that needs no gradient (a batch of data, say) costs no product.
+    gx = g.matmul(y.transpose(-1, -2)) if op.args[0]._track else None
+    gy = x.transpose(-1, -2).matmul(g) if op.args[1]._track else None
+    return [gx, gy]
 
 
 # -- moves and copies -------------------------------------------------------------------
@@ -475,8 +483,6 @@ def _narrow(op, a, out, g):
 
 @rule("slice_step")
 def _slice_step(op, a, out, g):
-    from .creation import arange, zeros_like
-
     d, start, length, step = op.params
     ids = arange(start, start + length * step, step, dtype=dt.i64, device=g.device) if length else None
     z = zeros_like(a[0])
@@ -499,16 +505,12 @@ def _broadcast(op, a, out, g):
 
 @rule("index_select")
 def _index_select(op, a, out, g):
-    from .creation import zeros_like
-
     x, ids = a
     return [zeros_like(x).index_add(ids, g, op.params), None]
 
 
 @rule("gather")
 def _gather(op, a, out, g):
-    from .creation import zeros_like
-
     x, ids = a
     return [zeros_like(x).scatter_add(ids, g, op.params), None]
 
@@ -522,8 +524,6 @@ def _scatter_add(op, a, out, g):
 
 @rule("scatter")
 def _scatter(op, a, out, g):
-    from .creation import zeros_like
-
     x, ids, src = a
     d = op.params
     return [g.scatter(ids, zeros_like(src), d), None, _fit(g.gather(ids, d), src)]
@@ -545,8 +545,6 @@ def _index_add(op, a, out, g):
 
 @rule("slice_scatter")
 def _slice_scatter(op, a, out, g):
-    from .creation import zeros_like
-
     x, src = a
     d, start = op.params
     return [g.slice_scatter(zeros_like(src), d, start), g.narrow(d, start, src.shape[d])]
@@ -554,8 +552,6 @@ def _slice_scatter(op, a, out, g):
 
 @rule("slice_assign")
 def _slice_assign(op, a, out, g):
-    from .creation import zeros_like
-
     x, src = a
     starts, lens = op.params
     ranges = [(s, s + n) for s, n in zip(starts, lens)]
@@ -581,8 +577,30 @@ def _group_split(t, groups, dim):
     return t.chunk(groups, dim) if groups > 1 else [t]
 
 
+def _fast(shape, storage_call):
+    """A backend's optional backward kernel as a Tensor, or None where it has none."""
+    from ._construct import make
+    from .layout import Layout
+
+    try:
+        storage = storage_call()
+    except NotImplementedError:
+        return None
+    return make(storage, Layout.contiguous_of(tuple(shape)))
+
+
 def _conv_weight_grad(x, g, k_shape, pad, stride, dil, groups, nd):
-    """dL/dkernel of a convolution: a convolution of the input with the output grad."""
+    """dL/dkernel of a convolution: the backend's im2col product where it has one, else
+    a convolution of the input with the output grad."""
+    if nd == 1:
+        x2, g2 = x.unsqueeze(2), g.unsqueeze(2)
+        args = (tuple(k_shape[:2]) + (1, k_shape[2]), (0, pad), (1, stride), (1, dil))
+    else:
+        x2, g2, args = x, g, (tuple(k_shape), pad, stride, dil)
+    fast = _fast(args[0], lambda: x2._storage.conv2d_kernel_grad(
+        x2._layout, g2._storage, g2._layout, *args, groups))
+    if fast is not None:
+        return fast.reshape(tuple(k_shape)) if nd == 1 else fast
     outs = []
     for xg, gg in zip(_group_split(x, groups, 1), _group_split(g, groups, 1)):
         xt = xg.transpose(0, 1)
@@ -595,8 +613,6 @@ def _conv_weight_grad(x, g, k_shape, pad, stride, dil, groups, nd):
         for i in range(nd):
             w = w.narrow(2 + i, 0, k_shape[2 + i])
         outs.append(w)
-    from .ops_index import cat
-
     return cat(outs, 0) if len(outs) > 1 else outs[0]
 
 
@@ -606,9 +622,11 @@ def _conv1d(op, a, out, g):
     pad, stride, dil, groups = op.params
     n = x.shape[2]
     opad = (n + 2 * pad - dil * (k.shape[2] - 1) - 1) % stride
-    gx = g.conv_transpose1d(k, padding=pad, output_padding=opad, stride=stride,
-                            dilation=dil, groups=groups)
-    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 1)
+    gx = None
+    if op.args[0]._track:  # an input image that needs no gradient costs nothing
+        gx = g.conv_transpose1d(k, padding=pad, output_padding=opad, stride=stride,
+                                dilation=dil, groups=groups)
+    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 1) if op.args[1]._track else None
     return [gx, gk]
 
 
@@ -620,9 +638,11 @@ def _conv2d(op, a, out, g):
         (x.shape[2 + i] + 2 * pad[i] - dil[i] * (k.shape[2 + i] - 1) - 1) % stride[i]
         for i in range(2)
     )
-    gx = g.conv_transpose2d(k, padding=pad, output_padding=opad, stride=stride,
-                            dilation=dil, groups=groups)
-    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 2)
+    gx = None
+    if op.args[0]._track:  # an input image that needs no gradient costs nothing
+        gx = g.conv_transpose2d(k, padding=pad, output_padding=opad, stride=stride,
+                                dilation=dil, groups=groups)
+    gk = _conv_weight_grad(x, g, k.shape, pad, stride, dil, groups, 2) if op.args[1]._track else None
     return [gx, gk]
 
 
@@ -654,10 +674,12 @@ def _conv_t2d(op, a, out, g):
 
 @rule("avg_pool2d")
 def _avg_pool(op, a, out, g):
-    from .creation import ones
-
     x = a[0]
     (kh, kw), (sh, sw) = op.params
+    fast = _fast(x.shape, lambda: g._storage.avg_pool2d_backward(
+        g._layout, x.shape, (kh, kw), (sh, sw)))
+    if fast is not None:
+        return [fast]
     c = x.shape[1]
     kern = ones((c, 1, kh, kw), dtype=g.dtype, device=g.device) * (1.0 / (kh * kw))
     gx = g.conv_transpose2d(kern, stride=(sh, sw), groups=c)
@@ -667,11 +689,12 @@ def _avg_pool(op, a, out, g):
 
 @rule("max_pool2d")
 def _max_pool(op, a, out, g):
-    from .creation import arange, zeros
-    from .ops_index import stack
-
     x = a[0]
     (kh, kw), (sh, sw) = op.params
+    fast = _fast(x.shape, lambda: x._storage.max_pool2d_backward(
+        x._layout, g._storage, g._layout, (kh, kw), (sh, sw)))
+    if fast is not None:
+        return [fast]
     b, c, h, w = x.shape
     oh, ow = out.shape[2:]
     cands = []
@@ -689,18 +712,12 @@ def _max_pool(op, a, out, g):
 
 
 def _nearest_ids(src, dst, device):
-    import numpy as np
-
-    from .tensor import Tensor
-
     ids = np.minimum((np.arange(dst) * (src / dst)).astype(np.int64), src - 1)
-    return Tensor(ids).to_device(device)
+    return tensor(ids, device=device)
 
 
 @rule("upsample_nearest1d")
 def _up1(op, a, out, g):
-    from .creation import zeros_like
-
     x = a[0]
     ids = _nearest_ids(x.shape[2], op.params, g.device)
     return [zeros_like(x).index_add(ids, g, 2)]
@@ -708,8 +725,6 @@ def _up1(op, a, out, g):
 
 @rule("upsample_nearest2d")
 def _up2(op, a, out, g):
-    from .creation import zeros
-
     x = a[0]
     b, c, h, w = x.shape
     H, W = op.params

@@ -15,18 +15,20 @@ from .errors import DeviceMismatchError, DTypeMismatchError, ShapeMismatchError
 
 
 def same_dtype_device(op: str, tensors) -> None:
+    """Every tensor on the first one's device and of its dtype (the device is checked
+    first, as candle's storage ops do)."""
     first = tensors[0]._storage
     for t in tensors[1:]:
         s = t._storage
-        if s.dtype is not first.dtype:
-            raise DTypeMismatchError(
-                f"{op}: dtype mismatch, {first.dtype} vs {s.dtype} "
-                "(convert explicitly with to_dtype)"
-            )
         if s.bdev is not first.bdev:
             raise DeviceMismatchError(
                 f"{op}: device mismatch, {first.device} vs {s.device} "
                 "(move one with to_device)"
+            )
+        if s.dtype is not first.dtype:
+            raise DTypeMismatchError(
+                f"{op}: dtype mismatch, {first.dtype} vs {s.dtype} "
+                "(convert explicitly with to_dtype)"
             )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtype as dt
-from .errors import ShapeMismatchError, UnsupportedDTypeError
+from .errors import ShapeMismatchError, UnsupportedDTypeError, ValueNotRepresentableError
 
 
 def infer_python(data):
@@ -54,8 +54,8 @@ def from_data(data, dtype=None):
         return np.asarray(arr, order="C"), dtype
     try:
         arr = np.array(data, dtype=dtype.np if dtype is not dt.bf16 else np.float32)
-    except ValueError as e:
-        raise ShapeMismatchError(f"tensor: data is not rectangular ({e})") from None
+    except (ValueError, OverflowError) as e:
+        _explain_conversion_failure(data, dtype, e)
     if arr.dtype.kind == "O":
         raise TypeError("tensor: data must be numbers (or nested lists of numbers)")
     return np.asarray(arr.astype(dtype.np, copy=False), order="C"), dtype
@@ -68,3 +68,19 @@ def check_numpy_exact(array, op: str):
         return dt.from_numpy_dtype(array.dtype)
     except UnsupportedDTypeError as e:
         raise UnsupportedDTypeError(f"{op}: {e}") from None
+
+
+def _explain_conversion_failure(data, dtype, err):
+    """Raise the real cause of a failed conversion of Python data to ``dtype``."""
+    try:
+        plain = np.array(data)
+    except (ValueError, OverflowError):
+        raise ShapeMismatchError(f"tensor: data is not rectangular ({err})") from None
+    if plain.dtype.kind == "f" and dtype.is_int:
+        bad = plain[~np.isfinite(plain)]
+        if bad.size:
+            raise ValueNotRepresentableError(
+                f"tensor: {bad.ravel()[0]} cannot be stored as {dtype} (integer dtypes hold "
+                "no NaN or infinity)") from None
+    raise ValueNotRepresentableError(
+        f"tensor: a value cannot be stored as {dtype} ({err})") from None

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._construct import make
-from .errors import NotDifferentiableError, TallowError
+from . import dtype as dt
+from .errors import DeviceMismatchError, NotDifferentiableError, TallowError
 from .layout import Layout
 from .op import record
 from .shape import elem_count
+from .versions import bump
 
 _contig = Layout.contiguous_of
 
@@ -106,13 +107,11 @@ def _run(op, tensors):
             raise TallowError(
                 f"custom op {op.name()}: returned {arr.size} elements for shape {shape}"
             )
-        from . import dtype as dt
-
         dtype = dt.from_numpy_dtype(arr.dtype)
         storage = first._storage.bdev.from_numpy(arr, dtype, copy=False)
     else:
         storage = result
-    return make(storage, _contig(shape), record("custom", tensors, _Backward(op)))
+    return first._wrap(storage, _contig(shape), record("custom", tensors, _Backward(op)))
 
 
 class CustomOpMethods:
@@ -137,6 +136,7 @@ class CustomOpMethods:
             op.cpu_fwd(self._storage, self._layout)
         else:
             op.gpu_fwd(self._storage, self._layout)
+        bump(self._storage)
 
     def inplace_op2(self, rhs, op):
         _same_device(op, self, rhs)
@@ -144,10 +144,9 @@ class CustomOpMethods:
             op.cpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)
         else:
             op.gpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)
+        bump(self._storage)
 
 
 def _same_device(op, a, b):
     if a._storage.bdev is not b._storage.bdev:
-        from .errors import DeviceMismatchError
-
         raise DeviceMismatchError(f"custom op {op.name()}: tensors on {a.device} and {b.device}")

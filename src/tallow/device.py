@@ -8,6 +8,8 @@ string form ("cpu", "gpu" for ordinal 0, "gpu:1").
 
 from __future__ import annotations
 
+from .backends.cpu.device import CPU_STATE
+from .dtype import DType
 from .errors import TallowError
 
 
@@ -29,9 +31,19 @@ class Device:
 
     @staticmethod
     def gpu(ordinal: int = 0) -> "Device":
+        # The GPU backend (wgpu) loads only when a GPU is asked for.
         from .backends.gpu import gpu_device_state
 
-        return Device(gpu_device_state(ordinal))
+        return Device.of(gpu_device_state(ordinal))
+
+    @staticmethod
+    def of(state) -> "Device":
+        """The canonical handle of a backend device state (made on first request:
+        backends create device states but never handles)."""
+        handle = state.handle
+        if handle is None:
+            handle = state.handle = Device(state)
+        return handle
 
     @staticmethod
     def parse(value) -> "Device":
@@ -102,8 +114,6 @@ class Device:
         self._state.set_seed(int(seed))
 
     def supports_dtype(self, dtype) -> bool:
-        from .dtype import DType
-
         return self._state.supports_dtype(DType.parse(dtype))
 
     def info(self) -> dict:
@@ -118,6 +128,15 @@ class Device:
         return self._gpu_only("memory_stats").memory_stats()
 
     def set_cache_limit(self, nbytes: int) -> None:
+        """Keep at most ``nbytes`` of unused buffers cached for reuse (GPU only)."""
+        import numbers
+
+        from .errors import InvalidArgumentError
+
+        if (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral)
+                or nbytes < 0):
+            raise InvalidArgumentError(
+                f"set_cache_limit: the limit is a byte count, an integer >= 0, got {nbytes!r}")
         self._gpu_only("set_cache_limit").set_cache_limit(int(nbytes))
 
     def kernel_stats(self) -> dict:
@@ -145,11 +164,7 @@ def _parse_name(value) -> tuple:
 
 
 def _make_cpu() -> Device:
-    from .backends.cpu.device import CPU_STATE
-
-    handle = Device(CPU_STATE)
-    CPU_STATE.handle = handle
-    return handle
+    return Device.of(CPU_STATE)
 
 
 cpu = _make_cpu()

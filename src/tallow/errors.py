@@ -46,6 +46,33 @@ class FileFormatError(TallowError, ValueError):
     """A file is truncated, corrupted or not in the expected format."""
 
 
+class FileWriteError(TallowError, OSError):
+    """A file could not be written (full disk, no permission); the old file is intact."""
+
+
+class StaleGraphError(TallowError, RuntimeError):
+    """Backward over a graph whose input was changed in place after being recorded."""
+
+
+class NoGradientError(TallowError, KeyError):
+    """A gradient store has no gradient for the tensor asked for."""
+
+    def __str__(self):  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class ValueNotRepresentableError(TallowError, OverflowError, ValueError):
+    """A value cannot be held by the requested dtype (NaN or inf as an integer, 300 as u8)."""
+
+
+class InvalidArgumentError(TallowError, ValueError, TypeError):
+    """An argument has the wrong type or value (a byte count of "abc", -1 threads)."""
+
+
+class ShapeTooLargeError(TallowError, ValueError):
+    """A shape has more elements, or needs more bytes, than can ever be held."""
+
+
 class DistributedError(TallowError, RuntimeError):
     """Distributed embedding cannot run: Ray is missing, the cluster cannot be
     reached, or the cluster lacks what the job asks for (workers, GPUs)."""

@@ -14,7 +14,7 @@ from .creation import arange as _arange
 from .dtype import f32
 from .nn import pooling as _pool
 from .nn.ops import gelu, relu, silu, softmax
-from .tensor import Tensor
+from .tensor_class import Tensor
 
 
 def arange(start: float, end: float, step: float = 1.0, device=None) -> Tensor:

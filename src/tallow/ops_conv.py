@@ -8,7 +8,6 @@ the 2-D ops take an int or an (h, w) pair.
 
 from __future__ import annotations
 
-from ._construct import make
 from .checks import same_dtype_device
 from .errors import ShapeMismatchError
 from .layout import Layout
@@ -81,8 +80,8 @@ class ConvOps:
         out = self._storage.conv1d(self._layout, kernel._storage, kernel._layout,
                                    padding, stride, dilation, groups)
         params = (padding, stride, dilation, groups)
-        return make(out, _contig((b, kernel.shape[0], lout)),
-                    record("conv1d", (self, kernel), params))
+        return self._wrap(out, _contig((b, kernel.shape[0], lout)),
+                          record("conv1d", (self, kernel), params))
 
     def conv2d(self, kernel, padding=0, stride=1, dilation=1, groups=1):
         _check_conv("conv2d", self, kernel, 2, groups, False)
@@ -94,8 +93,8 @@ class ConvOps:
         ow = _out_size("conv2d", w, kernel.shape[3], pad[1], st[1], dil[1])
         out = self._storage.conv2d(self._layout, kernel._storage, kernel._layout,
                                    pad, st, dil, groups)
-        return make(out, _contig((b, kernel.shape[0], oh, ow)),
-                    record("conv2d", (self, kernel), (pad, st, dil, groups)))
+        return self._wrap(out, _contig((b, kernel.shape[0], oh, ow)),
+                          record("conv2d", (self, kernel), (pad, st, dil, groups)))
 
     def conv_transpose1d(self, kernel, padding=0, output_padding=0, stride=1, dilation=1,
                          groups=1):
@@ -112,8 +111,8 @@ class ConvOps:
         out = self._storage.conv_transpose1d(self._layout, kernel._storage, kernel._layout,
                                              padding, output_padding, stride, dilation, groups)
         params = (padding, output_padding, stride, dilation, groups)
-        return make(out, _contig((b, kernel.shape[1] * groups, lout)),
-                    record("conv_transpose1d", (self, kernel), params))
+        return self._wrap(out, _contig((b, kernel.shape[1] * groups, lout)),
+                          record("conv_transpose1d", (self, kernel), params))
 
     def conv_transpose2d(self, kernel, padding=0, output_padding=0, stride=1, dilation=1,
                          groups=1):
@@ -133,8 +132,8 @@ class ConvOps:
             raise ShapeMismatchError(f"conv_transpose2d: empty output for input {self.shape}")
         out = self._storage.conv_transpose2d(self._layout, kernel._storage, kernel._layout,
                                              pad, opad, st, dil, groups)
-        return make(out, _contig((b, kernel.shape[1] * groups, oh, ow)),
-                    record("conv_transpose2d", (self, kernel), (pad, opad, st, dil, groups)))
+        return self._wrap(out, _contig((b, kernel.shape[1] * groups, oh, ow)),
+                          record("conv_transpose2d", (self, kernel), (pad, opad, st, dil, groups)))
 
     # -- pooling ---------------------------------------------------------------------------
     def _pool(self, name, kernel, stride):
@@ -148,7 +147,7 @@ class ConvOps:
             raise ShapeMismatchError(f"{name}: kernel {k} larger than input {h}x{w}")
         shape = (b, c, (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
         out = getattr(self._storage, name)(self._layout, k, s)
-        return make(out, _contig(shape), record1(name, self, (k, s)))
+        return self._wrap(out, _contig(shape), record1(name, self, (k, s)))
 
     def avg_pool2d(self, kernel, stride=None):
         return self._pool("avg_pool2d", kernel, stride)
@@ -163,8 +162,8 @@ class ConvOps:
         size = int(size)
         _check_positive("upsample_nearest1d", size=size)
         out = self._storage.upsample_nearest1d(self._layout, size)
-        return make(out, _contig(self.shape[:2] + (size,)),
-                    record1("upsample_nearest1d", self, size))
+        return self._wrap(out, _contig(self.shape[:2] + (size,)),
+                          record1("upsample_nearest1d", self, size))
 
     def upsample_nearest2d(self, h, w):
         if self.rank != 4:
@@ -172,8 +171,8 @@ class ConvOps:
         h, w = int(h), int(w)
         _check_positive("upsample_nearest2d", size=(h, w))
         out = self._storage.upsample_nearest2d(self._layout, h, w)
-        return make(out, _contig(self.shape[:2] + (h, w)),
-                    record1("upsample_nearest2d", self, (h, w)))
+        return self._wrap(out, _contig(self.shape[:2] + (h, w)),
+                          record1("upsample_nearest2d", self, (h, w)))
 
     def interpolate1d(self, size):
         return self.upsample_nearest1d(size)

@@ -9,23 +9,27 @@ back over broadcast dims.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ._construct import make
 from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
-from .errors import UnsupportedDTypeError
+from .errors import DeviceMismatchError, UnsupportedDTypeError
 from .layout import Layout
-from .op import Op, record1
+from .op import UNARY_OPS, record, record1, record2
 from .shape import broadcast_shapes
+from .tensor_base import TensorBase
 
 _contig = Layout.contiguous_of
 
 
 def _unary(name):
     def method(self):
-        out = self._storage.unary(name, self._layout)
-        return make(out, _contig(self._layout.shape),
-                    Op(name, (self,)) if self._track else None)
+        lay = self._layout
+        out = self._storage.unary(name, lay)
+        if not lay.contiguous or lay.start_offset:  # else the input's layout is the result's
+            lay = _contig(lay.shape)
+        return self._wrap(out, lay, record1(name, self))
 
     method.__name__ = name
     method.__doc__ = f"Element-wise {name}."
@@ -33,60 +37,39 @@ def _unary(name):
 
 
 class ElementwiseOps:
+    # The unary ops (``t.exp()``, ``t.relu()``...) are added below, one per entry of
+    # the op table (tallow/op.py).
     __slots__ = ()
-
-    neg = _unary("neg")
-    abs = _unary("abs")
-    exp = _unary("exp")
-    log = _unary("log")
-    sin = _unary("sin")
-    cos = _unary("cos")
-    tanh = _unary("tanh")
-    sqr = _unary("sqr")
-    sqrt = _unary("sqrt")
-    recip = _unary("recip")
-    relu = _unary("relu")
-    gelu = _unary("gelu")
-    gelu_erf = _unary("gelu_erf")
-    erf = _unary("erf")
-    silu = _unary("silu")
-    sigmoid = _unary("sigmoid")
-    floor = _unary("floor")
-    ceil = _unary("ceil")
-    round = _unary("round")
-    sign = _unary("sign")
 
     def affine(self, mul, add):
         """``self * mul + add``."""
         mul, add = float(mul), float(add)
         out = self._storage.affine(self._layout, mul, add)
-        return make(out, _contig(self._layout.shape), record1("affine", self, (mul, add)))
+        return self._wrap(out, _contig(self._layout.shape), record1("affine", self, (mul, add)))
 
     def powf(self, exponent):
         exponent = float(exponent)
         out = self._storage.powf(self._layout, exponent)
-        return make(out, _contig(self._layout.shape), record1("powf", self, exponent))
+        return self._wrap(out, _contig(self._layout.shape), record1("powf", self, exponent))
 
     def elu(self, alpha=1.0):
         alpha = float(alpha)
         out = self._storage.elu(self._layout, alpha)
-        return make(out, _contig(self._layout.shape), record1("elu", self, alpha))
+        return self._wrap(out, _contig(self._layout.shape), record1("elu", self, alpha))
 
     def clamp(self, low=None, high=None):
-        from .tensor import Tensor
-
-        if isinstance(low, Tensor) or isinstance(high, Tensor):
+        if isinstance(low, TensorBase) or isinstance(high, TensorBase):
             out = self
             if low is not None:
-                out = out.broadcast_maximum(low if isinstance(low, Tensor) else _full_like(self, low))
+                out = out.broadcast_maximum(low if isinstance(low, TensorBase) else _full_like(self, low))
             if high is not None:
-                out = out.broadcast_minimum(high if isinstance(high, Tensor) else _full_like(self, high))
+                out = out.broadcast_minimum(high if isinstance(high, TensorBase) else _full_like(self, high))
             return out
         dtype = self.dtype
         lo = None if low is None else _bound(low, dtype, "clamp", up=True)
         hi = None if high is None else _bound(high, dtype, "clamp", up=False)
         out = self._storage.clamp(self._layout, lo, hi)
-        return make(out, _contig(self._layout.shape), record1("clamp", self, (lo, hi)))
+        return self._wrap(out, _contig(self._layout.shape), record1("clamp", self, (lo, hi)))
 
     def round_to(self, decimals=0):
         """Round to ``decimals`` decimal places (halves away from zero)."""
@@ -113,22 +96,21 @@ class ElementwiseOps:
                 ll = ll.broadcast_cached(shape)
             if rl.shape != shape:
                 rl = rl.broadcast_cached(shape)
-            return make(ls.binary(name, ll, rhs_s, rl), _contig(shape))
+            return self._wrap(ls.binary(name, ll, rhs_s, rl), _contig(shape))
         out = ls.binary(name, ll, rhs_s, rl)
-        return make(out, _contig(shape),
-                    Op(name, (self, rhs)) if (self._track or rhs._track) else None)
+        # A contiguous input's layout is the result's (one call less on every op's path).
+        lay = ll if ll.contiguous and not ll.start_offset else _contig(shape)
+        return self._wrap(out, lay, record2(name, self, rhs))
 
     def _scalar(self, name, value, on_left):
         value = scalar_for(name, value, self._storage.dtype)
         out = self._storage.binary_scalar(name, self._layout, value, on_left)
-        return make(out, _contig(self._layout.shape),
-                    Op("scalar_" + name, (self,), (value, on_left)) if self._track else None)
+        return self._wrap(out, _contig(self._layout.shape),
+                          record1("scalar_" + name, self, (value, on_left)))
 
     def _operand(self, name, rhs, on_left=False):
         """Dispatch ``self (op) rhs`` for the operators: tensor, scalar or array operand."""
-        from .tensor import Tensor
-
-        if isinstance(rhs, Tensor):
+        if isinstance(rhs, TensorBase):
             return self._binop(name, rhs, True) if not on_left else rhs._binop(name, self, True)
         if is_scalar(rhs):
             return self._scalar(name, rhs, on_left)
@@ -142,11 +124,9 @@ class ElementwiseOps:
 
         A list takes self's dtype; an array keeps its own (mixing dtypes stays an error).
         """
-        from .tensor import Tensor
-
         if not isinstance(value, (np.ndarray, list, tuple)):
             return None
-        other = Tensor(np.asarray(value)).to_device(self.device)
+        other = self.new(np.asarray(value), device=self.device)
         if other.dtype is not self.dtype and not isinstance(value, np.ndarray):
             other = other.to_dtype(self.dtype)
         return other
@@ -249,9 +229,7 @@ class ElementwiseOps:
 
     # -- comparisons (u8 results) -------------------------------------------------------
     def _cmp(self, name, rhs):
-        from .tensor import Tensor
-
-        if isinstance(rhs, Tensor):
+        if isinstance(rhs, TensorBase):
             ls, rs = self._storage, rhs._storage
             if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
                 binary_mismatch(name, self, rhs)
@@ -261,20 +239,18 @@ class ElementwiseOps:
                 shape = broadcast_shapes(shape, rhs._layout.shape, name)
                 lhs, rhs = self._broadcast(shape), rhs._broadcast(shape)
             out = lhs._storage.cmp(name, lhs._layout, rhs._storage, rhs._layout)
-            return make(out, _contig(shape))
+            return self._wrap(out, _contig(shape))
         if is_scalar(rhs):
             dtype = self._storage.dtype
             value = rhs.item() if isinstance(rhs, np.generic) else rhs
             if dtype.is_int:
                 value = _int_comparand(name, value, dtype)
                 if value is _ALWAYS or value is _NEVER:
-                    from .creation import full
-
-                    return full(self.shape, int(value is _ALWAYS), dtype="u8", device=self.device)
+                    return self.full(self.shape, int(value is _ALWAYS), dtype="u8", device=self.device)
             out = self._storage.cmp_scalar(name, self._layout, scalar_for(name, value, dtype))
-            return make(out, _contig(self._layout.shape))
+            return self._wrap(out, _contig(self._layout.shape))
         if isinstance(rhs, (np.ndarray, list)):
-            return self._cmp(name, Tensor(np.asarray(rhs)).to_dtype(self.dtype).to_device(self.device))
+            return self._cmp(name, self.new(np.asarray(rhs), device=self.device).to_dtype(self.dtype))
         return NotImplemented
 
     def eq(self, rhs):
@@ -318,8 +294,6 @@ class ElementwiseOps:
 
         The three shapes must broadcast together.
         """
-        from .tensor import Tensor
-
         if not self.dtype.is_int:
             raise UnsupportedDTypeError(f"where_cond: the condition must be an integer tensor, got {self.dtype}")
         if is_scalar(on_true) and is_scalar(on_false):
@@ -328,22 +302,23 @@ class ElementwiseOps:
             on_true = _full_like(on_false, on_true)
         if is_scalar(on_false):
             on_false = _full_like(on_true, on_false)
-        if not isinstance(on_true, Tensor) or not isinstance(on_false, Tensor):
+        if not isinstance(on_true, TensorBase) or not isinstance(on_false, TensorBase):
             raise TypeError("where_cond: on_true and on_false must be tensors or scalars")
         binary_mismatch("where_cond", on_true, on_false)
         if self._storage.bdev is not on_true._storage.bdev:
-            from .errors import DeviceMismatchError
-
             raise DeviceMismatchError(
                 f"where_cond: condition on {self.device}, values on {on_true.device}")
         shape = broadcast_shapes(self.shape, on_true.shape, "where_cond")
         shape = broadcast_shapes(shape, on_false.shape, "where_cond")
         c, t, f = self._broadcast(shape), on_true._broadcast(shape), on_false._broadcast(shape)
         out = c._storage.where_cond(c._layout, t._storage, t._layout, f._storage, f._layout)
-        op = None
-        if t._track or f._track:
-            op = Op("where_cond", (c, t, f))
-        return make(out, _contig(shape), op)
+        return self._wrap(out, _contig(shape), record("where_cond", (c, t, f)))
+
+
+# One method per unary op of the op table: ``t.neg()``, ``t.exp()``, ``t.relu()``...
+for _name in UNARY_OPS:
+    setattr(ElementwiseOps, _name, _unary(_name))
+del _name
 
 
 _ALWAYS, _NEVER = object(), object()
@@ -355,8 +330,6 @@ def _int_comparand(name, value, dtype):
 
     A cast of the tensor to f64 would round large i64s, and inf/nan have no integer.
     """
-    import math
-
     if isinstance(value, float):
         if math.isnan(value):
             return _ALWAYS if name == "ne" else _NEVER
@@ -377,15 +350,11 @@ def _int_comparand(name, value, dtype):
 
 
 def _full_like(t, value):
-    from .creation import full
-
-    return full((), value, dtype=t.dtype, device=t.device)
+    return t.full((), value, dtype=t.dtype, device=t.device)
 
 
 def _bound(value, dtype, op, up):
     if dtype.is_float:
         return float(value)
-    import math
-
     v = math.ceil(value) if up else math.floor(value)
     return int(min(max(v, int(dtype.min)), int(dtype.max)))

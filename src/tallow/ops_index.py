@@ -7,7 +7,6 @@ In-place ops (``slice_set``, ``scatter_set``, ``zero_set``, ``one_set``,
 
 from __future__ import annotations
 
-from ._construct import make
 from .checks import same_dtype_device, scalar_for
 from .errors import (
     DeviceMismatchError, NarrowOutOfBoundsError, ShapeMismatchError, TallowError,
@@ -15,7 +14,8 @@ from .errors import (
 )
 from .layout import Layout
 from .op import record
-from .shape import normalize_dim
+from .shape import elem_count, normalize_dim, parse_shape
+from .versions import bump
 
 _contig = Layout.contiguous_of
 
@@ -47,7 +47,7 @@ class IndexOps:
             raise ShapeMismatchError(f"index_select: ids must be 1-D, got shape {ids.shape}")
         shape = self.shape[:d] + (ids.shape[0],) + self.shape[d + 1:]
         out = self._storage.index_select(self._layout, ids._storage, ids._layout, d)
-        return make(out, _contig(shape), record("index_select", (self, ids), d))
+        return self._wrap(out, _contig(shape), record("index_select", (self, ids), d))
 
     def embedding(self, ids):
         """Rows of this (vocab, hidden) table for ``ids`` of any shape."""
@@ -67,7 +67,7 @@ class IndexOps:
                 f"gather: ids shape {ids.shape} does not fit tensor shape {self.shape} on dim {d}"
             )
         out = self._storage.gather(self._layout, ids._storage, ids._layout, d)
-        return make(out, _contig(ids.shape), record("gather", (self, ids), d))
+        return self._wrap(out, _contig(ids.shape), record("gather", (self, ids), d))
 
     # -- scatters --------------------------------------------------------------------------
     def _check_scatter(self, op, ids, src, d):
@@ -90,7 +90,7 @@ class IndexOps:
         out = _fresh_copy(self)
         lay = _contig(self.shape)
         out.scatter_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d, accumulate)
-        return make(out, lay, record(name, (self, ids, src), d))
+        return self._wrap(out, lay, record(name, (self, ids, src), d))
 
     def scatter_add(self, ids, src, dim):
         """A copy of self with ``src`` added at ``ids`` along ``dim``."""
@@ -106,6 +106,7 @@ class IndexOps:
         self._check_scatter("scatter_set", ids, src, d)
         self._storage.scatter_inplace(self._layout, ids._storage, ids._layout,
                                       src._storage, src._layout, d, False)
+        bump(self._storage)
 
     def index_add(self, ids, src, dim):
         """A copy of self with ``src``'s slices added at rows ``ids`` of ``dim``."""
@@ -120,7 +121,7 @@ class IndexOps:
         out = _fresh_copy(self)
         lay = _contig(self.shape)
         out.index_add_inplace(lay, ids._storage, ids._layout, src._storage, src._layout, d)
-        return make(out, lay, record("index_add", (self, ids, src), d))
+        return self._wrap(out, lay, record("index_add", (self, ids, src), d))
 
     # -- slice writes ------------------------------------------------------------------------
     def _region(self, op, dim, offset, src):
@@ -146,6 +147,7 @@ class IndexOps:
             raise TallowError("slice_set: self and src share their storage")
         region = self._layout.narrow(d, offset, src.shape[d])
         self._storage.copy_into_inplace(region, src._storage, src._layout)
+        bump(self._storage)
 
     def slice_scatter(self, src, dim, start):
         """A copy of self with ``src`` written at ``start`` along ``dim``."""
@@ -153,7 +155,7 @@ class IndexOps:
         out = _fresh_copy(self)
         lay = _contig(self.shape)
         out.copy_into_inplace(lay.narrow(d, start, src.shape[d]), src._storage, src._layout)
-        return make(out, lay, record("slice_scatter", (self, src), (d, start)))
+        return self._wrap(out, lay, record("slice_scatter", (self, src), (d, start)))
 
     def slice_scatter0(self, src, start):
         return self.slice_scatter(src, 0, start)
@@ -194,31 +196,32 @@ class IndexOps:
         for d, (a, n) in enumerate(zip(starts, lens)):
             region = region.narrow(d, a, n)
         out.copy_into_inplace(region, src._storage, src._layout)
-        return make(out, lay, record("slice_assign", (self, src), (tuple(starts), tuple(lens))))
+        return self._wrap(out, lay, record("slice_assign", (self, src), (tuple(starts), tuple(lens))))
 
     def zero_set(self):
         self._storage.fill_inplace(self._layout, 0)
+        bump(self._storage)
 
     def one_set(self):
         self._storage.fill_inplace(self._layout, 1)
+        bump(self._storage)
 
     def const_set(self, value):
         self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
+        bump(self._storage)
 
     # -- padding, flips, rolls, repeats -------------------------------------------------------
     def pad_with_zeros(self, dim, left, right):
-        from .creation import zeros
-
         d = normalize_dim(dim, self.rank, "pad_with_zeros")
         if left == 0 and right == 0:
             return self
         parts = []
         if left:
-            parts.append(zeros(self.shape[:d] + (left,) + self.shape[d + 1:], self.dtype, self.device))
+            parts.append(self.zeros(self.shape[:d] + (left,) + self.shape[d + 1:], self.dtype, self.device))
         parts.append(self)
         if right:
-            parts.append(zeros(self.shape[:d] + (right,) + self.shape[d + 1:], self.dtype, self.device))
-        return cat(parts, d)
+            parts.append(self.zeros(self.shape[:d] + (right,) + self.shape[d + 1:], self.dtype, self.device))
+        return self.cat(parts, d)
 
     def pad_with_same(self, dim, left, right):
         d = normalize_dim(dim, self.rank, "pad_with_same")
@@ -235,11 +238,9 @@ class IndexOps:
         if right:
             last = self.narrow(d, size - 1, 1)
             parts.append(last.broadcast_as(self.shape[:d] + (right,) + self.shape[d + 1:]))
-        return cat(parts, d)
+        return self.cat(parts, d)
 
     def flip(self, dims):
-        from .creation import arange
-
         if isinstance(dims, int):
             dims = [dims]
         out = self
@@ -247,7 +248,7 @@ class IndexOps:
             d = normalize_dim(dim, self.rank, "flip")
             n = self.shape[d]
             if n > 1:
-                ids = arange(n - 1, -1, -1, dtype="i64", device=self.device)
+                ids = self.arange(n - 1, -1, -1, dtype="i64", device=self.device)
                 out = out.index_select(ids, d)
         return out
 
@@ -261,12 +262,10 @@ class IndexOps:
             return self
         a = self.narrow(d, 0, size - shift)
         b = self.narrow(d, size - shift, shift)
-        return cat([b, a], d)
+        return self.cat([b, a], d)
 
     def repeat(self, *shape):
         """Tile the tensor ``shape[i]`` times along dim i (extra leading dims allowed)."""
-        from .shape import parse_shape
-
         reps = parse_shape(shape, "repeat")
         t = self
         if len(reps) < t.rank:
@@ -281,52 +280,46 @@ class IndexOps:
         tiled = t.reshape(tuple(inter)).broadcast_as(tuple(target))
         return tiled.reshape(tuple(r * n for r, n in zip(reps, own)))
 
+    # -- joining ----------------------------------------------------------------------------
+    @staticmethod
+    def cat(tensors, dim):
+        """Concatenate along ``dim`` (shapes equal off ``dim``)."""
+        tensors = list(tensors)
+        if not tensors:
+            raise ShapeMismatchError("cat: needs at least one tensor")
+        first = tensors[0]
+        d = normalize_dim(dim, first.rank, "cat")
+        same_dtype_device("cat", tensors)
+        for t in tensors[1:]:
+            if t.rank != first.rank or any(
+                i != d and a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
+            ):
+                raise ShapeMismatchError(
+                    f"cat: shapes {[tuple(x.shape) for x in tensors]} differ off dim {d}"
+                )
+        if len(tensors) == 1:
+            return first
+        sizes = tuple(t.shape[d] for t in tensors)
+        shape = first.shape[:d] + (sum(sizes),) + first.shape[d + 1:]
+        out = first._storage.bdev.zeros(elem_count(shape), first.dtype)
+        lay = _contig(shape)
+        offset = 0
+        for t, n in zip(tensors, sizes):
+            if n:
+                out.copy_into_inplace(lay.narrow(d, offset, n), t._storage, t._layout)
+            offset += n
+        return first._wrap(out, lay, record("cat", tensors, (d, sizes)))
 
-def cat(tensors, dim):
-    """Concatenate along ``dim`` (shapes equal off ``dim``)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ShapeMismatchError("cat: needs at least one tensor")
-    first = tensors[0]
-    d = normalize_dim(dim, first.rank, "cat")
-    same_dtype_device("cat", tensors)
-    for t in tensors[1:]:
-        if t.rank != first.rank or any(
-            i != d and a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
-        ):
-            raise ShapeMismatchError(
-                f"cat: shapes {[tuple(x.shape) for x in tensors]} differ off dim {d}"
-            )
-    if len(tensors) == 1:
-        return first
-    sizes = tuple(t.shape[d] for t in tensors)
-    shape = first.shape[:d] + (sum(sizes),) + first.shape[d + 1:]
-    out = first._storage.bdev.zeros(_count(shape), first.dtype)
-    lay = _contig(shape)
-    offset = 0
-    for t, n in zip(tensors, sizes):
-        if n:
-            out.copy_into_inplace(lay.narrow(d, offset, n), t._storage, t._layout)
-        offset += n
-    return make(out, lay, record("cat", tensors, (d, sizes)))
-
-
-def stack(tensors, dim):
-    """Join tensors of one shape along a new dimension ``dim``."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ShapeMismatchError("stack: needs at least one tensor")
-    d = normalize_dim(dim, tensors[0].rank + 1, "stack")
-    for t in tensors[1:]:
-        if t.shape != tensors[0].shape:
-            raise ShapeMismatchError(
-                f"stack: shapes {[tuple(x.shape) for x in tensors]} are not all equal"
-            )
-    return cat([t.unsqueeze(d) for t in tensors], d)
-
-
-def _count(shape):
-    n = 1
-    for x in shape:
-        n *= x
-    return n
+    @staticmethod
+    def stack(tensors, dim):
+        """Join equal-shaped tensors along a new dim ``dim``."""
+        tensors = list(tensors)
+        if not tensors:
+            raise ShapeMismatchError("stack: needs at least one tensor")
+        d = normalize_dim(dim, tensors[0].rank + 1, "stack")
+        for t in tensors[1:]:
+            if t.shape != tensors[0].shape:
+                raise ShapeMismatchError(
+                    f"stack: shapes {[tuple(x.shape) for x in tensors]} are not all equal"
+                )
+        return IndexOps.cat([t.unsqueeze(d) for t in tensors], d)

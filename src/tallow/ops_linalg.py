@@ -7,12 +7,12 @@ right result (candle refuses or miscomputes non-mergeable batch strides).
 
 from __future__ import annotations
 
-from ._construct import make
 from .checks import binary_mismatch
 from .errors import ShapeMismatchError
 from .layout import Layout
-from .op import Op
+from .op import record2
 from .shape import broadcast_shapes
+from .tensor_base import TensorBase
 
 _contig = Layout.contiguous_of
 
@@ -22,8 +22,6 @@ class LinalgOps:
 
     def matmul(self, rhs):
         ls, rs = self._storage, rhs._storage
-        if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
-            binary_mismatch("matmul", self, rhs)
         a, b = self._layout.shape, rhs._layout.shape
         if len(a) == 2 and len(b) == 2:
             if a[1] != b[0]:
@@ -39,9 +37,11 @@ class LinalgOps:
             if a[-1] != b[-2]:
                 raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")
             shape = a[:-1] + (b[-1],)
+        # Shapes first, then device, then dtype: candle's order of checks.
+        if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
+            binary_mismatch("matmul", self, rhs)
         out = ls.matmul(self._layout, rs, rhs._layout)
-        return make(out, _contig(shape),
-                    Op("matmul", (self, rhs)) if (self._track or rhs._track) else None)
+        return self._wrap(out, _contig(shape), record2("matmul", self, rhs))
 
     def broadcast_matmul(self, rhs):
         a, b = self.shape, rhs.shape
@@ -65,9 +65,7 @@ class LinalgOps:
         return self.matmul(vec.unsqueeze(1)).squeeze(1)
 
     def __matmul__(self, rhs):
-        from .tensor import Tensor
-
-        if not isinstance(rhs, Tensor):
+        if not isinstance(rhs, TensorBase):
             rhs = self._array_operand(rhs)
             if rhs is None:
                 return NotImplemented

@@ -7,14 +7,14 @@ recorded as two ops (keepdim then squeeze), as candle does.
 from __future__ import annotations
 
 from . import dtype as dt
-from ._construct import make
-from .errors import ShapeMismatchError, UnsupportedDTypeError
+from .errors import ShapeMismatchError, ShapeTooLargeError, UnsupportedDTypeError
 from .layout import Layout
 from .op import record1
 from .shape import normalize_dim, normalize_dims
 
 _contig = Layout.contiguous_of
 _HALF = (dt.f16, dt.bf16)
+GPU_MAX_ELEMENTS = 2**32 - 1  # the GPU kernels index with u32
 
 
 def _keep_shape(shape, dims):
@@ -26,12 +26,16 @@ class ReduceOps:
 
     def _reduce(self, op, dims, name):
         lay = self._layout
+        if lay.count > GPU_MAX_ELEMENTS and self.device.kind != "cpu":
+            raise ShapeTooLargeError(
+                f"{name}: shape {lay.shape} has {lay.count} elements; GPU reductions take "
+                f"at most {GPU_MAX_ELEMENTS} (32-bit indices)")
         out_shape = _keep_shape(lay.shape, dims)
         out = self._storage.reduce(op, lay, dims)
         rec = None
         if op in ("sum", "max", "min"):
             rec = record1(name, self, dims)
-        return make(out, _contig(out_shape), rec)
+        return self._wrap(out, _contig(out_shape), rec)
 
     def _single_dim(self, dim, name):
         if isinstance(dim, (list, tuple)):
@@ -132,9 +136,14 @@ class ReduceOps:
             return self._half_in_f32(lambda t: t.var_keepdim(d, unbiased))
         n = self._layout.shape[d]
         mean = self.mean_keepdim(d)
-        squares = self.broadcast_sub(mean).sqr()
+        centred = self.broadcast_sub(mean)
         denom = (n - 1) if unbiased else n
-        return squares.sum_keepdim(d) * (1.0 / denom if denom > 0 else float("nan"))
+        # Corrected two-pass: the rounding error e of the mean adds n e^2 to the sum of
+        # squares (1000x PyTorch's error on rows with a large mean); the sum of the
+        # centred values is n e, so (sum c)^2 / n takes it off again.
+        rest = centred.sum_keepdim(d)
+        ss = centred.sqr().sum_keepdim(d) - rest.sqr() * (1.0 / n if n else 0.0)
+        return ss * (1.0 / denom if denom > 0 else float("nan"))
 
     def var(self, dim, unbiased=True):
         d = self._single_dim(dim, "var")
@@ -143,7 +152,7 @@ class ReduceOps:
     def cumsum(self, dim):
         d = normalize_dim(dim, self.rank, "cumsum")
         out = self._storage.cumsum(self._layout, d)
-        return make(out, _contig(self._layout.shape), record1("cumsum", self, d))
+        return self._wrap(out, _contig(self._layout.shape), record1("cumsum", self, d))
 
     def log_sum_exp(self, dims):
         """``log(sum(exp(x)))`` over ``dims``, stable (the max is subtracted first)."""
@@ -169,7 +178,7 @@ class ReduceOps:
         if self.rank == 0:
             raise ShapeMismatchError("arg_sort_last_dim: needs rank >= 1")
         out = self._storage.arg_sort_last_dim(self._layout, bool(asc))
-        return make(out, _contig(self._layout.shape))
+        return self._wrap(out, _contig(self._layout.shape))
 
     def sort_last_dim(self, asc=True):
         """(sorted values, u32 indices) along the last dim."""

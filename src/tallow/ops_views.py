@@ -6,10 +6,10 @@ through it. ``reshape`` of a non-contiguous tensor is the one copy here.
 
 from __future__ import annotations
 
-from ._construct import make
 from .errors import ShapeMismatchError
+from .getitem import getitem, int_index
 from .layout import Layout
-from .op import Op, record1
+from .op import record1
 from .shape import normalize_dim, parse_shape, parse_shape_with_hole
 
 _contig = Layout.contiguous_of
@@ -19,7 +19,7 @@ class ViewOps:
     __slots__ = ()
 
     def _view(self, layout, name, params=None):
-        return make(self._storage, layout, record1(name, self, params))
+        return self._wrap(self._storage, layout, record1(name, self, params))
 
     # -- reshape and flatten -----------------------------------------------------
     def reshape(self, *shape):
@@ -37,8 +37,8 @@ class ViewOps:
         op = record1("reshape", self, lay.shape)
         view = lay.reshape_view(shape)
         if view is not None:
-            return make(self._storage, view, op)
-        return make(self._storage.copy_strided(lay), _contig(shape), op)
+            return self._wrap(self._storage, view, op)
+        return self._wrap(self._storage.copy_strided(lay), _contig(shape), op)
 
     def flatten_all(self):
         return self.reshape((self._layout.count,))
@@ -101,8 +101,8 @@ class ViewOps:
         if rank < 2:
             raise ShapeMismatchError(f"t: expects a tensor of rank >= 2, got shape {self.shape}")
         d1, d2 = rank - 2, rank - 1
-        return make(self._storage, lay.transpose_cached(d1, d2),
-                    Op("transpose", (self,), (d1, d2)) if self._track else None)
+        return self._wrap(self._storage, lay.transpose_cached(d1, d2),
+                          record1("transpose", self, (d1, d2)))
 
     @property
     def T(self):
@@ -139,8 +139,6 @@ class ViewOps:
 
     def get(self, index):
         """Row ``index`` of dim 0 (negative counts from the end)."""
-        from .indexing import int_index
-
         return int_index(self, 0, index)
 
     # -- broadcasting -------------------------------------------------------------------
@@ -152,8 +150,8 @@ class ViewOps:
         lay = self._layout
         if shape == lay.shape:
             return self
-        return make(self._storage, lay.broadcast_cached(shape),
-                    Op("broadcast_as", (self,), lay.shape) if self._track else None)
+        return self._wrap(self._storage, lay.broadcast_cached(shape),
+                          record1("broadcast_as", self, lay.shape))
 
     def broadcast_left(self, *left):
         left = parse_shape(left, "broadcast_left")
@@ -215,11 +213,7 @@ class ViewOps:
 
     # -- indexing ----------------------------------------------------------------------------
     def i(self, index):
-        from .indexing import getitem
-
         return getitem(self, index)
 
     def __getitem__(self, index):
-        from .indexing import getitem
-
         return getitem(self, index)

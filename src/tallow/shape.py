@@ -6,7 +6,6 @@ Shapes are plain tuples of ints. Every rule about them lives here, once.
 from __future__ import annotations
 
 import operator
-from typing import Iterable
 
 from .errors import DimOutOfRangeError, ShapeMismatchError
 
@@ -43,6 +42,9 @@ def parse_shape(args, op: str = "shape") -> tuple:
     for d in shape:
         if d < 0:
             raise OverflowError(f"{op}: negative dimension {d} in shape {shape}")
+    from .limits import check_shape
+
+    check_shape(op, shape)
     return shape
 
 
@@ -71,6 +73,9 @@ def parse_shape_with_hole(args, count: int, op: str = "reshape") -> tuple:
                 f"{op}: cannot reshape {count} elements into {tuple(dims)}"
             )
         dims[holes[0]] = count // known
+    from .limits import check_shape
+
+    check_shape(op, dims)
     return tuple(dims)
 
 
@@ -134,9 +139,3 @@ def _broadcast(lhs: tuple, rhs: tuple, op: str) -> tuple:
             )
     return tuple(out)
 
-
-def broadcast_shape_many(shapes: Iterable[tuple], op: str) -> tuple:
-    out = ()
-    for s in shapes:
-        out = broadcast_shapes(out, s, op)
-    return out

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
+from .atomic import atomic_write, write_bytes
 from .backends.cpu.threads import CONFIG as _THREADS
 from .device import Device, cpu
 from .errors import FileFormatError
+from .safetensors_io import SafetensorsReader
+from .shape import parse_shape, parse_shape_with_hole
+from .tensor_class import Tensor
 
 
 # -- threads ----------------------------------------------------------------------------
@@ -30,8 +36,6 @@ def num_threads_rule() -> str:
 
 def parse_absolute_shape(*shape, element_count=None) -> list:
     """A shape as a list, with a -1 hole resolved against ``element_count``."""
-    from .shape import parse_shape, parse_shape_with_hole
-
     if element_count is None:
         return list(parse_shape(shape, "parse_absolute_shape"))
     return list(parse_shape_with_hole(shape, int(element_count), "parse_absolute_shape"))
@@ -42,6 +46,7 @@ def parse_absolute_shape(*shape, element_count=None) -> list:
 def gpu_is_available() -> bool:
     """True when a WebGPU adapter can be opened (Metal, Vulkan, D3D12 or lavapipe)."""
     try:
+        # The GPU backend (wgpu) loads only when asked for.
         from .backends.gpu import adapter_available
     except ImportError:
         return False
@@ -98,107 +103,49 @@ def load_safetensors(path, device=cpu) -> dict:
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
-    """Write a dict of tensors as a ``.safetensors`` file, with optional string metadata."""
-    from safetensors.numpy import save_file
+    """Write ``tensors`` (name -> Tensor) to ``path``, atomically (see ``tallow.atomic``)."""
+    from safetensors.numpy import save
 
-    from .tensor import Tensor
+    arrays = _host_arrays("save_safetensors", tensors)
+    write_bytes(path, save(arrays, metadata=metadata))
 
+
+def _host_arrays(op, tensors) -> dict:
+    """name -> C-ordered host array, checked before anything is written."""
+    from .errors import DTypeMismatchError
+
+    if not isinstance(tensors, dict):
+        raise DTypeMismatchError(f"{op}: expected a dict of name -> Tensor, got "
+                                 f"{type(tensors).__name__}")
     arrays = {}
     for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise DTypeMismatchError(f"{op}: names must be strings, got {name!r}")
         if not isinstance(t, Tensor):
-            raise TypeError(f"save_safetensors: {name!r} is a {type(t).__name__}, not a Tensor")
+            raise DTypeMismatchError(f"{op}: {name!r} is a {type(t).__name__}, not a Tensor")
         arrays[name] = np.asarray(t._host(), order="C")
-    save_file(arrays, str(path), metadata=metadata)
+    return arrays
 
 
-class SafetensorsFile:
-    """A lazily read safetensors file: names, shapes and dtypes up front, data on demand."""
+class SafetensorsFile(SafetensorsReader):
+    """A lazily read safetensors file: names, shapes and dtypes up front, data on demand.
+
+    The header is validated when the file opens (see ``tallow.safetensors_io``).
+    """
 
     def __init__(self, path):
-        from safetensors import SafetensorError, safe_open
-
-        self.path = str(path)
-        _missing(self.path, "load_safetensors")
-        try:
-            self._f = safe_open(self.path, framework="numpy")
-            self._keys = list(self._f.keys())
-        except (SafetensorError, OSError, ValueError, TypeError) as e:
-            raise FileFormatError(f"{self.path}: not a valid safetensors file ({e})") from None
-        self.metadata = self._f.metadata() or {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self):
-        self._f = None
-
-    def keys(self):
-        return list(self._keys)
-
-    def __contains__(self, name):
-        return name in self._keys
-
-    def shape(self, name):
-        return tuple(self._f.get_slice(name).get_shape())
-
-    def dtype(self, name):
-        from .dtype import DType
-
-        st = self._f.get_slice(name).get_dtype()
-        if st not in _SAFETENSORS_DTYPES:
-            raise self._unsupported(name, st)
-        return DType.parse(_SAFETENSORS_DTYPES[st])
-
-    def _unsupported(self, name, what):
-        from .errors import UnsupportedDTypeError
-
-        return UnsupportedDTypeError(
-            f"{self.path}: tensor {name!r} has dtype {what}, which tallow cannot hold "
-            f"(supported: {', '.join(sorted(set(_SAFETENSORS_DTYPES)))})"
-        )
+        _missing(str(path), "load_safetensors")
+        super().__init__(path)
 
     def get(self, name, device=None):
-        from safetensors import SafetensorError
-
-        if name not in self._keys:
-            raise KeyError(f"{self.path}: no tensor named {name!r}")
-        try:
-            arr = self._f.get_tensor(name)
-        except (SafetensorError, OSError, ValueError, TypeError) as e:
-            raise FileFormatError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
-        from .dtype import from_numpy_dtype
-        from .errors import UnsupportedDTypeError
-        from .tensor import adopt_array
-        from ._construct import make
-        from .layout import Layout
-
-        try:
-            # Types tallow lacks widen losslessly, as for arrays (and candle: I32 -> i64).
-            dtype = from_numpy_dtype(arr.dtype, allow_widening=True)
-        except UnsupportedDTypeError:
-            raise self._unsupported(name, self._f.get_slice(name).get_dtype()) from None
-        arr = np.asarray(arr, dtype=dtype.np, order="C")
-        return make(adopt_array(arr, dtype, Device.parse(device) if device else cpu),
-                    Layout.contiguous_of(arr.shape))
-
-
-_SAFETENSORS_DTYPES = {
-    "U8": "u8", "U32": "u32", "I64": "i64", "F16": "f16", "BF16": "bf16", "F32": "f32",
-    "F64": "f64",
-    # Widened on load (lossless), as NumPy arrays of these types are.
-    "BOOL": "u8", "I8": "i64", "I16": "i64", "I32": "i64", "U16": "u32",
-}
+        """The tensor ``name``, on ``device`` (default: the CPU, sharing the map)."""
+        return super().get(name, device=Device.parse(device) if device else None)
 
 
 # -- npy / npz ---------------------------------------------------------------------------
 
 def load_npy(path, device=None):
     """The tensor of a ``.npy`` file (``FileFormatError`` for anything else, an archive included)."""
-    from .tensor import Tensor
-
     _missing(str(path), "load_npy")
     try:
         arr = np.load(str(path), allow_pickle=False)
@@ -211,17 +158,14 @@ def load_npy(path, device=None):
 
 
 def save_npy(path, tensor) -> None:
-    """Write one tensor as a ``.npy`` file (NumPy's format, no pickles)."""
-    np.save(str(path), np.asarray(tensor._host(), order="C"), allow_pickle=False)
+    """Write one tensor as ``.npy``, atomically (see ``tallow.atomic``)."""
+    arr = _host_arrays("save_npy", {"tensor": tensor})["tensor"]
+    with atomic_write(path) as f:
+        np.save(f, arr, allow_pickle=False)
 
 
 def load_npz(path, device=None) -> dict:
     """The tensors of an ``.npz`` archive, by name."""
-    import zipfile
-    import zlib
-
-    from .tensor import Tensor
-
     _missing(str(path), "load_npz")
     try:
         z = np.load(str(path), allow_pickle=False)
@@ -236,13 +180,16 @@ def load_npz(path, device=None) -> dict:
 
 
 def save_npz(path, tensors: dict) -> None:
-    """Write a dict of tensors as an uncompressed ``.npz`` archive."""
-    np.savez(str(path), **{k: np.asarray(t._host(), order="C") for k, t in tensors.items()})
+    """Write name -> tensor as an ``.npz`` archive, atomically (see ``tallow.atomic``)."""
+    arrays = _host_arrays("save_npz", tensors)
+    with atomic_write(path) as f:
+        np.savez(f, **arrays)
 
 
 # -- gguf ----------------------------------------------------------------------------------
 
 def load_gguf(path, device=None):
+    # tallow.quantized loads on first use, as ``tl.quantized`` does.
     """The tensors (QTensors over the memory-mapped file) and the metadata of a GGUF file: ``(tensors, metadata)``."""
     from .quantized.gguf_file import load_gguf as _load
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import same_dtype_device
 from .errors import ShapeMismatchError
-from .tensor import Tensor
+from .tensor_base import new_id
+from .tensor_class import Tensor
+from .versions import bump
 
 
 class Var(Tensor):
@@ -25,10 +28,8 @@ class Var(Tensor):
                 src = src.to_dtype(dtype)
             own = src.copy()
             self._storage, self._layout = own._storage, own._layout
-            from . import _construct
-
             self._op = None
-            self._id = _construct.new_id()
+            self._id = new_id()
         else:
             Tensor.__init__(self, data, dtype=dtype, device=device)
         self._track = True
@@ -53,8 +54,6 @@ class Var(Tensor):
             value = Tensor(value, dtype=self.dtype, device=self.device)
         if value.shape != self.shape:
             raise ShapeMismatchError(f"Var.set: shape {value.shape} does not match {self.shape}")
-        from .checks import same_dtype_device
-
         same_dtype_device("Var.set", (self, value))
         if value._storage is self._storage and value._layout == self._layout:
             return
@@ -62,6 +61,7 @@ class Var(Tensor):
         if value._storage is self._storage:
             src = value.copy()
         self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
+        bump(self._storage)  # graphs recorded before this write are now stale
 
     def _adopt(self, value: Tensor) -> None:
         """Take ``value``'s data, shape, dtype and device, keeping this Var's identity.
@@ -74,6 +74,7 @@ class Var(Tensor):
         if not (lay.contiguous and lay.start_offset == 0 and value._storage.count == lay.count):
             value = value.copy()
         self._storage, self._layout = value._storage, value._layout
+        bump(self._storage)  # graphs recorded with the old data are now stale
 
     def __reduce__(self):
         # Pickling and copy.deepcopy keep a Var a Var (a model stays trainable).

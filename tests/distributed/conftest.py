@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ray_support import write_corpus
+from support.ray_corpus import write_corpus
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 
-from ray_support import read_index  # noqa: E402
+from support.ray_corpus import read_index  # noqa: E402
 
 from tallow.distributed import embed_files  # noqa: E402
 

@@ -11,8 +11,8 @@ import pytest
 ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 
-from ray_fakes import HashModel, hash_vector  # noqa: E402
-from ray_support import by_value, read_index  # noqa: E402
+from support.ray_fakes import HashModel, hash_vector  # noqa: E402
+from support.ray_corpus import by_value, read_index  # noqa: E402
 
 from tallow.cli import main  # noqa: E402
 from tallow.distributed import connect, embed_dataset, embed_files, local_init_kwargs  # noqa: E402

@@ -93,9 +93,11 @@ def test_pooling_modes_match_sentence_transformers(tiny_bert_dir, tmp_path, mode
     # normalize=None follows the directory, as sentence-transformers does
     got = ours.encode(SENTENCES, batch_size=4, normalize=None)
     np.testing.assert_allclose(got, want, atol=3e-5, rtol=1e-4)
-    # the default (API.md) normalises whatever the directory says
+    # the default follows the directory too; normalize=True forces unit vectors
     default = ours.encode(SENTENCES[:2])
-    np.testing.assert_allclose(default, want[:2] / np.linalg.norm(want[:2], axis=1, keepdims=True),
+    np.testing.assert_allclose(default, want[:2], atol=3e-5, rtol=1e-4)
+    forced = ours.encode(SENTENCES[:2], normalize=True)
+    np.testing.assert_allclose(forced, want[:2] / np.linalg.norm(want[:2], axis=1, keepdims=True),
                                atol=3e-5, rtol=1e-4)
     raw = ours.encode(SENTENCES[:2], normalize=False)
     if not normalize:

@@ -16,7 +16,7 @@ from tallow.models.generate import (
 from tallow.models.llama import Cache, ContextLengthError, Llama, LlamaConfig
 from tallow.models.sentence import load_tokenizer
 
-from model_fixtures import save_llama
+from support.models import save_llama
 
 PROMPT = [5, 17, 99, 3, 200, 42, 7, 250, 11]
 

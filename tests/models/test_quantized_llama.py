@@ -26,7 +26,7 @@ from tallow.models.quantized_llama import ModelWeights
 from tallow.models.sentence import load_tokenizer
 from tallow.quantized import save_gguf
 
-from model_fixtures import (
+from support.models import (
     LLAMA_CFG, QLLAMA_CFG, gguf_names, llama_cpp_unpermute, make_bpe_tokenizer, save_llama_gguf,
 )
 

@@ -7,9 +7,6 @@ loudly). Where values matter they are checked against the same steps in torch.""
 from __future__ import annotations
 
 import copy
-import glob
-import importlib.util
-import os
 import pickle
 
 import numpy as np
@@ -17,6 +14,7 @@ import pytest
 import torch
 
 import tallow as tl
+from support.models import QLLAMA_CFG, save_llama_gguf
 
 nn = tl.nn
 rng = np.random.default_rng(0)
@@ -128,25 +126,13 @@ def test_from_pretrained_model_is_frozen_and_can_be_unfrozen():
     assert all(grads.get(p) is not None for p in last.parameters())
 
 
-def _load_model_fixtures():
-    here = os.path.dirname(__file__)
-    found = glob.glob(os.path.join(here, "..", "**", "model_fixtures.py"), recursive=True)
-    if not found:
-        pytest.skip("the GGUF model fixtures are not there")
-    spec = importlib.util.spec_from_file_location("model_fixtures_for_nn", found[0])
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_gguf_model_holds_no_vars_and_records_nothing(tmp_path):
-    mf = _load_model_fixtures()
     import transformers
 
     torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**mf.QLLAMA_CFG)).eval()
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**QLLAMA_CFG)).eval()
     path = tmp_path / "m.gguf"
-    mf.save_llama_gguf(hf, path, fmt="Q8_0")
+    save_llama_gguf(hf, path, fmt="Q8_0")
     model = tl.models.quantized_llama.ModelWeights.from_gguf(str(path))
     assert not any(isinstance(p, tl.Var) for p in model.parameters())
     logits = model(tl.Tensor(np.array([[1, 2, 3]], np.int64)), 0)

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from tallow.quantized import fast, ggml_type, matmul_t_dequantized, prepare_weight
-from test_vec_dot import QUANTIZED, reference_matmul
+from support.quantized_reference import QUANTIZED, reference_matmul
+from support.quantized_samples import sample_matrix
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import ggml_type, matmul_t_dequantized, prepare_weight
 
 F = np.float32
 # ggml's generic routines add the scaled block terms one by one: these agree bit for bit.
@@ -131,8 +133,6 @@ def test_disabled_by_environment(monkeypatch):
 @pytest.mark.parametrize("name", ["Q4_0", "Q5_1", "Q8_1", "Q2K", "Q4K", "Q6K"])
 def test_compiled_activation_quantization_is_the_codecs(name):
     # Dot types Q8_0, Q8_1 and Q8K: the compiled quantizer gives the NumPy codecs' values.
-    from samples import sample_matrix
-
     rng = np.random.default_rng(12)
     k = 512
     x = sample_matrix(rng, 9, k)

@@ -5,8 +5,8 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
-from golden import golden
-from samples import sample_matrix
+from support.ggml_golden import golden
+from support.quantized_samples import sample_matrix
 from tallow.quantized import GGML_TYPES, ggml_type
 
 F = np.float32

@@ -10,7 +10,7 @@ searches) and exact halves (ties in the activation roundings).
 import numpy as np
 import pytest
 
-from golden import golden
+from support.ggml_golden import golden
 from tallow.quantized import ggml_type
 
 # Weight formats as llama.cpp writes them, and the activation (dot) types.

@@ -10,10 +10,11 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
-import ggml_ref
+from support import ggml_ref
 import tallow as tl
-from golden import golden
-from tallow.quantized import QMatMul, QTensor, fast, ggml_type, load_gguf, read_gguf, write_gguf
+from support.ggml_golden import golden
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import QMatMul, QTensor, ggml_type, load_gguf, read_gguf, write_gguf
 
 F = np.float32
 KVALUES = gq.IQ4_NL.kvalues

@@ -9,7 +9,7 @@ show up here.
 import numpy as np
 import pytest
 
-import ggml_ref
+from support import ggml_ref
 from tallow.quantized import ksearch
 
 F = np.float32

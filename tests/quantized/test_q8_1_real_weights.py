@@ -17,9 +17,10 @@ import struct
 import numpy as np
 import pytest
 
-import ggml_ref
+from support import ggml_ref
 import tallow as tl
-from tallow.quantized import QMatMul, QTensor, fast, ggml_type, read_gguf
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import QMatMul, QTensor, ggml_type, read_gguf
 
 F = np.float32
 

@@ -6,15 +6,17 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gq
 
 import tallow as tl
-from tallow.quantized import QMatMul, QTensor, fast, ggml_type, matmul_t_dequantized
-from test_vec_dot import reference_matmul
+from support.quantized_reference import reference_matmul
+from tallow.backends.cpu import native
+from tallow.backends.cpu.quantized import fast
+from tallow.quantized import QMatMul, QTensor, ggml_type, matmul_t_dequantized
 
 F = np.float32
 FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1", "q2k", "q3k", "q4k", "q5k", "q6k", "q8k",
            "f16", "f32", "bf16"]
 GGUF_QUANTIZE = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32"]
 GGUF_DEQUANTIZE = GGUF_QUANTIZE + ["Q2K", "Q3K", "Q4K", "Q5K", "Q6K"]
-PATHS = ["numba", "numpy"] if fast.available() else ["numpy"]
+PATHS = (["native"] if native.available() else []) + (["numba", "numpy"] if fast.available() else ["numpy"])
 
 
 def gguf_type(name):
@@ -87,6 +89,10 @@ def test_from_bytes_round_trip_and_checks():
 def test_qmatmul_computes_ggml_products(monkeypatch, path, name):
     if path == "numpy":
         monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+    if path != "native":
+        monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+    elif name not in native.SUPPORTED:
+        path = PATHS[1]  # the compiled C kernels leave this format to numba
     rng = np.random.default_rng(5)
     w = rng.standard_normal((6, 512)).astype(F)
     x = rng.standard_normal((2, 3, 512)).astype(F)
@@ -162,17 +168,19 @@ def test_qtensor_devices():
 
 
 def test_without_numba_installed_the_numpy_path_serves():
+    import os
     import subprocess
     import sys
 
     code = (
         "import sys; sys.modules['numba'] = None\n"  # makes `import numba` fail
         "import numpy as np, tallow as tl\n"
-        "from tallow.quantized import QMatMul, fast\n"
+        "from tallow.quantized import QMatMul\nfrom tallow.backends.cpu.quantized import fast\n"
         "q = tl.Tensor(np.linspace(-1, 1, 4 * 256, dtype=np.float32).reshape(4, 256)).quantize('q4k')\n"
         "qm = QMatMul(q)\n"
         "y = qm.forward(tl.ones((2, 256)))\n"
         "print(qm.path, fast.available(), 'numba' in (fast.status()['error'] or ''), y.shape)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, TALLOW_NO_NATIVE="1")  # Q4K has C kernels too: take them out
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.stdout.split() == ["numpy", "False", "True", "(2,", "4)"], out.stderr

@@ -2,32 +2,13 @@
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType
-from gguf import quants as gq
 
-import candle_ref
-import ggml_ref
+from support.quantized_reference import QUANTIZED, reference_matmul
 from tallow.quantized import ggml_type
-from tallow.quantized.vec_dot import PreparedWeight, matmul_t, matmul_t_dequantized, prepare_weight
+from tallow.backends.cpu.quantized.vec_dot import PreparedWeight, matmul_t, matmul_t_dequantized, prepare_weight
 
 F = np.float32
-QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2K", "Q3K", "Q4K", "Q5K", "Q6K", "Q8K"]
 LAYOUTS = PreparedWeight.LAYOUTS
-
-
-def reference_matmul(name, x, w_raw):
-    """candle's k_quants::matmul, row by row: quantize x to the dot type (ggml's reference
-    quantizers), then vec_dot_unopt."""
-    t = ggml_type(name)
-    dot = t.dot_type
-    if dot.name == "Q8_0":  # the gguf package is the oracle for Q8_0 bytes
-        xq = gq.quantize(x, GGMLQuantizationType.Q8_0).view(np.uint8).reshape(x.shape[0], -1)
-    else:
-        xq = np.frombuffer(ggml_ref.quantize_row(dot.name, x.reshape(-1)), np.uint8).reshape(x.shape[0], -1)
-    w_raw = w_raw.reshape(-1, t.nbytes(x.shape[1]))
-    return np.array(
-        [[candle_ref.vec_dot_row(name, bytes(w), bytes(r)) for w in w_raw] for r in xq], dtype=F
-    )
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +241,7 @@ def test_blas_thread_setting_is_restored():
 @pytest.mark.parametrize("layout", ["int", "f32"])
 def test_chunk_size_does_not_change_results(monkeypatch, name, layout):
     # Small test shapes fit one chunk; force many chunks (and several row chunks).
-    import tallow.quantized.vec_dot as vd
+    import tallow.backends.cpu.quantized.vec_dot as vd
 
     rng = np.random.default_rng(14)
     n, k = 40, 1024

@@ -19,23 +19,22 @@ Layouts may have any non-negative strides, including 0 (broadcast) and
 non-mergeable batch strides; a backend reads them directly rather than asking
 for a copy first.
 
+A backend's storage class lists its op families as mixins, with this protocol
+class last, e.g. ``class CpuStorage(CpuCore, CpuElementwise, CpuReduce, ...,
+BackendStorage)``: every op a storage runs is visible in its class's MRO, and
+the defaults here apply only to what no mixin defines.
+
 Optional fused ops (``softmax_last_dim``, ``rms_norm``, ``layer_norm``, ``rope``...)
-raise ``NotImplementedError`` here; the Tensor layer then composes them from the
-primitives, so a new backend works before it has them.
+raise ``NotImplementedError`` here; ``tallow.nn.ops`` then composes them from the
+primitives, so a new backend works before it has them. The quantized ops
+(``dequantize``, ``qmatmul_t``) are optional too: a device whose
+``qmatmul_path`` is None gets the weights dequantized on the CPU and uploaded.
 """
 
 from __future__ import annotations
 
-UNARY_OPS = (
-    "neg", "abs", "exp", "log", "sin", "cos", "tanh", "sqr", "sqrt", "recip",
-    "relu", "gelu", "gelu_erf", "erf", "silu", "sigmoid", "floor", "ceil", "round",
-    "sign",
-)
-# Unary ops defined on integer dtypes too (the others are float-only).
-INT_UNARY_OPS = ("neg", "abs", "sqr", "relu", "sign")
-BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
-CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+# The op names of ``unary``, ``binary`` and ``cmp``, from the op table (tallow/op.py).
+from ..op import BINARY_OPS, CMP_OPS, INT_UNARY_OPS, UNARY_OPS  # noqa: F401  (re-exported)
 
 
 class BackendDevice:
@@ -44,6 +43,7 @@ class BackendDevice:
     kind: str
     ordinal: int
     id: int  # in-process id: two handles name the same device iff their ids are equal
+    handle = None  # the public Device handle, made by the front end (tallow.device.Device.of)
 
     # -- creation: each returns a new contiguous storage of ``count`` elements ----
     def zeros(self, count: int, dtype):
@@ -90,6 +90,13 @@ class BackendDevice:
 
     def info(self) -> dict:
         raise NotImplementedError
+
+    # -- optional: quantized weights ------------------------------------------------
+    def qmatmul_path(self, ggml_type):
+        """The name of the kernels this device runs ``dequantize`` / ``qmatmul_t`` with
+        for GGML type ``ggml_type`` (a ``tallow.quantized.GgmlType``), shown as
+        ``QMatMul.path``; None when it has none for that type."""
+        return None
 
 
 class BackendStorage:
@@ -176,7 +183,8 @@ class BackendStorage:
 
     # -- reductions --------------------------------------------------------------
     def reduce(self, op: str, layout, dims: tuple):
-        """One of ``REDUCE_OPS`` over the sorted ``dims``, keeping them as size 1.
+        """``op`` ("sum", "max", "min", "argmax" or "argmin") over the sorted ``dims``,
+        keeping them as size 1.
 
         ``argmax`` / ``argmin`` take exactly one dim and return u32 (first index of
         the extreme value). Sums of f16/bf16 accumulate in f32; integer sums wrap
@@ -258,10 +266,27 @@ class BackendStorage:
     def upsample_nearest1d(self, layout, size: int):
         raise NotImplementedError
 
+    # Optional backward kernels (NotImplementedError: autograd composes them from the
+    # ops above, as it does on a backend without them).
+    def conv2d_kernel_grad(self, layout, grad, grad_layout, kernel_shape: tuple, padding,
+                           stride, dilation, groups):
+        """dL/dkernel of ``conv2d``: ``self`` the input, ``grad`` dL/doutput; a new storage
+        of ``kernel_shape`` (c_out, c_in / groups, kh, kw)."""
+        raise NotImplementedError
+
+    def max_pool2d_backward(self, layout, grad, grad_layout, kernel: tuple, stride: tuple):
+        """dL/dinput of ``max_pool2d``: ``self`` the input; each window's gradient goes to
+        its first maximum, or its last NaN (PyTorch's choice); overlapping windows add up."""
+        raise NotImplementedError
+
+    def avg_pool2d_backward(self, layout, input_shape: tuple, kernel: tuple, stride: tuple):
+        """dL/dinput of ``avg_pool2d``: ``self`` dL/doutput, spread evenly over each window."""
+        raise NotImplementedError
+
     def upsample_nearest2d(self, layout, h: int, w: int):
         raise NotImplementedError
 
-    # -- optional fused ops (NotImplementedError: the Tensor layer composes them) --
+    # -- optional fused ops (NotImplementedError: tallow.nn.ops composes them) -------
     def softmax_last_dim(self, layout):
         raise NotImplementedError
 
@@ -286,4 +311,23 @@ class BackendStorage:
     def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale: float):
         """``softmax(q k^T * scale + mask) v``: q ``(b, h, sq, d)``, k/v ``(b, hk, sk, d)``
         (h a multiple of hk), mask None or additive, broadcastable to ``(b, h, sq, sk)``."""
+        raise NotImplementedError
+
+    # -- optional: quantized weights (where the device's ``qmatmul_path`` is not None) --
+    def dequantize(self, layout, ggml_type, n_elements: int):
+        """``self`` holds GGML blocks of ``ggml_type`` as u8 (``layout`` 1-D over their
+        bytes); a new f32 storage of the ``n_elements`` values they encode."""
+        raise NotImplementedError
+
+    def prepare_qweight(self, layout, ggml_type, n: int, k: int):
+        """The weight ``(n, k)`` whose blocks ``self`` holds in the form ``qmatmul_t``
+        reads (built once and kept while the storage lives), or None where the blocks
+        are read as they are. Its ``nbytes`` is what a product reads."""
+        return None
+
+    def qmatmul_t(self, layout, weight, weight_layout, ggml_type, n: int, k: int):
+        """``x @ W.T`` as ggml computes it: ``self`` f32 activations ``(..., k)`` (any
+        strides), ``weight`` the u8 blocks of a ``(n, k)`` ``ggml_type`` matrix; the
+        activations are quantized to the type's dot type, block sums are exact
+        integers. A new f32 storage ``(..., n)``."""
         raise NotImplementedError

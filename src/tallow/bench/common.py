@@ -76,9 +76,24 @@ def _finite(v):
 
 
 def write_json(path, results: dict) -> None:
+    """The results as strict JSON, written atomically (nothing is written for no path)."""
+    from ..atomic import atomic_write
+
     if path:
-        with open(path, "w") as f:
-            json.dump(_finite(results), f, indent=2, default=str, allow_nan=False)
+        text = json.dumps(_finite(results), indent=2, default=str, allow_nan=False)
+        with atomic_write(path, "w") as f:
+            f.write(text)
+
+
+def save_figure(fig, path) -> None:
+    """A matplotlib figure to ``path`` (format from the extension), written atomically."""
+    import os
+
+    from ..atomic import atomic_write
+
+    fmt = os.path.splitext(str(path))[1].lstrip(".").lower() or "png"
+    with atomic_write(path) as f:
+        fig.savefig(f, dpi=120, format=fmt)
 
 
 def have_torch():

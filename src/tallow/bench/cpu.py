@@ -7,7 +7,12 @@ NumPy and PyTorch measured in the same run.
    relu, a view), default threads and 1 thread;
 3. a 3-layer 256->256 ReLU network, batch 64, 200 forward passes, plain tensors
    and Var weights, two alternating rounds;
-4. per-op overhead: 5000 chained adds of 1024-element f32 tensors.
+4. per-op overhead: 5000 chained adds of 1024-element f32 tensors;
+5. training steps (MLP and conv net) beside PyTorch at 1 and 2 threads
+   (:mod:`tallow.bench.train`).
+
+``--quick`` keeps every table but measures fewer sizes (matmul n = 256, 512;
+1024x1024 element-wise) with fewer repeats.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 import tallow as tl
 
 from .common import alternate, have_torch, ms, ratio, table, write_json
+from .train import bench_train
 
 
 def _threads(n):
@@ -154,17 +160,17 @@ def _network(torch, repeats, rounds=2, passes=200):
     return out
 
 
-def bench_network(repeats, default_threads):
+def bench_network(repeats, default_threads, passes=200):
     torch = have_torch()
     rows, results = [], []
     for threads in (default_threads, 1):
         _threads(threads)
-        for r, t in enumerate(_network(torch, repeats), 1):
+        for r, t in enumerate(_network(torch, repeats, passes=passes), 1):
             results.append(dict(threads=threads, round=r, **{k: ms(v) for k, v in t.items()}))
             rows.append([threads, r, ms(t["tallow plain"]), ms(t["tallow Var"]),
                          ms(t.get("torch plain")), ms(t.get("torch requires_grad")),
                          ratio(t["tallow plain"], t.get("torch plain"))])
-    print(table("3-layer 256->256 ReLU network, batch 64, 200 forward passes (ms; time vs torch = tallow / torch)",
+    print(table(f"3-layer 256->256 ReLU network, batch 64, {passes} forward passes (ms; time vs torch = tallow / torch)",
                 ["threads", "round", "tallow plain", "tallow Var", "torch plain", "torch grad",
                  "time vs torch"], rows))
     return results
@@ -215,9 +221,11 @@ def run(args) -> int:
     results = {"threads": default_threads}
     try:
         results["overhead"] = bench_overhead(repeats)
-        results["matmul"] = bench_matmul((256, 512, 1024), repeats, default_threads, quick)
-        results["elementwise"] = bench_elementwise(repeats, default_threads)
-        results["network"] = bench_network(repeats, default_threads)
+        sizes = (256, 512) if quick else (256, 512, 1024)
+        results["matmul"] = bench_matmul(sizes, repeats, default_threads, quick)
+        results["elementwise"] = bench_elementwise(repeats, default_threads, n=1024 if quick else 2048)
+        results["network"] = bench_network(repeats, default_threads, passes=50 if quick else 200)
+        results["train"] = bench_train(repeats, number=3 if quick else 5)
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)

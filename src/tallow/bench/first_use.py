@@ -49,12 +49,12 @@ def _families(tl, dev):
 
 
 def _quantized_kernels(tl, dev):
-    """The GPU quantized kernels themselves (backends/gpu/ops_quantized.py), 512 x 512
+    """The GPU quantized kernels themselves (backends/gpu/quantized.py), 512 x 512
     Q4_0 and Q4K weights."""
     import numpy as np
 
     from tallow import dtype as dt
-    from tallow.backends.gpu import ops_quantized as oq
+    from tallow.backends.gpu import quantized as oq
     from tallow.quantized import ggml_type
 
     rng = np.random.default_rng(0)
@@ -128,7 +128,7 @@ def child() -> None:
         first, later = _timed(dev, fn)
         rows.append([name, first, later])
     t0 = time.perf_counter()
-    dev2 = new_device_state(0).handle
+    dev2 = tl.Device.of(new_device_state(0))
     t_dev2 = time.perf_counter() - t0
     a = tl.randn((512, 512), device=dev2)
     dev2.synchronize()

@@ -23,7 +23,7 @@ import numpy as np
 
 import tallow as tl
 
-from .common import alternate, have_torch, ratio, table, write_json
+from .common import alternate, have_torch, ratio, table, save_figure, write_json
 from .queue import SETTINGS, plot_queue, sweep
 
 
@@ -152,7 +152,7 @@ QUANT_TYPES = ("Q4_0", "Q8_0", "Q4K", "Q6K")
 def bench_quantized(dev, size, repeats, cpu_adapter):
     """x (m, size) @ W(size, size)^T for W in GGML blocks on the GPU, m = 1 and 32."""
     from tallow import dtype as dt
-    from tallow.backends.gpu import ops_quantized as oq
+    from tallow.backends.gpu import quantized as oq
     from tallow.quantized import ggml_type, prepare_weight
 
     state = dev._state
@@ -242,7 +242,7 @@ def run(args) -> int:
         ax1.legend(fontsize=7)
         plot_queue(ax2, qres, SETTINGS, cases)
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        save_figure(fig, args.plot)
         print(f"plot written to {args.plot}")
     write_json(getattr(args, "json", None), results)
     return 0

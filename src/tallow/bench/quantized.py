@@ -26,7 +26,7 @@ BLAS calls are single-threaded (see the comment in ``bench_qmatmul``).  Memory i
 blocks, the numba tiles, the NumPy path's integer planes, the f32 matrix.  The
 numba kernel's first-use cost (cold compile, and loading numba's on-disk
 cache) is measured in fresh processes.  With a GPU and its quantized kernels
-(``backends/gpu/ops_quantized``) the GPU ``QMatMul`` is timed as well.
+(``backends/gpu/quantized``) the GPU ``QMatMul`` is timed as well.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
                   deq_per_call=False, quiet=False, seed=0, blas_idle=None) -> dict:
     """{format: {"memory": {...}, "batch": {b: {candidate: seconds}}}}."""
     import tallow as tl
-    from tallow.quantized import QMatMul, fast, ggml_type
+    from tallow.backends.cpu.quantized import fast
+    from tallow.quantized import QMatMul, ggml_type
 
     blas_idle = BLAS_IDLE_S if blas_idle is None else blas_idle
     rng = np.random.default_rng(seed)
@@ -76,9 +77,12 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
         q = tl.Tensor(w).quantize(fmt)
         raw = q.numpy_bytes()
         paths = {}
+        if QMatMul(q, dequantize=False).path == "native":
+            paths["native"] = QMatMul(q, dequantize=False)
         if fast.available():
-            paths["numba"] = QMatMul(q, dequantize=False)
-        paths["numpy"] = _with_env("TALLOW_NO_NUMBA", "1", lambda: QMatMul(q, dequantize=False))
+            paths["numba"] = _with_env("TALLOW_NO_NATIVE", "1", lambda: QMatMul(q, dequantize=False))
+        paths["numpy"] = _with_env("TALLOW_NO_NATIVE", "1", lambda: _with_env(
+            "TALLOW_NO_NUMBA", "1", lambda: QMatMul(q, dequantize=False)))
         paths["dequantized"] = QMatMul(q, dequantize=True)
         memory = {"blocks": q.nbytes}
         for name, qm in paths.items():
@@ -98,7 +102,7 @@ def bench_qmatmul(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeat
             cands["dequantized"] = lambda xt=xt: paths["dequantized"].forward(xt)
             if deq_per_call:
                 cands["deq/call"] = lambda x=x: x @ t.dequantize(raw, n * k).reshape(n, k).T
-            for name in ("numpy", "numba"):
+            for name in ("numpy", "numba", "native"):
                 if name in paths:
                     cands[name] = lambda qm=paths[name], xt=xt: qm.forward(xt)
             entry["batch"][b] = alternate(cands, repeats=repeats)
@@ -132,7 +136,8 @@ def bench_stream(formats=("Q4_0", "Q8_0"), count=16, n=4096, k=4096, repeats=5, 
     OpenBLAS's workers are idle).
     """
     import tallow as tl
-    from tallow.quantized import QMatMul, fast
+    from tallow.backends.cpu.quantized import fast
+    from tallow.quantized import QMatMul
 
     if not fast.available():
         return {"skipped": "numba is not available"}
@@ -171,7 +176,7 @@ def bench_stream(formats=("Q4_0", "Q8_0"), count=16, n=4096, k=4096, repeats=5, 
 
 def bench_first_use() -> dict:
     """Seconds to compile the numba kernel cold, and to load it from numba's cache, in fresh processes."""
-    code = ("import time; t=time.perf_counter(); from tallow.quantized import fast; ok=fast.available(); "
+    code = ("import time; t=time.perf_counter(); from tallow.backends.cpu.quantized import fast; ok=fast.available(); "
             "print(ok, time.perf_counter()-t, fast.status()['compile_seconds'])")
     out = {}
     with tempfile.TemporaryDirectory() as cache:
@@ -191,23 +196,19 @@ def bench_first_use() -> dict:
 
 
 def bench_gpu(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5, quiet=False, seed=0):
-    """GPU QMatMul (the ops_quantized kernels) and the GPU f32 matmul, or None without them."""
+    """GPU QMatMul (the GPU quantized kernels) and the GPU f32 matmul, or a skip without an adapter."""
     import tallow as tl
-    from tallow.quantized import QMatMul
-    from tallow.quantized.qtensor import gpu_ops
+    from tallow.quantized import QMatMul, ggml_type
 
     if not tl.utils.gpu_is_available():
         return {"skipped": "no WebGPU adapter"}
-    ops = gpu_ops()
-    if ops is None:
-        return {"skipped": "no GPU quantized kernels (tallow.backends.gpu.ops_quantized)"}
     dev = tl.Device.gpu(0)
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k)).astype(np.float32)
     wg = tl.Tensor(w, device=dev)
     out = {}
     for fmt in formats:
-        if not ops.supported(fmt):
+        if dev._state.qmatmul_path(ggml_type(fmt)) is None:
             continue
         qm = QMatMul(tl.Tensor(w).quantize(fmt).to_device(dev), dequantize=False)
         out[fmt] = {}
@@ -231,7 +232,7 @@ def bench_gpu(formats=QUICK_FORMATS, n=4096, k=4096, batches=(1, 32), repeats=5,
 
 
 def _tables(res, batches) -> str:
-    cand = ["numba", "numpy", "dequantized", "deq/call"]
+    cand = ["native", "numba", "numpy", "dequantized", "deq/call"]
     rows = []
     for fmt, e in res.items():
         for b in batches:
@@ -253,14 +254,14 @@ def _tables(res, batches) -> str:
     for fmt, e in res.items():
         m = e["memory"]
         mem_rows.append([fmt] + [None if m.get(c) is None else m[c] / MIB
-                                 for c in ("blocks", "numba", "numpy", "dequantized", "f32")])
-    t2 = table("memory held (MiB)", ["format", "blocks", "numba", "numpy", "dequantized", "f32"], mem_rows)
+                                 for c in ("blocks", "native", "numba", "numpy", "dequantized", "f32")])
+    t2 = table("memory held (MiB)", ["format", "blocks", "native", "numba", "numpy", "dequantized", "f32"], mem_rows)
     return t1 + "\n\n" + t2
 
 
 def run(args) -> int:
     import tallow as tl
-    from tallow.quantized import fast
+    from tallow.backends.cpu.quantized import fast
 
     quick = bool(getattr(args, "quick", False))
     repeats = getattr(args, "repeats", None) or (3 if quick else 7)

@@ -23,7 +23,7 @@ import warnings
 
 import tallow as tl
 
-from .common import table, write_json
+from .common import table, save_figure, write_json
 
 SETTINGS = (None, "1", "0", "10", "1000", "abc")
 
@@ -123,7 +123,7 @@ def run(args) -> int:
         fig, ax = plt.subplots(figsize=(6, 4))
         plot_queue(ax, res, SETTINGS, cases)
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        save_figure(fig, args.plot)
         print(f"plot written to {args.plot}")
     write_json(getattr(args, "json", None), {
         "adapter": info["adapter"],

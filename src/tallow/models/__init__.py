@@ -6,7 +6,7 @@ The submodules load on first use: ``tl.models.bert``, ``tl.models.llama``,
 
 import importlib
 
-_SUBMODULES = ("bert", "llama", "generate", "sentence", "config", "cli", "quantized_llama")
+_SUBMODULES = ("bert", "llama", "generate", "sentence", "config", "quantized_llama")
 _NAMES = {"SentenceEmbedder": "sentence", "BertModel": "bert", "BertConfig": "bert",
           "Llama": "llama", "LlamaConfig": "llama", "Cache": "llama",
           "TextGenerator": "generate", "ModelFormatError": "config",

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import dtype as dt
-from ..creation import zeros_like
+from ..creation import cat, zeros_like
 from ..errors import ShapeMismatchError
 from ..nn import ops
 from ..nn.container import ModuleList
@@ -19,7 +19,7 @@ from ..nn.embedding import Embedding
 from ..nn.linear import Linear, linear
 from ..nn.module import Module
 from ..nn.norm import LayerNorm
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .config import ModelFormatError, check_architecture, read_json, require
 
 BERT_TYPES = ("bert",)
@@ -111,8 +111,6 @@ class BertSelfAttention(Module):
         key = tuple(id(t) for m in parts for t in (m.weight, m.bias))
         cached = self.__dict__.get("_qkv")
         if cached is None or cached[0] != key:
-            from ..ops_index import cat
-
             w = cat([m.weight for m in parts], 0)
             bias = None if any(m.bias is None for m in parts) else cat([m.bias for m in parts], 0)
             cached = (key, w, bias)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .config import ModelFormatError
 
 DEFAULT_SEED = 299792458
@@ -132,7 +132,7 @@ class TextGenerator:
 
     def __init__(self, model, tokenizer, temperature: float | None = 0.8,
                  top_p: float | None = None, top_k: int | None = None, seed: int = DEFAULT_SEED,
-                 repeat_penalty: float = 1.1, repeat_last_n: int = 64, eos_token_ids=None):
+                 repeat_penalty: float = 1.0, repeat_last_n: int = 64, eos_token_ids=None):
         self.model = model
         self.tokenizer = tokenizer
         self.processor = LogitsProcessor(seed, temperature, top_k, top_p)

@@ -26,7 +26,7 @@ from ..nn.linear import Linear
 from ..nn.module import Module
 from ..nn.norm import RmsNorm
 from ..nn.rotary import rope
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .config import ModelFormatError, check_architecture, read_json, require
 
 LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral")

@@ -39,6 +39,9 @@ import math
 import os
 
 from .. import dtype as dt
+from ..constructors import adopt_array
+from ..errors import IndexOutOfRangeError, ShapeMismatchError
+from ..layout import Layout
 from ..device import Device, cpu
 from ..nn import ops
 from ..nn.container import ModuleList
@@ -49,9 +52,11 @@ from ..nn.norm import RmsNorm
 from ..nn.rotary import rope_i
 from ..quantized.gguf_file import qtensor_of
 from ..quantized.gguf_io import GgufFile, read_gguf
-from ..tensor import Tensor
+from ..quantized.qtensor import dequantize_all
+from ..tensor_class import Tensor
 from .config import ModelFormatError
-from .llama import Cache, LlamaConfig, decoder_hidden
+from . import llama_decode
+from .llama import Cache, ContextLengthError, LlamaConfig, decoder_hidden
 
 
 def _linear(qt) -> Linear:
@@ -170,21 +175,49 @@ class ModelWeights(Module):
         self.config = cfg
         self.path = f.path
 
-        def get(name, shape):
+        def tensor(name, shape):
             t = f.tensors.get(name)
             if t is None:
                 raise ModelFormatError(f"{f.path}: missing tensor {name!r}")
             if tuple(t.shape) != tuple(shape):
                 raise ModelFormatError(f"{f.path}: tensor {name!r} has shape {t.shape}, expected {tuple(shape)}")
-            return qtensor_of(t, device)
+            return t
 
-        emb_q = get("token_embd.weight", (cfg.vocab_size, cfg.hidden_size))
-        blocks = ModuleList(_Block(get, i, cfg) for i in range(cfg.num_hidden_layers))
-        norm = RmsNorm.from_weights(get("output_norm.weight", (cfg.hidden_size,)).dequantize(), cfg.rms_norm_eps)
-        self.model = _Inner(Embedding.from_weights(emb_q.dequantize()), blocks, norm)
-        out_q = emb_q if cfg.tie_word_embeddings else get("output.weight", (cfg.vocab_size, cfg.hidden_size))
-        self.output = _linear(out_q)
+        shapes = _expected_shapes(cfg)
+        checked = {name: tensor(name, shape) for name, shape in shapes.items()}
+        self._decoder = None
+        self._tree_args = None
         self._cache = None
+        if device.kind == "cpu" and not dequantize_all() and llama_decode.available():
+            # The array fast path; the Tensor modules are built only if something asks for them.
+            output = "token_embd.weight" if cfg.tie_word_embeddings else "output.weight"
+            self._decoder = llama_decode.LlamaDecoder(checked.__getitem__, cfg, output)
+            self._tree_args = (checked, device)
+        else:
+            self._build_tree(checked, device)
+
+    def _build_tree(self, checked, device) -> None:
+        cfg = self.config
+
+        def get(name, shape):
+            return qtensor_of(checked[name], device)
+
+        emb_q = get("token_embd.weight", None)
+        blocks = ModuleList(_Block(get, i, cfg) for i in range(cfg.num_hidden_layers))
+        norm = RmsNorm.from_weights(get("output_norm.weight", None).dequantize(), cfg.rms_norm_eps)
+        self.model = _Inner(Embedding.from_weights(emb_q.dequantize()), blocks, norm)
+        out_q = emb_q if cfg.tie_word_embeddings else get("output.weight", None)
+        self.output = _linear(out_q)
+
+    def __getattr__(self, name):
+        # `model` and `output` (the Tensor modules) are built on first use when the
+        # fast path serves the forward passes.
+        if name in ("model", "output"):
+            args = self.__dict__.get("_tree_args")
+            if args is not None:
+                self.__dict__["_tree_args"] = None
+                self._build_tree(*args)
+        return super().__getattr__(name)
 
     @classmethod
     def from_gguf(cls, path, device=cpu) -> "ModelWeights":
@@ -197,7 +230,8 @@ class ModelWeights(Module):
         return dt.f32
 
     def new_cache(self, use_kv_cache: bool = True) -> Cache:
-        return Cache(self.config, dt.f32, self.model.embed_tokens.weight.device, use_kv_cache)
+        device = Device.cpu() if self._decoder is not None else self.model.embed_tokens.weight.device
+        return Cache(self.config, dt.f32, device, use_kv_cache)
 
     def _hidden(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         return decoder_hidden(self.model, input_ids, index_pos, cache, "ModelWeights",
@@ -209,9 +243,58 @@ class ModelWeights(Module):
             if self._cache is None or int(index_pos) == 0:
                 self._cache = self.new_cache()
             cache = self._cache
+        if self._fast_ok(input_ids, cache):
+            return self._fast(input_ids, index_pos, cache, True)
         h = self._hidden(input_ids, index_pos, cache)
         return self.output(h.narrow(1, h.shape[1] - 1, 1).squeeze(1))
 
     def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, seq, vocab)`` for every input position."""
+        if self._fast_ok(input_ids, cache):
+            return self._fast(input_ids, index_pos, cache, False)
         return self.output(self._hidden(input_ids, index_pos, cache))
+
+    # -- the array fast path (CPU, one sequence, with a key/value cache) --------------
+    def _fast_ok(self, input_ids, cache) -> bool:
+        return (self._decoder is not None and cache.use_kv_cache and isinstance(input_ids, Tensor)
+                and input_ids.rank == 2 and input_ids.shape[0] == 1 and input_ids.device.kind == "cpu"
+                and not input_ids.dtype.is_float)
+
+    def _fast(self, input_ids: Tensor, index_pos: int, cache: Cache, last_only: bool) -> Tensor:
+        s = input_ids.shape[1]
+        index_pos = int(index_pos)
+        if s == 0:
+            raise ShapeMismatchError("ModelWeights: input_ids is empty")
+        if index_pos < 0 or index_pos + s > cache.max_positions:
+            raise ContextLengthError(
+                f"ModelWeights: positions {index_pos}..{index_pos + s - 1} do not fit in the context of "
+                f"{cache.max_positions} tokens (llama.context_length)")
+        if index_pos > cache.seq_len:
+            raise ShapeMismatchError(f"ModelWeights: index_pos {index_pos} is past the {cache.seq_len} cached positions")
+        ids = input_ids.numpy().reshape(-1)
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
+            raise IndexOutOfRangeError(f"ModelWeights: token id outside the vocabulary of {self.config.vocab_size}")
+        state = getattr(cache, "_decode_state", None)
+        if state is None or state.decoder is not self._decoder:
+            state = cache._decode_state = self._decoder.new_state()
+        out = self._decoder.forward(ids, index_pos, state, last_only)
+        cache.seq_len = index_pos + s
+        shape = (1, self.config.vocab_size) if last_only else (1, s, self.config.vocab_size)
+        return Tensor._wrap(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), Layout.contiguous_of(shape))
+
+
+def _expected_shapes(cfg: LlamaConfig) -> dict:
+    """Every tensor the model reads, with its (rows, columns) shape."""
+    h, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
+    shapes = {"token_embd.weight": (cfg.vocab_size, h)}
+    for i in range(cfg.num_hidden_layers):
+        p = f"blk.{i}"
+        shapes.update({f"{p}.attn_norm.weight": (h,), f"{p}.attn_q.weight": (q, h), f"{p}.attn_k.weight": (kv, h),
+                       f"{p}.attn_v.weight": (kv, h), f"{p}.attn_output.weight": (h, q),
+                       f"{p}.ffn_norm.weight": (h,), f"{p}.ffn_gate.weight": (f, h), f"{p}.ffn_up.weight": (f, h),
+                       f"{p}.ffn_down.weight": (h, f)})
+    shapes["output_norm.weight"] = (h,)
+    if not cfg.tie_word_embeddings:
+        shapes["output.weight"] = (cfg.vocab_size, h)
+    return shapes

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import dtype as dt
+from ..backends.cpu import parallel
+from ..backends.cpu.threads import CONFIG
+from ..creation import cat
 from ..device import Device, cpu
 from ..nn.var_builder import VarBuilder
-from ..tensor import Tensor
+from ..tensor_class import Tensor
+from ..utils import get_num_threads
 from .bert import BertConfig, BertModel
 from .config import ModelFormatError, read_json
 
@@ -103,8 +109,6 @@ class Pooling:
                     outs.append(summed.broadcast_div(count.sqrt()))
         if len(outs) == 1:
             return outs[0]
-        from ..ops_index import cat
-
         return cat(outs, -1)
 
 
@@ -200,21 +204,12 @@ class SentenceEmbedder:
         GIL): this keeps every core busy through the many small element-wise steps
         that would not split well over threads inside one batch."""
         if workers is None:
-            from ..utils import get_num_threads
-
             workers = get_num_threads() if self.device.kind == "cpu" else 1
         workers = max(1, min(int(workers), len(batches)))
         if workers == 1:
             for b in batches:
                 yield run(b)
             return
-        from concurrent.futures import ThreadPoolExecutor
-
-        from threadpoolctl import threadpool_limits
-
-        from ..backends.cpu import parallel
-        from ..backends.cpu.threads import CONFIG
-
         CONFIG.apply()  # settle tallow's own BLAS setting first, so the workers keep the limit below
 
         def job(b):
@@ -231,13 +226,13 @@ class SentenceEmbedder:
                 for f in futures:
                     f.cancel()
 
-    def encode(self, sentences, batch_size: int = 32, normalize=True, show_progress_bar=None,
+    def encode(self, sentences, batch_size: int = 32, normalize=None, show_progress_bar=None,
                convert_to_numpy: bool = True, workers: int | None = None):
         """Embeddings of ``sentences`` (a string or a list) as an ``(n, dim)`` float32 array.
 
-        ``normalize``: True (the default, as API.md promises) gives unit vectors, False
-        the raw pooled ones; None does what the directory says (a ``Normalize`` module
-        in ``modules.json``), which is what sentence-transformers' ``encode`` returns. A progress bar shows for long runs
+        ``normalize``: None (the default) does what the directory says (a ``Normalize``
+        module in ``modules.json``), which is what sentence-transformers' ``encode``
+        returns; True forces unit vectors, False the raw pooled ones. A progress bar shows for long runs
         (``show_progress_bar`` None: more than 8 batches). ``workers``: batches run at
         once on the CPU (default: the thread count, ``tl.utils.get_num_threads()``).
         """

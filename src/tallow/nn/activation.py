@@ -3,7 +3,7 @@ Flatten, Dropout."""
 
 from __future__ import annotations
 
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from . import ops
 from .errors import UnsupportedOptionError
 from .module import Module

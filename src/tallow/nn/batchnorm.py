@@ -16,7 +16,7 @@ import math
 from ..creation import full, ones, zeros
 from ..dtype import i64
 from ..errors import ShapeMismatchError
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .init import parameter
 from .module import Module
 

@@ -10,7 +10,7 @@ weight is ``(in, out / groups, *kernel)``).
 
 from __future__ import annotations
 
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from . import init
 from .errors import UnsupportedOptionError
 from .module import Module

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..creation import randn, zeros
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .init import parameter
 from .module import Module
 

@@ -6,7 +6,7 @@ tl.nn.pooling for the details.
 
 from __future__ import annotations
 
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .linear import linear
 from .loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
                    nll_loss)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from . import init
 from .module import Module
 

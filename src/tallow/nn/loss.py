@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..creation import zeros
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .errors import UnsupportedOptionError
 from .module import Module
 from .ops import log_softmax

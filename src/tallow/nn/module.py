@@ -19,7 +19,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from ..device import Device
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from ..var import Var
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..creation import ones, zeros
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from . import ops
 from .init import parameter
 from .module import Module

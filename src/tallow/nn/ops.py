@@ -9,12 +9,11 @@ Tensor primitives, which every backend has and autograd differentiates.
 
 from __future__ import annotations
 
-from .._construct import make
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
 from ..shape import normalize_dim
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from . import rotary as rotary_emb  # noqa: F401  (tl.nn.ops.rotary_emb.rope / rope_i)
 
 _contig = Layout.contiguous_of
@@ -41,7 +40,7 @@ def fused(name, x, *args, shape=None):
     except NotImplementedError:
         _MISSING.setdefault(type(s), set()).add(name)
         return None
-    return make(out, _contig(x._layout.shape if shape is None else shape))
+    return Tensor._wrap(out, _contig(x._layout.shape if shape is None else shape))
 
 
 def _float_only(op, x):
@@ -55,6 +54,8 @@ def softmax(x: Tensor, dim=-1) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``."""
     _float_only("softmax", x)
     d = normalize_dim(dim, x.rank, "softmax")
+    if x.shape[d] == 0:  # empty rows: an empty result, as PyTorch gives
+        return x.copy()
     if d == x.rank - 1 and not x._track:
         out = fused("softmax_last_dim", x)
         if out is not None:
@@ -72,6 +73,8 @@ def log_softmax(x: Tensor, dim=-1) -> Tensor:
     """``x - max - log(sum(exp(x - max)))`` along ``dim`` (stable)."""
     _float_only("log_softmax", x)
     d = normalize_dim(dim, x.rank, "log_softmax")
+    if x.shape[d] == 0:
+        return x.copy()
     mx = x.max_keepdim(d).detach()
     shifted = x.broadcast_sub(mx)
     return shifted.broadcast_sub(shifted.exp().sum_keepdim(d).log())
@@ -186,6 +189,8 @@ def layer_norm(x: Tensor, alpha: Tensor, beta: Tensor | None, eps: float) -> Ten
     xf = x.to_dtype("f32") if dtype.size_in_bytes < 4 else x
     mean = xf.mean_keepdim(-1)
     centred = xf.broadcast_sub(mean)
+    # Centred again on what the rounding of the mean left (as the fused kernels do).
+    centred = centred.broadcast_sub(centred.mean_keepdim(-1))
     var = centred.sqr().mean_keepdim(-1)
     y = centred.broadcast_div((var + eps).sqrt()).to_dtype(dtype).broadcast_mul(alpha)
     return y if beta is None else y.broadcast_add(beta)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ..creation import full
+from ..creation import cat, full
 from ..errors import ShapeMismatchError
-from ..ops_index import cat
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .errors import UnsupportedOptionError
 from .module import Module
 

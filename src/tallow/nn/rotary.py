@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 
 
 def _check(op, xs, cos, sin):
@@ -60,7 +60,7 @@ def rope(xs: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     c, s = _table(cos, b, t, half), _table(sin, b, t, half)
     x1 = xs.narrow(-1, 0, half)
     x2 = xs.narrow(-1, half, half)
-    from ..ops_index import cat
+    from ..creation import cat
 
     return cat([x1.broadcast_mul(c) - x2.broadcast_mul(s),
                 x2.broadcast_mul(c) + x1.broadcast_mul(s)], -1)
@@ -78,7 +78,7 @@ def rope_i(xs: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     pairs = xs.reshape((b, h, t, half, 2))
     x0 = pairs.narrow(-1, 0, 1)
     x1 = pairs.narrow(-1, 1, 1)
-    from ..ops_index import cat
+    from ..creation import cat
 
     y = cat([x0.broadcast_mul(c) - x1.broadcast_mul(s),
              x0.broadcast_mul(s) + x1.broadcast_mul(c)], -1)

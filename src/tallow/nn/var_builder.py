@@ -11,17 +11,13 @@ the expected and found shapes and the file.
 
 from __future__ import annotations
 
-import json
-import mmap
 import os
-import struct
-
-import numpy as np
 
 from .. import dtype as dt
 from ..device import Device, cpu
-from ..errors import FileFormatError, ShapeMismatchError, TallowError
-from ..tensor import Tensor
+from ..errors import ShapeMismatchError, TallowError
+from ..safetensors_io import SafetensorsReader
+from ..tensor_class import Tensor
 
 
 class MissingTensorError(TallowError, KeyError):
@@ -31,95 +27,8 @@ class MissingTensorError(TallowError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-_ST_DTYPES = {
-    "U8": (dt.u8, np.uint8), "U32": (dt.u32, np.uint32), "I64": (dt.i64, np.int64),
-    "F16": (dt.f16, np.float16), "BF16": (dt.bf16, dt.bf16.np), "F32": (dt.f32, np.float32),
-    "F64": (dt.f64, np.float64),
-    # Types tallow lacks, widened losslessly when read.
-    "I8": (dt.i64, np.int8), "I16": (dt.i64, np.int16), "I32": (dt.i64, np.int32),
-    "U16": (dt.u32, np.uint16), "BOOL": (dt.u8, np.bool_),
-}
-
-
-class MmapSafetensors:
-    """One safetensors file, memory-mapped; the header is parsed, the data read on demand."""
-
-    def __init__(self, path):
-        self.path = str(path)
-        if not os.path.exists(self.path):
-            raise FileNotFoundError(f"no such safetensors file: {self.path}")
-        with open(self.path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise FileFormatError(f"{self.path}: not a safetensors file (too short)")
-            (n,) = struct.unpack("<Q", head)
-            size = os.fstat(f.fileno()).st_size
-            if n > size - 8 or n > 100_000_000:
-                raise FileFormatError(f"{self.path}: not a safetensors file (bad header length {n})")
-            try:
-                header = json.loads(f.read(n))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise FileFormatError(f"{self.path}: not a safetensors file ({e})") from None
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else None
-        if not isinstance(header, dict):
-            raise FileFormatError(f"{self.path}: not a safetensors file (header is not a mapping)")
-        self.metadata = header.pop("__metadata__", None) or {}
-        self._base = 8 + n
-        self._entries = {}
-        for name, info in header.items():
-            try:
-                kind = info["dtype"]
-                shape = tuple(int(d) for d in info["shape"])
-                start, end = (int(o) for o in info["data_offsets"])
-            except (KeyError, TypeError, ValueError):
-                raise FileFormatError(f"{self.path}: bad header entry for {name!r}") from None
-            if kind not in _ST_DTYPES:
-                raise FileFormatError(f"{self.path}: tensor {name!r} has unsupported dtype {kind}")
-            npd = np.dtype(_ST_DTYPES[kind][1])
-            count = 1
-            for d in shape:
-                count *= d
-            if end - start != count * npd.itemsize or self._base + end > size or start < 0:
-                raise FileFormatError(
-                    f"{self.path}: tensor {name!r} ({kind} {list(shape)}) has bad data offsets "
-                    f"[{start}, {end}) for a file of {size} bytes")
-            self._entries[name] = (kind, shape, start)
-
-    def keys(self):
-        return list(self._entries)
-
-    def __contains__(self, name):
-        return name in self._entries
-
-    def shape(self, name):
-        return self._entries[name][1]
-
-    def dtype(self, name):
-        return _ST_DTYPES[self._entries[name][0]][0]
-
-    def array(self, name) -> np.ndarray:
-        """The tensor's elements as an array over the mapped file (no read until touched)."""
-        kind, shape, start = self._entries[name]
-        npd = np.dtype(_ST_DTYPES[kind][1])
-        count = 1
-        for d in shape:
-            count *= d
-        if count == 0:
-            return np.zeros(shape, npd)
-        arr = np.frombuffer(self._map, dtype=npd, count=count, offset=self._base + start)
-        return arr.reshape(shape)
-
-    def get(self, name, dtype=None, device=None) -> Tensor:
-        arr = self.array(name)
-        tdtype = _ST_DTYPES[self._entries[name][0]][0]
-        if arr.dtype != tdtype.np:
-            arr = arr.astype(tdtype.np)
-        t = Tensor.from_vec(arr, None)
-        if dtype is not None and dt.DType.parse(dtype) is not t.dtype:
-            t = t.to_dtype(dtype)
-        if device is not None:
-            t = t.to_device(device)
-        return t
+class MmapSafetensors(SafetensorsReader):
+    """One safetensors file, memory-mapped; the header validated, the data read on demand."""
 
 
 def _name(prefix, name):

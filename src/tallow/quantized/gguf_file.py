@@ -22,7 +22,7 @@ import numpy as np
 
 from ..device import Device
 from ..errors import UnsupportedDTypeError
-from ..tensor import Tensor
+from ..tensor_class import Tensor
 from .gguf_io import GgufFile, GgufTensor, read_gguf, write_gguf
 from .qtensor import QTensor
 from .types import ggml_type

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..errors import FileFormatError
 from .blocks import as_bytes
 from .types import GgmlType, ggml_type, is_known_type_id
@@ -535,19 +535,9 @@ def write_gguf(
     # back with new metadata): truncating it in place would zero or unmap their
     # bytes mid-write.  A new file renamed over the old one leaves the old inode,
     # and so the map, intact until it is closed.
-    path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(head)
-            f.write(b"\0" * (-len(head) % alignment))
-            for t in tlist:
-                f.write(memoryview(np.ascontiguousarray(t.data)))
-                f.write(b"\0" * (-t.nbytes % alignment))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f:
+        f.write(head)
+        f.write(b"\0" * (-len(head) % alignment))
+        for t in tlist:
+            f.write(memoryview(np.ascontiguousarray(t.data)))
+            f.write(b"\0" * (-t.nbytes % alignment))

@@ -10,33 +10,38 @@ GPU they are a ``u8`` tensor on that device.
 ``forward(x) = x @ W.T`` for ``x`` of shape ``(..., k)``.  What it computes is
 ggml's quantized matmul (see ``README-quantized.md``): the activations are
 quantized to the weight format's dot type and block products are exact
-integer sums, then scaled.  On the CPU that runs the compiled kernel of
-:mod:`tallow.quantized.fast` (numba), else the NumPy path of
-:mod:`tallow.quantized.vec_dot`.  F32/F16/BF16 weights, and every weight
+integer sums, then scaled.  On the CPU that runs the C kernels of
+:mod:`tallow.backends.cpu.native` for the formats they cover (Q4_0, Q8_0, Q5_0,
+Q4K, Q6K; byte dot products), else the compiled kernel of
+:mod:`tallow.backends.cpu.quantized.fast` (numba), else the NumPy path of
+:mod:`tallow.backends.cpu.quantized.vec_dot`; all give the same bits.  F32/F16/BF16 weights, and every weight
 when ``TALLOW_DEQUANTIZE_ALL=1`` (candle's ``CANDLE_DEQUANTIZE_ALL``) or
 ``QMatMul(qt, dequantize=True)``, are dequantized once and multiplied as an
 f32 matrix instead.
 
-On a GPU, ``dequantize`` and the quantized product run the kernels of
-``tallow.backends.gpu.ops_quantized`` for the types it supports.  For any
-other type (or without that module) the weight is dequantized on the CPU and
-its f32 matrix uploaded once: the product is then the f32 product
-(``DequantizeAll``), not ggml's quantized-activation product.
+The blocks are a 1-D u8 tensor on the QTensor's device; ``dequantize`` and the
+product are the backend's optional quantized ops (``tallow.ops_quantized``).
+The device's ``qmatmul_path`` names its kernels ("numba" / "numpy" on the CPU,
+"gpu" for the types the GPU kernels support); where it has none for a type, the
+weight is dequantized on the CPU and its f32 matrix uploaded once: the product
+is then the f32 product (``DequantizeAll``), not ggml's quantized-activation
+product.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
+from .. import config
 from .. import dtype as dt
-from .._construct import make
+from .. import ops_quantized as qops
 from ..device import Device, cpu
 from ..errors import DeviceMismatchError, ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
-from ..tensor import Tensor, adopt_array
+from ..constructors import adopt_array
+from ..tensor_class import Tensor
 from .blocks import as_bytes
 from .types import GgmlType, ggml_type
 
@@ -44,45 +49,21 @@ _contig = Layout.contiguous_of
 
 
 def dequantize_all() -> bool:
-    """``TALLOW_DEQUANTIZE_ALL`` set to anything but "" or "0"."""
-    return os.environ.get("TALLOW_DEQUANTIZE_ALL", "") not in ("", "0")
-
-
-_GPU_OPS = "tallow.backends.gpu.ops_quantized"
-_gpu_ops_cache: list = []
-
-
-def gpu_ops():
-    """``tallow.backends.gpu.ops_quantized`` (the GPU kernels) when it exists, else None."""
-    if not _gpu_ops_cache:
-        import importlib
-
-        try:
-            module = importlib.import_module(_GPU_OPS)
-        except ModuleNotFoundError as e:
-            if e.name != _GPU_OPS:
-                raise
-            module = None
-        _gpu_ops_cache.append(module)
-    return _gpu_ops_cache[0]
-
-
-def _gpu_supports(name: str) -> bool:
-    ops = gpu_ops()
-    return ops is not None and bool(ops.supported(name))
+    """``TALLOW_DEQUANTIZE_ALL`` is on (see tallow.config)."""
+    return config.flag("TALLOW_DEQUANTIZE_ALL", False)
 
 
 def _f32_tensor(arr: np.ndarray, shape, device: Device) -> Tensor:
     """A tensor taking over a freshly made f32 array."""
     storage = adopt_array(np.ascontiguousarray(arr, dtype=np.float32).reshape(-1), dt.f32, Device.cpu())
-    t = make(storage, _contig(tuple(shape)))
+    t = Tensor._wrap(storage, _contig(tuple(shape)))
     return t if device.kind == "cpu" else t.to_device(device)
 
 
 class QTensor:
     """GGML blocks + shape + type.  Build with ``Tensor.quantize(name)`` or ``QTensor.from_bytes``."""
 
-    __slots__ = ("_type", "_shape", "_raw", "_device", "_cache", "_lock", "__weakref__")
+    __slots__ = ("_type", "_shape", "_blocks", "_device", "_cache", "_lock", "__weakref__")
 
     def __init__(self, raw, shape, ggml_dtype, device=None):
         t = ggml_type(ggml_dtype)
@@ -101,21 +82,16 @@ class QTensor:
         if isinstance(raw, Tensor):
             if raw.dtype is not dt.u8 or raw.rank != 1:
                 raise UnsupportedDTypeError(f"QTensor: raw blocks must be a 1-D u8 tensor, got {raw.dtype} {raw.shape}")
-            nbytes = raw.shape[0]
-            if raw.device.kind == "cpu":
-                raw = np.asarray(raw._storage.to_numpy(raw._layout))
-            else:
-                device = raw.device
-                raw = raw.contiguous()
+            blocks = raw.contiguous()
+            device = raw.device
         else:
-            raw = as_bytes(raw)
-            nbytes = raw.size
+            # On the CPU the tensor keeps the array's buffer (a GGUF file's memory map).
+            blocks = Tensor.from_vec(np.ascontiguousarray(as_bytes(raw)), None, cpu)
+        nbytes = blocks.shape[0]
         if nbytes != expected:
             raise ShapeMismatchError(
                 f"QTensor: shape {shape} as {t.name} takes {expected} bytes, got {nbytes}")
-        if device.kind != "cpu" and not isinstance(raw, Tensor):
-            raw = Tensor.from_vec(np.ascontiguousarray(raw), None, device)
-        self._type, self._shape, self._raw, self._device = t, shape, raw, device
+        self._type, self._shape, self._blocks, self._device = t, shape, blocks.to_device(device), device
         self._cache = {}
         self._lock = threading.Lock()
 
@@ -136,9 +112,7 @@ class QTensor:
             raise ShapeMismatchError(
                 f"quantize: the last dimension of shape {shape} is not a multiple of the "
                 f"{t.name} block size {t.block_size}")
-        xt = tensor.to_dtype(dt.f32)
-        x = xt._storage.to_numpy(xt._layout) if xt.device.kind == "cpu" else xt.numpy()
-        raw = t.quantize(x).reshape(-1)
+        raw = t.quantize(tensor.to_dtype(dt.f32).numpy()).reshape(-1)
         return QTensor(raw, shape, t, tensor.device)
 
     @staticmethod
@@ -186,42 +160,38 @@ class QTensor:
     @property
     def raw(self):
         """The blocks: a uint8 NumPy array on the CPU, a 1-D u8 tensor on a GPU (no copy)."""
-        return self._raw
+        return self.numpy_bytes() if self._device.is_cpu else self._blocks
+
+    @property
+    def blocks(self) -> Tensor:
+        """The blocks as a 1-D u8 tensor on this QTensor's device (no copy)."""
+        return self._blocks
 
     def __repr__(self) -> str:
         return (f"QTensor(shape={list(self._shape)}, ggml_dtype={self.ggml_dtype}, "
                 f"device={self._device}, {self.nbytes} bytes)")
 
     # -- conversions ------------------------------------------------------------------------
-    def _cpu_raw(self) -> np.ndarray:
-        if isinstance(self._raw, Tensor):
-            return np.ascontiguousarray(self._raw.numpy())
-        return self._raw
-
     def to_bytes(self) -> bytes:
         """The raw GGML blocks, exactly as a GGUF file stores them."""
-        return self._cpu_raw().tobytes()
+        return self.numpy_bytes().tobytes()
 
     def numpy_bytes(self) -> np.ndarray:
         """The raw blocks as a uint8 NumPy array (a view on the CPU)."""
-        return self._cpu_raw()
+        return np.ascontiguousarray(self._blocks.numpy())
 
     def dequantize(self) -> Tensor:
         """The values as an f32 tensor of this shape, on this QTensor's device."""
-        name, n = self._type.name, self.elem_count
-        if self._device.kind != "cpu" and _gpu_supports(name):
-            raw = self._raw
-            storage = gpu_ops().dequantize(raw._storage, name, n)
-            return make(storage, _contig(self._shape))
-        return _f32_tensor(self._type.dequantize(self._cpu_raw(), n), self._shape, self._device)
+        if qops.qmatmul_path(self._device, self._type) is not None:
+            return qops.dequantize(self._blocks, self._type, self._shape)
+        values = self._type.dequantize(self.numpy_bytes(), self.elem_count)
+        return _f32_tensor(values, self._shape, self._device)
 
     def to_device(self, device) -> "QTensor":
         device = Device.parse(device)
         if device.same_device(self._device):
             return self
-        if device.kind == "cpu":
-            return QTensor(self._cpu_raw().copy(), self._shape, self._type, device)
-        return QTensor(np.ascontiguousarray(self._cpu_raw()), self._shape, self._type, device)
+        return QTensor(self._blocks.to_device(device), self._shape, self._type)
 
     def cpu(self) -> "QTensor":
         return self.to_device(Device.cpu())
@@ -271,14 +241,13 @@ class QMatMul:
         t = qtensor.ggml_type
         if dequantize is None:
             dequantize = dequantize_all()
+        kernels = qops.qmatmul_path(qtensor.device, t)
         if t.is_float or dequantize:
             self.path = "dequantized"
-        elif qtensor.device.kind != "cpu":
-            self.path = "gpu" if _gpu_supports(t.name) else "gpu-dequantized"
+        elif kernels is None:
+            self.path = f"{qtensor.device.kind}-dequantized"
         else:
-            from . import fast
-
-            self.path = "numba" if fast.available() else "numpy"
+            self.path = kernels
 
     @staticmethod
     def from_qtensor(qtensor: QTensor, dequantize: bool | None = None) -> "QMatMul":
@@ -301,23 +270,20 @@ class QMatMul:
         """The dequantized f32 ``(n, k)`` weight (built once) used by the dequantized paths."""
         return self.qtensor._cached("dequantized", self.qtensor.dequantize)
 
+    def _dequantized(self) -> bool:
+        return self.path == "dequantized" or self.path.endswith("-dequantized")
+
     def prepared(self):
-        """The CPU weight in the layout of this QMatMul's path (built once)."""
-        q = self.qtensor
-        if self.path == "numba":
-            from .fast import TiledWeight
-
-            return q._cached("numba", lambda: TiledWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
-        if self.path == "numpy":
-            from .vec_dot import PreparedWeight
-
-            return q._cached("numpy", lambda: PreparedWeight(q.numpy_bytes(), q.ggml_type, self.n, self.k))
-        return None
+        """The backend's form of the weight for this QMatMul's kernels (built once), or
+        None (dequantized paths, and backends that read the blocks as they are)."""
+        if self._dequantized():
+            return None
+        return qops.prepare_qweight(self.qtensor.blocks, self.qtensor.ggml_type, self.n, self.k)
 
     @property
     def nbytes(self) -> int:
         """Memory of what the products read: the prepared layout, or the f32 matrix, or the blocks."""
-        if self.path in ("dequantized", "gpu-dequantized"):
+        if self._dequantized():
             return self.n * self.k * 4
         p = self.prepared()
         return self.qtensor.nbytes if p is None else p.nbytes
@@ -338,20 +304,12 @@ class QMatMul:
                 f"QMatMul: input on {x.device}, weight {self.qtensor.ggml_dtype} ({self.n}, {self.k}) on {self.device}")
         in_dtype = x.dtype
         x = x.to_dtype(dt.f32)
-        if self.path in ("dequantized", "gpu-dequantized"):
+        if self._dequantized():
             from ..nn.linear import linear
 
             y = linear(x, self.weight())
-        elif self.path == "gpu":
-            storage = gpu_ops().qmatmul_t(x._storage, x._layout, self.qtensor.raw._storage,
-                                          self.qtensor.ggml_dtype, self.n, self.k)
-            y = make(storage, _contig(shape[:-1] + (self.n,)))
         else:
-            from ..utils import get_num_threads
-
-            arr = x._storage.to_numpy(x._layout)
-            out = self.prepared().matmul_t(arr, num_threads=get_num_threads())
-            y = make(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), _contig(shape[:-1] + (self.n,)))
+            y = qops.qmatmul_t(x, self.qtensor.blocks, self.qtensor.ggml_type, self.n, self.k)
         return y if in_dtype is dt.f32 else y.to_dtype(in_dtype)
 
     __call__ = forward

@@ -11,25 +11,16 @@ import numpy as np
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
+from ...op import INT_UNARY_OPS
 from . import parallel
-from .storage import wrap
 
 _MIN = parallel.MIN_ELEMENTS
 
-METHODS = (
-    "unary", "affine", "powf", "elu", "clamp", "binary", "binary_scalar", "cmp",
-    "cmp_scalar", "where_cond", "to_dtype",
-)
 
 _F32 = np.float32
 _HALF = (dt.f16, dt.bf16)
 
-try:  # SciPy's erf is exact to the last bit; NumPy has none.
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - scipy is a dependency
-    import math
-
-    _erf = np.vectorize(math.erf, otypes=[np.float64])
+from scipy.special import erf as _erf  # exact to the last bit; NumPy has none
 
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 _INV_SQRT_2 = float(1.0 / np.sqrt(2.0))
@@ -111,6 +102,7 @@ def _quiet(f):
     return run
 
 
+# The unary ops of the op table (tallow/op.py): one line each.
 _FLOAT_UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": _quiet(np.exp), "log": _quiet(np.log),
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sqr": np.square,
@@ -128,10 +120,8 @@ def _int_neg(x):
     return np.negative(x)
 
 
-_INT_UNARY = {
-    "neg": _int_neg, "abs": np.abs, "sqr": np.square,
-    "relu": _relu, "sign": np.sign,
-}
+# The op table's unary ops on integers: the float functions, except neg (refuses unsigned).
+_INT_UNARY = {name: _FLOAT_UNARY[name] for name in INT_UNARY_OPS} | {"neg": _int_neg}
 
 
 def _float_in(s, layout):
@@ -142,11 +132,11 @@ def _float_in(s, layout):
     return x
 
 
-def _float_out(y, dtype):
+def _float_out(s, y, dtype):
     npd = dtype.np
     if y.dtype is not npd and y.dtype != npd:
         y = y.astype(npd)
-    return wrap(y, dtype)
+    return s._wrap(y, dtype)
 
 
 def _unsupported(op, dtype):
@@ -163,74 +153,6 @@ def _apply(f, x):
 
 def op_takes_out(f) -> bool:
     return isinstance(f, np.ufunc) or getattr(f, "takes_out", False)
-
-
-def unary(s, op, layout):
-    dtype = s.dtype
-    if dtype is dt.f32 or dtype is dt.f64:
-        # The common case, kept short: the op's function on the strided view.
-        vc = s._vc
-        x = vc[1] if vc is not None and vc[0] is layout else s.view(layout)
-        f = _FLOAT_UNARY.get(op)
-        if f is None:
-            raise ValueError(f"unknown unary op {op!r}")
-        return _float_out(f(x) if x.size < _MIN else _apply(f, x), dtype)
-    if dtype.is_float:
-        f = _FLOAT_UNARY.get(op)
-        if f is None:
-            raise ValueError(f"unknown unary op {op!r}")
-        return _float_out(_apply(f, _float_in(s, layout)), dtype)
-    f = _INT_UNARY.get(op)
-    if f is None:
-        raise _unsupported(op, dtype)
-    return wrap(_apply(f, s.view(layout)), dtype)
-
-
-def affine(s, layout, mul, add):
-    dtype = s.dtype
-    if dtype.is_float:
-        x = _float_in(s, layout)
-        y = x * x.dtype.type(mul)
-        y += x.dtype.type(add)
-        return _float_out(y, dtype)
-    # Integers: exact modular arithmetic with the scalars truncated to integers.
-    x = s.view(layout)
-    wide = np.uint64 if x.dtype.kind == "u" else np.int64
-    with np.errstate(over="ignore"):
-        y = x.astype(wide) * wide(int(mul) % 2**64 if wide is np.uint64 else int(mul))
-        y += wide(int(add) % 2**64 if wide is np.uint64 else int(add))
-    return wrap(y.astype(dtype.np), dtype)
-
-
-def powf(s, layout, exponent):
-    if not s.dtype.is_float:
-        raise _unsupported("powf", s.dtype)
-    x = _float_in(s, layout)
-    with np.errstate(all="ignore"):
-        y = np.power(x, x.dtype.type(exponent))
-    return _float_out(y, s.dtype)
-
-
-def elu(s, layout, alpha):
-    if not s.dtype.is_float:
-        raise _unsupported("elu", s.dtype)
-    x = _float_in(s, layout)
-    with np.errstate(all="ignore"):
-        neg = np.expm1(x) * x.dtype.type(alpha)
-    return _float_out(np.where(np.signbit(x), neg, x), s.dtype)
-
-
-def clamp(s, layout, low, high):
-    x = s.view(layout)
-    t = x.dtype.type
-    y = x
-    if low is not None:
-        y = np.maximum(y, t(low))
-    if high is not None:
-        y = np.minimum(y, t(high))
-    if y is x:
-        y = x.copy()
-    return wrap(y, s.dtype)
 
 
 def _int_div(a, b):
@@ -262,82 +184,10 @@ _BINARY_NATIVE = {
 }
 
 
-def binary(s, op, lhs_layout, rhs, rhs_layout):
-    vc = s._vc
-    a = vc[1] if vc is not None and vc[0] is lhs_layout else s.view(lhs_layout)
-    vc = rhs._vc
-    b = vc[1] if vc is not None and vc[0] is rhs_layout else rhs.view(rhs_layout)
-    f = _BINARY_NATIVE.get(op)
-    dtype = s.dtype
-    if f is not None:
-        if a.size < _MIN:
-            return wrap(f(a, b), dtype)
-        return wrap(parallel.ufunc(f, a.dtype, a, b), dtype)
-    if op == "div":
-        if dtype.is_int:
-            return wrap(_int_div(a, b), dtype)
-        return wrap(_float_div(a, b), dtype)
-    if op == "pow":
-        if not dtype.is_float:
-            raise _unsupported("pow", dtype)
-        if dtype in _HALF:
-            return _float_out(_float_pow(a.astype(_F32), b.astype(_F32)), dtype)
-        return wrap(_float_pow(a, b), dtype)
-    raise ValueError(f"unknown binary op {op!r}")
-
-
-def binary_scalar(s, op, layout, scalar, scalar_on_left):
-    vc = s._vc
-    x = vc[1] if vc is not None and vc[0] is layout else s.view(layout)
-    dtype = s.dtype
-    c = dtype.np.type(scalar)
-    f = _BINARY_NATIVE.get(op)
-    if f is not None:
-        if x.size >= _MIN:
-            args = (c, x) if scalar_on_left else (x, c)
-            return wrap(parallel.ufunc(f, x.dtype, *args), dtype)
-        return wrap(f(c, x) if scalar_on_left else f(x, c), dtype)
-    if op == "div":
-        if dtype.is_int:
-            a, b = (np.full_like(x, c), x) if scalar_on_left else (x, np.full_like(x, c))
-            return wrap(_int_div(a, b), dtype)
-        return wrap(_float_div(c, x) if scalar_on_left else _float_div(x, c), dtype)
-    if op == "pow":
-        if not dtype.is_float:
-            raise _unsupported("pow", dtype)
-        xf = x.astype(_F32) if dtype in _HALF else x
-        cf = xf.dtype.type(scalar)
-        return _float_out(_float_pow(cf, xf) if scalar_on_left else _float_pow(xf, cf), dtype)
-    raise ValueError(f"unknown binary op {op!r}")
-
-
 _CMP = {
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal,
 }
-
-
-def cmp(s, op, lhs_layout, rhs, rhs_layout):
-    out = _CMP[op](s.view(lhs_layout), rhs.view(rhs_layout))
-    return wrap(out.view(np.uint8), dt.u8)
-
-
-def cmp_scalar(s, op, layout, scalar):
-    out = _CMP[op](s.view(layout), s.dtype.np.type(scalar))
-    return wrap(np.asarray(out).view(np.uint8), dt.u8)
-
-
-def where_cond(s, layout, on_true, true_layout, on_false, false_layout):
-    cond = s.view(layout) != 0
-    out = np.where(cond, on_true.view(true_layout), on_false.view(false_layout))
-    return wrap(out, on_true.dtype)
-
-
-def to_dtype(s, layout, dtype):
-    x = s.view(layout)
-    if dtype.is_int and s.dtype.is_float:
-        return wrap(_float_to_int(x, dtype), dtype)
-    return wrap(x.astype(dtype.np, order="C"), dtype)
 
 
 def _float_to_int(x, dtype):
@@ -351,3 +201,139 @@ def _float_to_int(x, dtype):
         out[clipped >= 2.0**63] = np.iinfo(np.int64).max
         return out
     return clipped.astype(dtype.np)
+
+
+class CpuElementwise:
+    """Element-wise methods of ``CpuStorage``: unary, affine/powf/elu/clamp, binary, comparisons, where, casts."""
+
+    __slots__ = ()
+
+    def unary(self, op, layout):
+        dtype = self.dtype
+        if dtype is dt.f32 or dtype is dt.f64:
+            # The common case, kept short: the op'self function on the strided view.
+            vc = self._vc
+            x = vc[1] if vc is not None and vc[0] is layout else self.view(layout)
+            f = _FLOAT_UNARY.get(op)
+            if f is None:
+                raise ValueError(f"unknown unary op {op!r}")
+            return _float_out(self, f(x) if x.size < _MIN else _apply(f, x), dtype)
+        if dtype.is_float:
+            f = _FLOAT_UNARY.get(op)
+            if f is None:
+                raise ValueError(f"unknown unary op {op!r}")
+            return _float_out(self, _apply(f, _float_in(self, layout)), dtype)
+        f = _INT_UNARY.get(op)
+        if f is None:
+            raise _unsupported(op, dtype)
+        return self._wrap(_apply(f, self.view(layout)), dtype)
+
+    def affine(self, layout, mul, add):
+        dtype = self.dtype
+        if dtype.is_float:
+            x = _float_in(self, layout)
+            y = x * x.dtype.type(mul)
+            y += x.dtype.type(add)
+            return _float_out(self, y, dtype)
+        # Integers: exact modular arithmetic with the scalars truncated to integers.
+        x = self.view(layout)
+        wide = np.uint64 if x.dtype.kind == "u" else np.int64
+        with np.errstate(over="ignore"):
+            y = x.astype(wide) * wide(int(mul) % 2**64 if wide is np.uint64 else int(mul))
+            y += wide(int(add) % 2**64 if wide is np.uint64 else int(add))
+        return self._wrap(y.astype(dtype.np), dtype)
+
+    def powf(self, layout, exponent):
+        if not self.dtype.is_float:
+            raise _unsupported("powf", self.dtype)
+        x = _float_in(self, layout)
+        with np.errstate(all="ignore"):
+            y = np.power(x, x.dtype.type(exponent))
+        return _float_out(self, y, self.dtype)
+
+    def elu(self, layout, alpha):
+        if not self.dtype.is_float:
+            raise _unsupported("elu", self.dtype)
+        x = _float_in(self, layout)
+        with np.errstate(all="ignore"):
+            neg = np.expm1(x) * x.dtype.type(alpha)
+        return _float_out(self, np.where(np.signbit(x), neg, x), self.dtype)
+
+    def clamp(self, layout, low, high):
+        x = self.view(layout)
+        t = x.dtype.type
+        y = x
+        if low is not None:
+            y = np.maximum(y, t(low))
+        if high is not None:
+            y = np.minimum(y, t(high))
+        if y is x:
+            y = x.copy()
+        return self._wrap(y, self.dtype)
+
+    def binary(self, op, lhs_layout, rhs, rhs_layout):
+        vc = self._vc
+        a = vc[1] if vc is not None and vc[0] is lhs_layout else self.view(lhs_layout)
+        vc = rhs._vc
+        b = vc[1] if vc is not None and vc[0] is rhs_layout else rhs.view(rhs_layout)
+        f = _BINARY_NATIVE.get(op)
+        dtype = self.dtype
+        if f is not None:
+            if a.size < _MIN:
+                return self._wrap(f(a, b), dtype)
+            return self._wrap(parallel.ufunc(f, a.dtype, a, b), dtype)
+        if op == "div":
+            if dtype.is_int:
+                return self._wrap(_int_div(a, b), dtype)
+            return self._wrap(_float_div(a, b), dtype)
+        if op == "pow":
+            if not dtype.is_float:
+                raise _unsupported("pow", dtype)
+            if dtype in _HALF:
+                return _float_out(self, _float_pow(a.astype(_F32), b.astype(_F32)), dtype)
+            return self._wrap(_float_pow(a, b), dtype)
+        raise ValueError(f"unknown binary op {op!r}")
+
+    def binary_scalar(self, op, layout, scalar, scalar_on_left):
+        vc = self._vc
+        x = vc[1] if vc is not None and vc[0] is layout else self.view(layout)
+        dtype = self.dtype
+        c = dtype.np.type(scalar)
+        f = _BINARY_NATIVE.get(op)
+        if f is not None:
+            if x.size >= _MIN:
+                args = (c, x) if scalar_on_left else (x, c)
+                return self._wrap(parallel.ufunc(f, x.dtype, *args), dtype)
+            return self._wrap(f(c, x) if scalar_on_left else f(x, c), dtype)
+        if op == "div":
+            if dtype.is_int:
+                a, b = (np.full_like(x, c), x) if scalar_on_left else (x, np.full_like(x, c))
+                return self._wrap(_int_div(a, b), dtype)
+            return self._wrap(_float_div(c, x) if scalar_on_left else _float_div(x, c), dtype)
+        if op == "pow":
+            if not dtype.is_float:
+                raise _unsupported("pow", dtype)
+            xf = x.astype(_F32) if dtype in _HALF else x
+            cf = xf.dtype.type(scalar)
+            return _float_out(self, _float_pow(cf, xf) if scalar_on_left else _float_pow(xf, cf), dtype)
+        raise ValueError(f"unknown binary op {op!r}")
+
+    def cmp(self, op, lhs_layout, rhs, rhs_layout):
+        out = _CMP[op](self.view(lhs_layout), rhs.view(rhs_layout))
+        return self._wrap(out.view(np.uint8), dt.u8)
+
+    def cmp_scalar(self, op, layout, scalar):
+        out = _CMP[op](self.view(layout), self.dtype.np.type(scalar))
+        return self._wrap(np.asarray(out).view(np.uint8), dt.u8)
+
+    def where_cond(self, layout, on_true, true_layout, on_false, false_layout):
+        cond = self.view(layout) != 0
+        out = np.where(cond, on_true.view(true_layout), on_false.view(false_layout))
+        return self._wrap(out, on_true.dtype)
+
+    def to_dtype(self, layout, dtype):
+        x = self.view(layout)
+        if dtype.is_int and self.dtype.is_float:
+            return self._wrap(_float_to_int(x, dtype), dtype)
+        with np.errstate(over="ignore"):  # out-of-range floats become inf, as documented
+            return self._wrap(x.astype(dtype.np, order="C"), dtype)

@@ -16,12 +16,8 @@ import numpy as np
 
 from ... import dtype as dt
 from . import parallel
-from .storage import wrap
 from .threads import CONFIG
 
-METHODS = (
-    "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear", "attention",
-)
 
 # Elements per chunk: temporaries of this size stay in L2, and each NumPy call is
 # long enough that two threads rarely wait on each other for the GIL.
@@ -37,18 +33,19 @@ def _rows(s, layout):
     """(2-D array of rows over the last dim, compute dtype)."""
     x = s.view(layout)
     n = x.shape[-1] if x.ndim else 1
-    rows = x.reshape(-1, n)
+    # Not reshape(-1, n): with n == 0 the row count would be ambiguous.
+    rows = x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)) if x.ndim else 1, n)
     cd = _compute_dtype(s.dtype)
     if rows.dtype != cd:
         rows = rows.astype(cd)
     return rows, cd
 
 
-def _finish(out, shape, dtype):
+def _finish(s, out, shape, dtype):
     out = out.reshape(shape)
     if out.dtype != dtype.np:
         out = out.astype(dtype.np)
-    return wrap(out, dtype)
+    return s._wrap(out, dtype)
 
 
 def _step(n):
@@ -58,6 +55,8 @@ def _step(n):
 def _run(kernel, out, rows, *extra):
     """``kernel(o, r, *extra)`` over row chunks of ``rows`` into ``out`` (both 2-D),
     with the rows split over the CPU threads when the op is large."""
+    if out.size == 0:  # no rows, or empty rows: nothing to compute (as on the GPU)
+        return out
     step = _step(rows.shape[1])
 
     def chunks(o, r):
@@ -93,53 +92,40 @@ def _softmax_chunk(o, r):
     o /= _row_sums(o)[:, None]
 
 
-def softmax_last_dim(s, layout):
-    rows, cd = _rows(s, layout)
-    out = _run(_softmax_chunk, np.empty(rows.shape, cd), rows)
-    return _finish(out, layout.shape, s.dtype)
-
-
 # -- normalisations ---------------------------------------------------------------------------
 
 def _rms_chunk(o, r, w, eps):
-    ms = np.einsum("ij,ij->i", r, r)
+    # Squares summed in f64: an f32 sum of 4096 squares near 1e6 loses ~1e-5 relative.
+    ms = np.einsum("ij,ij->i", r, r, dtype=np.float64)
     ms *= 1.0 / r.shape[1]
     ms += eps
     np.sqrt(ms, out=ms)
     np.reciprocal(ms, out=ms)
-    np.multiply(r, ms[:, None], out=o)
+    np.multiply(r, ms.astype(r.dtype)[:, None], out=o)
     o *= w
 
 
-def rms_norm(s, layout, alpha, alpha_layout, eps):
-    rows, cd = _rows(s, layout)
-    w = _vec(alpha, alpha_layout, cd)
-    out = _run(_rms_chunk, np.empty(rows.shape, cd), rows, w, eps)
-    return _finish(out, layout.shape, s.dtype)
-
-
 def _ln_chunk(o, r, w, b, eps):
+    # Corrected two-pass statistics: the mean summed in f64, the rows centred on
+    # it, then centred again on the mean of what remains (the rounding of the first
+    # mean), so a row of 4096 x 1000.1 gives exactly 0 and a row with a large mean
+    # keeps its small spread. The variance is summed in f64.
     inv_n = 1.0 / r.shape[1]
-    mean = _row_sums(r)
+    mean = r.sum(axis=1, dtype=np.float64)
     mean *= inv_n
-    np.subtract(r, mean[:, None], out=o)
-    var = np.einsum("ij,ij->i", o, o)
+    np.subtract(r, mean.astype(r.dtype)[:, None], out=o)
+    rest = o.sum(axis=1, dtype=np.float64)
+    rest *= inv_n
+    o -= rest.astype(r.dtype)[:, None]
+    var = np.einsum("ij,ij->i", o, o, dtype=np.float64)
     var *= inv_n
     var += eps
     np.sqrt(var, out=var)
     np.reciprocal(var, out=var)
-    o *= var[:, None]
+    o *= var.astype(r.dtype)[:, None]
     o *= w
     if b is not None:
         o += b
-
-
-def layer_norm(s, layout, alpha, alpha_layout, beta, beta_layout, eps):
-    rows, cd = _rows(s, layout)
-    w = _vec(alpha, alpha_layout, cd)
-    b = None if beta is None else _vec(beta, beta_layout, cd)
-    out = _run(_ln_chunk, np.empty(rows.shape, cd), rows, w, b, eps)
-    return _finish(out, layout.shape, s.dtype)
 
 
 # -- GELU (erf) ---------------------------------------------------------------------------------
@@ -171,63 +157,10 @@ def _gelu_chunk(o, x):
     np.subtract(a, o, out=o)
 
 
-def gelu_erf_fast(s, layout):
-    """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
-    rows, cd = _rows(s, layout)
-    out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
-    return _finish(out, layout.shape, s.dtype)
-
-
 # -- rotary embeddings ----------------------------------------------------------------------------
-
-def rope(s, layout, cos, cos_layout, sin, sin_layout, interleaved):
-    """x (b, h, t, d); cos/sin (t, d/2) or (b, t, d/2)."""
-    x = s.view(layout)
-    cd = _compute_dtype(s.dtype)
-    if x.dtype != cd:
-        x = x.astype(cd)
-    c = _vec(cos, cos_layout, cd)
-    sn = _vec(sin, sin_layout, cd)
-    b, _h, t, d = x.shape
-    half = d // 2
-    if c.ndim == 3:
-        c, sn = c[:, None], sn[:, None]
-    out = np.empty(x.shape, cd)
-    if interleaved:
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        o0, o1 = out[..., 0::2], out[..., 1::2]
-    else:
-        x0, x1 = x[..., :half], x[..., half:]
-        o0, o1 = out[..., :half], out[..., half:]
-    np.multiply(x0, c, out=o0)
-    o0 -= x1 * sn
-    np.multiply(x1, c, out=o1)
-    o1 += x0 * sn
-    return _finish(out, layout.shape, s.dtype)
 
 
 # -- linear ---------------------------------------------------------------------------------------
-
-def linear(s, layout, weight, weight_layout, bias, bias_layout):
-    """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
-    CONFIG.apply()
-    x = s.view(layout)
-    w = weight.view(weight_layout)
-    dtype = s.dtype
-    k = x.shape[-1]
-    x2 = x.reshape(-1, k)
-    if dtype in _HALF:
-        y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
-    else:
-        if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
-            x2 = np.ascontiguousarray(x2)
-        if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
-            w = np.ascontiguousarray(w)
-        y = np.matmul(x2, w.T)
-    if bias is not None:
-        bv = bias.view(bias_layout)
-        y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
-    return _finish(y, layout.shape[:-1] + (w.shape[0],), dtype)
 
 
 # -- attention ------------------------------------------------------------------------------------
@@ -304,40 +237,115 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
         ob /= total
 
 
-def attention(s, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
-    """Scaled dot-product attention, one batch element at a time (the score matrix of
-    one element stays in cache; the full (b, h, q, k) scores never exist).
+class CpuFused:
+    """Fused ops of ``CpuStorage`` (softmax, norms, GELU, rope, linear, attention)."""
 
-    q (b, h, sq, d); k, v (b, hk, sk, d) with h a multiple of hk (grouped-query
-    attention); mask None or additive, broadcastable to (b, h, sq, sk).
-    """
-    CONFIG.apply()
-    dtype = s.dtype
-    cd = _compute_dtype(dtype)
-    q = s.view(layout)
-    kk = k.view(k_layout)
-    vv = v.view(v_layout)
-    if q.dtype != cd:
-        q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
-    b, h, sq, d = q.shape
-    groups = h // kk.shape[1]
-    m = None
-    if mask is not None:
-        m = mask.view(mask_layout)
-        if m.dtype != cd:
-            m = m.astype(cd)
-        # Keep the mask compact (a key-padding mask is (b, 1, 1, sk)): NumPy broadcasts
-        # it when it is added, and the checks on it stay cheap. Only the batch dim is
-        # made explicit, so the mask can be sliced like q.
-        while m.ndim < 4:
-            m = m[None]
-        m = np.broadcast_to(m, (b,) + m.shape[1:])
-    out = np.empty((b, h, sq, vv.shape[-1]), cd)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        if parallel.worth_splitting((b, h, sq, kk.shape[2])):
-            parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
-                o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
-                out, q, kk, vv, *(() if m is None else (m,)))
+    __slots__ = ()
+
+    def softmax_last_dim(self, layout):
+        rows, cd = _rows(self, layout)
+        out = _run(_softmax_chunk, np.empty(rows.shape, cd), rows)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def rms_norm(self, layout, alpha, alpha_layout, eps):
+        rows, cd = _rows(self, layout)
+        w = _vec(alpha, alpha_layout, cd)
+        out = _run(_rms_chunk, np.empty(rows.shape, cd), rows, w, eps)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def layer_norm(self, layout, alpha, alpha_layout, beta, beta_layout, eps):
+        rows, cd = _rows(self, layout)
+        w = _vec(alpha, alpha_layout, cd)
+        b = None if beta is None else _vec(beta, beta_layout, cd)
+        out = _run(_ln_chunk, np.empty(rows.shape, cd), rows, w, b, eps)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def gelu_erf_fast(self, layout):
+        """Exact-form GELU in the tensor'self own precision (no f64 detour); |error| < 1e-6."""
+        rows, cd = _rows(self, layout)
+        out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved):
+        """x (b, h, t, d); cos/sin (t, d/2) or (b, t, d/2)."""
+        x = self.view(layout)
+        cd = _compute_dtype(self.dtype)
+        if x.dtype != cd:
+            x = x.astype(cd)
+        c = _vec(cos, cos_layout, cd)
+        sn = _vec(sin, sin_layout, cd)
+        b, _h, t, d = x.shape
+        half = d // 2
+        if c.ndim == 3:
+            c, sn = c[:, None], sn[:, None]
+        out = np.empty(x.shape, cd)
+        if interleaved:
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+            o0, o1 = out[..., 0::2], out[..., 1::2]
         else:
-            _attention_rows(out, q, kk, vv, m, scale, groups)
-    return _finish(out, out.shape, dtype)
+            x0, x1 = x[..., :half], x[..., half:]
+            o0, o1 = out[..., :half], out[..., half:]
+        np.multiply(x0, c, out=o0)
+        o0 -= x1 * sn
+        np.multiply(x1, c, out=o1)
+        o1 += x0 * sn
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def linear(self, layout, weight, weight_layout, bias, bias_layout):
+        """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
+        CONFIG.apply()
+        x = self.view(layout)
+        w = weight.view(weight_layout)
+        dtype = self.dtype
+        k = x.shape[-1]
+        x2 = x.reshape(-1, k)
+        if dtype in _HALF:
+            y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
+        else:
+            if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
+                x2 = np.ascontiguousarray(x2)
+            if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
+                w = np.ascontiguousarray(w)
+            y = np.matmul(x2, w.T)
+        if bias is not None:
+            bv = bias.view(bias_layout)
+            y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
+        return _finish(self, y, layout.shape[:-1] + (w.shape[0],), dtype)
+
+    def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
+        """Scaled dot-product attention, one batch element at a time (the score matrix of
+        one element stays in cache; the full (b, h, q, k) scores never exist).
+
+        q (b, h, sq, d); k, v (b, hk, sk, d) with h a multiple of hk (grouped-query
+        attention); mask None or additive, broadcastable to (b, h, sq, sk).
+        """
+        CONFIG.apply()
+        dtype = self.dtype
+        cd = _compute_dtype(dtype)
+        q = self.view(layout)
+        kk = k.view(k_layout)
+        vv = v.view(v_layout)
+        if q.dtype != cd:
+            q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
+        b, h, sq, d = q.shape
+        groups = h // kk.shape[1]
+        m = None
+        if mask is not None:
+            m = mask.view(mask_layout)
+            if m.dtype != cd:
+                m = m.astype(cd)
+            # Keep the mask compact (a key-padding mask is (b, 1, 1, sk)): NumPy broadcasts
+            # it when it is added, and the checks on it stay cheap. Only the batch dim is
+            # made explicit, so the mask can be sliced like q.
+            while m.ndim < 4:
+                m = m[None]
+            m = np.broadcast_to(m, (b,) + m.shape[1:])
+        out = np.empty((b, h, sq, vv.shape[-1]), cd)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            if parallel.worth_splitting((b, h, sq, kk.shape[2])):
+                parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
+                    o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
+                    out, q, kk, vv, *(() if m is None else (m,)))
+            else:
+                _attention_rows(out, q, kk, vv, m, scale, groups)
+        return _finish(self, out, out.shape, dtype)

@@ -11,9 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import IndexOutOfRangeError
-from .storage import wrap
-
-METHODS = ("index_select", "gather", "scatter_inplace", "index_add_inplace")
 
 
 def _ids(ids_storage, ids_layout, size, op, dim):
@@ -44,29 +41,6 @@ def _ids(ids_storage, ids_layout, size, op, dim):
     return ids, mask
 
 
-def index_select(s, layout, ids, ids_layout, dim):
-    x = s.view(layout)
-    idx, mask = _ids(ids, ids_layout, x.shape[dim], "index_select", dim)
-    out = np.take(x, idx, axis=dim)
-    if mask is not None:
-        sel = [slice(None)] * out.ndim
-        sel[dim] = mask
-        out[tuple(sel)] = 0
-    return wrap(out, s.dtype)
-
-
-def gather(s, layout, ids, ids_layout, dim):
-    x = s.view(layout)
-    idx, mask = _ids(ids, ids_layout, x.shape[dim], "gather", dim)
-    # take_along_axis needs equal sizes off the gathered dim: view the source
-    # through the ids' extents there (candle allows the ids to be smaller).
-    sel = tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(idx.shape))
-    out = np.take_along_axis(x[sel], idx, axis=dim)
-    if mask is not None:
-        out[mask] = 0
-    return wrap(np.ascontiguousarray(out), s.dtype)
-
-
 def _full_index(idx, dim, shape):
     """Open-grid index arrays addressing ``dst[..., idx, ...]`` for every element of idx."""
     grids = list(np.indices(idx.shape, sparse=True))
@@ -74,34 +48,59 @@ def _full_index(idx, dim, shape):
     return tuple(grids)
 
 
-def scatter_inplace(s, layout, ids, ids_layout, src, src_layout, dim, accumulate):
-    dst = s.view(layout)
-    idx, mask = _ids(ids, ids_layout, dst.shape[dim], "scatter_add" if accumulate else "scatter", dim)
-    values = src.view(src_layout)
-    values = values[tuple(slice(0, n) for n in idx.shape)]
-    index = _full_index(idx, dim, dst.shape)
-    if mask is not None:
-        keep = ~mask
-        index = tuple(np.broadcast_to(g, idx.shape)[keep] for g in index)
-        values = values[keep]
-    if accumulate:
-        np.add.at(dst, index, values)
-    else:
-        dst[index] = values
-    s.mark_written()
+class CpuIndexing:
+    """Indexing methods of ``CpuStorage``: index_select, gather, scatter, index_add."""
 
+    __slots__ = ()
 
-def index_add_inplace(s, layout, ids, ids_layout, src, src_layout, dim):
-    dst = s.view(layout)
-    idx, mask = _ids(ids, ids_layout, dst.shape[dim], "index_add", dim)
-    values = src.view(src_layout)
-    if mask is not None:
-        keep = ~mask
-        idx = idx[keep]
-        sel = [slice(None)] * values.ndim
-        sel[dim] = keep
-        values = values[tuple(sel)]
-    sel = [slice(None)] * dst.ndim
-    sel[dim] = idx
-    np.add.at(dst, tuple(sel), values)
-    s.mark_written()
+    def index_select(self, layout, ids, ids_layout, dim):
+        x = self.view(layout)
+        idx, mask = _ids(ids, ids_layout, x.shape[dim], "index_select", dim)
+        out = np.take(x, idx, axis=dim)
+        if mask is not None:
+            sel = [slice(None)] * out.ndim
+            sel[dim] = mask
+            out[tuple(sel)] = 0
+        return self._wrap(out, self.dtype)
+
+    def gather(self, layout, ids, ids_layout, dim):
+        x = self.view(layout)
+        idx, mask = _ids(ids, ids_layout, x.shape[dim], "gather", dim)
+        # take_along_axis needs equal sizes off the gathered dim: view the source
+        # through the ids' extents there (candle allows the ids to be smaller).
+        sel = tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(idx.shape))
+        out = np.take_along_axis(x[sel], idx, axis=dim)
+        if mask is not None:
+            out[mask] = 0
+        return self._wrap(np.ascontiguousarray(out), self.dtype)
+
+    def scatter_inplace(self, layout, ids, ids_layout, src, src_layout, dim, accumulate):
+        dst = self.view(layout)
+        idx, mask = _ids(ids, ids_layout, dst.shape[dim], "scatter_add" if accumulate else "scatter", dim)
+        values = src.view(src_layout)
+        values = values[tuple(slice(0, n) for n in idx.shape)]
+        index = _full_index(idx, dim, dst.shape)
+        if mask is not None:
+            keep = ~mask
+            index = tuple(np.broadcast_to(g, idx.shape)[keep] for g in index)
+            values = values[keep]
+        if accumulate:
+            np.add.at(dst, index, values)
+        else:
+            dst[index] = values
+        self.mark_written()
+
+    def index_add_inplace(self, layout, ids, ids_layout, src, src_layout, dim):
+        dst = self.view(layout)
+        idx, mask = _ids(ids, ids_layout, dst.shape[dim], "index_add", dim)
+        values = src.view(src_layout)
+        if mask is not None:
+            keep = ~mask
+            idx = idx[keep]
+            sel = [slice(None)] * values.ndim
+            sel[dim] = keep
+            values = values[tuple(sel)]
+        sel = [slice(None)] * dst.ndim
+        sel[dim] = idx
+        np.add.at(dst, tuple(sel), values)
+        self.mark_written()

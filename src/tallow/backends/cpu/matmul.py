@@ -13,10 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtype as dt
-from .storage import wrap
 from .threads import CONFIG
 
-METHODS = ("matmul",)
 
 _HALF = (dt.f16, dt.bf16)
 
@@ -59,22 +57,27 @@ def _rhs_operand(rhs, rhs_layout, b, lhs_rows):
     return copy
 
 
-def matmul(s, lhs_layout, rhs, rhs_layout):
-    if CONFIG._applied is None:
-        CONFIG.apply()
-    a = s.view(lhs_layout)
-    b = rhs.view(rhs_layout)
-    dtype = s.dtype
-    if dtype in _HALF:
-        # f16/bf16 save memory, not time, on a CPU: widen to f32 for BLAS.
-        out = np.matmul(a.astype(np.float32), b.astype(np.float32))
-        return wrap(out.astype(dtype.np), dtype)
-    if dtype.is_float:
-        k = a.shape[-1]
-        b = _rhs_operand(rhs, rhs_layout, b, a.size // k if k else 0)
-        if a.strides[-1] != a.itemsize:
-            a = _blas_ready(a)
-        if b.strides[-1] != b.itemsize:
-            b = _blas_ready(b)
-        return wrap(np.matmul(a, b), dtype)
-    return wrap(np.matmul(a, b), dtype)
+class CpuMatmul:
+    """Batched matmul of ``CpuStorage`` (NumPy's BLAS)."""
+
+    __slots__ = ()
+
+    def matmul(self, lhs_layout, rhs, rhs_layout):
+        if CONFIG._applied is None:
+            CONFIG.apply()
+        a = self.view(lhs_layout)
+        b = rhs.view(rhs_layout)
+        dtype = self.dtype
+        if dtype in _HALF:
+            # f16/bf16 save memory, not time, on a CPU: widen to f32 for BLAS.
+            out = np.matmul(a.astype(np.float32), b.astype(np.float32))
+            return self._wrap(out.astype(dtype.np), dtype)
+        if dtype.is_float:
+            k = a.shape[-1]
+            b = _rhs_operand(rhs, rhs_layout, b, a.size // k if k else 0)
+            if a.strides[-1] != a.itemsize:
+                a = _blas_ready(a)
+            if b.strides[-1] != b.itemsize:
+                b = _blas_ready(b)
+            return self._wrap(np.matmul(a, b), dtype)
+        return self._wrap(np.matmul(a, b), dtype)

@@ -11,8 +11,11 @@ or handed out writable through ``np.asarray(storage)`` / ``Tensor.numpy()``) is
 marked *shared* and never cached from. The metadata is created on first need,
 so fresh op results pay nothing for it.
 
-The kernels live in sibling modules (elementwise, reduce, matmul, indexing,
-conv), written as functions of the storage and bound here as its methods.
+``CpuStorage`` is ``CpuCore`` (the buffer, its views and write tracking) plus
+one mixin per family of ops, each in its own module (``elementwise``, ``reduce``,
+``matmul``, ``indexing``, ``conv``, ``copy``, ``fused``, ``quantized``); every op
+returns a new storage through ``self._wrap``. The same modules, with the same
+roles, make up ``GpuStorage``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ import numpy as np
 
 from ...layout import Layout
 from ..base import BackendStorage
+from . import parallel
+from .conv import CpuConv
+from .copy import CpuCopy
+from .elementwise import CpuElementwise
+from .fused import CpuFused
+from .indexing import CpuIndexing
+from .matmul import CpuMatmul
+from .quantized import CpuQuantized
+from .reduce import CpuReduce
 
 _new = object.__new__
 _contig = Layout.contiguous_of
@@ -37,7 +49,9 @@ class WriteState:
         self.cache = None
 
 
-class CpuStorage(BackendStorage):
+class CpuCore:
+    """The buffer, its strided views and its write tracking; ops come from the mixins."""
+
     # ``_ws`` (a WriteState) is left unset until something needs it.
     __slots__ = ("arr", "dtype", "_vc", "_ws", "__weakref__")
 
@@ -48,6 +62,7 @@ class CpuStorage(BackendStorage):
 
     @staticmethod
     def from_flat(flat: np.ndarray, dtype, shared: bool = False) -> "CpuStorage":
+        """A storage over a flat C-contiguous array; ``shared``: outside code may write it."""
         s = _new(CpuStorage)
         s.arr = flat
         s.dtype = dtype
@@ -55,6 +70,12 @@ class CpuStorage(BackendStorage):
         if shared:
             s._ws = WriteState(shared=True)
         return s
+
+    @staticmethod
+    def adopt(arr: np.ndarray, dtype) -> "CpuStorage":
+        """A storage owning a freshly made array nobody else holds (a C-contiguous copy
+        is made first if it is not contiguous)."""
+        return CpuCore._wrap(None, arr, dtype)
 
     # -- write tracking ------------------------------------------------------------
     def write_state(self) -> WriteState:
@@ -135,40 +156,23 @@ class CpuStorage(BackendStorage):
         self.mark_shared()
         return self.view(layout)
 
-    # -- copies and in-place writes ------------------------------------------------
-    def copy_strided(self, layout):
-        from . import parallel
-
-        return wrap(parallel.copy(self.view(layout)), self.dtype)
-
-    def copy_into_inplace(self, dst_layout, src, src_layout):
-        np.copyto(self.view(dst_layout), src.view(src_layout))
-        self.mark_written()
-
-    def fill_inplace(self, layout, value):
-        self.view(layout)[...] = value
-        self.mark_written()
+    def _wrap(self, arr: np.ndarray, dtype) -> "CpuStorage":
+        """A new storage owning an op's freshly computed result (made C-contiguous if
+        it is not). Ops return through it; ``self`` is not read. (A plain method,
+        not a staticmethod: CPython's fast path for method calls applies.)"""
+        if not arr.flags.c_contiguous:
+            arr = parallel.copy(arr)
+        s = _new(CpuStorage)
+        s.arr = arr
+        s.dtype = dtype
+        s._vc = (_contig(arr.shape), arr)
+        return s
 
 
-def wrap(arr: np.ndarray, dtype) -> CpuStorage:
-    """A storage owning a freshly computed array (made C-contiguous if it is not)."""
-    if not arr.flags.c_contiguous:
-        from .parallel import copy
+# The protocol class comes last: its NotImplementedError defaults (optional ops)
+# must not shadow the mixins' methods.
+class CpuStorage(CpuCore, CpuElementwise, CpuReduce, CpuMatmul, CpuIndexing, CpuConv, CpuCopy,
+                 CpuFused, CpuQuantized, BackendStorage):
+    """A CPU storage: a flat C-contiguous NumPy array of one dtype."""
 
-        arr = copy(arr)
-    s = _new(CpuStorage)
-    s.arr = arr
-    s.dtype = dtype
-    s._vc = (_contig(arr.shape), arr)
-    return s
-
-
-def _bind():
-    from . import conv, elementwise, fused, indexing, matmul, reduce
-
-    for module in (elementwise, reduce, matmul, indexing, conv, fused):
-        for name in module.METHODS:
-            setattr(CpuStorage, name, getattr(module, name))
-
-
-_bind()
+    __slots__ = ()

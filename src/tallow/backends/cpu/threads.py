@@ -20,7 +20,8 @@ import math
 import operator
 import os
 import threading
-import warnings
+
+from ... import config
 
 ENV_VAR = "TALLOW_NUM_THREADS"
 
@@ -176,21 +177,10 @@ def detect_default(cgroup_root: str = "/sys/fs/cgroup",
     return max(1, n), rule, details
 
 
-def parse_env(value: str | None):
-    """The thread count an environment value asks for, or None (warns when invalid)."""
-    if value is None:
-        return None
-    # Plain ASCII digits only: int() also takes "1_0" and non-Latin digits, and an
-    # empty value is a mistake (an empty export), not "unset".
-    text = value.strip()
-    n = int(text) if text.isascii() and text.isdigit() else 0
-    if n < 1:
-        warnings.warn(
-            f"{ENV_VAR}={value!r} is not a positive integer; using the detected default",
-            RuntimeWarning, stacklevel=3,
-        )
-        return None
-    return n
+def parse_env(value=config.FROM_ENV):
+    """The thread count a ``TALLOW_NUM_THREADS`` value asks for, or None (unset; or
+    invalid: then a warning, see tallow.config)."""
+    return config.count(ENV_VAR, None, value, minimum=1, default_text="the detected default")
 
 
 class ThreadConfig:
@@ -207,9 +197,11 @@ class ThreadConfig:
     def _resolve(self):
         if self._count is None:
             n, rule, details = detect_default()
-            env = parse_env(os.environ.get(ENV_VAR))
+            env = parse_env()
             if env is not None:
-                n, rule = env, f"{ENV_VAR} environment variable"
+                from ...thread_limit import cap_threads
+
+                n, rule = cap_threads(env, ENV_VAR), f"{ENV_VAR} environment variable"
             self._count, self._rule, self._details = n, rule, details
 
     def get(self) -> int:
@@ -238,6 +230,9 @@ class ThreadConfig:
                 f"set_num_threads: need an integer, got {type(n).__name__} {n!r}") from None
         if n < 1:
             raise ValueError(f"set_num_threads: need at least one thread, got {n}")
+        from ...thread_limit import cap_threads
+
+        n = cap_threads(n, "set_num_threads")
         with self._lock:
             self._count, self._rule = n, "set_num_threads"
             self._details = self._details or {}

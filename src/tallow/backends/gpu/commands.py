@@ -22,16 +22,15 @@ group, dispatch: about 2 us) instead of the Python wrappers (about 15 us).
 from __future__ import annotations
 
 import collections
-import os
 import struct
 import threading
-import warnings
 
 import numpy as np
 from wgpu import BufferUsage, ShaderStage
 from wgpu.backends.wgpu_native import _api
 from wgpu.backends.wgpu_native._ffi import ffi, lib
 
+from ... import config
 from ...errors import TallowError
 from .kernels import IN_BASE, OUT_BASE
 from .pool import PoolBuffer
@@ -56,21 +55,11 @@ READ_CHUNK = 64 << 20
 _STRUCTS = [struct.Struct(f"<{n}I") for n in range(SLOT // 4 + 1)]
 
 
-def parse_ops_per_submit(value, name="TALLOW_GPU_OPS_PER_SUBMIT") -> int:
-    """Ops per submission: unset -> 50; 0 or 1 -> every op; an integer n -> n;
-    anything else -> 50 with a warning (candle falls back silently)."""
-    if value is None:
-        return DEFAULT_OPS_PER_SUBMIT
-    try:
-        n = int(str(value).strip())
-        if n < 0:
-            raise ValueError
-    except ValueError:
-        warnings.warn(
-            f"{name}={value!r} is not a non-negative integer; using the default "
-            f"{DEFAULT_OPS_PER_SUBMIT}", RuntimeWarning, stacklevel=3)
-        return DEFAULT_OPS_PER_SUBMIT
-    return max(n, 1)
+def parse_ops_per_submit(value=config.FROM_ENV) -> int:
+    """Ops per submission from a ``TALLOW_GPU_OPS_PER_SUBMIT`` value: unset -> 50;
+    0 or 1 -> every op; an integer n -> n; anything else -> 50 with a warning (candle
+    falls back silently)."""
+    return max(config.count("TALLOW_GPU_OPS_PER_SUBMIT", DEFAULT_OPS_PER_SUBMIT, value), 1)
 
 
 def _next_pow2(n: int) -> int:
@@ -85,7 +74,7 @@ class Commands:
         self._dev_raw = dev._internal
         self._queue_raw = dev.queue._internal
         self.lock = threading.Lock()
-        self.per_submit = parse_ops_per_submit(os.environ.get("TALLOW_GPU_OPS_PER_SUBMIT"))
+        self.per_submit = parse_ops_per_submit()
         lim = state.limits
         self.align = max(16, lim["min-uniform-buffer-offset-alignment"])
         self.max_binding = lim["max-storage-buffer-binding-size"]
@@ -212,7 +201,16 @@ class Commands:
             self.flush_locked()
             pos = 0
         nw = len(words)
-        _STRUCTS[nw].pack_into(self.ring, pos, *words)
+        try:
+            _STRUCTS[nw].pack_into(self.ring, pos, *words)
+        except struct.error:
+            from ...errors import ShapeTooLargeError
+
+            big = next((w for w in words if not 0 <= w <= 0xFFFFFFFF), None)
+            raise ShapeTooLargeError(
+                f"a GPU kernel parameter ({big}) does not fit the kernels' 32-bit sizes and "
+                "strides (limit 4294967295): the tensor or view is too large for the GPU"
+            ) from None
         self.ring_pos = pos + ((nw * 4 + self.align - 1) & -self.align)
         batch = self.batch
         if len(bufs) == 2 and type(bufs[0]) is PoolBuffer and type(bufs[1]) is PoolBuffer:
@@ -313,7 +311,7 @@ class Commands:
             self.forget(dropped)
 
     def set_ops_per_submit(self, value) -> int:
-        n = parse_ops_per_submit(value, "ops_per_submit")
+        n = max(config.parse_count("ops_per_submit", value, DEFAULT_OPS_PER_SUBMIT), 1)
         with self.lock:
             self.per_submit = n
         return n

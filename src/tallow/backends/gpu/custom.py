@@ -25,7 +25,7 @@ import struct
 from ...errors import TallowError
 from .commands import SLOT
 from .kernels import MAX_INPUTS, MAX_OUTPUTS
-from .storage import GpuStorage, wrap
+from .storage import GpuStorage
 
 
 class _CustomPipeline:
@@ -99,7 +99,7 @@ def run_wgsl(code: str, *, inputs=(), outputs=(), inplace=(), params=(), workgro
         state.check_dtype(dtype, "run_wgsl")
     with cmd.lock:
         # Storages own the new buffers at once, so a dispatch that raises returns them.
-        fresh = [wrap(state, state.pool.alloc(max(1, int(count)) * dtype.size_in_bytes), dtype,
+        fresh = [state.storage(state.pool.alloc(max(1, int(count)) * dtype.size_in_bytes), dtype,
                       int(count)) for dtype, count in outputs]
         bufs = [s.buf for s in inputs] + [f.buf for f in fresh] + [s.buf for s in inplace]
         cmd.dispatch(pipe, bufs, words, int(gx), int(gy), int(gz))

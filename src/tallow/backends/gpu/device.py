@@ -14,13 +14,13 @@ import os
 import threading
 
 from ... import dtype as dt
-from ...device import Device
 from ...errors import TallowError, UnsupportedDTypeError
 from ..base import BackendDevice
 from .commands import Commands
 from .kernels import Kernels
 from .pool import BufferPool
-from .storage import GpuStorage  # binds every op (imports the ops_* modules)
+from . import quantized
+from .creation import GpuCreation
 from .wgsl_types import TYPES
 
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
@@ -100,7 +100,7 @@ def _describe(info) -> str:
     return f"{info.get('device') or info.get('description')} ({info.get('backend_type')})"
 
 
-class GpuDeviceState(BackendDevice):
+class GpuDeviceState(GpuCreation, BackendDevice):
     kind = "gpu"
 
     def __init__(self, adapter, ordinal, disable_features=()):
@@ -117,13 +117,14 @@ class GpuDeviceState(BackendDevice):
         self.features = set(self.device.features) - set(disable_features)
         self.limits = dict(self.device.limits)
         self.max_binding = self.limits["max-storage-buffer-binding-size"]
+        self.max_groups = self.limits["max-compute-workgroups-per-dimension"]
         self.commands = Commands(self)
         self.pool = BufferPool(self)
         self.kernels = Kernels(self)
         self._seed_lock = threading.Lock()
         self._seed = int.from_bytes(os.urandom(8), "little")
         self._rng_offset = 0
-        self.handle = Device(self)
+        self.handle = None  # the canonical Device handle, made by tallow.device (Device.of)
 
     def __repr__(self):
         return f"GpuDeviceState(gpu:{self.ordinal}, id={self.id}, {self.adapter_name})"
@@ -140,40 +141,9 @@ class GpuDeviceState(BackendDevice):
                 f"{op}: dtype {dtype} needs the WebGPU feature '{feature}', which adapter "
                 f"{self.adapter_name} (gpu:{self.ordinal}) does not offer")
 
-    # -- creation -----------------------------------------------------------------------
-    def zeros(self, count, dtype):
-        from .ops_copy import fill
-
-        return fill(self, count, dtype, 0)
-
-    def full(self, count, dtype, value):
-        from .ops_copy import fill
-
-        return fill(self, count, dtype, value)
-
-    def arange(self, start, step, count, dtype):
-        from .ops_copy import arange
-
-        return arange(self, start, step, count, dtype)
-
-    def rand_uniform(self, count, dtype, low, high):
-        from .ops_random import rand
-
-        return rand(self, count, dtype, "uniform", low, high)
-
-    def rand_normal(self, count, dtype, mean, std):
-        from .ops_random import rand
-
-        return rand(self, count, dtype, "normal", mean, std)
-
-    def from_numpy(self, array, dtype, copy=True):
-
-        self.check_dtype(dtype, "to_device")
-        import numpy as np
-
-        arr = np.ascontiguousarray(array, dtype=dtype.np)
-        buf = self.commands.upload(arr)
-        return GpuStorage(self, buf, dtype, arr.size)
+    def qmatmul_path(self, ggml_type):
+        """"gpu" for the GGML types with kernels here, else None."""
+        return "gpu" if quantized.supported(ggml_type.name) else None
 
     # -- control --------------------------------------------------------------------------
     def set_seed(self, seed: int) -> None:

@@ -21,7 +21,10 @@ import threading
 import time
 from pathlib import Path
 
+from ...op import wgsl_constants
 from .wgsl_types import TYPES
+
+_OP_CONSTANTS = wgsl_constants()  # const OP_NEG: u32 = 0u; ... (the op table's GPU codes)
 
 WGSL_DIR = Path(__file__).with_name("wgsl")
 
@@ -187,7 +190,7 @@ def assemble(fam: Family, dtypes: tuple) -> str:
         flags[f"D{i}_{d}"] = True
     for f in fam.flags:
         flags[f] = True
-    parts = [_source("common.wgsl")]
+    parts = [_source("common.wgsl"), _OP_CONSTANTS]
     parts.append(f"alias T = {main.compute};")
     parts.append(_SCALAR_FN[main.compute])
     n_in = n_out = 0

@@ -11,8 +11,11 @@ a clear error: never a truncated binding, never wrong values.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import TallowError
-from .layouts import ZERO_SCALARS, grid, map_tail, touched
+from ...layout import Layout
+from .kernel_args import ZERO_SCALARS, grid, map_tail, touched
 from .wgsl_types import TYPES
 
 _EPW = {name: t.epw for name, t in TYPES.items()}
@@ -20,13 +23,10 @@ _EPW = {name: t.epw for name, t in TYPES.items()}
 CHUNK_QUANTUM = 1024  # elements: keeps every window offset aligned
 
 
-def compact_for_kernel(storage, layout):
-    """(storage, layout) usable by a kernel: unchanged, unless its layout has more
-    than MAX_RANK unmergeable dims; then a compact copy made through the host."""
-    import numpy as np
-
-    from ...layout import Layout
-
+def compact_via_host(storage, layout):
+    """A compact copy of ``layout``'s elements, made through the host: ``(storage,
+    contiguous layout)``. For a layout no kernel can read (more than ``MAX_RANK``
+    dims that do not merge), which the GPU copy kernel cannot read either."""
     arr = np.ascontiguousarray(storage.to_numpy(layout))
     s = storage.bdev.from_numpy(arr, storage.dtype)
     return s, Layout.contiguous_of(layout.shape)
@@ -46,7 +46,7 @@ def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
     else:
         rank, bits, tail = map_tail(layouts)
     if rank is None:
-        operands = [compact_for_kernel(s, l) for s, l in operands]
+        operands = [compact_via_host(s, l) for s, l in operands]
         return map_new(state, kref, operands, out_dtype, n, scalars, reach=reach)
     epw = _EPW[out_dtype.name]
     isz = out_dtype.size_in_bytes
@@ -78,10 +78,10 @@ def map_new(state, kref, operands, out_dtype, n, scalars=ZERO_SCALARS, raw=False
                 words = (n, nwords, 0, rank, bits) + offs + scalars + tail
                 bufs.append(out)
                 groups = (nwords + 255) >> 8
-                if groups <= 65535:
+                if groups <= state.max_groups:
                     cmd.dispatch(pipe, bufs, words, groups)
                 else:
-                    cmd.dispatch(pipe, bufs, words, *grid(nwords))
+                    cmd.dispatch(pipe, bufs, words, *grid(state, nwords))
                 return out
             _split(state, pipe, operands, layouts, (out, None), n, epw, isz, rank, bits, tail,
                    scalars, reach)
@@ -114,7 +114,7 @@ def map_inplace(state, kref, operands, dst, dst_layout, scalars=ZERO_SCALARS, re
         if fits:
             offs = [lay.start_offset for lay in layouts] + [0] * (3 - len(layouts))
             words = (n, 0, 0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
-            cmd.dispatch(pipe, bufs, words, *grid(n))
+            cmd.dispatch(pipe, bufs, words, *grid(state, n))
             return
         _split(state, pipe, operands, layouts, (None, dst), n, 1, 0, rank, bits, tail, scalars,
                reach)
@@ -165,10 +165,10 @@ def _split(state, pipe, operands, layouts, outs, n, epw, isz, rank, bits, tail, 
             o0 = g0 * isz
             wins.append((out, o0, min(out.size - o0, (size * isz + 3) & ~3)))
             words = (size, nwords, g0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
-            plan.append((wins, words, grid(nwords)))
+            plan.append((wins, words, grid(state, nwords)))
         else:
             words = (size, 0, g0, rank, bits, offs[0], offs[1], offs[2]) + tuple(scalars) + tail
-            plan.append((wins, words, grid(size)))
+            plan.append((wins, words, grid(state, size)))
         g0 += size
     # Every window is checked before the first dispatch: an in-place op that cannot
     # split raises with its destination untouched.

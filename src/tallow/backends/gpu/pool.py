@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
-import warnings
 
 from wgpu import BufferUsage
 
+from ... import config
 from ...errors import TallowError
 
 MIN_BUCKET = 16
@@ -55,26 +54,6 @@ class PoolBuffer:
         return f"PoolBuffer(id={self.id}, size={self.size})"
 
 
-def parse_size(value, default: int, name: str) -> int:
-    """Bytes from an env value: an integer with an optional K/M/G suffix."""
-    if value is None or not str(value).strip():
-        return default
-    text = str(value).strip().upper().rstrip("B").rstrip("I")
-    mult = 1
-    if text and text[-1] in "KMG":
-        mult = 1 << {"K": 10, "M": 20, "G": 30}[text[-1]]
-        text = text[:-1]
-    try:
-        n = int(float(text) * mult)
-        if n < 0:
-            raise ValueError
-        return n
-    except ValueError:
-        warnings.warn(f"{name}={value!r} is not a size in bytes; using {default}",
-                      RuntimeWarning, stacklevel=3)
-        return default
-
-
 class BufferPool:
     def __init__(self, state):
         self._state = state
@@ -91,8 +70,7 @@ class BufferPool:
         self.reused = 0
         self.released = 0
         self.double_releases = 0  # returns of a buffer already returned (ignored)
-        self.cache_limit = parse_size(os.environ.get("TALLOW_GPU_CACHE_LIMIT"),
-                                      DEFAULT_CACHE_LIMIT, "TALLOW_GPU_CACHE_LIMIT")
+        self.cache_limit = config.size("TALLOW_GPU_CACHE_LIMIT", DEFAULT_CACHE_LIMIT)
 
     # -- sizes -------------------------------------------------------------------------
     def bucket(self, nbytes: int) -> int:

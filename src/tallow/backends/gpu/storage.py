@@ -1,9 +1,12 @@
 """GPU storage: a pool buffer, its dtype and element count.
 
-Every op is a method (bound from the ops_* modules, like the CPU backend): it
-takes an output buffer from the pool, encodes its dispatch and returns a new
-storage at once; nothing waits except readbacks (``to_numpy``). A storage
-returns its buffer to the pool when it is garbage (``__del__``).
+``GpuStorage`` is ``GpuCore`` (the buffer, readback, pool return) plus one mixin
+per family of ops, in modules named as the CPU backend's (``elementwise``,
+``reduce``, ``matmul``, ``indexing``, ``conv``, ``copy``, ``fused``,
+``quantized``). Every op takes an output buffer from the pool, encodes its
+dispatch and returns a new storage at once (through ``self._wrap``); nothing
+waits except readbacks (``to_numpy``). A storage returns its buffer to the pool
+when it is garbage (``__del__``).
 """
 
 from __future__ import annotations
@@ -12,11 +15,21 @@ import numpy as np
 
 from ...layout import Layout
 from ..base import BackendStorage
+from .conv import GpuConv
+from .copy import GpuCopy
+from .elementwise import GpuElementwise
+from .fused import GpuFused
+from .indexing import GpuIndexing
+from .matmul import GpuMatmul
+from .quantized import GpuQuantized
+from .reduce import GpuReduce
 
 _new = object.__new__
 
 
-class GpuStorage(BackendStorage):
+class GpuCore:
+    """A pool buffer of one device, its dtype and element count; ops come from the mixins."""
+
     __slots__ = ("bdev", "buf", "dtype", "count", "__weakref__")
 
     def __init__(self, bdev, buf, dtype, count):
@@ -66,8 +79,22 @@ class GpuStorage(BackendStorage):
         compact = self.copy_strided(layout)
         return compact.to_numpy(Layout.contiguous_of(shape))
 
+    def _wrap(self, buf, dtype, count) -> "GpuStorage":
+        """A new storage of this device over an op's freshly written output buffer."""
+        return new_storage(self.bdev, buf, dtype, count)
 
-def wrap(bdev, buf, dtype, count) -> GpuStorage:
+
+# The protocol class comes last: its NotImplementedError defaults (optional ops)
+# must not shadow the mixins' methods.
+class GpuStorage(GpuCore, GpuElementwise, GpuReduce, GpuMatmul, GpuIndexing, GpuConv, GpuCopy,
+                 GpuFused, GpuQuantized, BackendStorage):
+    """A GPU storage: a pool buffer holding ``count`` elements of one dtype."""
+
+    __slots__ = ()
+
+
+def new_storage(bdev, buf, dtype, count) -> GpuStorage:
+    """A storage of device state ``bdev`` over pool buffer ``buf``."""
     s = _new(GpuStorage)
     s.bdev = bdev
     s.buf = buf
@@ -76,12 +103,3 @@ def wrap(bdev, buf, dtype, count) -> GpuStorage:
     return s
 
 
-def _bind():
-    from . import ops_conv, ops_copy, ops_elementwise, ops_index, ops_matmul, ops_reduce
-
-    for module in (ops_copy, ops_elementwise, ops_reduce, ops_matmul, ops_index, ops_conv):
-        for name in module.METHODS:
-            setattr(GpuStorage, name, getattr(module, name))
-
-
-_bind()

@@ -42,6 +42,3 @@ TYPES = {
     "f64": WgslType(dt.f64, "f64", "f64", feature="shader-f64"),
 }
 
-
-def wtype(dtype) -> WgslType:
-    return TYPES[dtype.name]

@@ -34,8 +34,12 @@ fn conv(x: TA) -> TY {
     return i64(x);
 //#elif FLOAT_Y
     return TY(x);
+//#elif Y_IS_i64 and A_IS_i64
+    return x;
 //#elif Y_IS_i64
-    return i64(x);
+    // u32 -> i64 must zero-extend: i64(x) of a u32 sign-extends on some compilers
+    // (2^31 became -2^31), so the high word is masked off.
+    return i64(x) & 0xffffffffli;
 //#elif A_IS_i64 and Y_IS_u8
     return u32(x & 0xffli);
 //#elif A_IS_i64

@@ -1,14 +1,15 @@
-// cmp.wgsl: u8 masks of a (op) b or a (op) scalar. OP: 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge.
+// cmp.wgsl: u8 masks of a (op) b or a (op) scalar. OP is one of the OP_* constants
+// of the op table (tallow/op.py): OP_EQ ... OP_GE.
 override OP: u32 = 0u;
 
 fn f(a: T, b: T) -> bool {
     switch OP {
-        case 0u: { return a == b; }
-        case 1u: { return !(a == b); }  // `!=` is ordered in naga: NaN != x would be false
-        case 2u: { return a < b; }
-        case 3u: { return a <= b; }
-        case 4u: { return a > b; }
-        default: { return a >= b; }
+        case OP_EQ: { return a == b; }
+        case OP_NE: { return !(a == b); }  // `!=` is ordered in naga: NaN != x would be false
+        case OP_LT: { return a < b; }
+        case OP_LE: { return a <= b; }
+        case OP_GT: { return a > b; }
+        case OP_GE, default: { return a >= b; }
     }
 }
 

@@ -13,7 +13,8 @@ fn pi32(i: u32) -> i32 { return bitcast<i32>(pw(i)); }
 const WG: u32 = 256u;
 
 // The linear invocation index of a 2-D grid of WG-wide workgroups (a grid is
-// x * y workgroups because one dimension holds at most 65535).
+// x * y workgroups because one dimension holds at most the adapter's limit, 65535 on most;
+// kernel_args.grid lays it out).
 fn lin(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }

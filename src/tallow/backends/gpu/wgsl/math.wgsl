@@ -80,7 +80,10 @@ fn m_log(x: T) -> T {
     if (x < T(0)) { return m_nan(); }
     if (x == T(0)) { return -m_inf(); }
     if (x == m_inf()) { return x; }
-    let fr = frexp(x);
+    // frexp of a subnormal gives the smallest normal's exponent on some drivers:
+    // scale subnormals by 2^54 first and take 54 off the exponent.
+    let sub = x < T(2.2250738585072014e-308);
+    let fr = frexp(select(x, x * T(18014398509481984.0), sub));
     // select, not a branch: llvmpipe's LLVM fails on a branchy f64 / i32 phi here
     let adj = fr.fract < 0.70710678118654752440;
     let m = select(fr.fract, fr.fract * 2.0, adj);
@@ -102,7 +105,7 @@ fn m_log(x: T) -> T {
     p = p * z + T(1.0 / 3.0);
     p = p * z + T(1.0);
     let lg = 2.0 * s * p;
-    let fe = T(e);
+    let fe = T(e) - select(T(0), T(54), sub);
     return fe * 6.93147180369123816490e-01 + (lg + fe * 1.90821492927058770002e-10);
 }
 
@@ -165,8 +168,12 @@ fn m_cos(x: T) -> T {
 fn m_exp(x: T) -> T { return exp(x); }
 fn m_log(x: T) -> T {
     if (m_isnan(x)) { return x; }
+    let bits = bitcast<u32>(x) & 0x7fffffffu;
+    if (bits == 0u) { return -m_inf(); }
     if (x < T(0)) { return m_nan(); }
-    if (x == T(0)) { return -m_inf(); }
+    // Drivers flush subnormal inputs (log(1e-40) came out as log(2^-126)): a subnormal
+    // is its bits times 2^-149, and its bits are an exact f32.
+    if (bits < 0x00800000u) { return log(T(bits)) - T(103.27892990343185); }
     return log(x);
 }
 fn m_sin(x: T) -> T { return sin(x); }
@@ -237,14 +244,80 @@ fn m_pow(x: T, y: T) -> T {
         r = select(select(m_inf(), T(0), y > T(0)), select(T(0), m_inf(), y > T(0)), ax > T(1));
         return r;
     } else {
+        r = T(0);
+        if (yint && abs(y) <= T(64)) {
+            // Small integer powers are exact whenever the result is representable
+            // (the driver's exp2(y * log2(x)) gave 6^4 = 1296.00098).
+            let n = u32(abs(y));
+            r = m_powi_exact(ax, i32(n));
+            if (r == T(0)) {
+                // Not representable: repeated squaring, a few roundings (the driver's
+                // pow was off by up to 55 ulp).
+                r = m_powi(ax, n);
+            }
+            // x^-n = 1 / x^n: one more rounding.
+            if (y < T(0) && r != T(0)) { r = T(1) / r; }
+        }
+        if (r == T(0) || m_isinf(r)) {
 //#if T_F64
-        r = m_exp(y * m_log(ax));
+            r = m_exp(y * m_log(ax));
 //#else
-        r = pow(ax, y);
+            r = pow(ax, y);
 //#endif
+        }
     }
     if (neg && yodd) { r = -r; }
     return r;
+}
+
+// x^n for a small n >= 1, by repeated squaring.
+fn m_powi(x: T, n: u32) -> T {
+    var b = x;
+    var e = n;
+    var r = T(1);
+    loop {
+        if ((e & 1u) == 1u) { r = r * b; }
+        e = e >> 1u;
+        if (e == 0u) { break; }
+        b = b * b;
+    }
+    return r;
+}
+
+// |x|^n exactly, when that is representable; 0 otherwise. |x| = m 2^k with m an odd
+// integer, so |x|^n = m^n 2^(nk) is representable when m^n < 2^P (P the significand
+// bits) and the exponent is in the normal range. Integer-valued products below
+// 2^P are exact in T whatever the driver's optimiser does.
+fn m_powi_exact(ax: T, n: i32) -> T {
+//#if T_F64
+    let P = T(9007199254740992.0);
+    let bits = 53;
+    let lo = T(2.2250738585072014e-308);
+//#else
+    let P = T(16777216.0);
+    let bits = 24;
+    let lo = T(1.17549435e-38);
+//#endif
+    let fr = frexp(ax);
+    var m = fr.fract * P;
+    var k = i32(fr.exp) - bits;
+    for (var i = 0; i < bits; i = i + 1) {
+        let h = m * T(0.5);
+        if (floor(h) != h) { break; }
+        m = h;
+        k = k + 1;
+    }
+    let an = abs(n);
+    var r = T(1);
+    for (var i = 0; i < an; i = i + 1) {
+        r = r * m;
+        if (r >= P) { return T(0); }
+    }
+    let e = select(an, -an, n < 0) * k;
+    if (e > 1100 || e < -1100) { return T(0); }
+    let out = ldexp(r, e);
+    if (m_isinf(out) || out < lo) { return T(0); }
+    return out;
 }
 
 // erf, after Sun's fdlibm s_erf.c (its published coefficients; freely

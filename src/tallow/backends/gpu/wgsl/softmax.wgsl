@@ -58,8 +58,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let eps = sc(0u);
     if (OP == 1u) {
+        // Each invocation sums m / 256 squares, in blocks of 16: a plain running sum
+        // of a long row of large values lost ~30 ulp before the tree reduction.
         var s = T(0);
-        for (var j = lid; j < m; j = j + WG) { let v = at(r, j); s = s + v * v; }
+        var j = lid;
+        while (j < m) {
+            var blk = T(0);
+            for (var k = 0u; k < 16u && j < m; k = k + 1u) {
+                let v = at(r, j);
+                blk = blk + v * v;
+                j = j + WG;
+            }
+            s = s + blk;
+        }
         s = wg_sum(lid, s);
         let scale = T(1) / sqrt(s / T(m) + eps);
         for (var j = lid; j < m; j = j + WG) {
@@ -68,15 +79,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         return;
     }
+    // Corrected two-pass statistics: the rounding of the first mean (large on rows
+    // with a large mean) is measured as the mean `rest` of the centred values and
+    // taken off again, so a constant row gives exactly 0.
     var s = T(0);
     for (var j = lid; j < m; j = j + WG) { s = s + at(r, j); }
     let mean = wg_sum(lid, s) / T(m);
+    var c = T(0);
     var q = T(0);
-    for (var j = lid; j < m; j = j + WG) { let d = at(r, j) - mean; q = q + d * d; }
-    let scale = T(1) / sqrt(wg_sum(lid, q) / T(m) + eps);
+    for (var j = lid; j < m; j = j + WG) { let d = at(r, j) - mean; c = c + d; q = q + d * d; }
+    let rest = wg_sum(lid, c) / T(m);
+    let var_ = max(wg_sum(lid, q) / T(m) - rest * rest, T(0));
+    let scale = T(1) / sqrt(var_ + eps);
     for (var j = lid; j < m; j = j + WG) {
         let a = T(ld_b(pw(5u) + j * pw(6u)));
         let b = T(ld_c(pw(7u) + j * pw(10u)));
-        st_y(out0 + j, TY((at(r, j) - mean) * scale * a + b));
+        st_y(out0 + j, TY(((at(r, j) - mean) - rest) * scale * a + b));
     }
 }

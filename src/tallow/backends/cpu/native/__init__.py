@@ -1,0 +1,299 @@
+"""tallow's compiled CPU kernels for quantized matmul (an optional C extension).
+
+``_kernels.c`` holds byte dot-product kernels (AVX2 ``vpmaddubsw``, AVX-512
+VNNI ``vpdpbusd``, a scalar C fallback; the widest the CPU supports is chosen
+at import) over weights repacked once into rows interleaved eight at a time.
+They compute exactly what the numba and NumPy paths of
+:mod:`tallow.quantized` compute (ggml's block arithmetic), so those stay the
+fallbacks and the test oracles.
+
+The extension is built from source by ``pip install`` (``setup.py``); when it
+is missing (no compiler), or ``TALLOW_NO_NATIVE=1``, :func:`available` is
+False and quantized matmul uses the numba path.  ``TALLOW_NATIVE_ISA``
+(``scalar``, ``avx2``, ``avx512vnni``) narrows the instruction set.
+
+Formats: Q4_0 (its own layout, the GGUF size), Q8_0, Q5_0 in the Q8_0 layout
+(its 5-bit values stored as bytes: 1.55x the GGUF bytes of those tensors, the
+same integer sums), Q4K (the GGUF size plus unpacked 6-bit scales: 1.03x) and
+Q6K (its 6-bit values as bytes: 1.3x), the last two with Q8K activations.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from ....quantized.blocks import as_bytes, byte_blocks
+from ....quantized.types import ggml_type
+
+try:  # the extension is optional
+    from . import _kernels
+except ImportError as e:  # pragma: no cover - exercised on machines without a compiler
+    _kernels = None
+    _import_error = f"{type(e).__name__}: {e}"
+else:
+    _import_error = None
+
+ENV_DISABLE = "TALLOW_NO_NATIVE"
+ENV_ISA = "TALLOW_NATIVE_ISA"
+ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
+QK = 32
+SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4K", "Q6K")
+
+_isa_checked = False
+
+
+def disabled() -> bool:
+    """``TALLOW_NO_NATIVE`` set to anything but "" or "0"."""
+    return os.environ.get(ENV_DISABLE, "") not in ("", "0")
+
+
+def available() -> bool:
+    """True when the compiled kernels are built, importable and not disabled."""
+    global _isa_checked
+    if _kernels is None or disabled():
+        return False
+    if not _isa_checked:
+        want = os.environ.get(ENV_ISA, "")
+        if want:
+            try:
+                _kernels.set_isa(want)
+            except ValueError:
+                pass  # an unknown or unsupported name keeps the CPU's best
+        _isa_checked = True
+    return True
+
+
+def supports(type_name: str) -> bool:
+    """Whether the compiled kernels multiply weights of this GGML type."""
+    return type_name in SUPPORTED and available()
+
+
+def status() -> dict:
+    """Built or not (and why), the instruction set in use and the CPU's best."""
+    usable = available()
+    return {"native": usable, "disabled": disabled(), "error": _import_error,
+            "isa": _kernels.isa() if _kernels is not None else None,
+            "best_isa": _kernels.best_isa() if _kernels is not None else None}
+
+
+def set_isa(name: str) -> None:
+    """Use the ``scalar``, ``avx2`` or ``avx512vnni`` kernels (at most what the CPU has)."""
+    _kernels.set_isa(name)
+
+
+def isa() -> str | None:
+    return _kernels.isa() if _kernels is not None else None
+
+
+# ------------------------------------------------------------------- repacking
+def _interleave(fields, n: int, nb: int) -> np.ndarray:
+    """Per-block byte fields of an (n, nb blocks) weight -> (groups, nb, bytes) in the x8 layout.
+
+    ``fields``: ``(array (n*nb, W) uint8, g)`` pairs, in layout order; each field
+    is interleaved across eight rows ``g`` bytes at a time (g = W: the rows'
+    fields one after another; g = 1: element by element; g = 4: the quants).
+    Rows are padded with zero blocks to a multiple of eight.  Done a slice of
+    groups at a time, so the temporaries stay small next to the result.
+    """
+    groups = -(-n // ROWS)
+    widths = [a.shape[1] for a, _ in fields]
+    total = ROWS * sum(widths)
+    out = np.empty((groups, nb, total), np.uint8)
+    step = max(1, (1 << 20) // max(1, nb * total))  # about 1 MiB per slice
+    for g0 in range(0, groups, step):
+        g1 = min(groups, g0 + step)
+        r0, r1 = g0 * ROWS, min(n, g1 * ROWS)
+        gs, pad = g1 - g0, (g1 - g0) * ROWS - (r1 - r0)
+        col = 0
+        for (a, gran), width in zip(fields, widths):
+            part = a.reshape(n, nb, width)[r0:r1]
+            if pad:
+                part = np.concatenate([part, np.zeros((pad, nb, width), np.uint8)])
+            part = part.reshape(gs, ROWS, nb, width // gran, gran).transpose(0, 2, 3, 1, 4)
+            out[g0:g1, :, col:col + ROWS * width] = part.reshape(gs, nb, ROWS * width)
+            col += ROWS * width
+    return out
+
+
+def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
+    """GGML blocks of an ``(n, k)`` weight -> (kernel format, interleaved bytes)."""
+    t = ggml_type(type_name)
+    blocks = byte_blocks(raw, n * k, t.block_size, t.type_size, t.name)
+    nb = k // t.block_size
+    if t.name in ("Q4_0", "Q8_0"):
+        fmt = _kernels.Q4_0 if t.name == "Q4_0" else _kernels.Q8_0
+        return fmt, _interleave([(blocks[:, :2], 2), (blocks[:, 2:], 4)], n, nb)
+    if t.name == "Q5_0":
+        from ....quantized import legacy
+
+        q = legacy._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
+        return _kernels.Q8_0, _interleave([(blocks[:, :2], 2), (q.view(np.uint8), 4)], n, nb)
+    if t.name == "Q6K":
+        from ....quantized import kquants
+
+        q = kquants._q6_values(blocks).view(np.uint8)
+        return _kernels.Q6K, _interleave([(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (q, 4)], n, nb)
+    if t.name == "Q4K":
+        from ....quantized import kquants
+
+        sc, mn = kquants._k4_scales(blocks[:, 4:16])
+        fields = [(blocks[:, 0:2], 2), (blocks[:, 2:4], 2), (np.ascontiguousarray(sc, np.uint8), 1),
+                  (np.ascontiguousarray(mn, np.uint8), 1), (blocks[:, 16:144], 4)]
+        return _kernels.Q4K, _interleave(fields, n, nb)
+    raise ValueError(f"{t.name} has no compiled kernel (supported: {', '.join(SUPPORTED)})")
+
+
+class NativeWeight:
+    """A ``(n, k)`` quantized weight repacked for the compiled kernels.
+
+    ``matmul_t(x)`` is ``x @ W.T`` with ggml's arithmetic; ``matvec(x, out)``
+    the single-row product written into ``out``, in one call and no checks
+    (the decode path's form).  A non-finite activation falls back to the NumPy
+    path of :mod:`tallow.backends.cpu.quantized.vec_dot`, which defines those cases
+    (``source``: when ``raw`` is a temporary concatenation, the parts it was
+    made of, kept instead of the copy).
+    """
+
+    def __init__(self, raw, w_type, n: int, k: int, source=None):
+        t = ggml_type(w_type)
+        if k <= 0 or k % t.block_size:
+            raise ValueError(f"{t.name} weight: k={k} must be a positive multiple of {t.block_size}")
+        self.type, self.n, self.k = t, int(n), int(k)
+        self.nb = self.k // t.block_size
+        self.groups = -(-self.n // ROWS)
+        self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
+        self.kquant = t.name in ("Q4K", "Q6K")  # Q8K activations, super-blocks of 256
+        self._matvec = _kernels.matvec_k if self.kquant else _kernels.matvec_q
+        # For the non-finite fallback only: the blocks (a view of the file's map), or
+        # ``source``, parts whose concatenation they are (not kept as a copy).
+        self._source = [raw] if source is None else list(source)
+        self._splittable = self.n * self.k >= 2 * MIN_WORK_PER_THREAD
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.nbytes
+
+    def _fallback(self, x2: np.ndarray) -> np.ndarray:
+        from ..quantized.vec_dot import matmul_t
+
+        raw = self._source[0] if len(self._source) == 1 else np.concatenate([as_bytes(p) for p in self._source])
+        return matmul_t(x2, raw, self.type, self.n, self.k, num_threads=1)
+
+    def matvec(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out = W @ x`` for contiguous f32 ``x`` (k,) and ``out`` (n,); no argument checks.
+
+        One call on this thread, except for weights large enough to be worth a
+        second thread (a vocabulary-sized output layer).
+        """
+        if self._splittable and plan_threads(1, self.n, self.k, self.groups, None) > 1:
+            out[:] = self.matmul_t(x.reshape(1, -1)).reshape(-1)
+            return out
+        if not self._matvec(self.fmt, self.packed, self.n, self.k, x, out):
+            out[:] = self._fallback(x.reshape(1, -1)).reshape(-1)
+        return out
+
+    def matmul_t(self, x: np.ndarray, num_threads: int | None = None) -> np.ndarray:
+        """``x @ W.T`` for ``x`` (..., k)."""
+        x = np.asarray(x, dtype=np.float32)
+        if x.shape[-1:] != (self.k,):
+            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {self.k}) for a "
+                             f"({self.n}, {self.k}) weight")
+        lead = x.shape[:-1]
+        x2 = np.ascontiguousarray(x.reshape(-1, self.k))
+        m = x2.shape[0]
+        out = np.empty((m, self.n), np.float32)
+        if m == 0 or self.n == 0:
+            return out.reshape(lead + (self.n,))
+        threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
+        if m == 1 and threads == 1 and self.k <= 16384:
+            if not self._matvec(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
+                out = self._fallback(x2)
+            return out.reshape(lead + (self.n,))
+        xq = np.empty((m, self.k), np.int8)
+        xd = np.empty((m, self.nb), np.float32)
+        if self.kquant:  # Q8K: sixteen 16-element sums per super-block
+            xs = np.empty((m, self.nb * 16), np.int32)
+            ok = _kernels.quantize_q8k(x2, m, self.k, xq, xd, xs)
+            kernel = _kernels.matmul_k
+        else:
+            xs = np.empty((m, self.nb), np.int32)
+            ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs)
+            kernel = _kernels.matmul_q
+        if not ok:
+            return self._fallback(x2).reshape(lead + (self.n,))
+        args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
+        if threads == 1:
+            kernel(*args, 0, self.groups)
+        else:
+            run_pieces(lambda a, b: kernel(*args, a, b), self.groups, threads)
+        return out.reshape(lead + (self.n,))
+
+
+# ------------------------------------------------------------------- threads
+# A product is split across threads only when each thread gets a few hundred
+# microseconds of work (a hand-off costs tens): the matrix-vector products of a
+# decoder layer never are, so a busy core cannot stall them; prompt-sized
+# products and a vocabulary-sized output layer are, in pieces (run_pieces).
+MIN_WORK_PER_THREAD = 1 << 23  # multiply-adds
+
+
+def plan_threads(m: int, n: int, k: int, groups: int, num_threads: int | None) -> int:
+    """Threads for an (m, k) x (k, n) product: 1 for small ones (every layer's matrix-vector product)."""
+    if m * n * k < 2 * MIN_WORK_PER_THREAD:
+        return 1
+    if num_threads is None:
+        from ....utils import get_num_threads
+
+        num_threads = get_num_threads()
+    return max(1, min(num_threads, groups, (m * n * k) // MIN_WORK_PER_THREAD))
+
+
+_pool = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _executor(n: int):
+    """The kernels' own pool, with at least ``n`` workers (not the backend's shared
+    pool: a caller may itself run on one of that pool's workers).
+
+    A smaller pool is replaced, not shut down: a concurrent caller may still be
+    submitting to it; its idle threads end once it is unreferenced.
+    """
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
+        return _pool
+
+
+def run_pieces(fn, total: int, threads: int) -> None:
+    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they free up.
+
+    Several pieces per thread, the calling thread among the workers: a core
+    busy with another process delays one piece, not half the product.  Workers
+    block on the pool's queue when idle (no spinning).
+    """
+    from ..quantized.vec_dot import _split
+
+    pieces = iter(_split(total, min(total, threads * 4), 1))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                piece = next(pieces, None)
+            if piece is None:
+                return
+            fn(*piece)
+
+    pool = _executor(threads - 1)
+    futures = [pool.submit(worker) for _ in range(threads - 1)]
+    worker()
+    for f in futures:
+        f.result()

@@ -1,0 +1,569 @@
+/* Compiled steps of a Llama decoder layer on contiguous f32 arrays (tallow's decode path):
+ * rms_norm (with the residual add fused), interleaved rotary embedding fused with the
+ * key/value cache write, causal attention over the cache, silu(gate) * up, and f32 / f16
+ * matrix-vector products.  Dot products and axpys have AVX2+FMA versions chosen at
+ * import (target attributes; the module is compiled for the baseline ISA) and scalar
+ * C fallbacks.  These are float computations whose rounding differs from the
+ * Tensor-level ops' only in summation order; the tests compare within f32 tolerance.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TALLOW_X86 1
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+static int use_avx2 = 0;
+
+/* ------------------------------------------------------------------ f16 */
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400u));
+            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* ------------------------------------------------------------------ dot / axpy */
+static float dot_scalar(const float *a, const float *b, int64_t n) {
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * b[i];
+    return t;
+}
+
+static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static float dot_f16_scalar(const uint16_t *w, const float *x, int64_t n) {
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += half_to_float(w[i + j]) * x[i + j];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += half_to_float(w[i]) * x[i];
+    return t;
+}
+
+#ifdef TALLOW_X86
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static float dot_avx2(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float t = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) t += a[i] * b[i];
+    return t;
+}
+
+AVX2 static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* Four weight rows against one activation row: the activation is loaded once. */
+AVX2 static void rows4_f32_avx2(const float *w, int64_t k, const float *x, float *out) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), xv, s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + i), xv, s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 2 * k + i), xv, s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 3 * k + i), xv, s3);
+    }
+    float t[4] = {hsum8(s0), hsum8(s1), hsum8(s2), hsum8(s3)};
+    for (; i < k; i++)
+        for (int r = 0; r < 4; r++) t[r] += w[r * k + i] * x[i];
+    memcpy(out, t, sizeof t);
+}
+
+AVX2 static void rows4_f16_avx2(const uint16_t *w, int64_t k, const float *x, float *out) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int64_t i = 0;
+#define LH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    for (; i + 8 <= k; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        s0 = _mm256_fmadd_ps(LH(w + i), xv, s0);
+        s1 = _mm256_fmadd_ps(LH(w + k + i), xv, s1);
+        s2 = _mm256_fmadd_ps(LH(w + 2 * k + i), xv, s2);
+        s3 = _mm256_fmadd_ps(LH(w + 3 * k + i), xv, s3);
+    }
+#undef LH
+    float t[4] = {hsum8(s0), hsum8(s1), hsum8(s2), hsum8(s3)};
+    for (; i < k; i++)
+        for (int r = 0; r < 4; r++) t[r] += half_to_float(w[r * k + i]) * x[i];
+    memcpy(out, t, sizeof t);
+}
+
+AVX2 static void f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = half_to_float(src[i]);
+}
+#endif
+
+#ifdef TALLOW_X86
+/* exp of eight floats: Cephes' expf (range reduction by ln 2 in two parts, degree-5
+ * polynomial), within 2 ulp of expf over the range where the result is normal. */
+AVX2 static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
+    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* p[t] = exp(p[t] - mx) for t < n; returns the sum. */
+AVX2 static float exp_shift_sum_avx2(float *p, int64_t n, float mx) {
+    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + t), vm));
+        _mm256_storeu_ps(p + t, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = hsum8(acc);
+    for (; t < n; t++) {
+        p[t] = expf(p[t] - mx);
+        sum += p[t];
+    }
+    return sum;
+}
+
+AVX2 static void silu_mul_avx2(const float *g, const float *u, float *out, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 den = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv)));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) out[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+}
+#endif
+
+static float exp_shift_sum(float *p, int64_t n, float mx) {
+#ifdef TALLOW_X86
+    if (use_avx2) return exp_shift_sum_avx2(p, n, mx);
+#endif
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        p[t] = expf(p[t] - mx);
+        sum += p[t];
+    }
+    return sum;
+}
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+#ifdef TALLOW_X86
+    if (use_avx2) return dot_avx2(a, b, n);
+#endif
+    return dot_scalar(a, b, n);
+}
+
+static inline void axpy(float *y, float a, const float *x, int64_t n) {
+#ifdef TALLOW_X86
+    if (use_avx2) { axpy_avx2(y, a, x, n); return; }
+#endif
+    axpy_scalar(y, a, x, n);
+}
+
+/* ------------------------------------------------------------------ buffers */
+typedef struct { Py_buffer v; int held; } buf_t;
+
+static int get_buf(PyObject *obj, buf_t *b, int writable, Py_ssize_t min_bytes, const char *what) {
+    if (PyObject_GetBuffer(obj, &b->v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return 0;
+    b->held = 1;
+    if (b->v.len < min_bytes) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, need at least %zd", what, b->v.len, min_bytes);
+        return 0;
+    }
+    return 1;
+}
+
+static void release(buf_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (b[i].held) PyBuffer_Release(&b[i].v);
+}
+
+static int ints(PyObject *const *args, Py_ssize_t first, Py_ssize_t count, int64_t *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        out[i] = PyLong_AsLongLong(args[first + i]);
+        if (out[i] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative size or position");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ rms_norm */
+static void rms_row(const float *x, const float *w, float *out, int64_t dim, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int64_t i = 0; i < dim; i++) out[i] = (x[i] * r) * w[i];
+}
+
+/* rms_norm(x, w, out, rows, dim, eps, residual_or_None): with a residual y, first x += y. */
+static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "rms_norm takes 7 arguments");
+    int64_t d[2];
+    if (!ints(args, 3, 2, d)) return NULL;
+    float eps = (float)PyFloat_AsDouble(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t rows = d[0], dim = d[1];
+    int has_res = args[6] != Py_None;
+    buf_t b[4];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], has_res, rows * dim * 4, "x") && get_buf(args[1], &b[1], 0, dim * 4, "w") &&
+        get_buf(args[2], &b[2], 1, rows * dim * 4, "out") &&
+        (!has_res || get_buf(args[6], &b[3], 0, rows * dim * 4, "residual"))) {
+        float *x = (float *)b[0].v.buf, *out = (float *)b[2].v.buf;
+        const float *w = (const float *)b[1].v.buf;
+        for (int64_t r = 0; r < rows; r++) {
+            float *xr = x + r * dim;
+            if (has_res) {
+                const float *y = (const float *)b[3].v.buf + r * dim;
+                for (int64_t i = 0; i < dim; i++) xr[i] += y[i];
+            }
+            rms_row(xr, w, out + r * dim, dim, eps);
+        }
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 4);
+    return res;
+}
+
+/* ------------------------------------------------------------------ rope + cache write */
+/* rope_store(qkv, s, nh, nkv, d, cos, sin, pos0, q_out, kcache, vcache, ctx):
+ * qkv (s, (nh + 2 nkv) d): rows [q heads | k heads | v heads]; the interleaved rotation
+ * (pairs x[2i], x[2i+1]) of q goes to q_out (s, nh, d), of k to kcache (nkv, ctx, d) at
+ * position pos0 + row, v is copied to vcache.  cos/sin: (ctx, d/2). */
+static void rope_pair(const float *x, float *y, const float *c, const float *sn, int64_t half) {
+    for (int64_t i = 0; i < half; i++) {
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        y[2 * i] = x0 * c[i] - x1 * sn[i];
+        y[2 * i + 1] = x0 * sn[i] + x1 * c[i];
+    }
+}
+
+static PyObject *py_rope_store(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 12) return PyErr_Format(PyExc_TypeError, "rope_store takes 12 arguments");
+    int64_t a[4], pos0, ctx;
+    if (!ints(args, 1, 4, a) || !ints(args, 7, 1, &pos0) || !ints(args, 11, 1, &ctx)) return NULL;
+    int64_t s = a[0], nh = a[1], nkv = a[2], d = a[3], half = d / 2, width = (nh + 2 * nkv) * d;
+    if (d % 2 || pos0 + s > ctx) return PyErr_Format(PyExc_ValueError, "rope_store: odd head size or past the context");
+    buf_t b[6];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, s * width * 4, "qkv") && get_buf(args[5], &b[1], 0, ctx * half * 4, "cos") &&
+        get_buf(args[6], &b[2], 0, ctx * half * 4, "sin") && get_buf(args[8], &b[3], 1, s * nh * d * 4, "q_out") &&
+        get_buf(args[9], &b[4], 1, nkv * ctx * d * 4, "kcache") && get_buf(args[10], &b[5], 1, nkv * ctx * d * 4, "vcache")) {
+        const float *qkv = (const float *)b[0].v.buf;
+        float *q = (float *)b[3].v.buf, *kc = (float *)b[4].v.buf, *vc = (float *)b[5].v.buf;
+        for (int64_t r = 0; r < s; r++) {
+            const float *row = qkv + r * width;
+            int64_t pos = pos0 + r;
+            const float *c = (const float *)b[1].v.buf + pos * half, *sn = (const float *)b[2].v.buf + pos * half;
+            for (int64_t h = 0; h < nh; h++) rope_pair(row + h * d, q + (r * nh + h) * d, c, sn, half);
+            for (int64_t h = 0; h < nkv; h++) {
+                rope_pair(row + (nh + h) * d, kc + (h * ctx + pos) * d, c, sn, half);
+                memcpy(vc + (h * ctx + pos) * d, row + (nh + nkv + h) * d, (size_t)d * 4);
+            }
+        }
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 6);
+    return res;
+}
+
+/* ------------------------------------------------------------------ attention */
+/* attention(q, kcache, vcache, out, s, nh, nkv, d, ctx, pos0, scale, h0, h1): causal
+ * softmax attention of queries q (s, nh, d) at positions pos0.. over the cache, heads
+ * [h0, h1) (callers may split heads across threads); out (s, nh, d). */
+static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 13) return PyErr_Format(PyExc_TypeError, "attention takes 13 arguments");
+    int64_t a[6], hr[2];
+    if (!ints(args, 4, 6, a) || !ints(args, 11, 2, hr)) return NULL;
+    float scale = (float)PyFloat_AsDouble(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t s = a[0], nh = a[1], nkv = a[2], d = a[3], ctx = a[4], pos0 = a[5];
+    if (nkv == 0 || nh % nkv || pos0 + s > ctx || hr[1] > nh || hr[0] > hr[1])
+        return PyErr_Format(PyExc_ValueError, "attention: bad heads, positions or head range");
+    buf_t b[4];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, s * nh * d * 4, "q") && get_buf(args[1], &b[1], 0, nkv * ctx * d * 4, "kcache") &&
+        get_buf(args[2], &b[2], 0, nkv * ctx * d * 4, "vcache") && get_buf(args[3], &b[3], 1, s * nh * d * 4, "out")) {
+        float *scores = (float *)PyMem_RawMalloc((size_t)(pos0 + s) * 4);
+        if (!scores) {
+            release(b, 4);
+            return PyErr_NoMemory();
+        }
+        const float *q = (const float *)b[0].v.buf, *kc = (const float *)b[1].v.buf, *vc = (const float *)b[2].v.buf;
+        float *out = (float *)b[3].v.buf;
+        int64_t group = nh / nkv;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t r = 0; r < s; r++) {
+            int64_t total = pos0 + r + 1;
+            for (int64_t h = hr[0]; h < hr[1]; h++) {
+                const float *qh = q + (r * nh + h) * d;
+                const float *K = kc + (h / group) * ctx * d, *V = vc + (h / group) * ctx * d;
+                float mx = -INFINITY;
+                for (int64_t t = 0; t < total; t++) {
+                    float v = dot(qh, K + t * d, d) * scale;
+                    scores[t] = v;
+                    mx = v > mx ? v : mx;
+                }
+                float sum = exp_shift_sum(scores, total, mx);
+                float *o = out + (r * nh + h) * d;
+                memset(o, 0, (size_t)d * 4);
+                float inv = 1.0f / sum;
+                for (int64_t t = 0; t < total; t++) axpy(o, scores[t] * inv, V + t * d, d);
+            }
+        }
+        Py_END_ALLOW_THREADS
+        PyMem_RawFree(scores);
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 4);
+    return res;
+}
+
+/* causal_softmax(scores, s, group, total, pos0, scale, r0, r1): scores (r, s, group, total)
+ * for blocks r in [r0, r1): row (i, g) keeps its first pos0 + i + 1 entries, scaled and
+ * softmaxed; the rest (later positions) become 0. */
+static PyObject *py_causal_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "causal_softmax takes 8 arguments");
+    int64_t a[4], rr[2];
+    if (!ints(args, 1, 4, a) || !ints(args, 6, 2, rr)) return NULL;
+    float scale = (float)PyFloat_AsDouble(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t s = a[0], group = a[1], total = a[2], pos0 = a[3];
+    if (pos0 + s > total) return PyErr_Format(PyExc_ValueError, "causal_softmax: positions past the scores");
+    buf_t b[1];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 1, rr[1] * s * group * total * 4, "scores")) {
+        float *sc = (float *)b[0].v.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t r = rr[0]; r < rr[1]; r++)
+            for (int64_t i = 0; i < s; i++)
+                for (int64_t g = 0; g < group; g++) {
+                    float *p = sc + ((r * s + i) * group + g) * total;
+                    int64_t valid = pos0 + i + 1;
+                    float mx = -INFINITY;
+                    for (int64_t t = 0; t < valid; t++) {
+                        p[t] *= scale;
+                        mx = p[t] > mx ? p[t] : mx;
+                    }
+                    float inv = 1.0f / exp_shift_sum(p, valid, mx);
+                    for (int64_t t = 0; t < valid; t++) p[t] *= inv;
+                    memset(p + valid, 0, (size_t)(total - valid) * 4);
+                }
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 1);
+    return res;
+}
+
+/* ------------------------------------------------------------------ silu * mul */
+/* silu_mul(gu, s, f, out): gu (s, 2f) rows [gate | up] -> out (s, f) = silu(gate) * up. */
+static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "silu_mul takes 4 arguments");
+    int64_t a[2];
+    if (!ints(args, 1, 2, a)) return NULL;
+    int64_t s = a[0], f = a[1];
+    buf_t b[2];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, s * 2 * f * 4, "gu") && get_buf(args[3], &b[1], 1, s * f * 4, "out")) {
+        const float *gu = (const float *)b[0].v.buf;
+        float *out = (float *)b[1].v.buf;
+        for (int64_t r = 0; r < s; r++) {
+            const float *g = gu + r * 2 * f, *u = g + f;
+            float *o = out + r * f;
+#ifdef TALLOW_X86
+            if (use_avx2) {
+                silu_mul_avx2(g, u, o, f);
+                continue;
+            }
+#endif
+            for (int64_t i = 0; i < f; i++) o[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+        }
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 2);
+    return res;
+}
+
+/* ------------------------------------------------------------------ float matvec */
+/* matvec_float(w, half, x, out, m, n, k, r0, r1): out[i, r] = w[r] . x[i] for rows
+ * [r0, r1) of an (n, k) weight in f32 (half = 0) or f16 (half = 1), m activation rows. */
+static PyObject *py_matvec_float(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) return PyErr_Format(PyExc_TypeError, "matvec_float takes 9 arguments");
+    int64_t a[6];
+    int half = PyObject_IsTrue(args[1]);
+    if (half < 0 || !ints(args, 4, 5, a)) return NULL;
+    int64_t m = a[0], n = a[1], k = a[2], r0 = a[3], r1 = a[4];
+    if (r1 > n || r0 > r1) return PyErr_Format(PyExc_ValueError, "matvec_float: bad row range");
+    int64_t es = half ? 2 : 4;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, n * k * es, "w") && get_buf(args[2], &b[1], 0, m * k * 4, "x") &&
+        get_buf(args[3], &b[2], 1, m * n * 4, "out")) {
+        const char *w = (const char *)b[0].v.buf;
+        const float *x = (const float *)b[1].v.buf;
+        float *out = (float *)b[2].v.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < m; i++) {
+            const float *xi = x + i * k;
+            float *oi = out + i * n;
+            int64_t r = r0;
+#ifdef TALLOW_X86
+            if (use_avx2) {
+                for (; r + 4 <= r1; r += 4) {
+                    if (half) rows4_f16_avx2((const uint16_t *)w + r * k, k, xi, oi + r);
+                    else rows4_f32_avx2((const float *)w + r * k, k, xi, oi + r);
+                }
+            }
+#endif
+            for (; r < r1; r++)
+                oi[r] = half ? dot_f16_scalar((const uint16_t *)w + r * k, xi, k) : dot((const float *)w + r * k, xi, k);
+        }
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
+    return res;
+}
+
+/* f16_to_f32(src, dst, count): convert (for tiles of an f16 weight). */
+static PyObject *py_f16_to_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "f16_to_f32 takes 3 arguments");
+    int64_t n;
+    if (!ints(args, 2, 1, &n)) return NULL;
+    buf_t b[2];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, n * 2, "src") && get_buf(args[1], &b[1], 1, n * 4, "dst")) {
+        const uint16_t *src = (const uint16_t *)b[0].v.buf;
+        float *dst = (float *)b[1].v.buf;
+        Py_BEGIN_ALLOW_THREADS
+#ifdef TALLOW_X86
+        if (use_avx2) f16_to_f32_avx2(src, dst, n);
+        else
+#endif
+            for (int64_t i = 0; i < n; i++) dst[i] = half_to_float(src[i]);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 2);
+    return res;
+}
+
+static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef TALLOW_X86
+    if (on && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+        return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
+    use_avx2 = on;
+#else
+    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_simd(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return PyBool_FromLong(use_avx2);
+}
+
+#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
+static PyMethodDef methods[] = {
+    {"rms_norm", FC(py_rms_norm), "RMS norm of rows, with an optional residual add first."},
+    {"rope_store", FC(py_rope_store), "Rotary embedding of q and k, k and v written to the cache."},
+    {"attention", FC(py_attention), "Causal attention over the cache."},
+    {"silu_mul", FC(py_silu_mul), "silu(gate) * up."},
+    {"causal_softmax", FC(py_causal_softmax), "Scaled causal softmax of attention scores."},
+    {"matvec_float", FC(py_matvec_float), "f32/f16 weight rows times activation rows."},
+    {"f16_to_f32", FC(py_f16_to_f32), "f16 -> f32 conversion."},
+    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 versions."},
+    {"simd", py_simd, METH_NOARGS, "Whether the AVX2 versions are used."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_ops", "Compiled steps of tallow's Llama decode path.", -1, methods};
+
+PyMODINIT_FUNC PyInit__ops(void) {
+#ifdef TALLOW_X86
+    __builtin_cpu_init();
+    use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+    return PyModule_Create(&moduledef);
+}

@@ -1,0 +1,92 @@
+"""One measurement of ``tallow bench llm``, run as its own process (for its peak memory).
+
+    python llm_worker.py IMPL FILE.gguf THREADS PROMPT DECODE
+
+IMPL is ``tallow`` or ``llama.cpp`` (llama-cpp-python, possibly from another
+Python environment: this file imports tallow only for IMPL tallow).  Both
+sides do the same: load; warm up (8 prompt tokens, 4 steps); a PROMPT-token
+prompt from position 0 (prompt tokens/s); then a 32-token prompt and DECODE
+greedy steps (decode tokens/s).  Prints one JSON line.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def token_ids(vocab: int, count: int, seed: int) -> list:
+    return [int(x) for x in np.random.default_rng(seed).integers(3, vocab, count)]
+
+
+def tallow_runner(path: str, threads: int):
+    import tallow as tl
+    from tallow.models.quantized_llama import ModelWeights
+
+    tl.utils.set_num_threads(threads)
+    model = ModelWeights.from_gguf(path)
+    state = {}
+
+    def reset():
+        state["cache"] = model.new_cache()
+        state["pos"] = 0
+
+    def feed(ids):
+        logits = model.forward(tl.Tensor([ids], dtype="u32"), state["pos"], state["cache"])
+        state["pos"] += len(ids)
+        return logits
+
+    def argmax(logits):
+        return int(logits.numpy().argmax())
+
+    return model.config.vocab_size, reset, feed, argmax
+
+
+def llama_cpp_runner(path: str, threads: int):
+    import llama_cpp
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads,
+                n_threads_batch=threads, logits_all=False, verbose=False)
+    nv = llm.n_vocab()
+
+    def feed(ids):
+        llm.eval(ids)
+
+    def argmax(_):
+        return int(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(nv,)).argmax())
+
+    return nv, llm.reset, feed, argmax
+
+
+def main(argv):
+    impl, path, threads, prompt, decode = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
+    t0 = time.perf_counter()
+    vocab, reset, feed, argmax = (tallow_runner if impl == "tallow" else llama_cpp_runner)(path, threads)
+    load = time.perf_counter() - t0
+
+    def generate(ids, steps):
+        reset()
+        t0 = time.perf_counter()
+        logits = feed(ids)
+        tp = time.perf_counter() - t0
+        toks = []
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = argmax(logits)
+            toks.append(tok)
+            logits = feed([tok])
+        return tp, time.perf_counter() - t0, toks
+
+    generate(token_ids(vocab, 8, 2), 4)  # warm-up
+    pp, _, _ = generate(token_ids(vocab, prompt, 1), 0)
+    _, td, toks = generate(token_ids(vocab, 32, 0), decode)
+    print(json.dumps(dict(impl=impl, file=os.path.basename(path), threads=threads, load_s=load,
+                          prompt_tps=prompt / pp, decode_tps=decode / td, first_tokens=toks[:8])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,37 @@
+"""The ``tallow`` command: info, bench, embed, generate, search.
+
+Each sub-command lives in its own module of this package and adds its parser here.
+The models (and their tokenizers) load only when their command runs, so that
+``tallow --help``, ``tallow info`` and usage errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .bench import add_bench_parser
+from .distributed import add_search_parser
+from .info import add_info_parser
+from .models import add_model_parsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tallow`` argument parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="tallow", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_info_parser(sub)
+    add_bench_parser(sub)
+    add_model_parsers(sub)
+    add_search_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the ``tallow`` command with ``argv`` (default: the process arguments)."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""The CPU fast path of a GGUF Llama: NumPy arrays and compiled kernels, no Tensor ops.
+
+A decoding step of a small model is a few hundred small operations; through
+the Tensor layer each costs microseconds of Python (checks, layouts, graph
+bookkeeping), more than the arithmetic.  ``LlamaDecoder`` runs the same
+computation on plain arrays, one compiled call per step of a layer:
+
+    rms_norm (the residual add fused)  ->  one product for q|k|v  ->
+    rope of q and k fused with the key/value cache write  ->  attention over
+    the cache  ->  output projection  ->  rms_norm  ->  one product for
+    gate|up  ->  silu(gate) * up  ->  down projection (added by the next norm)
+
+Weights are used where the file's memory map holds them: F32 and F16 matrices
+as views of the map (f16 converted inside the product), quantized ones
+repacked once for the C kernels (their mapped pages are then released) or, for
+the formats those do not cover, in the numba layout.  The token embedding
+stays in its GGUF format and rows are dequantized on lookup; a tied output
+layer multiplies by it in that format too.  The key/value cache is
+preallocated per generation and grows by doubling; each step writes its
+position in place.  Matrix-vector products (one token) run on the calling
+thread; prompt-sized products split across threads (see
+:func:`tallow.backends.cpu.native.plan_threads`).
+
+Results: the quantized products are bit for bit those of the Tensor path
+(the same kernels' arithmetic); norms, rope, softmax and float products
+differ from it only in summation order (f32 rounding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backends.cpu import native
+from ..quantized.gguf_io import GgufTensor
+
+try:
+    from ..backends.cpu.native import _ops
+except ImportError:  # pragma: no cover - the extension is not built
+    _ops = None
+
+F32 = np.float32
+_F16_TILE = 1024  # rows of a float weight per BLAS product in a prompt (f16 converted first)
+
+
+def available() -> bool:
+    """True when the compiled kernels this path needs are built and enabled."""
+    return _ops is not None and native.available()
+
+
+# ------------------------------------------------------------------- projections
+class _NativeProj:
+    """Quantized rows (one or several same-typed tensors stacked) in the C kernels' layout."""
+
+    def __init__(self, tensors: list[GgufTensor]):
+        t = tensors[0].ggml_type
+        self.k = tensors[0].shape[1]
+        self.n = sum(x.shape[0] for x in tensors)
+        raw = tensors[0].data if len(tensors) == 1 else np.concatenate([x.data for x in tensors])
+        self.w = native.NativeWeight(raw, t, self.n, self.k, source=[x.data for x in tensors])
+        del raw
+        for x in tensors:
+            release_pages(x.data)
+
+    def matvec(self, x, out):
+        self.w.matvec(x, out)
+
+    def matmul(self, x):
+        return self.w.matmul_t(x)
+
+
+class _FloatProj:
+    """An F32 or F16 matrix read in place from the file's map."""
+
+    def __init__(self, t: GgufTensor):
+        self.n, self.k = t.shape
+        self.half = t.ggml_type.name == "F16"
+        self.w = t.data.view(np.uint16 if self.half else F32).reshape(self.n, self.k)
+
+    def matvec(self, x, out):
+        _ops.matvec_float(self.w, self.half, x, out, 1, self.n, self.k, 0, self.n)
+
+    def matmul(self, x):
+        m = x.shape[0]
+        out = np.empty((m, self.n), F32)
+        if self.half and m <= 4:
+            _ops.matvec_float(self.w, True, x, out, m, self.n, self.k, 0, self.n)
+            return out
+        groups = -(-self.n // _F16_TILE)
+        threads = native.plan_threads(m, self.n, self.k, groups, None)
+
+        def rows(g0, g1):  # one BLAS call per tile of rows, on the calling thread's BLAS
+            for r0 in range(g0 * _F16_TILE, min(self.n, g1 * _F16_TILE), _F16_TILE):
+                r1 = min(self.n, r0 + _F16_TILE)
+                if self.half:
+                    t = np.empty((r1 - r0, self.k), F32)
+                    _ops.f16_to_f32(self.w[r0:r1], t, t.size)
+                else:
+                    t = self.w[r0:r1]
+                out[:, r0:r1] = x @ t.T
+
+        if threads > 1:
+            native.run_pieces(rows, groups, threads)
+        else:
+            rows(0, groups)
+        return out
+
+
+class _TiledProj:
+    """Other quantized formats: the numba path's layout (or the NumPy path's without numba)."""
+
+    def __init__(self, t: GgufTensor):
+        from ..backends.cpu.quantized import fast, vec_dot
+
+        self.n, self.k = t.shape
+        if fast.available():
+            self.w = fast.TiledWeight(t.data, t.ggml_type, self.n, self.k)
+        else:
+            self.w = vec_dot.PreparedWeight(t.data, t.ggml_type, self.n, self.k)
+        release_pages(t.data)
+
+    def matvec(self, x, out):
+        from ..utils import get_num_threads
+
+        # that path's own rule keeps small products on one thread
+        out[:] = self.w.matmul_t(x.reshape(1, -1), num_threads=get_num_threads()).reshape(-1)
+
+    def matmul(self, x):
+        from ..utils import get_num_threads
+
+        return self.w.matmul_t(x, num_threads=get_num_threads())
+
+
+class _DequantizedProj(_FloatProj):
+    """A float format other than F32/F16 (BF16): converted to f32 once."""
+
+    def __init__(self, t: GgufTensor):
+        self.n, self.k = t.shape
+        self.half = False
+        self.w = np.ascontiguousarray(t.dequantize(), dtype=F32)
+
+
+class _StackedProj:
+    """Several tensors of different formats whose outputs are concatenated."""
+
+    def __init__(self, parts):
+        self.parts = parts
+        self.k = parts[0].k
+        self.n = sum(p.n for p in parts)
+        self.edges = np.cumsum([0] + [p.n for p in parts]).tolist()
+
+    def matvec(self, x, out):
+        for p, a, b in zip(self.parts, self.edges[:-1], self.edges[1:]):
+            p.matvec(x, out[a:b])
+
+    def matmul(self, x):
+        return np.concatenate([p.matmul(x) for p in self.parts], axis=1)
+
+
+def projection(tensors: list[GgufTensor]):
+    """The fastest product over these (n_i, k) tensors' rows stacked in order."""
+    names = {t.ggml_type.name for t in tensors}
+    if len(names) == 1 and native.supports(next(iter(names))):
+        return _NativeProj(tensors)
+    if len(tensors) > 1:
+        return _StackedProj([projection([t]) for t in tensors])
+    t = tensors[0]
+    if t.ggml_type.name in ("F32", "F16"):
+        return _FloatProj(t)
+    if t.ggml_type.is_float:
+        return _DequantizedProj(t)
+    return _TiledProj(t)
+
+
+def release_pages(data: np.ndarray) -> None:
+    """Drop a memory-mapped array's pages from this process's resident set.
+
+    After a weight has been repacked its bytes in the map are not read again;
+    the kernel keeps them in the page cache, but they stop counting towards
+    this process's memory.  A no-op for arrays that are not file maps.
+    """
+    import mmap
+
+    root = data  # the array whose base is the mmap object itself: it starts at the map's start
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    mm = getattr(root, "base", None)
+    if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    ptr = data.__array_interface__["data"][0]
+    start = ptr - root.__array_interface__["data"][0] + getattr(root, "offset", 0) % mmap.ALLOCATIONGRANULARITY
+    page = mmap.PAGESIZE
+    lo = -(-start // page) * page
+    hi = (start + data.nbytes) // page * page
+    if hi > lo:
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):
+            pass
+
+
+# ------------------------------------------------------------------- the decoder
+class _Layer:
+    __slots__ = ("attn_norm", "ffn_norm", "qkv", "o", "gate_up", "down")
+
+    def __init__(self, get, i: int):
+        p = f"blk.{i}"
+        self.attn_norm = np.ascontiguousarray(get(f"{p}.attn_norm.weight").dequantize(), dtype=F32)
+        self.ffn_norm = np.ascontiguousarray(get(f"{p}.ffn_norm.weight").dequantize(), dtype=F32)
+        self.qkv = projection([get(f"{p}.attn_{x}.weight") for x in ("q", "k", "v")])
+        self.o = projection([get(f"{p}.attn_output.weight")])
+        self.gate_up = projection([get(f"{p}.ffn_gate.weight"), get(f"{p}.ffn_up.weight")])
+        self.down = projection([get(f"{p}.ffn_down.weight")])
+
+
+class DecodeState:
+    """One generation's key/value cache (grown by doubling) and single-token buffers."""
+
+    def __init__(self, dec: "LlamaDecoder"):
+        self.decoder = dec
+        self.cap = 0
+        self.kv: list = []
+        c = dec
+        width = (c.nh + 2 * c.nkv) * c.d
+        self.bufs = dict(xn=np.empty(c.h, F32), qkv=np.empty(width, F32), q=np.empty(c.nh * c.d, F32),
+                         att=np.empty(c.nh * c.d, F32), o=np.empty(c.h, F32), gu=np.empty(2 * c.f, F32),
+                         act=np.empty(c.f, F32), down=np.empty(c.h, F32), logits=None)
+
+    def reserve(self, total: int, keep: int) -> None:
+        """Room for ``total`` positions, the first ``keep`` kept."""
+        if total <= self.cap:
+            return
+        c = self.decoder
+        cap = max(256, self.cap)
+        while cap < total:
+            cap *= 2
+        cap = min(cap, c.ctx)
+        kv = []
+        for layer in range(c.n_layers):
+            k = np.zeros((c.nkv, cap, c.d), F32)
+            v = np.zeros((c.nkv, cap, c.d), F32)
+            if keep and self.kv:
+                k[:, :keep] = self.kv[layer][0][:, :keep]
+                v[:, :keep] = self.kv[layer][1][:, :keep]
+            kv.append((k, v))
+        self.kv, self.cap = kv, cap
+
+
+class LlamaDecoder:
+    """A GGUF Llama's forward pass on arrays (see the module doc).
+
+    ``get(name)`` returns the file's checked ``GgufTensor`` of that name;
+    ``cfg`` is the model's ``LlamaConfig``.
+    """
+
+    def __init__(self, get, cfg, output_name: str):
+        from .llama import rope_frequencies
+
+        self.cfg = cfg
+        self.h, self.f = cfg.hidden_size, cfg.intermediate_size
+        self.nh, self.nkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.n_layers, self.ctx, self.eps = cfg.num_hidden_layers, cfg.max_position_embeddings, float(cfg.rms_norm_eps)
+        self.vocab = cfg.vocab_size
+        self.scale = 1.0 / math.sqrt(self.d)
+        self.layers = [_Layer(get, i) for i in range(self.n_layers)]
+        emb = get("token_embd.weight")
+        self.emb_type = emb.ggml_type
+        self.emb_rows = emb.data.reshape(self.vocab, -1)
+        self.output = projection([get(output_name)])
+        self.norm = np.ascontiguousarray(get("output_norm.weight").dequantize(), dtype=F32)
+        inv = rope_frequencies(cfg)
+        freqs = np.outer(np.arange(self.ctx, dtype=F32), inv).astype(F32)
+        self.cos = np.ascontiguousarray(np.cos(freqs), dtype=F32)
+        self.sin = np.ascontiguousarray(np.sin(freqs), dtype=F32)
+
+    def new_state(self) -> DecodeState:
+        return DecodeState(self)
+
+    def embed(self, ids) -> np.ndarray:
+        """(s,) token ids -> (s, hidden) f32, dequantizing only those rows."""
+        rows = self.emb_rows[np.asarray(ids, dtype=np.int64)]
+        return self.emb_type.dequantize(rows.reshape(-1), rows.shape[0] * self.h).reshape(rows.shape[0], self.h)
+
+    def forward(self, ids, pos0: int, state: DecodeState, last_only: bool = True) -> np.ndarray:
+        """Logits (vocab,) of the last position, or (s, vocab) for every position."""
+        s = len(ids)
+        state.reserve(pos0 + s, pos0)
+        x = np.ascontiguousarray(self.embed(ids), dtype=F32)
+        if s == 1:
+            y = self._step(x.reshape(-1), pos0, state)
+        else:
+            from ..backends.cpu.quantized.vec_dot import _single_threaded_blas
+
+            # BLAS's own threads spin after each product and would take the core the
+            # next step needs; the prompt's products are split by tallow's pool instead.
+            with _single_threaded_blas():
+                y = self._prompt(x, pos0, state)
+        if last_only or s == 1:
+            out = np.empty(self.vocab, F32)
+            self.output.matvec(np.ascontiguousarray(y[-1] if s > 1 else y), out)
+            return out
+        return self.output.matmul(y)
+
+    def _step(self, x, pos, st):
+        """One token: x (hidden,) updated in place through the layers; returns the normed state."""
+        ops = _ops
+        b = st.bufs
+        xn, qkv, q, att, o, gu, act, down = (b["xn"], b["qkv"], b["q"], b["att"], b["o"], b["gu"], b["act"],
+                                             b["down"])
+        h, f, nh, nkv, d, eps, cap = self.h, self.f, self.nh, self.nkv, self.d, self.eps, st.cap
+        cos, sin, scale = self.cos, self.sin, self.scale
+        pending = None
+        for layer, (kc, vc) in zip(self.layers, st.kv):
+            ops.rms_norm(x, layer.attn_norm, xn, 1, h, eps, pending)
+            layer.qkv.matvec(xn, qkv)
+            ops.rope_store(qkv, 1, nh, nkv, d, cos, sin, pos, q, kc, vc, cap)
+            ops.attention(q, kc, vc, att, 1, nh, nkv, d, cap, pos, scale, 0, nh)
+            layer.o.matvec(att, o)
+            ops.rms_norm(x, layer.ffn_norm, xn, 1, h, eps, o)
+            layer.gate_up.matvec(xn, gu)
+            ops.silu_mul(gu, 1, f, act)
+            layer.down.matvec(act, down)
+            pending = down
+        out = np.empty(h, F32)
+        ops.rms_norm(x, self.norm, out, 1, h, eps, pending)
+        return out
+
+    def _prompt(self, x, pos0, st):
+        """s tokens at once: x (s, hidden); products over all rows, attention causal."""
+        ops = _ops
+        s = x.shape[0]
+        h, f, nh, nkv, d, eps, cap = self.h, self.f, self.nh, self.nkv, self.d, self.eps, st.cap
+        xn = np.empty((s, h), F32)
+        q = np.empty((s, nh * d), F32)
+        att = np.empty((s, nh * d), F32)
+        act = np.empty((s, f), F32)
+        threads = native.plan_threads(s * nh, pos0 + s, 2 * d, nkv, None)
+        pending = None
+        for layer, (kc, vc) in zip(self.layers, st.kv):
+            ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
+            qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
+            ops.rope_store(qkv, s, nh, nkv, d, self.cos, self.sin, pos0, q, kc, vc, cap)
+            self._prompt_attention(q, kc, vc, att, s, pos0, threads)
+            o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)
+            ops.rms_norm(x, layer.ffn_norm, xn, s, h, eps, o)
+            gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
+            ops.silu_mul(gu, s, f, act)
+            pending = np.ascontiguousarray(layer.down.matmul(act), dtype=F32)
+        out = np.empty((s, h), F32)
+        ops.rms_norm(x, self.norm, out, s, h, eps, pending)
+        return out
+
+    def _prompt_attention(self, q, kc, vc, att, s, pos0, threads):
+        """Causal attention of s queries as matrix products: (s group, d) x (d, total) per key head."""
+        nh, nkv, d = self.nh, self.nkv, self.d
+        group, total = nh // nkv, pos0 + s
+        qh = q.reshape(s, nkv, group, d).transpose(1, 0, 2, 3).reshape(nkv, s * group, d)
+        out = np.empty((nkv, s * group, d), F32)
+
+        def heads(a, b):
+            scores = np.matmul(qh[a:b], kc[a:b, :total].transpose(0, 2, 1))  # (b - a, s group, total)
+            _ops.causal_softmax(scores, s, group, total, pos0, self.scale, 0, b - a)
+            np.matmul(scores, vc[a:b, :total], out=out[a:b])
+
+        if threads > 1:
+            native.run_pieces(heads, nkv, threads)
+        else:
+            heads(0, nkv)
+        att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)

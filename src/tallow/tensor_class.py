@@ -1,0 +1,421 @@
+"""Tensor: a shared storage plus a layout, and the op that produced it (if tracked).
+
+This module holds what every tensor is (inspection, getting values out, dtype/device
+moves, copies) and how results are wrapped (``Tensor._wrap``); the op families live in
+``ops_*.py`` mixins and the constructors in ``constructors.py``. Every op validates at
+this layer, calls one backend storage method, and wraps the new storage in a tensor
+with an interned contiguous layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtype as dt
+from .constructors import Constructors, device_of, storage_from_array, storage_of
+from .custom_op import CustomOpMethods
+from .device import Device, cpu
+from .errors import ShapeMismatchError, TallowError
+from .layout import Layout
+from .op import record1
+from .ops_conv import ConvOps
+from .ops_elementwise import ElementwiseOps
+from .ops_index import IndexOps
+from .ops_linalg import LinalgOps
+from .ops_reduce import ReduceOps
+from .ops_views import ViewOps
+from .tensor_base import TensorBase, new_id
+
+_contig = Layout.contiguous_of
+_new = object.__new__
+
+
+class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps,
+             CustomOpMethods, TensorBase):
+    """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
+    copies Python data, a NumPy array or another tensor."""
+
+    __slots__ = ()
+    # NumPy defers its binary operators to ours (``ndarray + tensor`` -> __radd__).
+    __array_priority__ = 1000
+
+    def __init__(self, data, dtype=None, device=None):
+        self._storage, self._layout = storage_of(data, dtype, device)
+        self._op = None
+        self._track = False
+        self._id = new_id()
+
+    @staticmethod
+    def _wrap(storage, layout, op=None) -> "Tensor":
+        """The tensor over a new ``storage`` with ``layout``; ``op`` is its recorded op or
+        None. Every op's result is made here (a Var's ops give plain tensors too)."""
+        t = _new(Tensor)
+        t._storage = storage
+        t._layout = layout
+        t._op = op
+        t._track = op is not None
+        t._id = new_id()
+        return t
+
+    # -- inspection -----------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._layout.shape
+
+    @property
+    def dims(self) -> tuple:
+        return self._layout.shape
+
+    @property
+    def stride(self) -> tuple:
+        return self._layout.stride
+
+    @property
+    def rank(self) -> int:
+        return len(self._layout.shape)
+
+    @property
+    def nelement(self) -> int:
+        return self._layout.count
+
+    @property
+    def elem_count(self) -> int:
+        return self._layout.count
+
+    @property
+    def dtype(self):
+        return self._storage.dtype
+
+    @property
+    def device(self) -> Device:
+        return self._storage.bdev.handle
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def op(self):
+        """The recorded op that produced this tensor (None when untracked)."""
+        return self._op
+
+    def is_contiguous(self) -> bool:
+        return self._layout.contiguous
+
+    def is_fortran_contiguous(self) -> bool:
+        return self._layout.is_fortran_contiguous()
+
+    def storage_and_layout(self):
+        return self._storage, self._layout
+
+    def track_op(self) -> bool:
+        return self._track
+
+    def is_variable(self) -> bool:
+        return False
+
+    def _dims_n(self, n):
+        shape = self._layout.shape
+        if len(shape) != n:
+            raise ShapeMismatchError(f"dims{n}: expected rank {n}, got shape {shape}")
+        return shape[0] if n == 1 else shape
+
+    def dims0(self):
+        self._dims_n(0)
+        return ()
+
+    def dims1(self):
+        return self._dims_n(1)
+
+    def dims2(self):
+        return self._dims_n(2)
+
+    def dims3(self):
+        return self._dims_n(3)
+
+    def dims4(self):
+        return self._dims_n(4)
+
+    def dims5(self):
+        return self._dims_n(5)
+
+    # -- values out -------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The values as a NumPy array (a view of the buffer on the CPU; a copy from a GPU).
+
+        On the CPU writes to the array show in the tensor, as with PyTorch's ``numpy()``.
+        """
+        s = self._storage
+        writable = getattr(s, "to_numpy_writable", None)
+        return writable(self._layout) if writable is not None else s.to_numpy(self._layout)
+
+    def _host(self) -> np.ndarray:
+        """The values on the host for reading inside tallow (a view on the CPU; unlike
+        ``numpy()``, handing it out is not expected, so the buffer stays unshared)."""
+        return self._storage.to_numpy(self._layout)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy()
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            return arr.astype(dtype)
+        if copy:
+            return arr.copy()
+        return arr
+
+    def _pyvalues(self):
+        arr = self._host()
+        if self._storage.dtype in (dt.f16, dt.bf16):
+            arr = arr.astype(np.float32)
+        return arr.tolist()
+
+    def values(self):
+        """A Python scalar (rank 0) or nested lists of Python numbers."""
+        return self._pyvalues()
+
+    tolist = values
+
+    def _rank_checked(self, rank: int, what: str):
+        if self.rank != rank:
+            raise ShapeMismatchError(f"{what}: expected a rank-{rank} tensor, got shape {self.shape}")
+        return self._pyvalues()
+
+    def to_scalar(self):
+        return self._rank_checked(0, "to_scalar")
+
+    def to_vec0(self):
+        return self._rank_checked(0, "to_vec0")
+
+    def to_vec1(self):
+        return self._rank_checked(1, "to_vec1")
+
+    def to_vec2(self):
+        return self._rank_checked(2, "to_vec2")
+
+    def to_vec3(self):
+        return self._rank_checked(3, "to_vec3")
+
+    def item(self):
+        if self._layout.count != 1:
+            raise ShapeMismatchError(f"item: the tensor has {self.nelement} elements, not 1")
+        return self.flatten_all()._pyvalues()[0]
+
+    def __dlpack__(self, *args, **kwargs):
+        arr = np.asarray(self.numpy(), order="C")
+        if self._storage.dtype is dt.bf16:
+            # NumPy's DLPack export knows no bfloat16; PyTorch's does (same buffer).
+            try:
+                import torch
+            except ImportError:
+                raise BufferError("__dlpack__: exporting bf16 needs PyTorch installed") from None
+            return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).__dlpack__(*args, **kwargs)
+        return arr.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: the exported array is a host copy on other devices
+
+    def to_torch(self):
+        import torch
+
+        arr = np.asarray(self._host(), order="C")
+        if self._storage.dtype is dt.bf16:
+            return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+        if self._storage.dtype is dt.u32:
+            return torch.from_numpy(arr.astype(np.int64))
+        return torch.from_numpy(arr.copy())
+
+    def __repr__(self):
+        arr = self._host()
+        if self._storage.dtype is dt.bf16:
+            arr = arr.astype(np.float32)
+        body = np.array2string(arr, separator=", ", threshold=200, edgeitems=3)
+        # candle omits the CPU; the contract shows every tensor's device.
+        return f"{body}\nTensor[{list(self.shape)}, {self.dtype}, {self.device}]"
+
+    __str__ = __repr__
+
+    def __len__(self):
+        if not self._layout.shape:
+            raise TypeError("len() of a rank-0 tensor")
+        return self._layout.shape[0]
+
+    def __iter__(self):
+        if not self._layout.shape:
+            raise TypeError("iteration over a rank-0 tensor")
+        for i in range(self._layout.shape[0]):
+            yield self.get(i)
+
+    def __bool__(self):
+        if self._layout.count != 1:
+            raise ValueError(
+                f"the truth value of a tensor with {self.nelement} elements is ambiguous"
+            )
+        return bool(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if not self._storage.dtype.is_int or self._layout.count != 1:
+            raise TypeError("only single-element integer tensors can be used as an index")
+        return int(self.item())
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        return (_rebuild, (np.asarray(self._host(), order="C").copy(), str(self.dtype), str(self.device)))
+
+    # -- dtype and device moves -----------------------------------------------------
+    def to_dtype(self, dtype) -> "Tensor":
+        dtype = dt.DType.parse(dtype)
+        s = self._storage
+        if dtype is s.dtype:
+            return self
+        s.bdev.check_dtype(dtype, "to_dtype")
+        out = s.to_dtype(self._layout, dtype)
+        return self._wrap(out, _contig(self._layout.shape), record1("to_dtype", self, s.dtype))
+
+    def to_device(self, device) -> "Tensor":
+        device = Device.parse(device)
+        s = self._storage
+        if device._state is s.bdev:
+            return self
+        arr = np.asarray(s.to_numpy(self._layout), order="C")
+        out = storage_from_array(arr, s.dtype, device, copy=True)
+        return self._wrap(out, _contig(self._layout.shape), record1("to_device", self, self.device))
+
+    def cpu(self) -> "Tensor":
+        return self.to_device(cpu)
+
+    def gpu(self, ordinal: int = 0) -> "Tensor":
+        return self.to_device(Device.gpu(ordinal))
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """Dtype and/or device conversion, with candle-pyo3's argument rules."""
+        device = dtype = other = None
+
+        def put(slot, value, what):
+            if slot is not None:
+                raise ValueError(f"to: cannot specify multiple {what}")
+            return value
+
+        for arg in args:
+            if isinstance(arg, Tensor):
+                other = put(other, arg, "output tensors")
+            elif isinstance(arg, Device):
+                device = put(device, arg, "devices")
+            elif isinstance(arg, dt.DType):
+                dtype = put(dtype, arg, "dtypes")
+            elif isinstance(arg, str):
+                try:
+                    d = Device.parse(arg)
+                except TallowError:
+                    try:
+                        d = dt.DType.parse(arg)
+                    except TallowError:
+                        raise TypeError(f"to: {arg!r} is neither a device nor a dtype") from None
+                    dtype = put(dtype, d, "dtypes")
+                else:
+                    device = put(device, d, "devices")
+            else:
+                raise TypeError(f"to: unsupported argument type {type(arg).__name__}")
+        for key, value in kwargs.items():
+            if key == "dtype":
+                dtype = put(dtype, dt.DType.parse(value), "dtypes")
+            elif key == "device":
+                device = put(device, Device.parse(value), "devices")
+            elif key == "other":
+                if not isinstance(value, Tensor):
+                    raise TypeError("to: other must be a Tensor")
+                other = put(other, value, "output tensors")
+            else:
+                raise TypeError(f"to: unexpected keyword argument {key!r}")
+        if other is not None:
+            if device is not None:
+                raise ValueError("to: cannot specify both an output tensor and a device")
+            if dtype is not None:
+                raise ValueError("to: cannot specify both an output tensor and a dtype")
+            device, dtype = other.device, other.dtype
+        if device is None and dtype is None:
+            raise TypeError("to: no valid dtype or device specified")
+        out = self
+        if device is not None:
+            out = out.to_device(device)
+        if dtype is not None:
+            out = out.to_dtype(dtype)
+        return out
+
+    # -- copies -------------------------------------------------------------------------
+    def contiguous(self) -> "Tensor":
+        """Self when already contiguous, else a contiguous copy."""
+        if self._layout.contiguous:
+            return self
+        return self._copy_op("contiguous")
+
+    def force_contiguous(self) -> "Tensor":
+        """Always a compact contiguous copy of just this tensor's elements."""
+        return self._copy_op("force_contiguous")
+
+    def copy(self) -> "Tensor":
+        """An independent, compact, contiguous copy (never shares the buffer)."""
+        return self._copy_op("copy")
+
+    def _copy_op(self, name):
+        out = self._storage.copy_strided(self._layout)
+        return self._wrap(out, _contig(self._layout.shape), record1(name, self))
+
+    def detach(self) -> "Tensor":
+        """The same storage and layout, with no op: nothing behind it is tracked."""
+        if not self._track:
+            return self
+        return self._wrap(self._storage, self._layout)
+
+    def clone(self) -> "Tensor":
+        """The same tensor (as candle's clone: same storage, layout, op and id)."""
+        t = object.__new__(type(self))
+        t._storage, t._layout, t._op, t._track, t._id = (
+            self._storage, self._layout, self._op, self._track, self._id)
+        return t
+
+    __copy__ = clone
+
+    def equal(self, other) -> bool:
+        """True when ``other`` is a tensor of the same shape with equal values."""
+        if not isinstance(other, Tensor) or other.shape != self.shape:
+            return False
+        if other.dtype is not self.dtype:
+            return False
+        return bool(np.array_equal(self._host(), other.to_device(self.device)._host()))
+
+    # -- quantization (tallow.quantized) ------------------------------------------------
+    def quantize(self, ggml_dtype):
+        """A ``tallow.QTensor`` of this tensor in a GGML format ("q4_0", "q4k", "f16", ...)."""
+        # tallow.quantized loads on first use (``import tallow`` stays light), and it is
+        # built on Tensor.
+        from .quantized.qtensor import QTensor
+
+        return QTensor.quantize(self, ggml_dtype)
+
+    # -- autograd (tallow.backprop) -----------------------------------------------------
+    # backprop computes gradients with Tensor's ops and constructors, so it is loaded
+    # when first used, not while Tensor is being defined.
+    def sorted_nodes(self):
+        from .backprop import sorted_nodes
+
+        return sorted_nodes(self)
+
+    def backward(self):
+        from .backprop import backward
+
+        return backward(self)
+
+
+def _rebuild(arr, dtype, device):
+    return Tensor(arr, dtype=dtype, device=device)
+

@@ -1,0 +1,136 @@
+"""The array fast path of the GGUF Llama against the Tensor-module path it replaces on the CPU."""
+
+import numpy as np
+import pytest
+import torch
+
+import tallow as tl
+from tallow.models import llama_decode
+from tallow.models.llama import ContextLengthError
+from tallow.models.quantized_llama import ModelWeights
+
+from support.models import QLLAMA_CFG, save_llama_gguf
+
+pytestmark = pytest.mark.skipif(not llama_decode.available(), reason="the C extension is not built")
+
+# Largest |logit difference| between the two paths (logits' RMS is ~0.3).  F32/F16:
+# summation order only.  Quantized: the products are the same bits for the same
+# input (tests/quantized/test_native.py), but a norm that differs in its last bit
+# can move an activation to the neighbouring 8-bit level, which moves logits by
+# ~3e-3 per flip (measured max 0.016 over 7 positions for Q4_0; the Q4K products run
+# the same kernels on both paths and agreed exactly).
+BOUND = {"F32": 2e-5, "F16": 2e-5, "Q8_0": 0.03, "Q4_0": 0.03, "Q5_0": 0.03, "Q4K": 0.03}
+CFG = dict(QLLAMA_CFG, max_position_embeddings=640, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(3)
+    hf = LlamaForCausalLM(LlamaConfig(**CFG)).eval()
+    d = tmp_path_factory.mktemp("decode")
+    out = {}
+    for fmt in BOUND:
+        path = d / f"m-{fmt}.gguf"
+        if fmt == "F16":
+            _save_f16(hf, path)
+        else:
+            save_llama_gguf(hf, path, fmt)
+        out[fmt] = str(path)
+    return out
+
+
+def _save_f16(hf, path):
+    """The F32 file with every 2-D weight as F16 (as llama.cpp's F16 files hold them)."""
+    from tallow.quantized.gguf_io import read_gguf, write_gguf
+
+    tmp = str(path) + ".f32"
+    save_llama_gguf(hf, tmp, "F32")
+    f = read_gguf(tmp)
+    tensors = {n: (t.dequantize().astype(np.float16) if len(t.shape) == 2 else t) for n, t in f.tensors.items()}
+    write_gguf(path, tensors, f.metadata)
+
+
+def run(model, prompt, steps):
+    cache = model.new_cache()
+    out = [model.forward(tl.Tensor([prompt], dtype="u32"), 0, cache).numpy()[0]]
+    pos = len(prompt)
+    for tok in steps:
+        out.append(model.forward(tl.Tensor([[tok]], dtype="u32"), pos, cache).numpy()[0])
+        pos += 1
+    return np.array(out)
+
+
+def tensor_path(path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setenv("TALLOW_NO_NATIVE", "1")
+        model = ModelWeights.from_gguf(path)
+    assert model._decoder is None
+    return model
+
+
+@pytest.mark.parametrize("fmt", list(BOUND))
+def test_logits_match_the_tensor_path(fmt, files, monkeypatch):
+    fast = ModelWeights.from_gguf(files[fmt])
+    assert fast._decoder is not None
+    slow = tensor_path(files[fmt], monkeypatch)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, CFG["vocab_size"], 9).tolist()
+    steps = rng.integers(0, CFG["vocab_size"], 6).tolist()
+    a, b = run(fast, prompt, steps), run(slow, prompt, steps)
+    assert np.abs(a - b).max() <= BOUND[fmt]
+    if fmt in ("F32", "F16"):
+        assert (a.argmax(-1) == b.argmax(-1)).all()
+
+
+def test_the_key_value_cache_grows_past_its_first_allocation(files, monkeypatch):
+    # 300 prompt positions then steps: the cache starts at 256 positions and doubles
+    fast = ModelWeights.from_gguf(files["Q8_0"])
+    slow = tensor_path(files["Q8_0"], monkeypatch)
+    rng = np.random.default_rng(1)
+    short = rng.integers(0, CFG["vocab_size"], 250).tolist()
+    cache = fast.new_cache()
+    fast.forward(tl.Tensor([short], dtype="u32"), 0, cache)
+    more = rng.integers(0, CFG["vocab_size"], 12).tolist()
+    got = [fast.forward(tl.Tensor([[t]], dtype="u32"), 250 + i, cache).numpy()[0] for i, t in enumerate(more)]
+    assert cache._decode_state.cap == 512
+    want = run(slow, short, more)[1:]
+    assert np.abs(np.array(got) - want).max() <= BOUND["Q8_0"]
+
+
+def test_all_position_logits(files, monkeypatch):
+    fast = ModelWeights.from_gguf(files["Q4_0"])
+    slow = tensor_path(files["Q4_0"], monkeypatch)
+    ids = tl.Tensor([[3, 1, 4, 1, 5, 9, 2, 6]], dtype="u32")
+    a = fast.logits(ids, 0, fast.new_cache()).numpy()
+    b = slow.logits(ids, 0, slow.new_cache()).numpy()
+    assert a.shape == b.shape == (1, 8, CFG["vocab_size"])
+    assert np.abs(a - b).max() <= BOUND["Q4_0"]
+
+
+def test_weights_are_read_in_place_from_the_map(files):
+    model = ModelWeights.from_gguf(files["F16"])
+    dec = model._decoder
+    for part in dec.layers[0].qkv.parts + [dec.layers[0].down, dec.output]:
+        assert part.half and not part.w.flags.owndata  # a view of the file, not an f32 copy
+    assert dec.emb_rows.dtype == np.uint8 and not dec.emb_rows.flags.owndata
+    assert "model" not in model._modules  # the Tensor modules were never built
+    assert model.model.layers[0].ffn_up.weight is not None  # ... until asked for
+
+
+def test_dequantize_all_keeps_the_tensor_path(files, monkeypatch):
+    monkeypatch.setenv("TALLOW_DEQUANTIZE_ALL", "1")
+    assert ModelWeights.from_gguf(files["Q4_0"])._decoder is None
+
+
+def test_errors_are_checked_before_any_work(files):
+    model = ModelWeights.from_gguf(files["Q8_0"])
+    cache = model.new_cache()
+    with pytest.raises(ContextLengthError, match="context"):
+        model.forward(tl.Tensor([[1] * (CFG["max_position_embeddings"] + 1)], dtype="u32"), 0, cache)
+    with pytest.raises(tl.TallowError, match="vocabulary"):
+        model.forward(tl.Tensor([[CFG["vocab_size"]]], dtype="u32"), 0, cache)
+    with pytest.raises(tl.TallowError, match="past the 0 cached"):
+        model.forward(tl.Tensor([[1]], dtype="u32"), 5, cache)
+    assert cache.seq_len == 0

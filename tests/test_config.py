@@ -1,0 +1,99 @@
+"""tallow.config: the one reader of TALLOW_* variables, one parser per kind."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import tallow as tl
+from tallow import config
+
+SRC = pathlib.Path(tl.__file__).parent
+
+
+def _quiet(f, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return f(*args)
+
+
+def test_every_variable_is_read_through_config_and_documented():
+    documented = set(re.findall(r"``(TALLOW_\w+)``", config.__doc__))
+    assert documented == set(config.VARIABLES)
+    for path in SRC.rglob("*.py"):
+        if path.name == "config.py":
+            continue
+        text = path.read_text()
+        assert not re.search(r"environ[^\n]*TALLOW_|getenv\([^\n]*TALLOW_", text), path
+        for name in re.findall(r"config\.\w+\(\s*\"(TALLOW_\w+)\"", text):
+            assert name in config.VARIABLES, (path, name)
+    design = (SRC.parent.parent / "docs" / "design.md").read_text()
+    for name in config.VARIABLES:
+        assert f"`{name}`" in design, f"{name} missing from docs/design.md's table"
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("1", True), ("true", True), (" YES ", True), ("on", True),
+    ("0", False), ("false", False), ("No", False), ("off", False), (None, "default"),
+])
+def test_flags(value, expected):
+    for default in (True, False):
+        want = default if expected == "default" else expected
+        assert _quiet(config.flag, "TALLOW_NO_NUMBA", default, value) is want
+
+
+@pytest.mark.parametrize("value", ["", "2", "y", "enabled"])
+def test_a_flag_that_does_not_parse_warns_and_keeps_the_default(value):
+    with pytest.warns(RuntimeWarning, match=r"TALLOW_DEQUANTIZE_ALL=.* is not a flag"):
+        assert config.flag("TALLOW_DEQUANTIZE_ALL", False, value) is False
+
+
+@pytest.mark.parametrize("value,expected", [("0", 0), ("7", 7), (" 12\n", 12), (None, 50)])
+def test_counts(value, expected):
+    assert _quiet(config.count, "TALLOW_GPU_OPS_PER_SUBMIT", 50, value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "-1", "2.5", "1_0", "\u0663", "x"])
+def test_a_count_that_does_not_parse_warns_and_keeps_the_default(value):
+    with pytest.warns(RuntimeWarning, match="TALLOW_GPU_OPS_PER_SUBMIT"):
+        assert config.count("TALLOW_GPU_OPS_PER_SUBMIT", 50, value) == 50
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("100", 100), ("100B", 100), ("2K", 2048), ("2kb", 2048), ("3MiB", 3 << 20), ("1.5G", 3 << 29),
+])
+def test_sizes(value, expected):
+    assert _quiet(config.size, "TALLOW_GPU_CACHE_LIMIT", 1, value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "-1", "lots", "1T", "K"])
+def test_a_size_that_does_not_parse_warns_and_keeps_the_default(value):
+    with pytest.warns(RuntimeWarning, match="TALLOW_GPU_CACHE_LIMIT"):
+        assert config.size("TALLOW_GPU_CACHE_LIMIT", 9, value) == 9
+
+
+def test_an_unknown_name_is_refused():
+    with pytest.raises(KeyError):
+        config.flag("TALLOW_NO_NUMBAH", False)
+
+
+def test_the_environment_is_read_when_no_value_is_given(monkeypatch):
+    monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+    assert config.flag("TALLOW_NO_NUMBA", False) is True
+    monkeypatch.delenv("TALLOW_NO_NUMBA")
+    assert config.flag("TALLOW_NO_NUMBA", False) is False
+
+
+def test_dequantize_all_follows_the_variable_at_qmatmul_creation():
+    code = ("import numpy as np, tallow as tl\n"
+            "from tallow.quantized import QMatMul\n"
+            "q = tl.Tensor(np.ones((4, 64), np.float32)).quantize('Q8_0')\n"
+            "print(QMatMul(q).path)\n")
+    env = dict(os.environ, TALLOW_DEQUANTIZE_ALL="yes",
+               PYTHONPATH=str(SRC.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "dequantized", out.stderr
