@@ -390,7 +390,12 @@ def test_dtype_inference_and_names():
         [1, 4, 8, 2, 2, 4, 8]
     assert tl.DType.parse("bf16") is tl.bf16
     assert tl.tensor([1, 2.5]).dtype == tl.f32
-    assert tl.tensor([0, 2**32 - 1]).dtype == tl.u32
+    # ints -> i64, as NumPy and PyTorch (candle-pyo3 picks u32; docs/semantics.md).
+    assert tl.tensor([0, 2**32 - 1]).dtype == tl.i64
+    assert tl.tensor([1, 2, 3]).dtype == tl.i64
+    assert (tl.tensor([1, 2, 3]) - 5).values() == [-4, -3, -2]
+    assert tl.float32 is tl.f32 and tl.float16 is tl.f16 and tl.bfloat16 is tl.bf16
+    assert tl.float64 is tl.f64 and tl.int64 is tl.i64 and tl.uint8 is tl.u8
     assert tl.tensor([2**32]).dtype == tl.i64 and tl.tensor([-1]).dtype == tl.i64
     assert tl.tensor([True, False]).dtype == tl.u8
     assert tl.tensor(np.zeros(2)).dtype == tl.f64

@@ -272,7 +272,8 @@ REDUCE_OPS = {
     "sum_all": (lambda t: t.sum_all(), lambda t: t.sum()),
     "mean": (lambda t: t.mean((1, 2)), lambda t: t.mean((1, 2))),
     "mean_all": (lambda t: t.mean_all(), lambda t: t.mean()),
-    "max": (lambda t: t.max(2), lambda t: t.max(2).values),
+    # max(dim) returns (values, indices) as PyTorch (docs/semantics.md, reductions).
+    "max": (lambda t: t.max(2).values, lambda t: t.max(2).values),
     "min_keepdim": (lambda t: t.min_keepdim(0), lambda t: t.min(0, keepdim=True).values),
     "max_all": (lambda t: t.max_all(), lambda t: t.max()),
     "min_all": (lambda t: t.min_all(), lambda t: t.min()),
@@ -293,7 +294,7 @@ def test_reduction_gradients(name, device):
 
 def test_max_routes_to_the_first_arg_position_like_torch():
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], np.float32)
-    check_grads(lambda t: t.max(1), lambda t: t.max(1).values, [x])
+    check_grads(lambda t: t.max(1).values, lambda t: t.max(1).values, [x])
     check_grads(lambda t: t.max_all(), lambda t: t.max(), [x])  # ties split evenly
 
 

@@ -13,8 +13,9 @@ import tallow as tl
 def test_dtype_inference_from_python_data():
     assert tl.Tensor(42.0).dtype == tl.f32 and tl.Tensor(42.0).shape == ()
     assert tl.Tensor([3.0, 1, 4]).dtype == tl.f32
-    assert tl.Tensor([1, 2, 3]).dtype == tl.u32
-    assert tl.Tensor([0, 2**32 - 1]).dtype == tl.u32
+    # Python ints infer to i64, as NumPy and PyTorch (docs/semantics.md, integers).
+    assert tl.Tensor([1, 2, 3]).dtype == tl.i64
+    assert tl.Tensor([0, 2**32 - 1]).dtype == tl.i64
     assert tl.Tensor([-1, 2]).dtype == tl.i64
     assert tl.Tensor([2**32]).dtype == tl.i64
     assert tl.Tensor([True, False]).dtype == tl.u8

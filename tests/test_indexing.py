@@ -135,15 +135,21 @@ def test_index_errors(device):
         t[[0, 2]]
 
 
-def test_index_lists_of_floats_or_bools_are_refused(device):
-    # NumPy and PyTorch read a bool list as a mask and refuse floats; casting
-    # either to ids would select the wrong rows without a word.
-    t = tl.Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
-    for bad in ([1.5], [True, False, True], np.array([True, False, True]), np.array([1.0])):
+def test_index_lists_of_floats_are_refused_and_bools_are_masks(device):
+    # NumPy and PyTorch refuse float indices and read a bool list as a mask (tallow
+    # too: docs/semantics.md, comparisons and masks); casting either to ids would
+    # select the wrong rows without a word.
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = tl.Tensor(arr, device=device)
+    for bad in ([1.5], np.array([1.0])):
         with pytest.raises(TypeError):
             t[bad]
         with pytest.raises(TypeError):
             t[:, bad]
+    for mask in ([True, False, True], np.array([True, False, True])):
+        np.testing.assert_array_equal(t[mask].numpy(), arr[np.asarray(mask)])
+    with pytest.raises(IndexError):
+        t[:, [True, False, True]]  # dim 1 has 4 entries
 
 
 def test_too_negative_index_list_names_the_given_index(device):

@@ -28,9 +28,11 @@ def test_sum_max_min_over_strided_layouts(data, device):
     assert_close(t.sum(dims), np.sum(arr, axis=tuple(dims), dtype=dtype.np), dtype, device)
     d = dims[0]
     assert_close(t.max_keepdim(d), np.max(arr, axis=d, keepdims=True), dtype, device)
-    assert_close(t.min(d), np.min(arr, axis=d), dtype, device)
+    # min(dim) returns (values, indices) and argmax i64, as PyTorch (docs/semantics.md).
+    assert_close(t.min(d).values, np.min(arr, axis=d), dtype, device)
+    np.testing.assert_array_equal(t.min(d).indices.numpy(), np.argmin(arr, axis=d))
     am = t.argmax(d)
-    assert am.dtype == tl.u32
+    assert am.dtype == tl.i64
     np.testing.assert_array_equal(am.numpy(), np.argmax(arr, axis=d))
     np.testing.assert_array_equal(t.argmin_keepdim(d).numpy(), np.argmin(arr, axis=d, keepdims=True))
 
@@ -60,9 +62,14 @@ def test_var_matches_torch(device, rng):
 
 
 def test_integer_sums_wrap_in_their_dtype(device):
+    # u8 sums accumulate in i64 and never wrap (docs/semantics.md, comparisons and masks);
+    # u32 sums keep candle's wrapping.
     t = tl.Tensor(np.array([200, 100, 10], np.uint8), device=device)
-    assert t.sum_all().values() == (310 % 256)
-    assert t.sum_all().dtype == tl.u8
+    assert t.sum_all().values() == 310
+    assert t.sum_all().dtype == tl.i64
+    u = tl.Tensor(np.array([2**32 - 1, 2], np.uint32), device=device)
+    assert u.sum_all().values() == 1
+    assert u.sum_all().dtype == tl.u32
 
 
 def test_half_sums_accumulate_in_f32(device):
@@ -114,11 +121,13 @@ def test_cumsum(dtype, device, rng):
         pytest.skip(f"no {dtype}")
     x = np_values((3, 8), dtype, rng)
     t = tl.Tensor(x, device=device)
+    # u8 cumsums accumulate in and return i64, as PyTorch's (docs/semantics.md).
+    out_np = np.int64 if dtype == tl.u8 else dtype.np
     for d in (0, 1, -1):
-        acc = np.float32 if dtype in (tl.f16, tl.bf16) else dtype.np
-        assert_close(t.cumsum(d), np.cumsum(x, axis=d, dtype=acc).astype(dtype.np), dtype, device,
+        acc = np.float32 if dtype in (tl.f16, tl.bf16) else out_np
+        assert_close(t.cumsum(d), np.cumsum(x, axis=d, dtype=acc).astype(out_np), dtype, device,
                      loose=True)
-    assert_close(t.t().cumsum(0), np.cumsum(x.T, axis=0, dtype=dtype.np if dtype.is_int else np.float64).astype(dtype.np), dtype, device, loose=True)
+    assert_close(t.t().cumsum(0), np.cumsum(x.T, axis=0, dtype=out_np if dtype.is_int else np.float64).astype(out_np), dtype, device, loose=True)
 
 
 def test_log_sum_exp_is_stable(device):

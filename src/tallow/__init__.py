@@ -9,16 +9,21 @@ import importlib
 
 from .backprop import GradStore
 from .creation import (
-    arange, cat, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, ones,
-    ones_like, rand, rand_like, randn, randn_like, stack, tensor, tril2, triu2, zeros, zeros_like,
+    arange, cat, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, multinomial,
+    ones, ones_like, rand, rand_like, randint, randn, randn_like, randperm, stack, tensor, tril2,
+    triu2, where, zeros, zeros_like,
 )
 from .custom_op import CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2
-from .device import Device, cpu
+from .device import Device, cpu, manual_seed
 from .dtype import DType, bf16, f16, f32, f64, i64, u8, u32
+from .dtype import (  # PyTorch's names for the same dtypes
+    bfloat16, float16, float32, float64, int64, uint8, uint32,
+)
 from .errors import (
     DeviceMismatchError, DimOutOfRangeError, DTypeMismatchError, FileFormatError,
-    IndexOutOfRangeError, NarrowOutOfBoundsError, NotDifferentiableError, ShapeMismatchError,
-    TallowError, UnsupportedDTypeError,
+    IndexOutOfRangeError, InplaceOnTrackedError, NarrowOutOfBoundsError, NotContiguousError,
+    NotDifferentiableError, OverlappingWriteError, ShapeMismatchError, TallowError,
+    UnsupportedDTypeError,
 )
 from .layout import Layout
 from .shape import D
@@ -49,5 +54,8 @@ __all__ = [
     "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError",
     "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
     "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
+    "InplaceOnTrackedError", "OverlappingWriteError", "NotContiguousError",
+    "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
+    "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
 ]

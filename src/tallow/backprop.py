@@ -17,6 +17,8 @@ import numpy as np
 from . import dtype as dt
 from .creation import arange, cat, full, ones, ones_like, stack, tensor, zeros, zeros_like
 from .errors import NoGradientError, NotDifferentiableError
+from .layout import Layout
+from .tensor_class import Tensor
 from .versions import check_unchanged
 
 
@@ -322,6 +324,12 @@ def _div(op, a, out, g):
     return [g / a[1], -(g * a[0] / a[1].sqr())]
 
 
+@rule("rem")
+def _rem(op, a, out, g):
+    # a % b = a - b * floor(a / b): 1 for a, -floor(a / b) for b (as PyTorch).
+    return [g, -(g * (a[0] // a[1]))]
+
+
 @rule("maximum", "minimum")
 def _extreme(op, a, out, g):
     # Ties split the gradient in half, as PyTorch does.
@@ -365,6 +373,20 @@ def _s_div(op, a, out, g):
     if left:  # v / x
         return [-(g * v / a[0].sqr())]
     return [g * (1.0 / v)]
+
+
+@rule("scalar_rem")
+def _s_rem(op, a, out, g):
+    v, left = op.params
+    if left:  # v % x
+        return [-(g * (v // a[0]))]
+    return [g]
+
+
+@rule("scalar_floor_div", "scalar_bit_and", "scalar_bit_or", "scalar_bit_xor")
+def _s_stepwise(op, a, out, g):
+    raise NotDifferentiableError(
+        f"backward: '{op.name[7:]}' has no gradient (it is piecewise constant or bitwise)")
 
 
 @rule("scalar_pow")
@@ -579,9 +601,6 @@ def _group_split(t, groups, dim):
 
 def _fast(shape, storage_call):
     """A backend's optional backward kernel as a Tensor, or None where it has none."""
-    from .layout import Layout
-    from .tensor_class import Tensor
-
     try:
         storage = storage_call()
     except NotImplementedError:
@@ -702,7 +721,7 @@ def _max_pool(op, a, out, g):
         for j in range(kw):
             cands.append(x[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw])
     k = stack(cands, 4).argmax(4).to_dtype(dt.i64)  # first max in each window
-    di, dj = k / kw, k - (k / kw) * kw
+    di, dj = k // kw, k % kw
     rows = arange(oh, dtype=dt.i64, device=g.device).reshape((oh, 1)) * sh
     cols = arange(ow, dtype=dt.i64, device=g.device).reshape((1, ow)) * sw
     pos = (di + rows) * w + dj + cols  # (b, c, oh, ow) flat input positions

@@ -18,7 +18,7 @@ from . import dtype as dt
 from .checks import scalar_for
 from .convert import check_numpy_exact, from_data
 from .device import Device, cpu
-from .errors import ShapeMismatchError
+from .errors import ShapeMismatchError, UnsupportedDTypeError
 from .layout import Layout
 from .limits import check_allocation
 from .shape import elem_count, parse_shape
@@ -66,7 +66,14 @@ def storage_of(data, dtype=None, device=None):
         s = src.copy() if src is data else src.detach()
         return s._storage, s._layout
     arr, dtype_ = from_data(data, None if dtype is None else dt.DType.parse(dtype))
-    return adopt_array(arr, dtype_, device_of(device)), _contig(arr.shape)
+    dev = device_of(device)
+    if dtype is None and dtype_ is dt.i64 and not dev.supports_dtype(dt.i64):
+        try:
+            dev._state.check_dtype(dt.i64, "tensor")
+        except UnsupportedDTypeError as e:
+            raise UnsupportedDTypeError(
+                f"{e} (Python ints infer to i64: pass dtype=tl.u32)") from None
+    return adopt_array(arr, dtype_, dev), _contig(arr.shape)
 
 
 def _split_shape(args, op, keywords):
@@ -162,6 +169,7 @@ class Constructors:
     # -- filled ------------------------------------------------------------------------
     @classmethod
     def zeros(cls, *shape, dtype=dt.f32, device=cpu):
+        """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3), dtype=tl.i64, device=...)`` (f32 by default)."""
         shape, (dtype, device) = _split_shape(shape, "zeros", (dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "zeros")
@@ -170,6 +178,7 @@ class Constructors:
 
     @classmethod
     def ones(cls, *shape, dtype=dt.f32, device=cpu):
+        """A tensor of ones: ``ones(2, 3)`` or ``ones((2, 3), dtype, device)`` (f32 by default)."""
         shape, (dtype, device) = _split_shape(shape, "ones", (dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "ones")
@@ -178,6 +187,7 @@ class Constructors:
 
     @classmethod
     def full(cls, shape, value, dtype=None, device=cpu):
+        """A tensor of ``shape`` filled with ``value`` (dtype inferred from the value: float -> f32, int -> i64, bool -> u8)."""
         shape = parse_shape((shape,), "full")
         if dtype is None:
             dtype = dt.f32 if isinstance(value, float) else (
@@ -192,6 +202,7 @@ class Constructors:
     # -- ranges and identity -----------------------------------------------------------
     @classmethod
     def eye(cls, n, m=None, dtype=None, device=None):
+        """The (n, m) identity matrix (m = n by default), f32 unless ``dtype`` is given."""
         n, m = _sizes("eye", n, n if m is None else m)
         arr = np.eye(n, m, dtype=_dtype(dtype).np)
         return cls._from_array(arr, _dtype(dtype), device_of(device))
@@ -208,20 +219,27 @@ class Constructors:
             raise ValueError("arange: step must not be zero")
         all_int = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
                       for v in (start, end, step))
+        device = device_of(device)
         if dtype is None:
             dtype = dt.i64 if all_int else dt.f32
+            if all_int and not device.supports_dtype(dt.i64):
+                try:
+                    device._state.check_dtype(dt.i64, "arange")
+                except UnsupportedDTypeError as e:
+                    raise UnsupportedDTypeError(
+                        f"{e} (integer arguments give i64: pass dtype=tl.u32)") from None
         dtype = dt.DType.parse(dtype)
         if all_int:
             count = len(range(int(start), int(end), int(step)))
         else:
             count = max(0, math.ceil((end - start) / step))
-        device = device_of(device)
         state = checked_state(device, dtype, "arange")
         check_allocation("arange", (count,), dtype, device)
         return cls._wrap(state.arange(start, step, count, dtype), _contig((count,)))
 
     @classmethod
     def linspace(cls, start, end, steps, dtype=None, device=None):
+        """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (computed in f64, rounded once)."""
         dtype = _dtype(dtype)
         (steps,) = _sizes("linspace", steps)
         arr = np.linspace(float(start), float(end), steps, dtype=np.float64).astype(dtype.np)
@@ -230,6 +248,7 @@ class Constructors:
     # -- random ------------------------------------------------------------------------
     @classmethod
     def rand(cls, *shape, low=0.0, high=1.0, dtype=dt.f32, device=cpu):
+        """Uniform random values in ``[low, high)`` from the device's seeded generator."""
         shape, (low, high, dtype, device) = _split_shape(shape, "rand", (low, high, dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "rand")
@@ -239,6 +258,7 @@ class Constructors:
 
     @classmethod
     def randn(cls, *shape, mean=0.0, std=1.0, dtype=dt.f32, device=cpu):
+        """Normal random values (``mean``, ``std``) from the device's seeded generator."""
         shape, (mean, std, dtype, device) = _split_shape(shape, "randn", (mean, std, dtype, device))
         dtype, device = _dtype(dtype), device_of(device)
         state = checked_state(device, dtype, "randn")
@@ -256,6 +276,7 @@ class Constructors:
 
     @classmethod
     def triu2(cls, n, dtype=None, device=None):
+        """An (n, n) upper-triangular mask of ones (the diagonal included)."""
         (n,) = _sizes("triu2", n)
         dtype = _dtype(dtype)
         return cls._from_array(np.triu(np.ones((n, n), dtype=dtype.np)), dtype, device_of(device))

@@ -1,7 +1,8 @@
 """From Python data and NumPy arrays to (array, dtype), with candle-pyo3's inference.
 
-Python data: floats (or a mix of floats and ints) -> f32; ints all within
-0..2**32 -> u32; other ints -> i64; bools -> u8. NumPy arrays keep their dtype
+Python data: floats (or a mix of floats and ints) -> f32; ints -> i64 (as NumPy
+and PyTorch: candle-pyo3's u32 wraps on the first negative result); bools -> u8.
+NumPy arrays keep their dtype
 (types tallow lacks widen losslessly: bool -> u8, int8/16/32 -> i64, uint16 -> u32).
 """
 
@@ -28,8 +29,8 @@ def infer_python(data):
     if kind == "f":
         return arr.astype(np.float32), dt.f32
     if kind in "iu":
-        if arr.size == 0 or (arr.min() >= 0 and arr.max() < 2**32):
-            return arr.astype(np.uint32), dt.u32
+        if kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise OverflowError("tensor: an integer does not fit in i64")
         return arr.astype(np.int64), dt.i64
     if kind == "O":
         flat = arr.ravel().tolist()

@@ -120,18 +120,22 @@ class CustomOpMethods:
     __slots__ = ()
 
     def apply_op1(self, op):
+        """The result of a ``CustomOp1`` on this tensor (its ``cpu_fwd``/``gpu_fwd``; ``bwd`` for gradients)."""
         return _run(op, (self,))
 
     def apply_op2(self, rhs, op):
+        """The result of a ``CustomOp2`` on this tensor and ``rhs``."""
         _same_device(op, self, rhs)
         return _run(op, (self, rhs))
 
     def apply_op3(self, b, c, op):
+        """The result of a ``CustomOp3`` on this tensor, ``b`` and ``c``."""
         _same_device(op, self, b)
         _same_device(op, self, c)
         return _run(op, (self, b, c))
 
     def inplace_op1(self, op):
+        """Run an ``InplaceOp1`` that writes into this tensor's storage."""
         if self.device.kind == "cpu":
             op.cpu_fwd(self._storage, self._layout)
         else:
@@ -139,6 +143,7 @@ class CustomOpMethods:
         bump(self._storage)
 
     def inplace_op2(self, rhs, op):
+        """Run an ``InplaceOp2`` that writes into this tensor's storage, reading ``rhs``."""
         _same_device(op, self, rhs)
         if self.device.kind == "cpu":
             op.cpu_fwd(self._storage, self._layout, rhs._storage, rhs._layout)

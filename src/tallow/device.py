@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .backends.cpu.device import CPU_STATE
 from .dtype import DType
-from .errors import TallowError
+from .errors import InvalidArgumentError, TallowError
 
 
 class Device:
@@ -34,7 +34,12 @@ class Device:
         # The GPU backend (wgpu) loads only when a GPU is asked for.
         from .backends.gpu import gpu_device_state
 
-        return Device.of(gpu_device_state(ordinal))
+        state = gpu_device_state(ordinal)
+        if _manual_seed is not None and state.id not in _manually_seeded:
+            # A device first used after tl.manual_seed gets that seed too.
+            _manually_seeded.add(state.id)
+            state.set_seed(_manual_seed)
+        return Device.of(state)
 
     @staticmethod
     def of(state) -> "Device":
@@ -131,8 +136,6 @@ class Device:
         """Keep at most ``nbytes`` of unused buffers cached for reuse (GPU only)."""
         import numbers
 
-        from .errors import InvalidArgumentError
-
         if (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral)
                 or nbytes < 0):
             raise InvalidArgumentError(
@@ -141,6 +144,27 @@ class Device:
 
     def kernel_stats(self) -> dict:
         return self._gpu_only("kernel_stats").kernel_stats()
+
+
+_manual_seed = None
+_manually_seeded: set = set()
+
+
+def manual_seed(seed: int) -> None:
+    """PyTorch's ``manual_seed``: seed every device's generator (the CPU, the GPUs in
+    use, and GPUs first used later), so ``rand``/``randn``/``randint``/... repeat."""
+    global _manual_seed
+    seed = int(seed)
+    _manual_seed = seed
+    _manually_seeded.clear()
+    cpu.set_seed(seed)
+    import sys
+
+    # GPU states exist only once the GPU backend was imported (it is not imported here).
+    gpu_states = getattr(sys.modules.get(__package__ + ".backends.gpu.device"), "_states", {})
+    for state in list(gpu_states.values()):
+        _manually_seeded.add(state.id)
+        state.set_seed(seed)
 
 
 def _parse_name(value) -> tuple:

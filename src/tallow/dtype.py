@@ -55,6 +55,10 @@ bf16 = DType("bf16", ml_dtypes.bfloat16, True)
 f32 = DType("f32", np.float32, True)
 f64 = DType("f64", np.float64, True)
 
+# PyTorch's names for the same DType objects.
+uint8, uint32, int64 = u8, u32, i64
+float16, bfloat16, float32, float64 = f16, bf16, f32, f64
+
 ALL = (u8, u32, i64, f16, bf16, f32, f64)
 FLOATS = (f16, bf16, f32, f64)
 INTS = (u8, u32, i64)

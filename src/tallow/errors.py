@@ -73,6 +73,20 @@ class ShapeTooLargeError(TallowError, ValueError):
     """A shape has more elements, or needs more bytes, than can ever be held."""
 
 
+class InplaceOnTrackedError(TallowError, RuntimeError):
+    """An in-place op (``add_``, ``x[i] = v``, ...) on a Var or on a tensor computed
+    from one: it would change values the recorded graph needs for backward."""
+
+
+class OverlappingWriteError(TallowError, RuntimeError):
+    """An in-place write into a view where several elements share one memory location
+    (a broadcast view): the result would depend on the write order."""
+
+
+class NotContiguousError(TallowError, RuntimeError):
+    """An op that never copies (``view``) was given a non-contiguous tensor."""
+
+
 class DistributedError(TallowError, RuntimeError):
     """Distributed embedding cannot run: Ray is missing, the cluster cannot be
     reached, or the cluster lacks what the job asks for (workers, GPUs)."""

@@ -4,13 +4,25 @@ Ints pick (and drop) a dim, slices narrow it (steps > 1 are strided views, steps
 < 0 a reversed copy), ``...`` stands for the remaining dims, ``None`` adds a
 size-1 dim, and lists or integer tensors select with ``index_select`` (one dim
 at a time, as candle-pyo3).
+
+A u8 tensor (tallow's bool: what comparisons return), a NumPy bool array or a
+list of bools is a boolean mask, as in NumPy: its shape must equal the dims it
+indexes, and it selects the positions where it is nonzero, flattened into one
+dim (``x[x > 0]`` is 1-D). Use u32/i64 tensors for ids.
+
+``t[index] = value`` (``setitem``) writes into the tensor's storage: basic
+indices through the view, masks and ids through a scatter of the selected
+positions.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import dtype as dt
+from .checks import is_scalar, scalar_for
 from .errors import DimOutOfRangeError, IndexOutOfRangeError
+from .ops_index import check_writable, source_for
 from .tensor_base import TensorBase
 
 
@@ -51,10 +63,18 @@ def _host_ids(index, size, dim):
     return arr
 
 
+def _ids_on(t, arr, device):
+    """Host ids (i64) as a tensor on ``device``: u32 where it has no i64 (ids here are
+    non-negative and below the indexed size)."""
+    if not device.supports_dtype(dt.i64):
+        arr = arr.astype(np.uint32)
+    return t.new(arr, device=device)
+
+
 def _select(t, dim, index):
     size = t._layout.shape[dim]
     if not isinstance(index, TensorBase):
-        ids = t.new(_host_ids(index, size, dim), device=t.device)
+        ids = _ids_on(t, _host_ids(index, size, dim), t.device)
     else:
         ids = index
         if not ids.dtype.is_int:
@@ -64,7 +84,7 @@ def _select(t, dim, index):
         if ids.dtype.name == "i64":
             arr = ids._host() if ids.device.kind == "cpu" else None
             if arr is not None and arr.size and arr.min() < 0:
-                ids = t.new(_host_ids(arr, size, dim))
+                ids = _ids_on(t, _host_ids(arr, size, dim), t.device)
             elif arr is None and ids.nelement:
                 # On a GPU: wrap on the device (reading the ids back would wait).
                 ids = ids.lt(0).where_cond(ids + size, ids)
@@ -76,16 +96,60 @@ def _select(t, dim, index):
     return out, len(shape)
 
 
+def _as_mask(t, item):
+    """``item`` as a u8 mask tensor when it is a boolean mask, else None."""
+    if isinstance(item, TensorBase):
+        return item if item._storage.dtype is dt.u8 and item.rank > 0 else None
+    if isinstance(item, np.ndarray):
+        return t.new(item.astype(np.uint8)) if item.dtype == np.bool_ and item.ndim > 0 else None
+    if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in _leaves(item)):
+        return t.new(np.asarray(item, dtype=np.uint8))
+    return None
+
+
+def _leaves(items):
+    for v in items:
+        if isinstance(v, list):
+            yield from _leaves(v)
+        else:
+            yield v
+
+
+def _mask_select(t, dim, mask):
+    """The elements of ``t`` where ``mask`` (covering dims dim..dim+k) is nonzero."""
+    k = mask.rank
+    covered = t._layout.shape[dim:dim + k]
+    if mask.shape != covered:
+        raise IndexOutOfRangeError(
+            f"boolean mask of shape {mask.shape} does not match the dims it indexes "
+            f"({covered}, dims {dim}..{dim + k - 1} of shape {t.shape})"
+        )
+    # The result's length depends on the mask's values: they are read on the host
+    # (as PyTorch synchronises for x[mask]).
+    ids = np.flatnonzero(np.asarray(mask.numpy())).astype(np.int64)
+    shape = t._layout.shape
+    n = 1
+    for size in covered:
+        n *= size
+    flat = t.reshape(shape[:dim] + (n,) + shape[dim + k:]) if k != 1 else t
+    return flat.index_select(_ids_on(t, ids, t.device), dim)
+
+
+def _consumes(t, item) -> int:
+    """How many of the indexed tensor's dims an index item uses."""
+    if item is None or item is Ellipsis:
+        return 0
+    mask = _as_mask(t, item)
+    return mask.rank if mask is not None else 1
+
+
 def getitem(t, index):
     if not isinstance(index, tuple):
         index = (index,)
     n_ellipsis = sum(1 for i in index if i is Ellipsis)
     if n_ellipsis > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(
-        1 for i in index
-        if i is not None and i is not Ellipsis
-    )
+    consumed = sum(_consumes(t, i) for i in index)
     rank = t.rank
     if consumed > rank:
         raise DimOutOfRangeError(
@@ -107,13 +171,18 @@ def getitem(t, index):
                 out = out._slice_step(dim, start, length, step)
             else:
                 ids = list(range(start, stop, step))
-                out = out.index_select(out.new(np.asarray(ids, dtype=np.int64), device=out.device), dim)
+                out = out.index_select(_ids_on(out, np.asarray(ids, dtype=np.int64), out.device), dim)
             dim += 1
         elif isinstance(item, (list, np.ndarray)) or (
             isinstance(item, TensorBase) and item.rank > 0
         ):
-            out, added = _select(out, dim, item)
-            dim += added
+            mask = _as_mask(t, item)
+            if mask is not None:
+                out = _mask_select(out, dim, mask.to_device(out.device))
+                dim += 1
+            else:
+                out, added = _select(out, dim, item)
+                dim += added
         elif isinstance(item, bool):
             raise TypeError("boolean indices are not supported")
         elif isinstance(item, TensorBase):
@@ -125,3 +194,43 @@ def getitem(t, index):
                 raise TypeError(f"unsupported index type {type(item).__name__}") from None
             out = int_index(out, dim, i)
     return out
+
+
+def _is_basic(index) -> bool:
+    """True when ``index`` makes a view (ints, forward slices, ``...``, None)."""
+
+    for item in index if isinstance(index, tuple) else (index,):
+        if item is None or item is Ellipsis or isinstance(item, (int, np.integer)):
+            continue
+        if isinstance(item, slice) and (item.step is None or item.step > 0):
+            continue
+        if isinstance(item, TensorBase) and item.rank == 0 and item.dtype.is_int:
+            continue
+        return False
+    return True
+
+
+def setitem(t, index, value):
+    """``t[index] = value``: write into t's storage (value broadcast, cast to t's dtype)."""
+    check_writable(t, "__setitem__")
+    if isinstance(index, bool):
+        raise TypeError("boolean indices are not supported")
+    if _is_basic(index):
+        view = getitem(t, index)
+        if is_scalar(value):
+            t._storage.fill_inplace(view._layout, scalar_for("__setitem__", value, t.dtype))
+            return
+        src = source_for(t, value, view.shape, "__setitem__")
+        t._storage.copy_into_inplace(view._layout, src._storage, src._layout)
+        return
+    # Advanced indices: select the flat positions the same index picks, then scatter.
+    pos_dtype = dt.i64 if t.device.supports_dtype(dt.i64) else dt.u32
+    positions = getitem(t.arange(t.nelement, dtype=pos_dtype, device=t.device).reshape(t.shape), index)
+    src = source_for(t, value, positions.shape, "__setitem__").flatten_all().contiguous()
+    ids = positions.flatten_all().contiguous()
+    if t.is_contiguous():
+        t.flatten_all().scatter_set(ids, src, 0)
+        return
+    flat = t.copy().flatten_all()
+    flat.scatter_set(ids, src, 0)
+    t._storage.copy_into_inplace(t._layout, flat._storage, flat.reshape(t.shape)._layout)

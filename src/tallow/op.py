@@ -55,7 +55,8 @@ def record(name, args, params=None):
 class OpDef:
     """One element-wise op: ``family`` is "unary" (``Tensor.<name>()``), "unary_param"
     (a unary op with scalar parameters: affine, powf, elu, clamp), "binary" or "cmp";
-    ``dtypes`` is "float" (float dtypes only), "signed" (floats and i64) or "any";
+    ``dtypes`` is "float" (float dtypes only), "signed" (floats and i64), "int"
+    (integer dtypes only) or "any";
     ``gpu_code`` its number in the GPU kernels' ``switch`` (WGSL constant ``OP_<NAME>``)."""
 
     __slots__ = ("name", "family", "dtypes", "gpu_code", "differentiable")
@@ -107,6 +108,13 @@ OPS = {d.name: d for d in (
     OpDef("maximum",  _B, "any",    4, True),
     OpDef("minimum",  _B, "any",    5, True),
     OpDef("pow",      _B, "float",  6, True),
+    # Python's % and // (floored: the remainder takes the divisor's sign) and the
+    # bitwise ops behind & | ^ (integer dtypes; floats are refused by the backends).
+    OpDef("rem",       _B, "any",   7, True),
+    OpDef("floor_div", _B, "any",   8, False),
+    OpDef("bit_and",   _B, "int",   9, False),
+    OpDef("bit_or",    _B, "int",   10, False),
+    OpDef("bit_xor",   _B, "int",   11, False),
     OpDef("eq",       _C, "any",    0, False),
     OpDef("ne",       _C, "any",    1, False),
     OpDef("lt",       _C, "any",    2, False),

@@ -72,6 +72,7 @@ class ConvOps:
     __slots__ = ()
 
     def conv1d(self, kernel, padding=0, stride=1, dilation=1, groups=1):
+        """1-D convolution of (batch, c_in, l) with a (c_out, c_in / groups, k) kernel (PyTorch's cross-correlation)."""
         _check_conv("conv1d", self, kernel, 1, groups, False)
         _check_positive("conv1d", stride=stride, dilation=dilation)
         _check_non_negative("conv1d", padding=padding)
@@ -84,6 +85,7 @@ class ConvOps:
                           record("conv1d", (self, kernel), params))
 
     def conv2d(self, kernel, padding=0, stride=1, dilation=1, groups=1):
+        """2-D convolution of (batch, c_in, h, w) with a (c_out, c_in / groups, kh, kw) kernel; ``padding``/``stride``/``dilation`` an int or a pair."""
         _check_conv("conv2d", self, kernel, 2, groups, False)
         pad, st, dil = _pair(padding, "padding"), _pair(stride, "stride"), _pair(dilation, "dilation")
         _check_positive("conv2d", stride=st, dilation=dil)
@@ -98,6 +100,7 @@ class ConvOps:
 
     def conv_transpose1d(self, kernel, padding=0, output_padding=0, stride=1, dilation=1,
                          groups=1):
+        """1-D transposed convolution with a (c_in, c_out / groups, k) kernel, as PyTorch's ``conv_transpose1d``."""
         _check_conv("conv_transpose1d", self, kernel, 1, groups, True)
         _check_positive("conv_transpose1d", stride=stride, dilation=dilation)
         _check_non_negative("conv_transpose1d", padding=padding, output_padding=output_padding)
@@ -116,6 +119,7 @@ class ConvOps:
 
     def conv_transpose2d(self, kernel, padding=0, output_padding=0, stride=1, dilation=1,
                          groups=1):
+        """2-D transposed convolution with a (c_in, c_out / groups, kh, kw) kernel, as PyTorch's ``conv_transpose2d``."""
         _check_conv("conv_transpose2d", self, kernel, 2, groups, True)
         pad, opad = _pair(padding, "padding"), _pair(output_padding, "output_padding")
         st, dil = _pair(stride, "stride"), _pair(dilation, "dilation")
@@ -150,13 +154,16 @@ class ConvOps:
         return self._wrap(out, _contig(shape), record1(name, self, (k, s)))
 
     def avg_pool2d(self, kernel, stride=None):
+        """Average pooling of (batch, c, h, w) over ``kernel`` windows; ``stride`` defaults to the kernel (as PyTorch)."""
         return self._pool("avg_pool2d", kernel, stride)
 
     def max_pool2d(self, kernel, stride=None):
+        """Max pooling of (batch, c, h, w) over ``kernel`` windows; ``stride`` defaults to the kernel (as PyTorch)."""
         return self._pool("max_pool2d", kernel, stride)
 
     # -- upsampling --------------------------------------------------------------------------
     def upsample_nearest1d(self, size):
+        """Nearest-neighbour resize of (batch, c, l) to length ``size``."""
         if self.rank != 3:
             raise ShapeMismatchError(f"upsample_nearest1d: expects (b, c, l), got {self.shape}")
         size = int(size)
@@ -166,6 +173,7 @@ class ConvOps:
                           record1("upsample_nearest1d", self, size))
 
     def upsample_nearest2d(self, h, w):
+        """Nearest-neighbour resize of (batch, c, h, w) to ``h`` x ``w``."""
         if self.rank != 4:
             raise ShapeMismatchError(f"upsample_nearest2d: expects (b, c, h, w), got {self.shape}")
         h, w = int(h), int(w)
@@ -175,7 +183,9 @@ class ConvOps:
                           record1("upsample_nearest2d", self, (h, w)))
 
     def interpolate1d(self, size):
+        """= ``upsample_nearest1d(size)`` (candle's name)."""
         return self.upsample_nearest1d(size)
 
     def interpolate2d(self, h, w):
+        """= ``upsample_nearest2d(h, w)`` (candle's name)."""
         return self.upsample_nearest2d(h, w)

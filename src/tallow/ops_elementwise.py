@@ -5,6 +5,11 @@ Methods named like the op (``add``) require equal shapes, as in candle;
 ``broadcast_*`` and the Python operators broadcast (as candle-pyo3). Binary ops
 on tracked inputs record the broadcast views they insert, so gradients are summed
 back over broadcast dims.
+
+The Python operators follow NumPy and PyTorch (docs/semantics.md): ``/`` on
+integers is true division (f32), ``//`` floors, ``%`` takes the divisor's sign, a
+Python float meeting an integer tensor computes in f32, ``& | ^`` are bitwise and
+``~`` is logical on u8 (tallow's bool) and bitwise on u32/i64.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import math
 
 import numpy as np
 
+from . import dtype as dt
 from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
 from .errors import DeviceMismatchError, UnsupportedDTypeError
 from .layout import Layout
@@ -48,16 +54,19 @@ class ElementwiseOps:
         return self._wrap(out, _contig(self._layout.shape), record1("affine", self, (mul, add)))
 
     def powf(self, exponent):
+        """``self ** exponent`` for a float exponent (float dtypes)."""
         exponent = float(exponent)
         out = self._storage.powf(self._layout, exponent)
         return self._wrap(out, _contig(self._layout.shape), record1("powf", self, exponent))
 
     def elu(self, alpha=1.0):
+        """Element-wise ELU: ``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``."""
         alpha = float(alpha)
         out = self._storage.elu(self._layout, alpha)
         return self._wrap(out, _contig(self._layout.shape), record1("elu", self, alpha))
 
     def clamp(self, low=None, high=None):
+        """Values limited to ``[low, high]`` (either may be None; scalars or tensors)."""
         if isinstance(low, TensorBase) or isinstance(high, TensorBase):
             out = self
             if low is not None:
@@ -75,6 +84,39 @@ class ElementwiseOps:
         """Round to ``decimals`` decimal places (halves away from zero)."""
         m = 10.0 ** int(decimals)
         return (self * m).round() * (1.0 / m)
+
+    # -- PyTorch's dtype shorthands ----------------------------------------------------------
+    def float(self):
+        """``to_dtype(f32)``."""
+        return self.to_dtype(dt.f32)
+
+    def double(self):
+        """``to_dtype(f64)``."""
+        return self.to_dtype(dt.f64)
+
+    def half(self):
+        """``to_dtype(f16)``."""
+        return self.to_dtype(dt.f16)
+
+    def bfloat16(self):
+        """``to_dtype(bf16)``."""
+        return self.to_dtype(dt.bf16)
+
+    def long(self):
+        """``to_dtype(i64)``."""
+        return self.to_dtype(dt.i64)
+
+    def int(self):
+        """``to_dtype(i64)``: tallow has no i32, and u32 would wrap negative values."""
+        return self.to_dtype(dt.i64)
+
+    def byte(self):
+        """``to_dtype(u8)`` (a cast: values wrap or truncate)."""
+        return self.to_dtype(dt.u8)
+
+    def bool(self):
+        """tallow's bool: a u8 tensor of ``self != 0`` (not a cast: 0.5 is true)."""
+        return self.ne(0)
 
     # -- binary ----------------------------------------------------------------------
     def _binop(self, name, rhs, broadcast):
@@ -113,6 +155,9 @@ class ElementwiseOps:
         if isinstance(rhs, TensorBase):
             return self._binop(name, rhs, True) if not on_left else rhs._binop(name, self, True)
         if is_scalar(rhs):
+            if name in _PROMOTING and self._storage.dtype.is_int and _is_float_scalar(rhs):
+                # NumPy and PyTorch: an integer tensor meeting a float computes in float.
+                return self.to_dtype(dt.f32)._scalar(name, rhs, on_left)
             return self._scalar(name, rhs, on_left)
         other = self._array_operand(rhs)
         if other is None:
@@ -132,51 +177,65 @@ class ElementwiseOps:
         return other
 
     def add(self, rhs):
+        """``self + rhs`` for equal shapes (candle; ``+`` and ``broadcast_add`` broadcast)."""
         return self._binop("add", rhs, False)
 
     def sub(self, rhs):
+        """``self - rhs`` for equal shapes (candle; ``-`` broadcasts)."""
         return self._binop("sub", rhs, False)
 
     def mul(self, rhs):
+        """``self * rhs`` for equal shapes (candle; ``*`` broadcasts)."""
         return self._binop("mul", rhs, False)
 
     def div(self, rhs):
+        """``self / rhs`` for equal shapes, with candle's semantics: integer division truncates toward zero (``/`` is true division)."""
         return self._binop("div", rhs, False)
 
     def maximum(self, rhs):
+        """The element-wise maximum with ``rhs`` (a tensor of the same shape or a scalar)."""
         if is_scalar(rhs):
             return self._scalar("maximum", rhs, False)
         return self._binop("maximum", rhs, False)
 
     def minimum(self, rhs):
+        """The element-wise minimum with ``rhs`` (a tensor of the same shape or a scalar)."""
         if is_scalar(rhs):
             return self._scalar("minimum", rhs, False)
         return self._binop("minimum", rhs, False)
 
     def pow(self, rhs):
+        """``self ** rhs`` element-wise (floats; a tensor of the same shape or a scalar)."""
         if is_scalar(rhs):
             return self._scalar("pow", rhs, False)
         return self._binop("pow", rhs, False)
 
     def broadcast_add(self, rhs):
+        """``self + rhs`` with NumPy broadcasting."""
         return self._binop("add", rhs, True)
 
     def broadcast_sub(self, rhs):
+        """``self - rhs`` with NumPy broadcasting."""
         return self._binop("sub", rhs, True)
 
     def broadcast_mul(self, rhs):
+        """``self * rhs`` with NumPy broadcasting."""
         return self._binop("mul", rhs, True)
 
     def broadcast_div(self, rhs):
+        """``self / rhs`` with broadcasting (candle's ``div``: integers truncate)."""
         return self._binop("div", rhs, True)
 
     def broadcast_maximum(self, rhs):
+        """The element-wise maximum with broadcasting."""
         return self._binop("maximum", rhs, True)
 
     def broadcast_minimum(self, rhs):
+        """The element-wise minimum with broadcasting."""
         return self._binop("minimum", rhs, True)
 
     def broadcast_pow(self, rhs):
+        """``self ** rhs`` with broadcasting (floats)."""
         return self._binop("pow", rhs, True)
 
     # -- Python operators -------------------------------------------------------------
@@ -205,18 +264,106 @@ class ElementwiseOps:
         return self._operand("mul", lhs, on_left=True)
 
     def __truediv__(self, rhs):
-        if rhs.__class__ is self.__class__:
+        if rhs.__class__ is self.__class__ and self._storage.dtype.is_float:
             return self._binop("div", rhs, True)
-        return self._operand("div", rhs)
+        lhs, rhs = _true_division_operands(self, rhs)
+        return lhs._operand("div", rhs)
 
     def __rtruediv__(self, lhs):
-        return self._operand("div", lhs, on_left=True)
+        rhs, lhs = _true_division_operands(self, lhs)
+        return rhs._operand("div", lhs, on_left=True)
+
+    def __floordiv__(self, rhs):
+        return self._operand("floor_div", rhs)
+
+    def __rfloordiv__(self, lhs):
+        return self._operand("floor_div", lhs, on_left=True)
+
+    def __mod__(self, rhs):
+        return self._operand("rem", rhs)
+
+    def __rmod__(self, lhs):
+        return self._operand("rem", lhs, on_left=True)
 
     def __pow__(self, rhs):
+        if self._storage.dtype.is_int and isinstance(rhs, (int, np.integer)) and not isinstance(rhs, bool):
+            return _int_power(self, int(rhs))
         return self._operand("pow", rhs)
 
     def __rpow__(self, lhs):
         return self._operand("pow", lhs, on_left=True)
+
+    def __and__(self, rhs):
+        return self._operand("bit_and", rhs)
+
+    __rand__ = __and__
+
+    def __or__(self, rhs):
+        return self._operand("bit_or", rhs)
+
+    __ror__ = __or__
+
+    def __xor__(self, rhs):
+        return self._operand("bit_xor", rhs)
+
+    __rxor__ = __xor__
+
+    def __invert__(self):
+        """``~t``: logical not on u8 (tallow's bool, as PyTorch's ``~`` on bool);
+        bitwise not on u32 and i64."""
+        dtype = self._storage.dtype
+        if dtype is dt.u8:
+            return self.eq(0)
+        if dtype is dt.u32:
+            return self._scalar("sub", int(dtype.max), True)
+        if dtype is dt.i64:
+            return self._scalar("sub", -1, True)
+        raise UnsupportedDTypeError(f"~: needs an integer tensor (u8, u32 or i64), got {dtype}")
+
+    # -- the same, by PyTorch's names ----------------------------------------------------
+    def true_divide(self, rhs):
+        """``self / rhs`` (PyTorch's ``div``): integers are divided as f32."""
+        return self.__truediv__(rhs)
+
+    def floor_divide(self, rhs):
+        """``self // rhs``: rounded toward minus infinity, as Python and PyTorch."""
+        return self._operand("floor_div", rhs)
+
+    def remainder(self, rhs):
+        """``self % rhs``: the result takes the divisor's sign, as Python and PyTorch."""
+        return self._operand("rem", rhs)
+
+    def bitwise_and(self, rhs):
+        """``self & rhs`` on integer tensors."""
+        return self._operand("bit_and", rhs)
+
+    def bitwise_or(self, rhs):
+        """``self | rhs`` on integer tensors."""
+        return self._operand("bit_or", rhs)
+
+    def bitwise_xor(self, rhs):
+        """``self ^ rhs`` on integer tensors."""
+        return self._operand("bit_xor", rhs)
+
+    def bitwise_not(self):
+        """``~self``: bitwise not on u32/i64; on u8 (tallow's bool) logical not."""
+        return self.__invert__()
+
+    def logical_not(self):
+        """u8 mask: 1 where self is zero (any dtype)."""
+        return self.eq(0)
+
+    def logical_and(self, rhs):
+        """u8 mask: 1 where both self and ``rhs`` are nonzero."""
+        return self.ne(0) & _truth(self, rhs)
+
+    def logical_or(self, rhs):
+        """u8 mask: 1 where self or ``rhs`` is nonzero."""
+        return self.ne(0) | _truth(self, rhs)
+
+    def logical_xor(self, rhs):
+        """u8 mask: 1 where exactly one of self and ``rhs`` is nonzero."""
+        return self.ne(0) ^ _truth(self, rhs)
 
     def __neg__(self):
         return self.neg()
@@ -254,21 +401,27 @@ class ElementwiseOps:
         return NotImplemented
 
     def eq(self, rhs):
+        """u8 mask of ``self == rhs`` (a tensor, broadcast, or a scalar)."""
         return self._cmp("eq", rhs)
 
     def ne(self, rhs):
+        """u8 mask of ``self != rhs``."""
         return self._cmp("ne", rhs)
 
     def lt(self, rhs):
+        """u8 mask of ``self < rhs``."""
         return self._cmp("lt", rhs)
 
     def le(self, rhs):
+        """u8 mask of ``self <= rhs``."""
         return self._cmp("le", rhs)
 
     def gt(self, rhs):
+        """u8 mask of ``self > rhs``."""
         return self._cmp("gt", rhs)
 
     def ge(self, rhs):
+        """u8 mask of ``self >= rhs``."""
         return self._cmp("ge", rhs)
 
     def __eq__(self, rhs):
@@ -319,6 +472,50 @@ class ElementwiseOps:
 for _name in UNARY_OPS:
     setattr(ElementwiseOps, _name, _unary(_name))
 del _name
+
+
+# Operators for which an integer tensor meeting a Python float computes in f32.
+_PROMOTING = frozenset(("add", "sub", "mul", "div", "pow", "rem", "floor_div", "maximum", "minimum"))
+
+
+def _is_float_scalar(value) -> bool:
+    return isinstance(value, (float, np.floating))
+
+
+def _true_division_operands(t, other):
+    """``t`` and ``other`` for ``/``: integer tensors and arrays become f32 first."""
+    if t._storage.dtype.is_int:
+        t = t.to_dtype(dt.f32)
+    if isinstance(other, TensorBase):
+        if other._storage.dtype.is_int:
+            other = other.to_dtype(dt.f32)
+    elif isinstance(other, np.ndarray) and other.dtype.kind in "iub":
+        other = other.astype(np.float32)
+    return t, other
+
+
+def _truth(t, value):
+    """A u8 mask of ``value != 0`` (a tensor, array or scalar) on t's device."""
+    if isinstance(value, TensorBase):
+        return value.ne(0)
+    if is_scalar(value):
+        return t.full((), int(bool(value)), dtype=dt.u8, device=t.device)
+    return t.new(np.asarray(value) != 0, device=t.device)
+
+
+def _int_power(t, exponent: int):
+    """``t ** exponent`` for an integer tensor: exact (wrapping) repeated squaring."""
+    if exponent < 0:
+        raise ValueError("integers to negative integer powers are not allowed")
+    result = t.ones(t.shape, dtype=t.dtype, device=t.device)
+    base = t
+    while exponent:
+        if exponent & 1:
+            result = result * base
+        exponent >>= 1
+        if exponent:
+            base = base * base
+    return result
 
 
 _ALWAYS, _NEVER = object(), object()

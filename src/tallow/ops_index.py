@@ -2,19 +2,27 @@
 in-place fills, padding, flips, rolls and repeats, and cat/stack.
 
 In-place ops (``slice_set``, ``scatter_set``, ``zero_set``, ``one_set``,
-``const_set``) validate every argument before writing anything.
+``const_set``) validate every argument before writing anything. The PyTorch
+in-place ops (``add_``, ``mul_``, ``zero_``, ``copy_``, ``x[i] = v``, ...) also
+refuse a tracked tensor (a Var, or a result computed from one): nothing would
+tell the recorded graph that a value it needs changed.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from . import dtype as dt
 from .checks import same_dtype_device, scalar_for
+from .constructors import storage_of
 from .errors import (
-    DeviceMismatchError, NarrowOutOfBoundsError, ShapeMismatchError, TallowError,
-    UnsupportedDTypeError,
+    DeviceMismatchError, DTypeMismatchError, InplaceOnTrackedError, NarrowOutOfBoundsError,
+    OverlappingWriteError, ShapeMismatchError, TallowError, UnsupportedDTypeError,
 )
 from .layout import Layout
 from .op import record
-from .shape import elem_count, normalize_dim, parse_shape
+from .shape import broadcast_shapes, elem_count, normalize_dim, parse_shape
+from .tensor_base import TensorBase
 from .versions import bump
 
 _contig = Layout.contiguous_of
@@ -31,6 +39,39 @@ def _check_src(op, t, src):
     same_dtype_device(op, (t, src))
 
 
+def check_writable(t, op):
+    """Refuse an in-place write the graph or the layout cannot take."""
+    if t._track:
+        what = "a Var" if t.is_variable() else "a tensor computed from a Var (it is in a recorded graph)"
+        raise InplaceOnTrackedError(
+            f"{op}: in-place ops are refused on {what}: backward needs the old values. "
+            "Compute a new tensor instead (x = x + y), update a Var with var.set(...), "
+            "or write into x.detach() if the graph no longer matters"
+        )
+    lay = t._layout
+    if any(st == 0 and n > 1 for st, n in zip(lay.stride, lay.shape)):
+        raise OverlappingWriteError(
+            f"{op}: the tensor is a broadcast view (shape {lay.shape}, strides {lay.stride}): "
+            "several elements share one memory location; write into a copy() instead"
+        )
+
+
+def source_for(t, value, shape, op):
+    """``value`` (tensor, array, list or scalar) as a tensor of t's dtype on t's device,
+    broadcast to ``shape`` and safe to read while t's storage is written."""
+    if not isinstance(value, TensorBase):
+        value = t._wrap(*storage_of(value, t.dtype, t.device))
+    else:
+        value = value.detach().to_device(t.device).to_dtype(t.dtype)
+    if value.shape != shape:
+        if broadcast_shapes(value.shape, shape, op) != shape:
+            raise ShapeMismatchError(f"{op}: a value of shape {value.shape} cannot fill shape {shape}")
+        value = value.broadcast_as(shape)
+    if value._storage is t._storage:
+        value = value.copy()
+    return value
+
+
 def _fresh_copy(t):
     """A contiguous private copy of ``t``'s elements (a storage, not a tensor)."""
     return t._storage.copy_strided(t._layout)
@@ -41,6 +82,7 @@ class IndexOps:
 
     # -- selection -----------------------------------------------------------------------
     def index_select(self, ids, dim):
+        """The slices at the 1-D ``ids`` along ``dim`` (an id equal to the dtype's max selects zeros, as candle)."""
         d = normalize_dim(dim, self.rank, "index_select")
         _check_ids("index_select", self, ids)
         if ids.rank != 1:
@@ -58,6 +100,7 @@ class IndexOps:
         return rows.reshape(ids.shape + (self.shape[1],)) if ids.rank != 1 else rows
 
     def gather(self, ids, dim):
+        """Values at ``ids`` along ``dim`` (``out[i][j] = self[ids[i][j]][j]`` for dim 0); ids have self's rank."""
         d = normalize_dim(dim, self.rank, "gather")
         _check_ids("gather", self, ids)
         if ids.rank != self.rank or any(
@@ -158,6 +201,7 @@ class IndexOps:
         return self._wrap(out, lay, record("slice_scatter", (self, src), (d, start)))
 
     def slice_scatter0(self, src, start):
+        """A copy of self with ``src`` written at ``start`` along dim 0."""
         return self.slice_scatter(src, 0, start)
 
     def slice_assign(self, ranges, src):
@@ -199,19 +243,149 @@ class IndexOps:
         return self._wrap(out, lay, record("slice_assign", (self, src), (tuple(starts), tuple(lens))))
 
     def zero_set(self):
+        """In place: fill this tensor's elements with zeros (candle)."""
         self._storage.fill_inplace(self._layout, 0)
         bump(self._storage)
 
     def one_set(self):
+        """In place: fill this tensor's elements with ones (candle)."""
         self._storage.fill_inplace(self._layout, 1)
         bump(self._storage)
 
     def const_set(self, value):
+        """In place: fill this tensor's elements with ``value`` (candle; no graph check)."""
         self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
         bump(self._storage)
 
+    # -- PyTorch's in-place ops ------------------------------------------------------------------
+    def _write_result(self, result, op):
+        """Write ``result`` (broadcast to self's shape, same dtype) into self's storage."""
+        if result.dtype is not self.dtype:
+            raise DTypeMismatchError(
+                f"{op}: the result is {result.dtype} but the tensor is {self.dtype} "
+                "(in-place ops keep the tensor's dtype; convert with to_dtype first)"
+            )
+        src = source_for(self, result, self.shape, op)
+        self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
+        return self
+
+    def _inplace(self, op, f, *args):
+        check_writable(self, op)
+        return self._write_result(f(self, *args), op)
+
+    def add_(self, other, alpha=1):
+        """In place: ``self += alpha * other`` (broadcast to self's shape); returns self."""
+        return self._inplace("add_", lambda t: t + (other if alpha == 1 else other * alpha))
+
+    def sub_(self, other, alpha=1):
+        """In place: ``self -= alpha * other``; returns self."""
+        return self._inplace("sub_", lambda t: t - (other if alpha == 1 else other * alpha))
+
+    def mul_(self, other):
+        """In place: ``self *= other``; returns self."""
+        return self._inplace("mul_", lambda t: t * other)
+
+    def div_(self, other):
+        """In place: ``self /= other`` (true division: an integer tensor is refused, as
+        PyTorch, since the f32 result cannot be stored); returns self."""
+        return self._inplace("div_", lambda t: t / other)
+
+    def clamp_(self, min=None, max=None):
+        """In place: ``self = self.clamp(min, max)``; returns self."""
+        return self._inplace("clamp_", lambda t: t.clamp(min, max))
+
+    def masked_fill_(self, mask, value):
+        """In place: ``value`` where ``mask`` (broadcast to self) is nonzero; returns self."""
+        return self._inplace("masked_fill_", lambda t: t.masked_fill(mask, value))
+
+    def zero_(self):
+        """In place: fill with zeros; returns self."""
+        check_writable(self, "zero_")
+        self._storage.fill_inplace(self._layout, 0)
+        return self
+
+    def fill_(self, value):
+        """In place: fill with ``value`` (a scalar or a one-element tensor); returns self."""
+        check_writable(self, "fill_")
+        if isinstance(value, TensorBase):
+            value = value.item()
+        self._storage.fill_inplace(self._layout, scalar_for("fill_", value, self.dtype))
+        return self
+
+    def copy_(self, src):
+        """In place: copy ``src``'s values (cast to self's dtype and device, broadcast
+        to self's shape) into self; returns self."""
+        check_writable(self, "copy_")
+        s = source_for(self, src, self.shape, "copy_")
+        self._storage.copy_into_inplace(self._layout, s._storage, s._layout)
+        return self
+
+    # -- masks ------------------------------------------------------------------------------------
+    def masked_fill(self, mask, value):
+        """A copy with ``value`` where ``mask`` (broadcast to self's shape) is nonzero."""
+        if not isinstance(mask, TensorBase):
+            mask = self.new(mask, device=self.device)
+        if isinstance(value, TensorBase):
+            value = value.to_dtype(self.dtype).to_device(self.device)
+        else:
+            value = self.full((), scalar_for("masked_fill", value, self.dtype), dtype=self.dtype,
+                              device=self.device)
+        return mask.to_device(self.device).ne(0).where_cond(value, self)
+
+    def where(self, condition, other):
+        """PyTorch's ``x.where(condition, other)``: self where ``condition`` is nonzero,
+        else ``other`` (a tensor or a scalar)."""
+        if not isinstance(condition, TensorBase):
+            condition = self.new(condition, device=self.device)
+        if not condition.dtype.is_int:
+            condition = condition.ne(0)
+        return condition.where_cond(self, other)
+
+    def nonzero(self):
+        """The i64 coordinates ``(n, rank)`` of the nonzero elements (PyTorch's ``nonzero``)."""
+        coords = np.argwhere(np.asarray(self.numpy()) != 0).astype(np.int64)
+        return self.new(coords.reshape(-1, self.rank), device=self.device)
+
+    def multinomial(self, num_samples, replacement=False):
+        """i64 indices drawn from each row of this tensor (1-D or 2-D, non-negative
+        weights that need not sum to 1), as PyTorch's ``multinomial``. Without
+        replacement an index is drawn at most once per row (Gumbel top-k)."""
+        if self.rank not in (1, 2):
+            raise ShapeMismatchError(f"multinomial: probs must be 1-D or 2-D, got shape {self.shape}")
+        num_samples = int(num_samples)
+        n = self.shape[-1]
+        if not replacement and num_samples > n:
+            raise ValueError(
+                f"multinomial: cannot draw {num_samples} samples without replacement from {n} categories")
+        if num_samples < 1:
+            raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+        p = self.detach()
+        if not p.dtype.is_float:
+            p = p.to_dtype(dt.f32)
+        device = p.device
+        rows = p.shape[:-1]
+        if replacement:
+            cdf = p.cumsum(-1)
+            total = cdf.narrow(-1, n - 1, 1)
+            u = self.rand(rows + (num_samples,), dtype=p.dtype, device=device).broadcast_mul(total)
+            # The index is the number of cumulative weights at or below the draw.
+            below = cdf.unsqueeze(-2) <= u.unsqueeze(-1)
+            return below.sum(-1).clamp(0, n - 1)
+        u = self.rand(p.shape, dtype=p.dtype, device=device).clamp(1e-12, None)
+        keys = p.log() - (-u.log()).log()
+        return keys.topk(num_samples, -1).indices
+
+    def masked_select(self, mask):
+        """The elements where ``mask`` (broadcast to self's shape) is nonzero, as 1-D."""
+        if not isinstance(mask, TensorBase):
+            mask = self.new(mask, device=self.device)
+        mask = mask.ne(0).to_device(self.device)
+        shape = broadcast_shapes(self.shape, mask.shape, "masked_select")
+        return self.broadcast_as(shape)[mask.broadcast_as(shape).contiguous()]
+
     # -- padding, flips, rolls, repeats -------------------------------------------------------
     def pad_with_zeros(self, dim, left, right):
+        """Pad ``dim`` with ``left``/``right`` zeros."""
         d = normalize_dim(dim, self.rank, "pad_with_zeros")
         if left == 0 and right == 0:
             return self
@@ -224,6 +398,7 @@ class IndexOps:
         return self.cat(parts, d)
 
     def pad_with_same(self, dim, left, right):
+        """Pad ``dim`` with ``left``/``right`` copies of its first/last slice."""
         d = normalize_dim(dim, self.rank, "pad_with_same")
         size = self.shape[d]
         if left == 0 and right == 0:
@@ -241,6 +416,7 @@ class IndexOps:
         return self.cat(parts, d)
 
     def flip(self, dims):
+        """A copy with the order of ``dims`` (an int or a sequence) reversed."""
         if isinstance(dims, int):
             dims = [dims]
         out = self
@@ -253,6 +429,7 @@ class IndexOps:
         return out
 
     def roll(self, shift, dim):
+        """Rotate ``dim`` by ``shift`` positions (elements leaving the end come back at the start)."""
         d = normalize_dim(dim, self.rank, "roll")
         size = self.shape[d]
         if size == 0:
@@ -282,7 +459,7 @@ class IndexOps:
 
     # -- joining ----------------------------------------------------------------------------
     @staticmethod
-    def cat(tensors, dim):
+    def cat(tensors, dim=0):
         """Concatenate along ``dim`` (shapes equal off ``dim``)."""
         tensors = list(tensors)
         if not tensors:
@@ -311,7 +488,7 @@ class IndexOps:
         return first._wrap(out, lay, record("cat", tensors, (d, sizes)))
 
     @staticmethod
-    def stack(tensors, dim):
+    def stack(tensors, dim=0):
         """Join equal-shaped tensors along a new dim ``dim``."""
         tensors = list(tensors)
         if not tensors:

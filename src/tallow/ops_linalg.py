@@ -21,6 +21,7 @@ class LinalgOps:
     __slots__ = ()
 
     def matmul(self, rhs):
+        """Matrix product ``(..., m, k) @ (..., k, n)``; batch dims must be equal (see ``broadcast_matmul`` and ``@``)."""
         ls, rs = self._storage, rhs._storage
         a, b = self._layout.shape, rhs._layout.shape
         if len(a) == 2 and len(b) == 2:
@@ -44,6 +45,7 @@ class LinalgOps:
         return self._wrap(out, _contig(shape), record2("matmul", self, rhs))
 
     def broadcast_matmul(self, rhs):
+        """Matrix product with the batch dims broadcast together (as ``@`` on rank >= 2)."""
         a, b = self.shape, rhs.shape
         if len(a) < 2 or len(b) < 2:
             raise ShapeMismatchError(f"broadcast_matmul: operands need rank >= 2, got {a} and {b}")

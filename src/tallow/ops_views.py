@@ -6,8 +6,8 @@ through it. ``reshape`` of a non-contiguous tensor is the one copy here.
 
 from __future__ import annotations
 
-from .errors import ShapeMismatchError
-from .getitem import getitem, int_index
+from .errors import NotContiguousError, ShapeMismatchError
+from .getitem import getitem, int_index, setitem
 from .layout import Layout
 from .op import record1
 from .shape import normalize_dim, parse_shape, parse_shape_with_hole
@@ -23,6 +23,7 @@ class ViewOps:
 
     # -- reshape and flatten -----------------------------------------------------
     def reshape(self, *shape):
+        """The same elements in ``shape`` (one ``-1`` is inferred): a view when the layout allows, else a copy."""
         lay = self._layout
         shape = parse_shape_with_hole(shape, lay.count, "reshape")
         if shape == lay.shape and lay.contiguous:
@@ -41,9 +42,11 @@ class ViewOps:
         return self._wrap(self._storage.copy_strided(lay), _contig(shape), op)
 
     def flatten_all(self):
+        """A 1-D view (or copy) of every element."""
         return self.reshape((self._layout.count,))
 
     def flatten(self, start_dim=0, end_dim=-1):
+        """Merge dims ``start_dim..end_dim`` (inclusive) into one."""
         shape = self._layout.shape
         if not shape:
             return self.reshape((1,))
@@ -57,21 +60,27 @@ class ViewOps:
         return self.reshape(shape[:s] + (merged,) + shape[e + 1:])
 
     def flatten_from(self, start_dim):
+        """Merge dims ``start_dim..`` into one."""
         return self.flatten(start_dim, -1)
 
     def flatten_to(self, end_dim):
+        """Merge dims ``..end_dim`` into one."""
         return self.flatten(0, end_dim)
 
     # -- dims -------------------------------------------------------------------------
-    def squeeze(self, dim):
-        """Drop ``dim`` if it has size 1; otherwise return the tensor unchanged (as candle)."""
+    def squeeze(self, dim=None):
+        """Drop ``dim`` if it has size 1; otherwise return the tensor unchanged (as candle).
+        With no dim, drop every size-1 dim (PyTorch's ``squeeze()``)."""
         lay = self._layout
+        if dim is None:
+            return self.squeeze_dims(range(len(lay.shape)))
         d = normalize_dim(dim, len(lay.shape), "squeeze")
         if lay.shape[d] != 1:
             return self
         return self._view(lay.squeeze(d), "reshape", lay.shape)
 
     def squeeze_dims(self, dims):
+        """Drop the size-1 dims among ``dims`` (others stay)."""
         lay = self._layout
         ds = sorted({normalize_dim(d, len(lay.shape), "squeeze_dims") for d in dims})
         shape = tuple(n for i, n in enumerate(lay.shape) if not (i in ds and n == 1))
@@ -82,11 +91,13 @@ class ViewOps:
         return self._view(Layout(shape, stride, lay.start_offset), "reshape", lay.shape)
 
     def unsqueeze(self, dim):
+        """A view with a size-1 dim inserted at ``dim``."""
         lay = self._layout
         d = normalize_dim(dim, len(lay.shape) + 1, "unsqueeze")
         return self._view(lay.unsqueeze(d), "reshape", lay.shape)
 
     def transpose(self, dim1, dim2):
+        """A view with ``dim1`` and ``dim2`` swapped."""
         lay = self._layout
         rank = len(lay.shape)
         d1 = normalize_dim(dim1, rank, "transpose")
@@ -96,6 +107,7 @@ class ViewOps:
         return self._view(lay.transpose_cached(d1, d2), "transpose", (d1, d2))
 
     def t(self):
+        """A view with the last two dims swapped."""
         lay = self._layout
         rank = len(lay.shape)
         if rank < 2:
@@ -106,9 +118,11 @@ class ViewOps:
 
     @property
     def T(self):
+        """A view with every dim reversed (NumPy's ``.T``)."""
         return self.permute(tuple(reversed(range(self.rank))))
 
     def permute(self, *dims):
+        """A view with the dims reordered (``permute(2, 0, 1)`` or ``permute((2, 0, 1))``)."""
         if len(dims) == 1 and not isinstance(dims[0], int):
             dims = tuple(dims[0])
         lay = self._layout
@@ -123,6 +137,7 @@ class ViewOps:
         return self._view(lay.permute(ds), "permute", ds)
 
     def narrow(self, dim, start, length):
+        """A view of ``length`` elements from ``start`` along ``dim``."""
         lay = self._layout
         d = normalize_dim(dim, len(lay.shape), "narrow")
         start, length = int(start), int(length)
@@ -141,8 +156,40 @@ class ViewOps:
         """Row ``index`` of dim 0 (negative counts from the end)."""
         return int_index(self, 0, index)
 
+    # -- PyTorch's shape spellings ---------------------------------------------------------
+    def view(self, *shape):
+        """PyTorch's ``view``: a reshape that never copies. The tensor must be
+        contiguous (else use ``reshape``, which copies); one ``-1`` is inferred."""
+        if not self._layout.contiguous:
+            raise NotContiguousError(
+                f"view: the tensor (shape {self.shape}, strides {self.stride}) is not "
+                "contiguous, so a view cannot reshape it; use reshape(...) (copies) or "
+                "contiguous().view(...)"
+            )
+        return self.reshape(*shape)
+
+    def size(self, dim=None):
+        """PyTorch's ``size()``: the shape tuple, or the size of ``dim``."""
+        if dim is None:
+            return self._layout.shape
+        return self._layout.shape[normalize_dim(dim, len(self._layout.shape), "size")]
+
+    @property
+    def ndim(self) -> int:
+        """The number of dims (= ``rank``)."""
+        return len(self._layout.shape)
+
+    def dim(self) -> int:
+        """PyTorch's ``dim()``: the number of dims (= ``rank``)."""
+        return len(self._layout.shape)
+
+    def numel(self) -> int:
+        """PyTorch's ``numel()``: the number of elements (= ``elem_count``)."""
+        return self._layout.count
+
     # -- broadcasting -------------------------------------------------------------------
     def broadcast_as(self, *shape):
+        """A view broadcast to ``shape`` (stride 0 on the expanded dims; no copy)."""
         return self._broadcast(parse_shape(shape, "broadcast_as"))
 
     def _broadcast(self, shape: tuple):
@@ -154,10 +201,12 @@ class ViewOps:
                           record1("broadcast_as", self, lay.shape))
 
     def broadcast_left(self, *left):
+        """A view with the leading dims ``left`` added by broadcasting."""
         left = parse_shape(left, "broadcast_left")
         return self.broadcast_as(left + self._layout.shape)
 
     def expand(self, *shape):
+        """PyTorch's ``expand``: a broadcast view (``-1`` keeps a dim)."""
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = tuple(shape[0])
         own = self._layout.shape
@@ -170,6 +219,7 @@ class ViewOps:
         return self.broadcast_as(resolved)
 
     def broadcast_to(self, *shape):
+        """= ``broadcast_as`` (NumPy's name)."""
         return self.broadcast_as(*shape)
 
     # -- splitting ------------------------------------------------------------------------
@@ -213,7 +263,12 @@ class ViewOps:
 
     # -- indexing ----------------------------------------------------------------------------
     def i(self, index):
+        """``t[index]`` (candle-pyo3's name)."""
         return getitem(self, index)
 
     def __getitem__(self, index):
         return getitem(self, index)
+
+    def __setitem__(self, index, value):
+        """``t[index] = value``: an in-place write (refused on tracked tensors)."""
+        setitem(self, index, value)

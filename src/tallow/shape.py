@@ -8,6 +8,7 @@ from __future__ import annotations
 import operator
 
 from .errors import DimOutOfRangeError, ShapeMismatchError
+from .limits import check_shape
 
 
 class D:
@@ -42,8 +43,6 @@ def parse_shape(args, op: str = "shape") -> tuple:
     for d in shape:
         if d < 0:
             raise OverflowError(f"{op}: negative dimension {d} in shape {shape}")
-    from .limits import check_shape
-
     check_shape(op, shape)
     return shape
 
@@ -73,8 +72,6 @@ def parse_shape_with_hole(args, count: int, op: str = "reshape") -> tuple:
                 f"{op}: cannot reshape {count} elements into {tuple(dims)}"
             )
         dims[holes[0]] = count // known
-    from .limits import check_shape
-
     check_shape(op, dims)
     return tuple(dims)
 

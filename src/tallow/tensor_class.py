@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtype as dt
-from .constructors import Constructors, device_of, storage_from_array, storage_of
+from .constructors import Constructors, storage_from_array, storage_of
 from .custom_op import CustomOpMethods
 from .device import Device, cpu
 from .errors import ShapeMismatchError, TallowError
@@ -60,42 +60,52 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
     # -- inspection -----------------------------------------------------------------
     @property
     def shape(self) -> tuple:
+        """The dims as a tuple."""
         return self._layout.shape
 
     @property
     def dims(self) -> tuple:
+        """The dims as a tuple (= ``shape``)."""
         return self._layout.shape
 
     @property
     def stride(self) -> tuple:
+        """The strides, in elements, as a tuple."""
         return self._layout.stride
 
     @property
     def rank(self) -> int:
+        """The number of dims."""
         return len(self._layout.shape)
 
     @property
     def nelement(self) -> int:
+        """The number of elements (a property; PyTorch's ``numel()`` is the method)."""
         return self._layout.count
 
     @property
     def elem_count(self) -> int:
+        """The number of elements."""
         return self._layout.count
 
     @property
     def dtype(self):
+        """The element type (a ``tl.DType``)."""
         return self._storage.dtype
 
     @property
     def device(self) -> Device:
+        """The device the storage lives on."""
         return self._storage.bdev.handle
 
     @property
     def layout(self) -> Layout:
+        """The layout: shape, strides and start offset into the storage."""
         return self._layout
 
     @property
     def id(self) -> int:
+        """A number unique to this tensor object (kept by ``clone``)."""
         return self._id
 
     @property
@@ -104,18 +114,23 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return self._op
 
     def is_contiguous(self) -> bool:
+        """True when the elements are laid out row-major without gaps."""
         return self._layout.contiguous
 
     def is_fortran_contiguous(self) -> bool:
+        """True when the elements are laid out column-major without gaps."""
         return self._layout.is_fortran_contiguous()
 
     def storage_and_layout(self):
+        """``(storage, layout)``: the shared buffer and how this tensor views it."""
         return self._storage, self._layout
 
     def track_op(self) -> bool:
+        """True when ops on this tensor are recorded (a Var, or a result computed from one)."""
         return self._track
 
     def is_variable(self) -> bool:
+        """True for a ``tl.Var``."""
         return False
 
     def _dims_n(self, n):
@@ -125,22 +140,28 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return shape[0] if n == 1 else shape
 
     def dims0(self):
+        """Check the tensor is rank 0 and return ``()``."""
         self._dims_n(0)
         return ()
 
     def dims1(self):
+        """The one dim of a rank-1 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(1)
 
     def dims2(self):
+        """The dims of a rank-2 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(2)
 
     def dims3(self):
+        """The dims of a rank-3 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(3)
 
     def dims4(self):
+        """The dims of a rank-4 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(4)
 
     def dims5(self):
+        """The dims of a rank-5 tensor (else ``ShapeMismatchError``)."""
         return self._dims_n(5)
 
     # -- values out -------------------------------------------------------------------
@@ -184,21 +205,27 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return self._pyvalues()
 
     def to_scalar(self):
+        """The value of a rank-0 tensor as a Python number."""
         return self._rank_checked(0, "to_scalar")
 
     def to_vec0(self):
+        """The value of a rank-0 tensor as a Python number."""
         return self._rank_checked(0, "to_vec0")
 
     def to_vec1(self):
+        """A rank-1 tensor's values as a list."""
         return self._rank_checked(1, "to_vec1")
 
     def to_vec2(self):
+        """A rank-2 tensor's values as nested lists."""
         return self._rank_checked(2, "to_vec2")
 
     def to_vec3(self):
+        """A rank-3 tensor's values as nested lists."""
         return self._rank_checked(3, "to_vec3")
 
     def item(self):
+        """The value of a one-element tensor (any rank) as a Python number."""
         if self._layout.count != 1:
             raise ShapeMismatchError(f"item: the tensor has {self.nelement} elements, not 1")
         return self.flatten_all()._pyvalues()[0]
@@ -218,6 +245,7 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return (1, 0)  # kDLCPU: the exported array is a host copy on other devices
 
     def to_torch(self):
+        """A PyTorch CPU tensor with a copy of the values (u32 becomes int64)."""
         import torch
 
         arr = np.asarray(self._host(), order="C")
@@ -235,7 +263,23 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         # candle omits the CPU; the contract shows every tensor's device.
         return f"{body}\nTensor[{list(self.shape)}, {self.dtype}, {self.device}]"
 
-    __str__ = __repr__
+    def __str__(self):
+        """A rank-0 tensor prints as its value on one line (``0.25``); others as repr."""
+        if not self._layout.shape:
+            arr = self._host()
+            if self._storage.dtype is dt.bf16:
+                arr = arr.astype(np.float32)
+            return str(arr[()])
+        return self.__repr__()
+
+    def __format__(self, spec):
+        """``f"{loss:.4f}"``: a format spec formats the value of a one-element tensor."""
+        if not spec:
+            return str(self)
+        if self._layout.count != 1:
+            raise TypeError(
+                f"format spec {spec!r} needs a one-element tensor, got shape {self.shape}")
+        return format(self.item(), spec)
 
     def __len__(self):
         if not self._layout.shape:
@@ -273,6 +317,7 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
 
     # -- dtype and device moves -----------------------------------------------------
     def to_dtype(self, dtype) -> "Tensor":
+        """The values converted to ``dtype`` (self when already that dtype); float to int truncates and saturates, as Rust's ``as``."""
         dtype = dt.DType.parse(dtype)
         s = self._storage
         if dtype is s.dtype:
@@ -282,6 +327,7 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return self._wrap(out, _contig(self._layout.shape), record1("to_dtype", self, s.dtype))
 
     def to_device(self, device) -> "Tensor":
+        """The tensor on ``device`` (self when already there)."""
         device = Device.parse(device)
         s = self._storage
         if device._state is s.bdev:
@@ -291,9 +337,11 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return self._wrap(out, _contig(self._layout.shape), record1("to_device", self, self.device))
 
     def cpu(self) -> "Tensor":
+        """``to_device(tl.cpu)``."""
         return self.to_device(cpu)
 
     def gpu(self, ordinal: int = 0) -> "Tensor":
+        """``to_device(tl.Device.gpu(ordinal))``."""
         return self.to_device(Device.gpu(ordinal))
 
     def to(self, *args, **kwargs) -> "Tensor":
@@ -406,11 +454,13 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
     # backprop computes gradients with Tensor's ops and constructors, so it is loaded
     # when first used, not while Tensor is being defined.
     def sorted_nodes(self):
+        """The tracked tensors this one depends on, in topological order."""
         from .backprop import sorted_nodes
 
         return sorted_nodes(self)
 
     def backward(self):
+        """Gradients of this tensor with respect to every Var it depends on (a ``tl.GradStore``)."""
         from .backprop import backward
 
         return backward(self)

@@ -11,7 +11,7 @@ import numpy as np
 from .atomic import atomic_write, write_bytes
 from .backends.cpu.threads import CONFIG as _THREADS
 from .device import Device, cpu
-from .errors import FileFormatError
+from .errors import DTypeMismatchError, FileFormatError
 from .safetensors_io import SafetensorsReader
 from .shape import parse_shape, parse_shape_with_hole
 from .tensor_class import Tensor
@@ -112,8 +112,6 @@ def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
 
 def _host_arrays(op, tensors) -> dict:
     """name -> C-ordered host array, checked before anything is written."""
-    from .errors import DTypeMismatchError
-
     if not isinstance(tensors, dict):
         raise DTypeMismatchError(f"{op}: expected a dict of name -> Tensor, got "
                                  f"{type(tensors).__name__}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import weakref
 
+from .errors import StaleGraphError
+
 _VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -45,8 +47,6 @@ def check_unchanged(op) -> None:
     for i, (a, then) in enumerate(zip(op.args, recorded)):
         now = _VERSIONS.get(a._storage, 0)
         if now != then:
-            from .errors import StaleGraphError
-
             what = "the Var" if a.is_variable() else "a view of a Var (or a tensor)"
             raise StaleGraphError(
                 f"backward: {what} with id {a.id} (shape {a.shape}, {a.dtype}) was modified in "

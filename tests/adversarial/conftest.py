@@ -2,7 +2,7 @@
 
 import pytest
 
-from adv_support import DEVICES, device_of
+from support.adversarial import DEVICES, device_of
 
 
 @pytest.fixture(params=DEVICES)

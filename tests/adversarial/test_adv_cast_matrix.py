@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from adv_support import ALL
+from support.adversarial import ALL
 
 _INT_BOUNDARIES = [0, 1, 2, 127, 128, 254, 255, 256, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1,
                    2**32, 2**53 + 1, 2**63 - 2, 2**63 - 1, -1, -2, -(2**31), -(2**63)]
@@ -86,7 +86,7 @@ def test_cast_matrix_cpu(src, dst):
 @pytest.mark.gpu
 @pytest.mark.parametrize("src,dst", PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
 def test_cast_matrix_gpu(src, dst):
-    from adv_support import gpu_or_skip
+    from support.adversarial import gpu_or_skip
 
     gpu = gpu_or_skip()
     if not (gpu.supports_dtype(src) and gpu.supports_dtype(dst)):
@@ -100,7 +100,7 @@ def test_cast_matrix_gpu(src, dst):
 
 
 def test_u32_to_i64_above_2_31_on_gpu():
-    from adv_support import gpu_or_skip
+    from support.adversarial import gpu_or_skip
 
     gpu = gpu_or_skip()
     t = tl.tensor([2**31, 4294967295], dtype=tl.u32).to_device(gpu).to_dtype(tl.i64)

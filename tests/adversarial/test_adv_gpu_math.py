@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tallow as tl
-from adv_support import gpu_or_skip
+from support.adversarial import gpu_or_skip
 
 BASES = [0.5, 1.5, 2.0, 3.0, 6.0, 7.0, 10.0, 0.1, 1.1, 12.25, 100.0, -2.0, -3.0, -6.0, -0.75]
 EXPONENTS = list(range(-8, 17))

@@ -12,7 +12,7 @@ import pytest
 
 import tallow as tl
 from tallow.errors import TallowError
-from tallow.thread_limit import usable_cpus
+from tallow.backends.cpu.threads import usable_cpus
 
 
 def _child(code, env=None):
@@ -81,7 +81,7 @@ def test_huge_shapes_fail_up_front_naming_op_shape_and_limit(dev, make, op):
 
 @pytest.mark.gpu
 def test_gpu_reduction_over_a_huge_broadcast_view_is_refused():
-    from adv_support import gpu_or_skip
+    from support.adversarial import gpu_or_skip
 
     gpu = gpu_or_skip()
     view = tl.zeros((1,), device=gpu).broadcast_as((2**20, 2**20, 2**10))

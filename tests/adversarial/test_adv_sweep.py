@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tallow as tl
-from adv_support import ALL, FLOATS, INTS, device_of
+from support.adversarial import ALL, FLOATS, INTS, device_of
 from tallow.nn import ops as F
 
 SWEEP = settings(max_examples=2, deadline=None, derandomize=True, database=None,

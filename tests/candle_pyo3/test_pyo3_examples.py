@@ -87,12 +87,13 @@ def test_example_quant_llama_calls():
     # so the result is close to, not equal to, the dequantized matmul.
     assert np.abs(np.asarray(q.values()) - ref).max() < 0.03 * np.abs(ref).max()
 
-    # Attention: reshape / transpose / t(), python-float division, u32 mask from ints,
-    # masked_fill as where_cond over a broadcast scalar tensor, candle.nn.softmax.
+    # Attention: reshape / transpose / t(), python-float division, an integer mask from
+    # ints (i64 in tallow, u32 in candle-pyo3: docs/semantics.md, integers), masked_fill
+    # as where_cond over a broadcast scalar tensor, candle.nn.softmax.
     q = q.reshape((b, seq, n_head, head_dim)).transpose(1, 2)
     att = q.matmul(q.t()) / head_dim**0.5
     mask = candle.tensor([int(j > i) for i in range(seq) for j in range(seq)]).reshape((seq, seq))
-    assert mask.dtype == candle.u32
+    assert mask.dtype == candle.i64
     mask = mask.broadcast_as(att.shape)
     att = mask.where_cond(candle.tensor(float("-inf")).broadcast_as(mask.shape), att)
     att = candle.nn.softmax(att, -1)

@@ -394,11 +394,9 @@ def test_tensor_supports_equality_opperations_with_tensors():
     assert (t <= other).equal(Tensor(1).to_dtype(candle.u8))
 
 
-@pytest.mark.skip(reason="Tensor.view / Tensor.size existed only in one interim revision of "
-                  "candle-pyo3; candle rewrote this test with reshape (test_tensor_equality_"
-                  "operations_can_broadcast above), and tallow follows the current binding")
 def test_tensor_equality_opperations_can_broadcast():
-    # The revision that had ``candle.functional.arange``, ``view`` and ``size``.
+    # The revision that had ``candle.functional.arange``, ``view`` and ``size``; tallow
+    # has the PyTorch spellings ``view`` and ``size`` (docs/semantics.md), so it runs.
     from tallow.functional import arange
 
     mask_cond = arange(0, 3)

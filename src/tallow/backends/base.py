@@ -162,7 +162,9 @@ class BackendStorage:
     def binary(self, op: str, lhs_layout, rhs, rhs_layout):
         """One of ``BINARY_OPS`` on two layouts of the same shape.
 
-        Integer ``div`` truncates toward zero (as Rust does) and refuses a zero divisor.
+        Integer ``div`` truncates toward zero (as Rust does) and refuses a zero divisor;
+        ``rem`` and ``floor_div`` follow Python (floored), and refuse a zero integer
+        divisor too; ``bit_*`` refuse float dtypes.
         """
         raise NotImplementedError
 

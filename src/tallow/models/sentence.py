@@ -99,7 +99,7 @@ class Pooling:
             elif mode == "max_tokens":
                 # Padding must never win: push it far below any real value.
                 low = (m - 1.0) * 1e9
-                outs.append(hidden.broadcast_mul(m).broadcast_add(low).max(1))
+                outs.append(hidden.broadcast_mul(m).broadcast_add(low).max(1).values)
             else:
                 summed = hidden.broadcast_mul(m).sum(1)
                 count = m.sum(1).clamp(1e-9, None)

@@ -178,6 +178,30 @@ def _float_div(a, b):
         return np.divide(a, b)
 
 
+_BITWISE = {"bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor}
+_FLOORED = {"rem": np.remainder, "floor_div": np.floor_divide}
+
+
+def _floored_or_bitwise(s, op, a, b, dtype):
+    """Python's ``%`` / ``//`` and the bitwise ops, or None for another op."""
+    f = _BITWISE.get(op)
+    if f is not None:
+        if not dtype.is_int:
+            raise _unsupported(op, dtype)
+        return s._wrap(f(a, b), dtype)
+    f = _FLOORED.get(op)
+    if f is None:
+        return None
+    if dtype.is_int:
+        if np.any(b == 0):
+            raise ZeroDivisionError(f"{op}: integer division by zero")
+        return s._wrap(np.asarray(f(a, b)), dtype)
+    with np.errstate(all="ignore"):
+        if dtype in _HALF:
+            return _float_out(s, np.asarray(f(a.astype(_F32), b.astype(_F32))), dtype)
+        return s._wrap(np.asarray(f(a, b)), dtype)
+
+
 _BINARY_NATIVE = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
     "minimum": np.minimum,
@@ -286,6 +310,9 @@ class CpuElementwise:
             if dtype.is_int:
                 return self._wrap(_int_div(a, b), dtype)
             return self._wrap(_float_div(a, b), dtype)
+        out = _floored_or_bitwise(self, op, a, b, dtype)
+        if out is not None:
+            return out
         if op == "pow":
             if not dtype.is_float:
                 raise _unsupported("pow", dtype)
@@ -310,6 +337,9 @@ class CpuElementwise:
                 a, b = (np.full_like(x, c), x) if scalar_on_left else (x, np.full_like(x, c))
                 return self._wrap(_int_div(a, b), dtype)
             return self._wrap(_float_div(c, x) if scalar_on_left else _float_div(x, c), dtype)
+        if op in _BITWISE or op in _FLOORED:
+            full = np.full_like(x, c)
+            return _floored_or_bitwise(self, op, *((full, x) if scalar_on_left else (x, full)), dtype)
         if op == "pow":
             if not dtype.is_float:
                 raise _unsupported("pow", dtype)

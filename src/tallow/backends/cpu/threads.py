@@ -20,6 +20,7 @@ import math
 import operator
 import os
 import threading
+import warnings
 
 from ... import config
 
@@ -199,7 +200,6 @@ class ThreadConfig:
             n, rule, details = detect_default()
             env = parse_env()
             if env is not None:
-                from ...thread_limit import cap_threads
 
                 n, rule = cap_threads(env, ENV_VAR), f"{ENV_VAR} environment variable"
             self._count, self._rule, self._details = n, rule, details
@@ -230,7 +230,6 @@ class ThreadConfig:
                 f"set_num_threads: need an integer, got {type(n).__name__} {n!r}") from None
         if n < 1:
             raise ValueError(f"set_num_threads: need at least one thread, got {n}")
-        from ...thread_limit import cap_threads
 
         n = cap_threads(n, "set_num_threads")
         with self._lock:
@@ -281,3 +280,31 @@ class ThreadConfig:
 
 
 CONFIG = ThreadConfig()
+
+
+# -- the ceiling: more threads than usable CPUs only add start-up cost, memory and
+# contention (100,000 requested threads started hundreds for one multiply and took 80x
+# longer), so TALLOW_NUM_THREADS and set_num_threads are capped, with a warning.
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, within a cgroup CPU quota."""
+    allowed = affinity_cpus()
+    n = len(allowed) if allowed else (os.cpu_count() or 1)
+    try:
+        quota = cgroup_cpu_quota()
+    except Exception:  # an unreadable cgroup tree: the mask alone
+        quota = None
+    if quota is not None:
+        n = min(n, max(1, math.ceil(quota)))
+    return max(1, n)
+
+
+def cap_threads(n: int, source: str) -> int:
+    """``n``, or the usable CPU count when ``n`` exceeds it (with a RuntimeWarning)."""
+    ceiling = usable_cpus()
+    if n > ceiling:
+        warnings.warn(
+            f"{source} asks for {n} threads but this process can use {ceiling} CPUs; "
+            f"using {ceiling}", RuntimeWarning, stacklevel=4)
+        return ceiling
+    return n

@@ -53,10 +53,14 @@ def _map1(s, layout, fam, constants, scalars=ZERO_SCALARS, out_dtype=None):
     return s._wrap(map_new(state, pipe, ((s, layout),), out_dtype, n, scalars), out_dtype, n)
 
 
-def _check_div(s, layout):
+_BITWISE = ("bit_and", "bit_or", "bit_xor")
+_INT_DIVISIONS = ("div", "rem", "floor_div")
+
+
+def _check_div(s, layout, op="div"):
     """Integer division refuses a zero divisor, as on the CPU: one small readback."""
     if first_zero(s, layout) is not None:
-        raise ZeroDivisionError("div: integer division by zero")
+        raise ZeroDivisionError(f"{op}: integer division by zero")
 
 
 class GpuElementwise:
@@ -106,8 +110,10 @@ class GpuElementwise:
         if dtype.is_int:
             if op == "pow":
                 raise _unsupported(self, "pow")
-            if op == "div":
-                _check_div(rhs, rhs_layout)
+            if op in _INT_DIVISIONS:
+                _check_div(rhs, rhs_layout, op)
+        elif op in _BITWISE:
+            raise _unsupported(self, op)
         state = self.bdev
         pipe = state.kernels.ref(BINARY, (dtype.name,), "main", consts)
         n = lhs_layout.count
@@ -122,11 +128,13 @@ class GpuElementwise:
         if dtype.is_int:
             if op == "pow":
                 raise _unsupported(self, "pow")
-            if op == "div":
+            if op in _INT_DIVISIONS:
                 if scalar_on_left:
-                    _check_div(self, layout)
+                    _check_div(self, layout, op)
                 elif scalar == 0:
-                    raise ZeroDivisionError("div: integer division by zero")
+                    raise ZeroDivisionError(f"{op}: integer division by zero")
+        elif op in _BITWISE:
+            raise _unsupported(self, op)
         # NumPy rounds the scalar to a half dtype, except for pow (computed in f32).
         words = pad_scalars(scalar_words(dtype, scalar, op != "pow"))
         consts = (("OP", code), ("SCALAR_LEFT", bool(scalar_on_left)))
