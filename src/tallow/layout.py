@@ -42,6 +42,10 @@ def _is_f_contiguous(shape: tuple, stride: tuple) -> bool:
 
 
 class Layout:
+    """How a tensor reads its storage: ``shape``, ``stride`` (in elements) and ``start_offset``.
+
+    Views (transpose, narrow, broadcast, indexing) make a new Layout over the same storage.
+    """
     __slots__ = ("shape", "stride", "start_offset", "contiguous", "count", "_derived", "__weakref__")
 
     def __init__(self, shape: tuple, stride: tuple, start_offset: int = 0):

@@ -30,6 +30,7 @@ def set_num_threads(n: int) -> None:
 
 
 def num_threads_rule() -> str:
+    """The rule that chose the thread count, in words (affinity mask, cgroup quota, physical cores or ``TALLOW_NUM_THREADS``)."""
     return _THREADS.rule()
 
 
@@ -53,14 +54,17 @@ def gpu_is_available() -> bool:
 
 
 def cuda_is_available() -> bool:
+    """Always False: tallow has no CUDA backend (its GPU backend is WebGPU, see ``gpu_is_available``)."""
     return False
 
 
 def has_mkl() -> bool:
+    """True when NumPy's BLAS is Intel MKL."""
     return any("mkl" in str(d.get("internal_api", "")).lower() for d in _THREADS.blas_info())
 
 
 def has_accelerate() -> bool:
+    """Always False: tallow does not link Apple's Accelerate (NumPy's BLAS serves)."""
     return False
 
 
@@ -139,6 +143,7 @@ class SafetensorsFile(SafetensorsReader):
 # -- npy / npz ---------------------------------------------------------------------------
 
 def load_npy(path, device=None):
+    """The tensor of a ``.npy`` file (``FileFormatError`` for anything else, an archive included)."""
     _missing(str(path), "load_npy")
     try:
         arr = np.load(str(path), allow_pickle=False)
@@ -158,6 +163,7 @@ def save_npy(path, tensor) -> None:
 
 
 def load_npz(path, device=None) -> dict:
+    """The tensors of an ``.npz`` archive, by name."""
     _missing(str(path), "load_npz")
     try:
         z = np.load(str(path), allow_pickle=False)
@@ -182,12 +188,14 @@ def save_npz(path, tensors: dict) -> None:
 
 def load_gguf(path, device=None):
     # tallow.quantized loads on first use, as ``tl.quantized`` does.
+    """The tensors (QTensors over the memory-mapped file) and the metadata of a GGUF file: ``(tensors, metadata)``."""
     from .quantized.gguf_file import load_gguf as _load
 
     return _load(path, device=device)
 
 
 def save_gguf(path, tensors, metadata) -> None:
+    """Write a dict of tensors or QTensors and a metadata dict as a GGUF file."""
     from .quantized.gguf_file import save_gguf as _save
 
     _save(path, tensors, metadata)

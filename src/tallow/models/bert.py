@@ -211,6 +211,11 @@ def _root(vb, cfg):
 
 
 class BertModel(Module):
+    """BERT's encoder (candle-transformers' ``BertModel``), its weights read through a ``VarBuilder``.
+
+    ``forward(input_ids, token_type_ids=None, attention_mask=None)`` gives the last hidden
+    states, (batch, sequence, hidden); ``SentenceEmbedder`` pools and normalises them.
+    """
     def __init__(self, vb, cfg: BertConfig):
         super().__init__()
         self.config = cfg

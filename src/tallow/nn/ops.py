@@ -83,6 +83,7 @@ def log_softmax(x: Tensor, dim=-1) -> Tensor:
 # -- activations ---------------------------------------------------------------------------
 
 def silu(x: Tensor) -> Tensor:
+    """SiLU (swish): ``x * sigmoid(x)``, element-wise."""
     return x.silu()
 
 
@@ -105,6 +106,7 @@ def gelu_erf(x: Tensor) -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
+    """ReLU: ``max(x, 0)``, element-wise."""
     return x.relu()
 
 

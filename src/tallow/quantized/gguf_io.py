@@ -51,6 +51,7 @@ class GgufError(FileFormatError):
 
 
 class ValueType(IntEnum):
+    """The type codes of GGUF metadata values (the GGUF specification's ``gguf_type``)."""
     UINT8 = 0
     INT8 = 1
     UINT16 = 2
