@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import tallow as tl
 from support.adversarial import ALL, FLOATS, INTS, device_of
+from support.differential import make_view
 from tallow.nn import ops as F
 
 SWEEP = settings(max_examples=2, deadline=None, derandomize=True, database=None,
@@ -56,29 +57,7 @@ def view_of(draw, dtype, device, domain="any", min_rank=1, shape=None):
     t = tl.Tensor(arr, device=device)
     kind = draw(st.sampled_from(["contiguous", "transpose", "narrow", "step", "permute",
                                  "broadcast"])) if shape is None else "contiguous"
-    if kind == "transpose" and rank >= 2:
-        return t.t(), np.swapaxes(arr, -1, -2)
-    if kind == "permute" and rank >= 2:
-        perm = draw(st.permutations(list(range(rank))))
-        return t.permute(tuple(perm)), np.transpose(arr, perm)
-    if kind == "narrow":
-        d = draw(st.integers(0, rank - 1))
-        if base[d] > 1:
-            start = draw(st.integers(0, base[d] - 1))
-            n = draw(st.integers(1, base[d] - start))
-            sl = [slice(None)] * rank
-            sl[d] = slice(start, start + n)
-            return t.narrow(d, start, n), arr[tuple(sl)]
-    if kind == "step":
-        d = draw(st.integers(0, rank - 1))
-        if base[d] > 2:
-            sl = [slice(None)] * rank
-            sl[d] = slice(None, None, 2)
-            return t[tuple(sl)], arr[tuple(sl)]
-    if kind == "broadcast":
-        new = (draw(st.integers(1, 3)),) + base
-        return t.broadcast_as(new), np.broadcast_to(arr, new)
-    return t, arr
+    return make_view(t, arr, kind, draw)
 
 
 def twin_like(draw, t, arr, dtype, device, domain):
