@@ -22,7 +22,7 @@ from . import dtype as dt
 from .checks import binary_mismatch, is_scalar, same_shape, scalar_for
 from .errors import DeviceMismatchError, UnsupportedDTypeError
 from .layout import Layout
-from .op import UNARY_OPS, record, record1, record2
+from .op import UNARY_OPS, Op, record, record1
 from .shape import broadcast_shapes
 from .tensor_base import TensorBase
 
@@ -127,22 +127,23 @@ class ElementwiseOps:
         ll = self._layout
         rl = rhs._layout
         shape = ll.shape
-        if shape != rl.shape:
-            if not broadcast:
-                same_shape(name, self, rhs)
-            shape = broadcast_shapes(shape, rl.shape, f"broadcast_{name}")
-            if self._track or rhs._track:
-                # Record the broadcasts: their backward sums the gradient back.
-                return self._broadcast(shape)._binop(name, rhs._broadcast(shape), False)
-            if ll.shape != shape:
-                ll = ll.broadcast_cached(shape)
-            if rl.shape != shape:
-                rl = rl.broadcast_cached(shape)
-            return self._wrap(ls.binary(name, ll, rhs_s, rl), _contig(shape))
-        out = ls.binary(name, ll, rhs_s, rl)
-        # A contiguous input's layout is the result's (one call less on every op's path).
-        lay = ll if ll.contiguous and not ll.start_offset else _contig(shape)
-        return self._wrap(out, lay, record2(name, self, rhs))
+        if ll is rl or shape == rl.shape:
+            # Equal shapes (the common case): one backend call, the record made inline.
+            out = ls.binary(name, ll, rhs_s, rl)
+            # A contiguous input's layout is the result's (one call less on every op's path).
+            lay = ll if ll.contiguous and not ll.start_offset else _contig(shape)
+            return self._wrap(out, lay, Op(name, (self, rhs)) if self._track or rhs._track else None)
+        if not broadcast:
+            same_shape(name, self, rhs)
+        shape = broadcast_shapes(shape, rl.shape, f"broadcast_{name}")
+        if self._track or rhs._track:
+            # Record the broadcasts: their backward sums the gradient back.
+            return self._broadcast(shape)._binop(name, rhs._broadcast(shape), False)
+        if ll.shape != shape:
+            ll = ll.broadcast_cached(shape)
+        if rl.shape != shape:
+            rl = rl.broadcast_cached(shape)
+        return self._wrap(ls.binary(name, ll, rhs_s, rl), _contig(shape))
 
     def _scalar(self, name, value, on_left):
         value = scalar_for(name, value, self._storage.dtype)
@@ -239,26 +240,14 @@ class ElementwiseOps:
         return self._binop("pow", rhs, True)
 
     # -- Python operators -------------------------------------------------------------
-    def __add__(self, rhs):
-        if rhs.__class__ is self.__class__:
-            return self._binop("add", rhs, True)
-        return self._operand("add", rhs)
+    # ``+ - *`` are made by ``_operator`` (below the class): the equal-shape case of
+    # ``_binop`` written out in the operator itself.
 
     def __radd__(self, lhs):
         return self._operand("add", lhs, on_left=True)
 
-    def __sub__(self, rhs):
-        if rhs.__class__ is self.__class__:
-            return self._binop("sub", rhs, True)
-        return self._operand("sub", rhs)
-
     def __rsub__(self, lhs):
         return self._operand("sub", lhs, on_left=True)
-
-    def __mul__(self, rhs):
-        if rhs.__class__ is self.__class__:
-            return self._binop("mul", rhs, True)
-        return self._operand("mul", rhs)
 
     def __rmul__(self, lhs):
         return self._operand("mul", lhs, on_left=True)
@@ -467,6 +456,34 @@ class ElementwiseOps:
         out = c._storage.where_cond(c._layout, t._storage, t._layout, f._storage, f._layout)
         return self._wrap(out, _contig(shape), record("where_cond", (c, t, f)))
 
+
+def _operator(name):
+    """``self <name> rhs`` for a Python operator: two tensors of one class, dtype, device
+    and shape go straight to the backend (this is every chained op's path: one Python
+    call here, one in the backend, one to wrap); anything else goes through
+    ``_binop`` / ``_operand``, which validate and broadcast."""
+
+    def method(self, rhs):
+        if rhs.__class__ is self.__class__:
+            ls = self._storage
+            rs = rhs._storage
+            ll = self._layout
+            rl = rhs._layout
+            if (ll is rl or ll.shape == rl.shape) and ls.dtype is rs.dtype and ls.bdev is rs.bdev:
+                out = ls.binary(name, ll, rs, rl)
+                lay = ll if ll.contiguous and not ll.start_offset else _contig(ll.shape)
+                return self._wrap(out, lay, Op(name, (self, rhs)) if self._track or rhs._track else None)
+            return self._binop(name, rhs, True)
+        return self._operand(name, rhs)
+
+    method.__name__ = f"__{name}__"
+    method.__doc__ = f"``self {_SYMBOL[name]} rhs`` with broadcasting (tensors, scalars or arrays)."
+    return method
+
+
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
+for _name in _SYMBOL:
+    setattr(ElementwiseOps, f"__{_name}__", _operator(_name))
 
 # One method per unary op of the op table: ``t.neg()``, ``t.exp()``, ``t.relu()``...
 for _name in UNARY_OPS:

@@ -15,6 +15,7 @@ from ...op import INT_UNARY_OPS
 from . import parallel
 
 _MIN = parallel.MIN_ELEMENTS
+_new = object.__new__
 
 
 _F32 = np.float32
@@ -303,9 +304,16 @@ class CpuElementwise:
         f = _BINARY_NATIVE.get(op)
         dtype = self.dtype
         if f is not None:
-            if a.size < _MIN:
-                return self._wrap(f(a, b), dtype)
-            return self._wrap(parallel.ufunc(f, a.dtype, a, b), dtype)
+            out = f(a, b) if lhs_layout.count < _MIN else parallel.ufunc(f, a.dtype, a, b)
+            if lhs_layout.contiguous and rhs_layout.contiguous:
+                # Two C-ordered operands give a C-ordered result: the storage is made
+                # here, its view cached under the layout the tensor will carry.
+                s = _new(self.__class__)
+                s.arr = out
+                s.dtype = dtype
+                s._vc = None if lhs_layout.start_offset else (lhs_layout, out)
+                return s
+            return self._wrap(out, dtype)
         if op == "div":
             if dtype.is_int:
                 return self._wrap(_int_div(a, b), dtype)
