@@ -453,8 +453,30 @@ def _matmul(op, a, out, g):
     x, y = a
     # A side that needs no gradient (a batch of data, say) costs no product.
     gx = g.matmul(y.transpose(-1, -2)) if op.args[0]._track else None
-    gy = x.transpose(-1, -2).matmul(g) if op.args[1]._track else None
+    gy = None
+    yarg = op.args[1]
+    if yarg._track:
+        yop = yarg._op
+        if yop is not None and yop.name == "transpose" and x.rank == 2:
+            # ``x @ w.t()`` (every Linear layer): the gradient of ``w.t()`` computed as
+            # ``(g^T x)^T``, so the transpose rule hands ``w`` a row-major ``g^T x``
+            # (no copy of a column-major gradient in the update that follows).
+            gy = g.transpose(0, 1).matmul(x).transpose(0, 1)
+        else:
+            gy = x.transpose(-1, -2).matmul(g)
     return [gx, gy]
+
+
+@rule("linear")
+def _linear(op, a, out, g):
+    # y = x @ w.T (+ b), x (m, k), w (n, k): each gradient is row-major as it comes.
+    x, w = a[0], a[1]
+    tracked = op.args
+    gx = g.matmul(w) if tracked[0]._track else None
+    gw = g.t().matmul(x) if tracked[1]._track else None
+    if len(a) == 2:
+        return [gx, gw]
+    return [gx, gw, g.sum(0) if tracked[2]._track else None]
 
 
 # -- moves and copies -------------------------------------------------------------------

@@ -63,6 +63,20 @@ class Var(Tensor):
         self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
         bump(self._storage)  # graphs recorded before this write are now stale
 
+    def _add_scaled(self, grad: Tensor, alpha: float) -> None:
+        """``self += alpha * grad`` in place (an optimiser's update; ``grad`` has this
+        Var's shape, dtype and device): no new tensor, the version bumped as ``set`` does."""
+        if grad._layout.shape != self._layout.shape:
+            raise ShapeMismatchError(f"Var update: shape {grad.shape} does not match {self.shape}")
+        s = self._storage
+        if grad._storage.dtype is not s.dtype or grad._storage.bdev is not s.bdev:
+            same_dtype_device("Var update", (self, grad))
+        src = grad
+        if grad._storage is s:
+            src = grad.copy()
+        s.add_scaled_inplace(self._layout, src._storage, src._layout, alpha)
+        bump(s)  # graphs recorded before this write are now stale
+
     def _adopt(self, value: Tensor) -> None:
         """Take ``value``'s data, shape, dtype and device, keeping this Var's identity.
 

@@ -222,6 +222,19 @@ class BackendStorage:
     def fill_inplace(self, layout, value):
         raise NotImplementedError
 
+    def add_scaled_inplace(self, layout, src, src_layout, alpha: float):
+        """``self[layout] += alpha * src`` (same shape, float dtypes): an optimiser's step.
+
+        This default composes ``binary_scalar``, ``binary`` and ``copy_into_inplace``
+        (one temporary each); a backend may write it in place.
+        """
+        from ..layout import Layout
+
+        flat = Layout.contiguous_of(layout.shape)
+        scaled = src.binary_scalar("mul", src_layout, float(alpha), False)
+        total = self.binary("add", layout, scaled, flat)
+        self.copy_into_inplace(layout, total, flat)
+
     # -- indexing ----------------------------------------------------------------
     def index_select(self, layout, ids, ids_layout, dim: int):
         """Rows ``ids`` (1-D, u8/u32/i64) of ``dim``.

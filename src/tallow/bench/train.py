@@ -53,10 +53,12 @@ def tallow_steps(lr=0.01):
     mx, my = tl.Tensor(x), tl.Tensor(y.astype(np.int64))
     mopt = tl.nn.optim.SGD(mw + mb, lr=lr)
 
+    linear = tl.nn.linear  # PyTorch's side calls F.linear
+
     def mlp():
         h = mx
         for i, (w, b) in enumerate(zip(mw, mb)):
-            h = h.matmul(w.t()).broadcast_add(b)
+            h = linear(h, w, b)
             if i < 2:
                 h = h.relu()
         loss = ce(h, my)

@@ -31,7 +31,12 @@ def linear(x: Tensor, weight, bias=None) -> Tensor:
         raise ShapeMismatchError(
             f"linear: input of shape {shape} does not end in {in_features} "
             f"(weight {weight.shape})")
-    if not (x._track or weight._track or (bias is not None and bias._track)):
+    tracked = x._track or weight._track or (bias is not None and bias._track)
+    if tracked and len(shape) == 2 and (bias is None or bias.shape == (out_features,)):
+        y = _linear_recorded(x, weight, bias, (shape[0], out_features))
+        if y is not None:
+            return y
+    if not tracked:
         from .ops import fused
 
         if bias is None or (bias.shape == (out_features,)):
@@ -49,6 +54,25 @@ def linear(x: Tensor, weight, bias=None) -> Tensor:
     else:
         y = _apply_2d(x, lambda x2: x2.matmul(weight.t()))
     return y if bias is None else y.broadcast_add(bias)
+
+
+def _linear_recorded(x, weight, bias, out_shape):
+    """``x @ weight.T + bias`` for a 2-D ``x`` as one recorded op ("linear": one GEMM
+    forward, two and a column sum backward, as PyTorch's addmm), or None where the
+    backend has no fused linear."""
+    from ..checks import same_dtype_device
+    from ..layout import Layout
+    from ..op import Op
+
+    args = (x, weight) if bias is None else (x, weight, bias)
+    same_dtype_device("linear", args)
+    try:
+        out = x._storage.linear(x._layout, weight._storage, weight._layout,
+                                None if bias is None else bias._storage,
+                                None if bias is None else bias._layout)
+    except (AttributeError, NotImplementedError):
+        return None
+    return Tensor._wrap(out, Layout.contiguous_of(out_shape), Op("linear", args))
 
 
 def _apply_2d(x, f):

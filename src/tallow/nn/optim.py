@@ -105,15 +105,18 @@ class Optimizer:
     def step(self, grads) -> None:
         """Update each Var that has a gradient in ``grads``."""
         updated = 0
+        by_id = getattr(grads, "get_id", None)  # a GradStore; else a mapping taking Vars
         for i, v in enumerate(self.vars):
-            g = grads.get(v)
+            g = by_id(v._id) if by_id is not None else grads.get(v)
             if g is None:
                 continue
             state = self.state[i]
-            for k, t in state.items():
-                if hasattr(t, "device"):
-                    state[k] = _follow(t, v)
-            if g.device != v.device or g.dtype != v.dtype:
+            if state:
+                for k, t in state.items():
+                    if hasattr(t, "device"):
+                        state[k] = _follow(t, v)
+            gs, vs = g._storage, v._storage
+            if gs.bdev is not vs.bdev or gs.dtype is not vs.dtype:
                 g = _follow(g, v)
             self._update(v, g.detach(), state)
             updated += 1
@@ -153,7 +156,7 @@ class SGD(Optimizer):
             buf = g if buf is None else buf * self.momentum + g * (1.0 - self.dampening)
             state["momentum_buffer"] = buf
             g = g + buf * self.momentum if self.nesterov else buf
-        v.set(theta - g * self.lr)
+        v._add_scaled(g, -self.lr)  # in place, as torch's p.add_(g, alpha=-lr)
 
 
 class Adam(Optimizer):

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..base import BackendStorage
 from . import parallel
+
+_NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class CpuCopy:
@@ -22,4 +25,12 @@ class CpuCopy:
 
     def fill_inplace(self, layout, value):
         self.view(layout)[...] = value
+        self.mark_written()
+
+    def add_scaled_inplace(self, layout, src, src_layout, alpha):
+        if self.dtype.np not in _NATIVE:  # f16/bf16: the composed default, in f32 steps
+            return BackendStorage.add_scaled_inplace(self, layout, src, src_layout, alpha)
+        dst = self.view(layout)
+        # The same two roundings as ``dst + src * alpha``, with no new buffer for the sum.
+        np.add(dst, np.multiply(src.view(src_layout), dst.dtype.type(alpha)), out=dst)
         self.mark_written()
