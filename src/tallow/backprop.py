@@ -479,6 +479,19 @@ def _linear(op, a, out, g):
     return [gx, gw, g.sum(0) if tracked[2]._track else None]
 
 
+@rule("log_softmax")
+def _log_softmax(op, a, out, g):
+    d = op.params
+    return [g.broadcast_sub(out.exp().broadcast_mul(g.sum_keepdim(d)))]
+
+
+@rule("nll")
+def _nll(op, a, out, g):
+    # loss = sum_i coef_i * x[i, ids_i]: the gradient is coef * g at each picked entry.
+    ids, coef = op.params
+    return [zeros_like(a[0]).scatter_add(ids, coef.broadcast_mul(g), 1)]
+
+
 # -- moves and copies -------------------------------------------------------------------
 
 @rule("to_dtype")

@@ -7,8 +7,9 @@ integer targets, or ``(N, C, d1, ...)`` with ``(N, d1, ...)``.
 
 from __future__ import annotations
 
-from ..creation import zeros
+from ..creation import full, zeros
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
+from ..op import Op
 from ..tensor_class import Tensor
 from .errors import UnsupportedOptionError
 from .module import Module
@@ -66,6 +67,8 @@ def nll(inp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index:
     _check_reduction("nll", reduction)
     logp, tgt, out_shape = _classes_last("nll", inp, target)
     keep, safe = _valid_mask(tgt, ignore_index)
+    if reduction != "none" and logp._track and not (weight is not None and weight._track):
+        return _nll_recorded(logp, safe, weight, keep, reduction)
     picked = logp.gather(safe.unsqueeze(1), 1).squeeze(1).neg()
     w = None
     if weight is not None:
@@ -79,6 +82,29 @@ def nll(inp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index:
     if reduction == "sum" or w is None:
         return _reduce(per, reduction)
     return per.sum_all() / w.sum_all()
+
+
+def _nll_recorded(logp: Tensor, safe: Tensor, weight, keep, reduction: str) -> Tensor:
+    """The reduced nll of a tracked ``logp`` (M, C) as one recorded op: the loss is
+    ``sum_i coef_i * logp[i, safe_i]`` with ``coef = -w / sum(w)`` for the mean (``-w``
+    for the sum), ``w`` the class weight times the keep mask (ones by default)."""
+    ids = safe.to_dtype("i64").unsqueeze(1)
+    w = None
+    if weight is not None:
+        w = weight.to_dtype(logp.dtype).index_select(safe, 0)
+    if keep is not None:
+        k = keep.to_dtype(logp.dtype)
+        w = k if w is None else w * k
+    if w is None:
+        m = ids.shape[0]
+        coef = full((m,), -1.0 / m if reduction == "mean" else -1.0, dtype=logp.dtype,
+                    device=logp.device)
+    else:
+        coef = w.neg() if reduction == "sum" else w.neg().broadcast_div(w.sum_all())
+    coef = coef.unsqueeze(1)
+    picked = logp.detach().gather(ids, 1)
+    value = (picked * coef).sum_all()
+    return Tensor._wrap(value._storage, value._layout, Op("nll", (logp,), (ids, coef)))
 
 
 def cross_entropy(inp: Tensor, target: Tensor, weight: Tensor | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
+from ..op import Op
 from ..shape import normalize_dim
 from ..tensor_class import Tensor
 from . import rotary as rotary_emb  # noqa: F401  (tl.nn.ops.rotary_emb.rope / rope_i)
@@ -75,7 +76,12 @@ def log_softmax(x: Tensor, dim=-1) -> Tensor:
     d = normalize_dim(dim, x.rank, "log_softmax")
     if x.shape[d] == 0:
         return x.copy()
-    mx = x.max_keepdim(d).detach()
+    if x._track:
+        # One recorded op (its rule is ``g - exp(out) * sum(g)``) over the value
+        # computed untracked: backward walks one node instead of eight.
+        y = log_softmax(x.detach(), d)
+        return Tensor._wrap(y._storage, y._layout, Op("log_softmax", (x,), d))
+    mx = x.max_keepdim(d)
     shifted = x.broadcast_sub(mx)
     return shifted.broadcast_sub(shifted.exp().sum_keepdim(d).log())
 
