@@ -85,11 +85,12 @@ def sorted_nodes(root):
     seen = {}  # id -> depends on a variable
     order = []
     stack = [(root, False)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, expanded = stack.pop()
+        node, expanded = pop()
         nid = node._id
+        op = node._op
         if expanded:
-            op = node._op
             tracked = any(seen.get(a._id, False) for a in op.args)
             seen[nid] = tracked
             if tracked:
@@ -97,18 +98,20 @@ def sorted_nodes(root):
             continue
         if nid in seen:
             continue
-        if node.is_variable():
-            seen[nid] = True
-            order.append(node)
+        if op is None:
+            # A Var (tracked with no op), or a plain tensor.
+            seen[nid] = node._track
+            if node._track:
+                order.append(node)
             continue
-        if node._op is None or node.dtype.is_int:
+        if node._storage.dtype.is_int:
             seen[nid] = False
             continue
         seen[nid] = False  # provisional, overwritten after the args
-        stack.append((node, True))
-        for a in reversed(node._op.args):
+        push((node, True))
+        for a in reversed(op.args):
             if a._id not in seen:
-                stack.append((a, False))
+                push((a, False))
     order.reverse()
     return order
 
@@ -119,28 +122,42 @@ def backward(root):
             "backward: this tensor does not depend on any Var (its ops were not recorded)"
         )
     grads = GradStore()
-    grads.insert(root, ones_like(root.detach()))
+    # The store's dicts are used directly below: this loop runs once per node.
+    store, tensors = grads._grads, grads._tensors
+    store[root._id] = ones_like(root.detach())
+    tensors[root._id] = root
+    wrap = Tensor._wrap
     for node in sorted_nodes(root):
-        if node.is_variable():
+        op = node._op
+        if op is None:  # a Var: its gradient stays in the store
             continue
-        grad = grads.remove(node)
+        nid = node._id
+        grad = store.pop(nid, None)
         if grad is None:
             continue
-        op = node._op
+        tensors.pop(nid, None)
         check_unchanged(op)
         rule = RULES.get(op.name)
         if rule is None:
             raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
-        args = [a.detach() for a in op.args]
-        outs = rule(op, args, node.detach(), grad)
+        # The rules compute with untracked views of the inputs and output (nothing
+        # they do is recorded).
+        args = [wrap(a._storage, a._layout) if a._track else a for a in op.args]
+        outs = rule(op, args, wrap(node._storage, node._layout), grad)
         for arg, g in zip(op.args, outs):
-            if g is None or arg.dtype.is_int:
+            if g is None or arg._storage.dtype.is_int:
                 continue
-            if g.shape != arg.shape:
+            if g._layout.shape != arg._layout.shape:
                 raise RuntimeError(
                     f"backward of {op.name}: gradient shape {g.shape} for an input of shape {arg.shape}"
                 )
-            grads._accumulate(arg, g)
+            aid = arg._id
+            prev = store.get(aid)
+            if prev is None:
+                store[aid] = g
+                tensors[aid] = arg
+            else:
+                store[aid] = prev + g
     return grads
 
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import math
 
+from ..checks import same_dtype_device
+from ..errors import ShapeMismatchError
+from ..layout import Layout
+from ..op import Op
 from ..tensor_class import Tensor
 from . import init
 from .module import Module
+from .ops import fused
 
 
 def linear(x: Tensor, weight, bias=None) -> Tensor:
@@ -26,8 +31,6 @@ def linear(x: Tensor, weight, bias=None) -> Tensor:
     out_features, in_features = weight.shape
     shape = x.shape
     if not shape or shape[-1] != in_features:
-        from ..errors import ShapeMismatchError
-
         raise ShapeMismatchError(
             f"linear: input of shape {shape} does not end in {in_features} "
             f"(weight {weight.shape})")
@@ -37,11 +40,7 @@ def linear(x: Tensor, weight, bias=None) -> Tensor:
         if y is not None:
             return y
     if not tracked:
-        from .ops import fused
-
         if bias is None or (bias.shape == (out_features,)):
-            from ..checks import same_dtype_device
-
             same_dtype_device("linear", (x, weight) if bias is None else (x, weight, bias))
             y = fused("linear", x, weight._storage, weight._layout,
                       None if bias is None else bias._storage,
@@ -60,10 +59,6 @@ def _linear_recorded(x, weight, bias, out_shape):
     """``x @ weight.T + bias`` for a 2-D ``x`` as one recorded op ("linear": one GEMM
     forward, two and a column sum backward, as PyTorch's addmm), or None where the
     backend has no fused linear."""
-    from ..checks import same_dtype_device
-    from ..layout import Layout
-    from ..op import Op
-
     args = (x, weight) if bias is None else (x, weight, bias)
     same_dtype_device("linear", args)
     try:
