@@ -11,8 +11,9 @@ NumPy and PyTorch measured in the same run.
 5. training steps (MLP and conv net) beside PyTorch at 1 and 2 threads
    (:mod:`tallow.bench.train`).
 
-``--quick`` keeps every table but measures fewer sizes (matmul n = 256, 512;
-1024x1024 element-wise) with fewer repeats.
+``--quick`` keeps every table and row kind but measures smaller sizes (matmul
+n = 128, 256; 512x512 element-wise; 1000 chained adds; one round of 5 forward passes; one
+training step per timing) with 3 repeats: a smoke run that finishes in seconds.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def bench_matmul(sizes, repeats, default_threads, quick):
                 cands["torch f16"] = lambda: ha @ hb
             t = alternate(cands, repeats)
             loop = None
-            if threads == 1 and n <= (256 if quick else 512):
+            if threads == 1 and n <= (128 if quick else 512):
                 loop = alternate({"loop": lambda: ikj_loop(a32, b32)}, 1)["loop"]
             gflops = 2 * n**3 / t["tallow f32"] / 1e9
             row = dict(n=n, threads=threads, **{k: ms(v) for k, v in t.items()},
@@ -83,7 +84,7 @@ def bench_matmul(sizes, repeats, default_threads, quick):
     return results
 
 
-def bench_elementwise(repeats, default_threads, n=2048):
+def bench_elementwise(repeats, default_threads, n=2048, number=3):
     torch = have_torch()
     rng = np.random.default_rng(1)
     a = rng.standard_normal((n, n)).astype(np.float32)
@@ -109,7 +110,7 @@ def bench_elementwise(repeats, default_threads, n=2048):
             cands = {"tallow": f_tl, "numpy": f_np}
             if torch is not None:
                 cands["torch"] = f_torch
-            t = alternate(cands, repeats, number=3)
+            t = alternate(cands, repeats, number=number)
             results.append(dict(op=name, threads=threads, **{k: ms(v) for k, v in t.items()}))
             rows.append([name, threads, ms(t["tallow"]), ms(t["numpy"]), ms(t.get("torch")),
                          ratio(t["numpy"], t["tallow"])])
@@ -160,12 +161,12 @@ def _network(torch, repeats, rounds=2, passes=200):
     return out
 
 
-def bench_network(repeats, default_threads, passes=200):
+def bench_network(repeats, default_threads, passes=200, rounds=2):
     torch = have_torch()
     rows, results = [], []
     for threads in (default_threads, 1):
         _threads(threads)
-        for r, t in enumerate(_network(torch, repeats, passes=passes), 1):
+        for r, t in enumerate(_network(torch, repeats, rounds=rounds, passes=passes), 1):
             results.append(dict(threads=threads, round=r, **{k: ms(v) for k, v in t.items()}))
             rows.append([threads, r, ms(t["tallow plain"]), ms(t["tallow Var"]),
                          ms(t.get("torch plain")), ms(t.get("torch requires_grad")),
@@ -220,12 +221,14 @@ def run(args) -> int:
           f"processor: {tl.cpu.info()['name']}")
     results = {"threads": default_threads}
     try:
-        results["overhead"] = bench_overhead(repeats)
-        sizes = (256, 512) if quick else (256, 512, 1024)
+        results["overhead"] = bench_overhead(repeats, chain=1000 if quick else 5000)
+        sizes = (128, 256) if quick else (256, 512, 1024)
         results["matmul"] = bench_matmul(sizes, repeats, default_threads, quick)
-        results["elementwise"] = bench_elementwise(repeats, default_threads, n=1024 if quick else 2048)
-        results["network"] = bench_network(repeats, default_threads, passes=50 if quick else 200)
-        results["train"] = bench_train(repeats, number=3 if quick else 5)
+        results["elementwise"] = bench_elementwise(repeats, default_threads, n=512 if quick else 2048,
+                                                   number=1 if quick else 3)
+        results["network"] = bench_network(repeats, default_threads, passes=5 if quick else 200,
+                                           rounds=1 if quick else 2)
+        results["train"] = bench_train(repeats, number=1 if quick else 5)
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)
