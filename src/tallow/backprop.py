@@ -502,6 +502,12 @@ def _log_softmax(op, a, out, g):
     return [g.broadcast_sub(out.exp().broadcast_mul(g.sum_keepdim(d)))]
 
 
+@rule("cross_entropy")
+def _cross_entropy(op, a, out, g):
+    # The gradient wrt the logits was made by the forward kernel; g is the loss's.
+    return [op.params.broadcast_mul(g)]
+
+
 @rule("nll")
 def _nll(op, a, out, g):
     # loss = sum_i coef_i * x[i, ids_i]: the gradient is coef * g at each picked entry.

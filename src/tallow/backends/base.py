@@ -323,6 +323,14 @@ class BackendStorage:
         """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
         raise NotImplementedError
 
+    def cross_entropy_ids(self, layout, ids, ids_layout, ignore_index: int, mean: bool,
+                          with_grad: bool):
+        """Cross entropy of logits ``(n, c)`` at integer class ids ``(n,)``, ids equal to
+        ``ignore_index`` left out, reduced by the mean over the kept rows (``mean``) or
+        the sum: ``(loss storage of shape (), gradient (n, c) wrt the logits or None)``.
+        NotImplementedError (also for ids out of range): composed from primitives."""
+        raise NotImplementedError
+
     def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale: float):
         """``softmax(q k^T * scale + mask) v``: q ``(b, h, sq, d)``, k/v ``(b, hk, sk, d)``
         (h a multiple of hk), mask None or additive, broadcastable to ``(b, h, sq, sk)``."""

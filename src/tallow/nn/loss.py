@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..creation import full, zeros
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
+from ..layout import Layout
 from ..op import Op
 from ..tensor_class import Tensor
 from .errors import UnsupportedOptionError
@@ -107,6 +108,26 @@ def _nll_recorded(logp: Tensor, safe: Tensor, weight, keep, reduction: str) -> T
     return Tensor._wrap(value._storage, value._layout, Op("nll", (logp,), (ids, coef)))
 
 
+def _cross_entropy_fused(inp: Tensor, target: Tensor, ignore_index: int, mean: bool):
+    """The backend's one-pass cross entropy of (N, C) logits at (N,) class ids, recorded
+    as one op whose gradient was made in the same pass; None where the backend has no
+    such kernel or an id is out of range (the composed path then answers)."""
+    if target.shape[0] != inp.shape[0]:
+        return None  # the composed path names the mismatch
+    if target._storage.bdev is not inp._storage.bdev:
+        return None
+    try:
+        loss, grad = inp._storage.cross_entropy_ids(
+            inp._layout, target._storage, target._layout, int(ignore_index), mean, inp._track)
+    except NotImplementedError:
+        return None
+    lay = Layout.contiguous_of(())
+    if grad is None:
+        return Tensor._wrap(loss, lay)
+    g = Tensor._wrap(grad, Layout.contiguous_of(inp._layout.shape))
+    return Tensor._wrap(loss, lay, Op("cross_entropy", (inp,), g))
+
+
 def cross_entropy(inp: Tensor, target: Tensor, weight: Tensor | None = None,
                   ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
@@ -118,6 +139,11 @@ def cross_entropy(inp: Tensor, target: Tensor, weight: Tensor | None = None,
         raise UnsupportedOptionError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if inp.rank < 2:
         raise ShapeMismatchError(f"cross_entropy: input must be (batch, classes, ...), got {inp.shape}")
+    if (weight is None and label_smoothing == 0 and reduction != "none" and inp.rank == 2
+            and target.rank == 1 and target.dtype.is_int and inp.dtype.is_float):
+        loss = _cross_entropy_fused(inp, target, ignore_index, reduction == "mean")
+        if loss is not None:
+            return loss
     logp = log_softmax(inp, 1)
     c = inp.shape[1]
     w_view = None

@@ -30,6 +30,7 @@ from .copy import CpuCopy
 from .elementwise import CpuElementwise
 from .fused import CpuFused
 from .indexing import CpuIndexing
+from .losses import CpuLosses
 from .matmul import CpuMatmul
 from .quantized import CpuQuantized
 from .reduce import CpuReduce
@@ -172,7 +173,7 @@ class CpuCore:
 # The protocol class comes last: its NotImplementedError defaults (optional ops)
 # must not shadow the mixins' methods.
 class CpuStorage(CpuCore, CpuElementwise, CpuReduce, CpuMatmul, CpuIndexing, CpuConv, CpuCopy,
-                 CpuFused, CpuQuantized, BackendStorage):
+                 CpuFused, CpuQuantized, CpuLosses, BackendStorage):
     """A CPU storage: a flat C-contiguous NumPy array of one dtype."""
 
     __slots__ = ()
