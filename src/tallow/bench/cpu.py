@@ -7,7 +7,7 @@ NumPy and PyTorch measured in the same run.
    relu, a view), default threads and 1 thread;
 3. a 3-layer 256->256 ReLU network, batch 64, 200 forward passes, plain tensors
    and Var weights, two alternating rounds;
-4. per-op overhead: 5000 chained adds of 1024-element f32 tensors;
+4. per-op overhead: 5000 chained adds of 1024-element f32 tensors, at 1 and 2 threads;
 5. training steps (MLP and conv net) beside PyTorch at 1 and 2 threads
    (:mod:`tallow.bench.train`).
 
@@ -177,7 +177,7 @@ def bench_network(repeats, default_threads, passes=200, rounds=2):
     return results
 
 
-def bench_overhead(repeats, chain=5000):
+def bench_overhead(repeats, chain=5000, threads=(1, 2)):
     torch = have_torch()
     x, y = tl.rand(1024), tl.rand(1024)
     nx, ny = x.numpy().copy(), y.numpy().copy()
@@ -205,12 +205,17 @@ def bench_overhead(repeats, chain=5000):
             return z
 
         cands["torch"] = run_torch
-    t = alternate(cands, repeats)
-    per = {k: v / chain * 1e6 for k, v in t.items()}
+    rows, results = [], []
+    for n in threads:
+        _threads(n)
+        t = alternate(cands, repeats)
+        per = {k: v / chain * 1e6 for k, v in t.items()}
+        r = ratio(per["tallow"], per.get("torch"))
+        results.append(dict(threads=n, **per, time_vs_torch=r))
+        rows.append([n, per["tallow"], per["numpy"], per.get("torch"), r])
     print(table(f"per-op overhead: {chain} chained adds of 1024 f32 (µs per op; time vs torch = tallow / torch)",
-                ["", "tallow", "numpy", "torch eager", "time vs torch"],
-                [["µs/op", per["tallow"], per["numpy"], per.get("torch"), ratio(per["tallow"], per.get("torch"))]]))
-    return per
+                ["threads", "tallow", "numpy", "torch eager", "time vs torch"], rows))
+    return results
 
 
 def run(args) -> int:
