@@ -54,7 +54,7 @@ def listening_sockets_of_ray():
     process (the driver) and of the processes it started: the GCS, the raylet,
     the agents and the workers are all descendants of the driver that started
     the runtime."""
-    psutil = pytest.importorskip("psutil")  # Ray ships it (ray/thirdparty_files)
+    import psutil  # Ray ships it (ray/thirdparty_files), on the path once ray is imported
     me = psutil.Process()
     found = []
     for proc in [me, *me.children(recursive=True)]:
