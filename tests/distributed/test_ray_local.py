@@ -16,7 +16,7 @@ from support.ray_corpus import by_value, read_index  # noqa: E402
 
 from tallow.cli import main  # noqa: E402
 from tallow.distributed import connect, embed_dataset, embed_files, local_init_kwargs  # noqa: E402
-from tallow.distributed.runtime import is_loopback  # noqa: E402
+from tallow.distributed.runtime import is_loopback, node_address_stays_loopback  # noqa: E402
 from tallow.errors import DistributedError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -88,6 +88,17 @@ def test_local_runtime_listens_on_loopback_only(runtime):
     assert not exposed, f"listening beyond loopback: {exposed}"
     assert is_loopback(ray.util.get_node_ip_address())
     ray.kill(actor)
+
+
+def test_single_machine_switch_is_held_for_the_start_only():
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    with pytest.raises(KeyError):
+        with node_address_stays_loopback():
+            assert ray_constants.ENABLE_RAY_CLUSTER is False
+            raise KeyError("a failed start")
+    assert ray_constants.ENABLE_RAY_CLUSTER is saved
 
 
 @pytest.mark.parametrize("host, loopback", [
