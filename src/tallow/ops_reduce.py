@@ -58,9 +58,11 @@ class ReduceOps:
             # A u8 sum would wrap at 256 (a mask of 300 ones summing to 44). The
             # widened copy holds one element per stored one: reduced broadcast dims
             # are left out of it and made up for by a multiplication.
+            wide = _wide_int(self)
             narrowed, copies = self._reduced_broadcast_dropped(dims)
-            out = narrowed.to_dtype(_wide_int(self))._reduce(op, dims, name)
-            return out if copies == 1 else out * copies
+            out = narrowed.to_dtype(wide)._reduce(op, dims, name)
+            # u32 (a device without i64) wraps at 2^32 as the repeated sum would.
+            return out if copies == 1 else out * (copies % 2**32 if wide is dt.u32 else copies)
         lay = self._layout
         if lay.count > GPU_MAX_ELEMENTS and self.device.kind != "cpu":
             raise ShapeTooLargeError(
