@@ -17,6 +17,9 @@ from .versions import versions_of
 
 
 class Op:
+    """A recorded op: its ``name`` (the backward rule's key), input tensors ``args``,
+    non-tensor ``params`` and the inputs' in-place write counts (``versions``)."""
+
     __slots__ = ("name", "args", "params", "versions")
 
     def __init__(self, name: str, args: tuple, params=None):
