@@ -15,6 +15,7 @@ skipped (col2im).
 """
 
 import numba
+import numpy as np
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -89,25 +90,30 @@ def col2im(cols, sb, sr, kh, kw, sh, sw, ph, pw, dh, dw, ih, iw, out, b0, b1):
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def max_pool2d(x, kh, kw, sh, sw, out, b0, b1):
-    """out[b, c, i, j] = max of the window; a NaN in the window wins, as in PyTorch."""
+    """out[b, c, i, j] = max of the window; a NaN in the window wins, as in PyTorch.
+
+    Tap by tap over a whole output row, with a select instead of a branch: on real
+    data "is this tap larger?" is a coin toss, and a mispredicted branch per tap cost
+    several times the comparison itself.
+    """
     _, nc, oh, ow = out.shape
     for b in range(b0, b1):
         for c in range(nc):
             for i in range(oh):
+                r0 = i * sh
+                orow = out[b, c, i]
+                xrow = x[b, c, r0]
                 for j in range(ow):
-                    r0 = i * sh
-                    c0 = j * sw
-                    best = x[b, c, r0, c0]
-                    for di in range(kh):
-                        for dj in range(kw):
-                            v = x[b, c, r0 + di, c0 + dj]
-                            if v > best or v != v:
-                                best = v
-                                if v != v:
-                                    break
-                        if best != best:
-                            break
-                    out[b, c, i, j] = best
+                    orow[j] = xrow[j * sw]
+                for di in range(kh):
+                    xrow = x[b, c, r0 + di]
+                    for dj in range(kw):
+                        if di == 0 and dj == 0:
+                            continue
+                        for j in range(ow):
+                            v = xrow[j * sw + dj]
+                            o = orow[j]
+                            orow[j] = v if (v > o) | (v != v) else o
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -129,25 +135,38 @@ def avg_pool2d(x, kh, kw, sh, sw, scale, out, b0, b1):
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def max_pool2d_backward(x, g, kh, kw, sh, sw, gx, b0, b1):
-    """gx[first max of each window] += g[window]; the first maximum, or the last NaN, as PyTorch picks."""
-    _, nc, oh, ow = g.shape
+    """gx[first max of each window] += g[window]; the first maximum, or the last NaN, as
+    PyTorch picks. The arg-max of a whole output row is found tap by tap with selects
+    (see :func:`max_pool2d`), then the row's gradients are routed."""
+    nb, nc, oh, ow = g.shape
+    h, w = x.shape[2], x.shape[3]
+    flat = gx.reshape(nb * nc, h * w)
+    best = np.empty(ow, x.dtype)
+    arg = np.empty(ow, np.int64)
     for b in range(b0, b1):
         for c in range(nc):
+            dst = flat[b * nc + c]
             for i in range(oh):
+                r0 = i * sh
+                xrow = x[b, c, r0]
                 for j in range(ow):
-                    r0 = i * sh
-                    c0 = j * sw
-                    best = x[b, c, r0, c0]
-                    bi = r0
-                    bj = c0
-                    for di in range(kh):
-                        for dj in range(kw):
-                            v = x[b, c, r0 + di, c0 + dj]
-                            if v > best or v != v:
-                                best = v
-                                bi = r0 + di
-                                bj = c0 + dj
-                    gx[b, c, bi, bj] += g[b, c, i, j]
+                    best[j] = xrow[j * sw]
+                    arg[j] = r0 * w + j * sw
+                for di in range(kh):
+                    xrow = x[b, c, r0 + di]
+                    for dj in range(kw):
+                        if di == 0 and dj == 0:
+                            continue
+                        at = (r0 + di) * w + dj
+                        for j in range(ow):
+                            v = xrow[j * sw + dj]
+                            o = best[j]
+                            take = (v > o) | (v != v)
+                            best[j] = v if take else o
+                            arg[j] = at + j * sw if take else arg[j]
+                grow = g[b, c, i]
+                for j in range(ow):
+                    dst[arg[j]] += grow[j]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
