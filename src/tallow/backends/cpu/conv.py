@@ -99,6 +99,16 @@ def _out_hw(h, w, kh, kw, pad, stride, dil):
             (w + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1)
 
 
+def _zero_padded(x, pad):
+    """``x`` (C-contiguous) with ``pad`` zeros around each image (``x`` itself for none)."""
+    if pad == (0, 0):
+        return x
+    b, c, h, w = x.shape
+    xp = np.zeros((b, c, h + 2 * pad[0], w + 2 * pad[1]), x.dtype)
+    xp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + w] = x
+    return xp
+
+
 def _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, batch_major):
     """Columns of a C-contiguous ``x``: ``(b, c*kh*kw, oh*ow)`` when ``batch_major``,
     else ``(c*kh*kw, b, oh*ow)``."""
@@ -110,8 +120,9 @@ def _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, batch_major):
     else:
         cols = np.empty((rows, b, pos), x.dtype)
         sb, sr = pos, b * pos
-    _over_batch(kernels.im2col, b, rows * pos, x, kh, kw, stride[0], stride[1], pad[0],
-                pad[1], dil[0], dil[1], oh, ow, cols.reshape(-1), sb, sr)
+    xp = _zero_padded(x, pad)
+    _over_batch(kernels.im2col, b, rows * pos, xp.reshape(-1), c, xp.shape[2], xp.shape[3],
+                kh, kw, stride[0], stride[1], dil[0], dil[1], oh, ow, cols.reshape(-1), sb, sr)
     return cols
 
 
@@ -184,10 +195,14 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
         xs = np.ascontiguousarray(x.reshape(b, ci, pos).transpose(1, 0, 2))
         cols = np.matmul(kern_t, xs.reshape(groups, cig, b * pos))  # (g, rows, b, pos)
         sb, sr = pos, b * pos
-    out = np.zeros((b, co, oh, ow), cols.dtype)
-    _over_batch(kernels.col2im, b, groups * rows * pos, cols.reshape(-1), sb, sr, kh, kw,
-                stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], h, w, out)
-    return out
+    # The padded output: every tap lands inside it; the padding is cropped after.
+    hp, wp = oh + 2 * pad[0], ow + 2 * pad[1]
+    outp = np.zeros((b, co, hp, wp), cols.dtype)
+    _over_batch(kernels.col2im, b, groups * rows * pos, cols.reshape(-1), sb, sr, co, hp, wp,
+                kh, kw, stride[0], stride[1], dil[0], dil[1], h, w, outp.reshape(-1))
+    if pad == (0, 0):
+        return outp
+    return np.ascontiguousarray(outp[:, :, pad[0]:pad[0] + oh, pad[1]:pad[1] + ow])
 
 
 def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):

@@ -9,83 +9,64 @@ threads at once. The NumPy paths in ``conv.py`` serve where numba is missing or
 im2col/col2im address their column buffer through a flat array and two strides
 (per image, per row), so one compiled kernel writes either layout the caller
 wants: ``(batch, rows, positions)`` for one product per image, or
-``(rows, batch, positions)`` for a single product over the whole batch. Padding
-is never materialised: out-of-image taps are written as zeros (im2col) or
-skipped (col2im).
+``(rows, batch, positions)`` for a single product over the whole batch. They
+work on a padded copy of the image (im2col) or a padded output that the caller
+crops (col2im): one copy of an image costs far less than bounds arithmetic in
+every copied row.
 """
 
 import numba
 import numpy as np
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _valid_cols(off, sw, w, ow):
-    """The output columns ``j`` in [j0, j1) whose input column ``j * sw + off`` lies in [0, w)."""
-    j0 = 0 if off >= 0 else (sw - 1 - off) // sw
-    last = w - 1 - off
-    j1 = last // sw + 1 if last >= 0 else 0
-    if j1 > ow:
-        j1 = ow
-    if j0 > j1:
-        j0 = j1
-    return j0, j1
-
-
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, cols, sb, sr, b0, b1):
-    """cols[b*sb + ((c*kh + ki)*kw + kj)*sr + i*ow + j] = x[b, c, i*sh - ph + ki*dh, j*sw - pw + kj*dw]
-    (zero outside the image), for images b in [b0, b1); ``x`` is C-contiguous."""
-    _, nc, h, w = x.shape
+def im2col(xp, nc, hp, wp, kh, kw, sh, sw, dh, dw, oh, ow, cols, sb, sr, b0, b1):
+    """cols[b*sb + ((c*kh + ki)*kw + kj)*sr + i*ow + j] = xp[b, c, i*sh + ki*dh, j*sw + kj*dw]
+    for images b in [b0, b1); ``xp`` is the (already padded) input, flat, of images
+    ``nc`` x ``hp`` x ``wp``.
+
+    Flat arrays and one row slice per copied row: indexing a 4-D array element by
+    element (or computing the in-image columns of a padded row) cost 3-5x this copy.
+    """
     for b in range(b0, b1):
         for c in range(nc):
             for ki in range(kh):
                 for kj in range(kw):
-                    base = b * sb + ((c * kh + ki) * kw + kj) * sr
-                    off = kj * dw - pw
-                    j0, j1 = _valid_cols(off, sw, w, ow)
+                    src0 = ((b * nc + c) * hp + ki * dh) * wp + kj * dw
+                    dst0 = b * sb + ((c * kh + ki) * kw + kj) * sr
                     for i in range(oh):
-                        row = i * sh - ph + ki * dh
-                        o = base + i * ow
-                        if row < 0 or row >= h:
-                            for j in range(ow):
-                                cols[o + j] = 0
-                            continue
-                        for j in range(j0):
-                            cols[o + j] = 0
+                        s = src0 + i * sh * wp
+                        src = xp[s:s + (ow - 1) * sw + 1]
+                        dst = cols[dst0 + i * ow:dst0 + (i + 1) * ow]
                         if sw == 1:
-                            for j in range(j0, j1):
-                                cols[o + j] = x[b, c, row, j + off]
+                            for j in range(ow):
+                                dst[j] = src[j]
                         else:
-                            for j in range(j0, j1):
-                                cols[o + j] = x[b, c, row, j * sw + off]
-                        for j in range(j1, ow):
-                            cols[o + j] = 0
+                            for j in range(ow):
+                                dst[j] = src[j * sw]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def col2im(cols, sb, sr, kh, kw, sh, sw, ph, pw, dh, dw, ih, iw, out, b0, b1):
-    """The adjoint of :func:`im2col`: out[b, c, i*sh - ph + ki*dh, j*sw - pw + kj*dw] +=
-    cols[b*sb + ((c*kh + ki)*kw + kj)*sr + i*iw + j] for every in-image position,
-    over an ``ih`` x ``iw`` grid of columns; ``out`` is C-contiguous and pre-filled."""
-    _, nc, h, w = out.shape
+def col2im(cols, sb, sr, nc, hp, wp, kh, kw, sh, sw, dh, dw, ih, iw, outp, b0, b1):
+    """The adjoint of :func:`im2col`: outp[b, c, i*sh + ki*dh, j*sw + kj*dw] +=
+    cols[b*sb + ((c*kh + ki)*kw + kj)*sr + i*iw + j] over an ``ih`` x ``iw`` grid of
+    columns; ``outp`` is the padded output (flat, pre-filled), which the caller crops."""
     for b in range(b0, b1):
         for c in range(nc):
             for ki in range(kh):
                 for kj in range(kw):
-                    base = b * sb + ((c * kh + ki) * kw + kj) * sr
-                    off = kj * dw - pw
-                    j0, j1 = _valid_cols(off, sw, w, iw)
+                    dst0 = ((b * nc + c) * hp + ki * dh) * wp + kj * dw
+                    src0 = b * sb + ((c * kh + ki) * kw + kj) * sr
                     for i in range(ih):
-                        row = i * sh - ph + ki * dh
-                        if row < 0 or row >= h:
-                            continue
-                        o = base + i * iw
+                        d = dst0 + i * sh * wp
+                        dst = outp[d:d + (iw - 1) * sw + 1]
+                        src = cols[src0 + i * iw:src0 + (i + 1) * iw]
                         if sw == 1:
-                            for j in range(j0, j1):
-                                out[b, c, row, j + off] += cols[o + j]
+                            for j in range(iw):
+                                dst[j] += src[j]
                         else:
-                            for j in range(j0, j1):
-                                out[b, c, row, j * sw + off] += cols[o + j]
+                            for j in range(iw):
+                                dst[j * sw] += src[j]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -142,7 +123,9 @@ def max_pool2d_backward(x, g, kh, kw, sh, sw, gx, b0, b1):
     h, w = x.shape[2], x.shape[3]
     flat = gx.reshape(nb * nc, h * w)
     best = np.empty(ow, x.dtype)
-    arg = np.empty(ow, np.int64)
+    # The winning tap's index, 32 bits wide like an f32 lane, so that the selects of
+    # value and index vectorise together.
+    tap = np.empty(ow, np.int32)
     for b in range(b0, b1):
         for c in range(nc):
             dst = flat[b * nc + c]
@@ -151,22 +134,23 @@ def max_pool2d_backward(x, g, kh, kw, sh, sw, gx, b0, b1):
                 xrow = x[b, c, r0]
                 for j in range(ow):
                     best[j] = xrow[j * sw]
-                    arg[j] = r0 * w + j * sw
+                    tap[j] = 0
                 for di in range(kh):
                     xrow = x[b, c, r0 + di]
                     for dj in range(kw):
                         if di == 0 and dj == 0:
                             continue
-                        at = (r0 + di) * w + dj
+                        t = np.int32(di * kw + dj)
                         for j in range(ow):
                             v = xrow[j * sw + dj]
                             o = best[j]
                             take = (v > o) | (v != v)
                             best[j] = v if take else o
-                            arg[j] = at + j * sw if take else arg[j]
+                            tap[j] = t if take else tap[j]
                 grow = g[b, c, i]
                 for j in range(ow):
-                    dst[arg[j]] += grow[j]
+                    t = tap[j]
+                    dst[(r0 + t // kw) * w + j * sw + t % kw] += grow[j]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
