@@ -27,12 +27,13 @@ TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-9, atol=
 @contextlib.contextmanager
 def cpu_path(compiled=True, batched=False, split=False):
     """Force one of the CPU paths: numba or NumPy, products per image or over the
-    batch (``SMALL_IMAGE``), one batch range or one per thread."""
+    batch (``SMALL_IMAGE``, ``FEW_ROWS``), one batch range or one per thread."""
     with pytest.MonkeyPatch.context() as mp:
         if not compiled:
             mp.setitem(cpu_conv._KERNELS, "checked", True)
             mp.setitem(cpu_conv._KERNELS, "module", None)
         mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
+        mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
         if split:
             mp.setattr(parallel, "MIN_ELEMENTS", 1)
             mp.setattr(parallel, "worth_splitting", lambda shape: shape[0] >= 2)

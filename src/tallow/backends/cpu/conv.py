@@ -43,6 +43,8 @@ _HALF = (dt.f16, dt.bf16)
 # Below this many output positions per image, one product over the whole batch is
 # faster than a product per image (BLAS's per-call cost and thin matrices).
 SMALL_IMAGE = 256
+# Up to this many column rows (c_in * kh * kw), a kernel gradient is a product per image.
+FEW_ROWS = 64
 
 
 def _operand(s, layout, op):
@@ -206,28 +208,38 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
 
 
 def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-    """dL/dkernel as one BLAS product over all images at once:
-    ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``."""
+    """dL/dkernel: ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``
+    as one BLAS product over all images at once; with few column rows (a first
+    layer's 1-3 input channels) a product per image summed over the batch is faster,
+    since the single product's tiny output leaves BLAS little to block over."""
     kernels = _compiled()
     if kernels is None:
         return _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups)
     co, cg, kh, kw = k_shape
     b, c, h, w = x.shape
     cog = co // groups
+    rows = cg * kh * kw
     oh, ow = _out_hw(h, w, kh, kw, pad, stride, dil)
     # A transposed convolution's output padding leaves grad positions past the last
     # window: no kernel tap reaches them.
     oh, ow = min(oh, g.shape[2]), min(ow, g.shape[3])
     x = np.ascontiguousarray(x)
-    if _is_pointwise(kh, kw, pad):
+    g = g[:, :, :oh, :ow]
+    pointwise = _is_pointwise(kh, kw, pad)
+    CONFIG.apply()
+    if b > 1 and c * kh * kw <= FEW_ROWS and not pointwise:
+        cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
+        cols = cols.reshape(b, groups, rows, oh * ow).transpose(0, 1, 3, 2)
+        gm = np.ascontiguousarray(g).reshape(b, groups, cog, oh * ow)
+        return np.matmul(gm, cols).sum(0).reshape(co, cg, kh, kw)
+    if pointwise:
         xs = _pointwise_input(x, stride)[:, :, :oh, :ow].reshape(b, c, oh * ow)
         cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
     else:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, False)
-    gm = g[:, :, :oh, :ow].reshape(b, co, oh * ow).transpose(1, 0, 2)
+    gm = g.reshape(b, co, oh * ow).transpose(1, 0, 2)
     gm = np.ascontiguousarray(gm).reshape(groups, cog, b * oh * ow)
-    CONFIG.apply()
-    cols = cols.reshape(groups, cg * kh * kw, b * oh * ow)
+    cols = cols.reshape(groups, rows, b * oh * ow)
     return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
 
 
