@@ -4,11 +4,11 @@ storage, and the backward kernels autograd asks for.
 A convolution is an im2col gather and BLAS products; its adjoint (the transposed
 convolution, which is also a convolution's input gradient) is a BLAS product and
 a col2im scatter-add. With numba (``conv_kernels``), im2col/col2im are compiled
-single passes that handle padding, stride and dilation themselves (no padded
-copy, no strided NumPy copy of a 7-D window view); without it, NumPy window views
-and per-tap strided adds do the same work more slowly.
+single passes over a zero-padded copy of the images (or a padded output, cropped
+after) that handle stride and dilation in the gather; without numba, NumPy window
+views and per-tap strided adds do the same work more slowly.
 
-Layout choices (see docs/design.md, "Convolutions"):
+Layout choices (also in docs/design.md, "The CPU backend"):
 
 * forward: one product per image, ``kernel[g] (co/g, cg*kh*kw) @ cols[b, g]``, so
   the output comes out in NCHW with no transposed copy; when an image has few
@@ -18,7 +18,8 @@ Layout choices (see docs/design.md, "Convolutions"):
 * 1x1 kernels without padding skip im2col: the input (strided for stride 2) is the
   column matrix;
 * kernel gradient: one product over the whole batch, ``grad (co/g, b*oh*ow) @
-  cols^T``;
+  cols^T``, or a product per image summed over the batch when the columns have few
+  rows (``FEW_ROWS``);
 * transposed convolution / input gradient: ``kernel^T @ x`` then col2im, per image
   or, for small images, as one product over the batch (its columns then land in
   ``(rows, batch, positions)``, which col2im reads in place).
@@ -140,6 +141,7 @@ def _pointwise_input(x, stride):
 
 
 def _conv2d(x, k, pad, stride, dil, groups):
+    """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
     kernels = _compiled()
     if kernels is None:
         return _conv2d_numpy(x, k, pad, stride, dil, groups)
