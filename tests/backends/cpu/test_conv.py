@@ -34,9 +34,9 @@ def cpu_path(compiled=True, batched=False, split=False):
             mp.setitem(cpu_conv._KERNELS, "module", None)
         mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
         mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
-        if split:
-            mp.setattr(parallel, "MIN_ELEMENTS", 1)
+        if split:  # two batch ranges on two threads, even on a one-CPU machine
             mp.setattr(parallel, "worth_splitting", lambda shape: shape[0] >= 2)
+            mp.setattr(cpu_conv.CONFIG, "get", lambda: 2)
         yield
 
 
