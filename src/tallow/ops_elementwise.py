@@ -24,9 +24,10 @@ from .errors import DeviceMismatchError, UnsupportedDTypeError
 from .layout import Layout
 from .op import UNARY_OPS, Op, record, record1
 from .shape import broadcast_shapes
-from .tensor_base import TensorBase
+from .tensor_base import TensorBase, new_id
 
 _contig = Layout.contiguous_of
+_new = object.__new__
 
 
 def _unary(name):
@@ -240,7 +241,7 @@ class ElementwiseOps:
         return self._binop("pow", rhs, True)
 
     # -- Python operators -------------------------------------------------------------
-    # ``+ - *`` are made by ``_operator`` (below the class): the equal-shape case of
+    # ``+ - *`` are made by ``operator`` (below the class): the equal-shape case of
     # ``_binop`` written out in the operator itself.
 
     def __radd__(self, lhs):
@@ -457,11 +458,12 @@ class ElementwiseOps:
         return self._wrap(out, _contig(shape), record("where_cond", (c, t, f)))
 
 
-def _operator(name):
+def operator(name, result_class=None):
     """``self <name> rhs`` for a Python operator: two tensors of one class, dtype, device
     and shape go straight to the backend (this is every chained op's path: one Python
-    call here, one in the backend, one to wrap); anything else goes through
-    ``_binop`` / ``_operand``, which validate and broadcast."""
+    call here, one in the backend); anything else goes through ``_binop`` /
+    ``_operand``, which validate and broadcast. With ``result_class`` (``Tensor``, which
+    installs these on itself) the result is assembled here as ``Tensor._wrap`` does."""
 
     def method(self, rhs):
         if rhs.__class__ is self.__class__:
@@ -472,18 +474,27 @@ def _operator(name):
             if (ll is rl or ll.shape == rl.shape) and ls.dtype is rs.dtype and ls.bdev is rs.bdev:
                 out = ls.binary(name, ll, rs, rl)
                 lay = ll if ll.contiguous and not ll.start_offset else _contig(ll.shape)
-                return self._wrap(out, lay, Op(name, (self, rhs)) if self._track or rhs._track else None)
+                op = Op(name, (self, rhs)) if self._track or rhs._track else None
+                if result_class is None:
+                    return self._wrap(out, lay, op)
+                t = _new(result_class)
+                t._storage = out
+                t._layout = lay
+                t._op = op
+                t._track = op is not None
+                t._id = new_id()
+                return t
             return self._binop(name, rhs, True)
         return self._operand(name, rhs)
 
     method.__name__ = f"__{name}__"
-    method.__doc__ = f"``self {_SYMBOL[name]} rhs`` with broadcasting (tensors, scalars or arrays)."
+    method.__doc__ = f"``self {SYMBOLS[name]} rhs`` with broadcasting (tensors, scalars or arrays)."
     return method
 
 
-_SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
-for _name in _SYMBOL:
-    setattr(ElementwiseOps, f"__{_name}__", _operator(_name))
+SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
+for _name in SYMBOLS:
+    setattr(ElementwiseOps, f"__{_name}__", operator(_name))
 
 # One method per unary op of the op table: ``t.neg()``, ``t.exp()``, ``t.relu()``...
 for _name in UNARY_OPS:
