@@ -41,7 +41,8 @@ except ImportError:  # pragma: no cover - the extension is not built
     _ops = None
 
 F32 = np.float32
-_F16_TILE = 1024  # rows of a float weight per BLAS product in a prompt (f16 converted first)
+_F16_TILE_BYTES = 2 << 20  # an f16 weight's rows are converted to f32 this much at a time in a prompt
+_ROW_BLOCK = 32  # activation rows per piece of a prompt's float product split across threads
 
 
 def available() -> bool:
@@ -84,26 +85,32 @@ class _FloatProj:
     def matmul(self, x):
         m = x.shape[0]
         out = np.empty((m, self.n), F32)
-        if self.half and m <= 4:
-            _ops.matvec_float(self.w, True, x, out, m, self.n, self.k, 0, self.n)
+        if m <= 4:  # a few rows: the row-streaming kernel, f16 converted in registers
+            _ops.matvec_float(self.w, self.half, x, out, m, self.n, self.k, 0, self.n)
             return out
-        groups = -(-self.n // _F16_TILE)
-        threads = native.plan_threads(m, self.n, self.k, groups, None)
+        # Prompt-sized: BLAS over f32 tiles of the weight (f16 tiles converted once, by
+        # F16C, into a buffer that stays in cache), the activation rows split across
+        # threads: every thread gets an equal share of every tile, whatever its shape.
+        blocks = -(-m // _ROW_BLOCK)
+        threads = native.plan_threads(m, self.n, self.k, blocks, None)
+        tile_rows = self.n if not self.half else max(8, min(self.n, _F16_TILE_BYTES // (4 * self.k)))
+        buf = np.empty((tile_rows, self.k), F32) if self.half else None
+        for r0 in range(0, self.n, tile_rows):
+            r1 = min(self.n, r0 + tile_rows)
+            if self.half:
+                t = buf[: r1 - r0]
+                _ops.f16_to_f32(self.w[r0:r1], t, t.size)
+            else:
+                t = self.w[r0:r1]
 
-        def rows(g0, g1):  # one BLAS call per tile of rows, on the calling thread's BLAS
-            for r0 in range(g0 * _F16_TILE, min(self.n, g1 * _F16_TILE), _F16_TILE):
-                r1 = min(self.n, r0 + _F16_TILE)
-                if self.half:
-                    t = np.empty((r1 - r0, self.k), F32)
-                    _ops.f16_to_f32(self.w[r0:r1], t, t.size)
-                else:
-                    t = self.w[r0:r1]
-                out[:, r0:r1] = x @ t.T
+            def rows(a, b, t=t, r0=r0, r1=r1):  # activation row blocks [a, b)
+                a, b = a * _ROW_BLOCK, min(m, b * _ROW_BLOCK)
+                out[a:b, r0:r1] = x[a:b] @ t.T
 
-        if threads > 1:
-            native.run_pieces(rows, groups, threads)
-        else:
-            rows(0, groups)
+            if threads > 1:
+                native.run_pieces(rows, blocks, threads)
+            else:
+                rows(0, blocks)
         return out
 
 

@@ -97,39 +97,40 @@ AVX2 static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* Four weight rows against one activation row: the activation is loaded once. */
-AVX2 static void rows4_f32_avx2(const float *w, int64_t k, const float *x, float *out) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+/* One weight row against one activation row, four accumulators: a single
+ * sequential stream per row is what the hardware prefetcher follows best
+ * (measured faster than four or eight rows interleaved for k = 576..1536). */
+AVX2 static float row_f32_avx2(const float *w, int64_t k, const float *x) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
-    for (; i + 8 <= k; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), xv, s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + i), xv, s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 2 * k + i), xv, s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 3 * k + i), xv, s3);
+    for (; i + 32 <= k; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
     }
-    float t[4] = {hsum8(s0), hsum8(s1), hsum8(s2), hsum8(s3)};
-    for (; i < k; i++)
-        for (int r = 0; r < 4; r++) t[r] += w[r * k + i] * x[i];
-    memcpy(out, t, sizeof t);
+    for (; i + 8 <= k; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), s0);
+    float t = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < k; i++) t += w[i] * x[i];
+    return t;
 }
 
-AVX2 static void rows4_f16_avx2(const uint16_t *w, int64_t k, const float *x, float *out) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    int64_t i = 0;
+/* The same for an f16 row, converted eight at a time by F16C (exact: every f16 is an f32). */
+AVX2 static float row_f16_avx2(const uint16_t *w, int64_t k, const float *x) {
 #define LH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-    for (; i + 8 <= k; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
-        s0 = _mm256_fmadd_ps(LH(w + i), xv, s0);
-        s1 = _mm256_fmadd_ps(LH(w + k + i), xv, s1);
-        s2 = _mm256_fmadd_ps(LH(w + 2 * k + i), xv, s2);
-        s3 = _mm256_fmadd_ps(LH(w + 3 * k + i), xv, s3);
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        s0 = _mm256_fmadd_ps(LH(w + i), _mm256_loadu_ps(x + i), s0);
+        s1 = _mm256_fmadd_ps(LH(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
+        s2 = _mm256_fmadd_ps(LH(w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
+        s3 = _mm256_fmadd_ps(LH(w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
     }
+    for (; i + 8 <= k; i += 8) s0 = _mm256_fmadd_ps(LH(w + i), _mm256_loadu_ps(x + i), s0);
 #undef LH
-    float t[4] = {hsum8(s0), hsum8(s1), hsum8(s2), hsum8(s3)};
-    for (; i < k; i++)
-        for (int r = 0; r < 4; r++) t[r] += half_to_float(w[r * k + i]) * x[i];
-    memcpy(out, t, sizeof t);
+    float t = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < k; i++) t += half_to_float(w[i]) * x[i];
+    return t;
 }
 
 AVX2 static void f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
@@ -477,20 +478,19 @@ static PyObject *py_matvec_float(PyObject *self, PyObject *const *args, Py_ssize
         const float *x = (const float *)b[1].v.buf;
         float *out = (float *)b[2].v.buf;
         Py_BEGIN_ALLOW_THREADS
-        for (int64_t i = 0; i < m; i++) {
-            const float *xi = x + i * k;
-            float *oi = out + i * n;
-            int64_t r = r0;
+        /* Row by row, every activation row against it while it is in L1. */
+        for (int64_t r = r0; r < r1; r++) {
+            for (int64_t i = 0; i < m; i++) {
+                const float *xi = x + i * k;
+                float v;
 #ifdef TALLOW_X86
-            if (use_avx2) {
-                for (; r + 4 <= r1; r += 4) {
-                    if (half) rows4_f16_avx2((const uint16_t *)w + r * k, k, xi, oi + r);
-                    else rows4_f32_avx2((const float *)w + r * k, k, xi, oi + r);
-                }
-            }
+                if (use_avx2)
+                    v = half ? row_f16_avx2((const uint16_t *)w + r * k, k, xi) : row_f32_avx2((const float *)w + r * k, k, xi);
+                else
 #endif
-            for (; r < r1; r++)
-                oi[r] = half ? dot_f16_scalar((const uint16_t *)w + r * k, xi, k) : dot((const float *)w + r * k, xi, k);
+                    v = half ? dot_f16_scalar((const uint16_t *)w + r * k, xi, k) : dot_scalar((const float *)w + r * k, xi, k);
+                out[i * n + r] = v;
+            }
         }
         Py_END_ALLOW_THREADS
         Py_INCREF(Py_None);
