@@ -80,6 +80,16 @@ class _FloatProj:
         self.w = t.data.view(np.uint16 if self.half else F32).reshape(self.n, self.k)
 
     def matvec(self, x, out):
+        # One call on this thread, except a weight worth a second thread (a
+        # vocabulary-sized output layer): rows split in pieces across the pool.
+        if self.n * self.k >= 2 * native.MIN_WORK_PER_THREAD:
+            groups = -(-self.n // 64)
+            threads = native.plan_threads(1, self.n, self.k, groups, None)
+            if threads > 1:
+                w, half, n, k = self.w, self.half, self.n, self.k
+                native.run_pieces(lambda a, b: _ops.matvec_float(w, half, x, out, 1, n, k, a * 64, min(n, b * 64)),
+                                  groups, threads)
+                return
         _ops.matvec_float(self.w, self.half, x, out, 1, self.n, self.k, 0, self.n)
 
     def matmul(self, x):

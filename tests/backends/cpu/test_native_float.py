@@ -68,3 +68,26 @@ def test_float_projection_prompt_product_matches_numpy(half, m, threads, monkeyp
     finally:
         tl.utils.set_num_threads(old)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+def test_a_large_float_matvec_split_across_threads_matches_numpy(half, monkeypatch):
+    import tallow as tl
+    from tallow.backends.cpu import native
+
+    monkeypatch.setattr(native, "MIN_WORK_PER_THREAD", 1000)
+    rng = np.random.default_rng(5)
+    n, k = 1000, 40
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16 if half else np.float32)
+    proj = llama_decode._FloatProj.__new__(llama_decode._FloatProj)
+    proj.n, proj.k, proj.half = n, k, half
+    proj.w = w.view(np.uint16) if half else w
+    x = rng.standard_normal(k).astype(np.float32)
+    out = np.full(n, np.nan, np.float32)
+    old = tl.utils.get_num_threads()
+    tl.utils.set_num_threads(2)
+    try:
+        proj.matvec(x, out)
+    finally:
+        tl.utils.set_num_threads(old)
+    np.testing.assert_allclose(out, w.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-5)
