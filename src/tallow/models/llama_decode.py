@@ -190,6 +190,71 @@ def projection(tensors: list[GgufTensor]):
     return _TiledProj(t)
 
 
+def _map_of(data: np.ndarray):
+    """(mmap object, offset of ``data`` in it, file name, offset in the file) for a view of
+    a file's map (``np.memmap``), else None."""
+    import mmap
+
+    root = data  # the array whose base is the mmap object itself
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    mm = getattr(root, "base", None)
+    if not isinstance(mm, mmap.mmap):
+        return None
+    # np.memmap maps from the allocation-aligned offset at or below its own offset
+    offset = int(getattr(root, "offset", 0) or 0)
+    lead = offset % mmap.ALLOCATIONGRANULARITY
+    in_map = data.__array_interface__["data"][0] - root.__array_interface__["data"][0] + lead
+    return mm, in_map, getattr(root, "filename", None), offset - lead + in_map
+
+
+class EmbeddingRows:
+    """Rows of a (vocab, row width) table in a file's map, read with ``pread``.
+
+    Indexing the map would fault each row's page in together with its
+    neighbours (the kernel maps up to 64 KiB around a fault), so a prompt's few
+    hundred lookups would make most of the table resident; reading the rows
+    into a small array keeps it out of this process's memory (it stays in the
+    page cache).  Tables that are not file maps are indexed directly.
+    """
+
+    def __init__(self, table: np.ndarray):
+        import os
+
+        self.table = table
+        self.row_bytes = table.shape[1] * table.itemsize
+        self.fd = None
+        where = _map_of(table) if table.flags.c_contiguous and hasattr(os, "preadv") else None
+        if where is not None and where[2]:
+            try:
+                self.fd = os.open(where[2], os.O_RDONLY)
+            except OSError:
+                self.fd = None
+            self.file_start = where[3]
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """(len(ids), row width) copies of those rows (ids already validated)."""
+        if self.fd is None:
+            return self.table[ids]
+        import os
+
+        out = np.empty((len(ids), self.table.shape[1]), self.table.dtype)
+        raw = out.view(np.uint8).reshape(len(ids), self.row_bytes)
+        for i, t in enumerate(ids.tolist()):
+            if os.preadv(self.fd, [raw[i]], self.file_start + t * self.row_bytes) != self.row_bytes:
+                return self.table[ids]  # a short read (the file changed): the map's own bytes
+        return out
+
+    def __del__(self):
+        if getattr(self, "fd", None) is not None:
+            import os
+
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
 def release_pages(data: np.ndarray) -> None:
     """Drop a memory-mapped array's pages from this process's resident set.
 
@@ -199,14 +264,10 @@ def release_pages(data: np.ndarray) -> None:
     """
     import mmap
 
-    root = data  # the array whose base is the mmap object itself: it starts at the map's start
-    while isinstance(getattr(root, "base", None), np.ndarray):
-        root = root.base
-    mm = getattr(root, "base", None)
-    if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+    where = _map_of(data)
+    if where is None or not hasattr(where[0], "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return
-    ptr = data.__array_interface__["data"][0]
-    start = ptr - root.__array_interface__["data"][0] + getattr(root, "offset", 0) % mmap.ALLOCATIONGRANULARITY
+    mm, start = where[0], where[1]
     page = mmap.PAGESIZE
     lo = -(-start // page) * page
     hi = (start + data.nbytes) // page * page
@@ -283,7 +344,7 @@ class LlamaDecoder:
         self.layers = [_Layer(get, i) for i in range(self.n_layers)]
         emb = get("token_embd.weight")
         self.emb_type = emb.ggml_type
-        self.emb_rows = emb.data.reshape(self.vocab, -1)
+        self.emb_rows = EmbeddingRows(emb.data.reshape(self.vocab, -1))
         self.output = projection([get(output_name)])
         self.norm = np.ascontiguousarray(get("output_norm.weight").dequantize(), dtype=F32)
         inv = rope_frequencies(cfg)
@@ -296,7 +357,7 @@ class LlamaDecoder:
 
     def embed(self, ids) -> np.ndarray:
         """(s,) token ids -> (s, hidden) f32, dequantizing only those rows."""
-        rows = self.emb_rows[np.asarray(ids, dtype=np.int64)]
+        rows = self.emb_rows.take(np.asarray(ids, dtype=np.int64))
         return self.emb_type.dequantize(rows.reshape(-1), rows.shape[0] * self.h).reshape(rows.shape[0], self.h)
 
     def forward(self, ids, pos0: int, state: DecodeState, last_only: bool = True) -> np.ndarray:
