@@ -114,7 +114,7 @@ def test_weights_are_read_in_place_from_the_map(files):
     dec = model._decoder
     for part in dec.layers[0].qkv.parts + [dec.layers[0].down, dec.output]:
         assert part.half and not part.w.flags.owndata  # a view of the file, not an f32 copy
-    assert dec.emb_rows.dtype == np.uint8 and not dec.emb_rows.flags.owndata
+    assert dec.emb_rows.table.dtype == np.uint8 and not dec.emb_rows.table.flags.owndata
     assert "model" not in model._modules  # the Tensor modules were never built
     assert model.model.layers[0].ffn_up.weight is not None  # ... until asked for
 

@@ -29,6 +29,7 @@ differ from it only in summation order (f32 rounding).
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -219,8 +220,6 @@ class EmbeddingRows:
     """
 
     def __init__(self, table: np.ndarray):
-        import os
-
         self.table = table
         self.row_bytes = table.shape[1] * table.itemsize
         self.fd = None
@@ -236,8 +235,6 @@ class EmbeddingRows:
         """(len(ids), row width) copies of those rows (ids already validated)."""
         if self.fd is None:
             return self.table[ids]
-        import os
-
         out = np.empty((len(ids), self.table.shape[1]), self.table.dtype)
         raw = out.view(np.uint8).reshape(len(ids), self.row_bytes)
         for i, t in enumerate(ids.tolist()):
@@ -247,8 +244,6 @@ class EmbeddingRows:
 
     def __del__(self):
         if getattr(self, "fd", None) is not None:
-            import os
-
             try:
                 os.close(self.fd)
             except OSError:
