@@ -25,6 +25,6 @@ setup(
             extra_compile_args=flags,
             optional=True,
         )
-        for name in ("_kernels", "_ops")
+        for name in ("_workers", "_kernels", "_ops")
     ]
 )

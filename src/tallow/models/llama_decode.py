@@ -83,7 +83,7 @@ class _FloatProj:
     def matvec(self, x, out):
         # One call on this thread, except a weight worth a second thread (a
         # vocabulary-sized output layer): rows split in pieces across the pool.
-        if self.n * self.k >= 2 * native.MIN_WORK_PER_THREAD:
+        if self.n * self.k >= 2 * native.MIN_WORK_PER_THREAD and not native.pool_available():
             groups = -(-self.n // 64)
             threads = native.plan_threads(1, self.n, self.k, groups, None)
             if threads > 1:
@@ -358,6 +358,7 @@ class LlamaDecoder:
     def forward(self, ids, pos0: int, state: DecodeState, last_only: bool = True) -> np.ndarray:
         """Logits (vocab,) of the last position, or (s, vocab) for every position."""
         s = len(ids)
+        native.sync_threads()  # the compiled pool follows set_num_threads from the next token on
         state.reserve(pos0 + s, pos0)
         x = np.ascontiguousarray(self.embed(ids), dtype=F32)
         if s == 1:

@@ -36,6 +36,11 @@ except ImportError as e:  # pragma: no cover - exercised on machines without a c
 else:
     _import_error = None
 
+try:  # the compiled kernels' worker pool (_workers.c): without it they run on the caller
+    from . import _workers
+except ImportError:  # pragma: no cover - not built
+    _workers = None
+
 ENV_DISABLE = "TALLOW_NO_NATIVE"
 ENV_ISA = "TALLOW_NATIVE_ISA"
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
@@ -86,6 +91,27 @@ def set_isa(name: str) -> None:
 
 def isa() -> str | None:
     return _kernels.isa() if _kernels is not None else None
+
+
+# ------------------------------------------------------------------- the pool
+def pool_available() -> bool:
+    """True when the compiled kernels split their products over their own pool (_workers.c)."""
+    return _workers is not None and _workers.enabled()
+
+
+def sync_threads() -> int:
+    """Size the compiled pool to tallow's thread setting (``set_num_threads`` /
+    ``TALLOW_NUM_THREADS``); cheap when unchanged.  Returns the count.
+
+    Called by the decode path once per step and by the products that split, so a
+    changed setting takes effect at the next token.
+    """
+    from ....utils import get_num_threads
+
+    n = get_num_threads()
+    if _workers is not None and _workers.threads() != n:
+        _workers.set_threads(n)
+    return n
 
 
 # ------------------------------------------------------------------- repacking
@@ -188,7 +214,7 @@ class NativeWeight:
         One call on this thread, except for weights large enough to be worth a
         second thread (a vocabulary-sized output layer).
         """
-        if self._splittable and plan_threads(1, self.n, self.k, self.groups, None) > 1:
+        if self._splittable and not pool_available() and plan_threads(1, self.n, self.k, self.groups, None) > 1:
             out[:] = self.matmul_t(x.reshape(1, -1)).reshape(-1)
             return out
         if not self._matvec(self.fmt, self.packed, self.n, self.k, x, out):
@@ -208,7 +234,8 @@ class NativeWeight:
         if m == 0 or self.n == 0:
             return out.reshape(lead + (self.n,))
         threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
-        if m == 1 and threads == 1 and self.k <= 16384:
+        if m == 1 and self.k <= 16384 and (threads == 1 or pool_available()):
+            sync_threads()  # the compiled pool splits it when worth it
             if not self._matvec(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
                 out = self._fallback(x2)
             return out.reshape(lead + (self.n,))

@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_workers.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TALLOW_X86 1
@@ -670,8 +672,45 @@ static PyObject *py_matmul_q(PyObject *self, PyObject *const *args, Py_ssize_t n
     return res;
 }
 
-/* matvec_q(fmt, w, n, k, x f32 (k), out f32 (n)) -> bool: quantize x and multiply, one
- * call, on the calling thread (the activation's quantized form lives on the stack). */
+/* A matrix-vector product split by groups of eight weight rows across tallow's pool
+ * (_workers.h): every row is computed whole by one thread, so the split never changes a
+ * row's sum.  MV_GRAIN groups at least per chunk. */
+#define MV_GRAIN 4
+typedef struct {
+    kernel_fn fn;
+    const uint8_t *w;
+    int64_t nb;
+    const int8_t *xq;
+    const float *xd;
+    const int32_t *xs;
+    float *out;
+    int64_t n;
+} mv_job;
+
+static void mv_task(void *p, int64_t g0, int64_t g1) {
+    const mv_job *j = (const mv_job *)p;
+    j->fn(j->w, j->nb, g0, g1, j->xq, j->xd, j->xs, 1, j->out, j->n);
+}
+
+typedef struct {
+    kkernel_fn fn;
+    const uint8_t *w;
+    int64_t nb;
+    const int8_t *xq;
+    const float *xd;
+    const int32_t *xbs;
+    float *out;
+    int64_t n;
+} kmv_job;
+
+static void kmv_task(void *p, int64_t g0, int64_t g1) {
+    const kmv_job *j = (const kmv_job *)p;
+    j->fn(j->w, j->nb, g0, g1, j->xq, j->xd, j->xbs, 1, j->out, j->n);
+}
+
+/* matvec_q(fmt, w, n, k, x f32 (k), out f32 (n)) -> bool: quantize x and multiply in one
+ * call (the activation's quantized form lives on the caller's stack), the rows split
+ * across tallow's pool when the product is worth it. */
 #define STACK_K 16384
 static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -704,7 +743,10 @@ static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t n
         int ok;
         Py_BEGIN_ALLOW_THREADS
         ok = quantize_row((const float *)b[1].view.buf, k, xq, xd, xs);
-        if (ok) pick_kernel(fmt)((const uint8_t *)b[0].view.buf, nb, 0, groups, xq, xd, xs, 1, (float *)b[2].view.buf, n);
+        if (ok) {
+            mv_job job = {pick_kernel(fmt), (const uint8_t *)b[0].view.buf, nb, xq, xd, xs, (float *)b[2].view.buf, n};
+            tallow_pool_run(mv_task, &job, groups, MV_GRAIN, groups * nb * block_bytes(fmt));
+        }
         Py_END_ALLOW_THREADS
         PyMem_RawFree(heap);
         res = PyBool_FromLong(ok);
@@ -790,7 +832,10 @@ static PyObject *py_matvec_k(PyObject *self, PyObject *const *args, Py_ssize_t n
         int ok;
         Py_BEGIN_ALLOW_THREADS
         ok = quantize_q8k_row((const float *)b[1].view.buf, k, xq, xd, xbs);
-        if (ok) pick_kkernel(fmt)((const uint8_t *)b[0].view.buf, nb, 0, groups, xq, xd, xbs, 1, (float *)b[2].view.buf, n);
+        if (ok) {
+            kmv_job job = {pick_kkernel(fmt), (const uint8_t *)b[0].view.buf, nb, xq, xd, xbs, (float *)b[2].view.buf, n};
+            tallow_pool_run(kmv_task, &job, groups, MV_GRAIN, groups * nb * kblock_bytes(fmt));
+        }
         Py_END_ALLOW_THREADS
         res = PyBool_FromLong(ok);
     }
@@ -856,6 +901,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     }
 #endif
     active_isa = best_isa;
+    tallow_pool_import();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     PyModule_AddIntConstant(m, "Q4_0", FMT_Q4_0);

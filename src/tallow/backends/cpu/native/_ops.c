@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_workers.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TALLOW_X86 1
@@ -458,6 +460,36 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* ------------------------------------------------------------------ float matvec */
+/* Rows [r0 + lo, r0 + hi) of a float product: the unit tallow's pool splits (_workers.h);
+ * each output element is one thread's whole dot product, so the split changes no sum. */
+#define FMV_GRAIN 32
+typedef struct {
+    const char *w;
+    int half;
+    const float *x;
+    float *out;
+    int64_t m, n, k, r0;
+} fmv_job;
+
+static void fmv_task(void *p, int64_t lo, int64_t hi) {
+    const fmv_job *j = (const fmv_job *)p;
+    const int64_t k = j->k, half = j->half;
+    /* Row by row, every activation row against it while it is in L1. */
+    for (int64_t r = j->r0 + lo; r < j->r0 + hi; r++) {
+        for (int64_t i = 0; i < j->m; i++) {
+            const float *xi = j->x + i * k;
+            float v;
+#ifdef TALLOW_X86
+            if (use_avx2)
+                v = half ? row_f16_avx2((const uint16_t *)j->w + r * k, k, xi) : row_f32_avx2((const float *)j->w + r * k, k, xi);
+            else
+#endif
+                v = half ? dot_f16_scalar((const uint16_t *)j->w + r * k, xi, k) : dot_scalar((const float *)j->w + r * k, xi, k);
+            j->out[i * j->n + r] = v;
+        }
+    }
+}
+
 /* matvec_float(w, half, x, out, m, n, k, r0, r1): out[i, r] = w[r] . x[i] for rows
  * [r0, r1) of an (n, k) weight in f32 (half = 0) or f16 (half = 1), m activation rows. */
 static PyObject *py_matvec_float(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -474,24 +506,9 @@ static PyObject *py_matvec_float(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, n * k * es, "w") && get_buf(args[2], &b[1], 0, m * k * 4, "x") &&
         get_buf(args[3], &b[2], 1, m * n * 4, "out")) {
-        const char *w = (const char *)b[0].v.buf;
-        const float *x = (const float *)b[1].v.buf;
-        float *out = (float *)b[2].v.buf;
+        fmv_job job = {(const char *)b[0].v.buf, half, (const float *)b[1].v.buf, (float *)b[2].v.buf, m, n, k, r0};
         Py_BEGIN_ALLOW_THREADS
-        /* Row by row, every activation row against it while it is in L1. */
-        for (int64_t r = r0; r < r1; r++) {
-            for (int64_t i = 0; i < m; i++) {
-                const float *xi = x + i * k;
-                float v;
-#ifdef TALLOW_X86
-                if (use_avx2)
-                    v = half ? row_f16_avx2((const uint16_t *)w + r * k, k, xi) : row_f32_avx2((const float *)w + r * k, k, xi);
-                else
-#endif
-                    v = half ? dot_f16_scalar((const uint16_t *)w + r * k, xi, k) : dot_scalar((const float *)w + r * k, xi, k);
-                out[i * n + r] = v;
-            }
-        }
+        tallow_pool_run(fmv_task, &job, r1 - r0, FMV_GRAIN, (r1 - r0) * k * es);
         Py_END_ALLOW_THREADS
         Py_INCREF(Py_None);
         res = Py_None;
@@ -565,5 +582,6 @@ PyMODINIT_FUNC PyInit__ops(void) {
     __builtin_cpu_init();
     use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
+    tallow_pool_import();
     return PyModule_Create(&moduledef);
 }
