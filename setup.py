@@ -22,6 +22,9 @@ setup(
         Extension(
             f"tallow.backends.cpu.native.{name}",
             sources=[f"src/tallow/backends/cpu/native/{name}.c"],
+            # the pool's interface (compiled into each module; listed so that it ships
+            # in the sdist and a change to it rebuilds them)
+            depends=["src/tallow/backends/cpu/native/_workers.h"],
             extra_compile_args=flags,
             optional=True,
         )

@@ -217,3 +217,39 @@ def test_fork_with_a_started_pool_does_not_deadlock():
     r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "fork ok" in r.stdout
+
+
+@pytest.mark.parametrize("fmt", ["F32", "Q4_0", "Q8_0", "Q4K"])
+def test_decode_steps_split_give_the_same_logits(pool, fmt, tmp_path):
+    """A whole decode step with every product split: the logits of one thread, bit for bit."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tallow.models.quantized_llama import ModelWeights
+    from support.models import QLLAMA_CFG, save_llama_gguf
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one usable CPU: the thread setting is capped at 1")
+    torch.manual_seed(4)
+    hf = LlamaForCausalLM(LlamaConfig(**dict(QLLAMA_CFG, tie_word_embeddings=True))).eval()
+    path = tmp_path / f"m-{fmt}.gguf"
+    save_llama_gguf(hf, path, fmt)
+    model = ModelWeights.from_gguf(str(path))
+    assert model._decoder is not None
+    before = tl.utils.get_num_threads()
+    logits = {}
+    try:
+        for threads in (1, 2):
+            tl.utils.set_num_threads(threads)
+            jobs = W.stats()["jobs"]
+            cache = model.new_cache()
+            out = [model.forward(tl.Tensor([[5, 9, 3]], dtype="u32"), 0, cache).numpy()[0]]
+            for pos, tok in enumerate([7, 1, 12, 4], start=3):
+                out.append(model.forward(tl.Tensor([[tok]], dtype="u32"), pos, cache).numpy()[0])
+            assert W.threads() == threads
+            assert (W.stats()["jobs"] > jobs) == (threads > 1)  # the products were split
+            logits[threads] = np.array(out)
+    finally:
+        tl.utils.set_num_threads(before)
+        native.sync_threads()
+    np.testing.assert_array_equal(logits[1], logits[2])
