@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -25,10 +26,13 @@ W = native._workers
 
 @pytest.fixture
 def pool():
-    """The pool with every product split (however small), restored afterwards."""
+    """The pool with every product split (however small, whatever the machine's load),
+    restored afterwards."""
     before, min_bytes = W.threads(), W.min_bytes()
     W.set_min_bytes(0)
+    W.set_load_check(False)
     yield W
+    W.set_load_check(True)
     W.set_min_bytes(min_bytes)
     W.set_threads(before)
 
@@ -170,6 +174,7 @@ FORK_SCRIPT = textwrap.dedent("""
     from tallow.backends.cpu import native
     W = native._workers
     W.set_min_bytes(0)
+    W.set_load_check(False)
     W.set_threads(2)
     from tallow.quantized import ggml_type
     n, k = 203, 96
@@ -253,3 +258,25 @@ def test_decode_steps_split_give_the_same_logits(pool, fmt, tmp_path):
         tl.utils.set_num_threads(before)
         native.sync_threads()
     np.testing.assert_array_equal(logits[1], logits[2])
+
+
+def test_a_busy_machine_keeps_products_on_the_caller(pool):
+    """More runnable tasks than spare CPUs: no splits (the workers would queue behind them)."""
+    pool.set_threads(2)
+    pool.set_load_check(True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() + 1)]
+    try:
+        counts = np.zeros(512, np.uint32)
+        deadline = time.monotonic() + 30
+        while not pool.load()[0] and time.monotonic() < deadline:
+            pool.cover(counts, 512, 1, 1000, 1, 1 << 20)  # the check samples the load as products come
+            time.sleep(0.011)
+        assert pool.load()[0], pool.load()
+        jobs = pool.stats()["jobs"]
+        pool.cover(counts, 512, 1, 0, 50, 1 << 20)
+        assert pool.stats()["jobs"] == jobs
+        assert counts.min() == counts.max()  # done on the caller, every unit once per call
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()

@@ -33,6 +33,10 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -248,7 +252,63 @@ static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain,
 static int pool_threads(void) { return want; }
 
 static int64_t min_split_bytes = 32 << 10;
+
+#ifdef POOL_ENABLED
+/* ---- the machine's load: split only when the pool's threads can all run at once.
+ * Every SAMPLE_NS a caller reads the number of runnable tasks (/proc/loadavg's
+ * "running/total"), less its own (itself and the workers not asleep), into a moving
+ * average.  When that many other tasks plus the pool's threads exceed the CPUs, a
+ * split would make its threads queue behind the others (a waiting caller, a worker
+ * spinning on a core someone else wants): products then stay on the caller, as with
+ * one thread, until the load falls again. */
+#define SAMPLE_NS 10000000L
+static _Atomic long next_sample;
+static _Atomic int sampling, contended, load_check = 1;
+static double others_avg; /* under `sampling` */
+static int load_fd = -2, ncpus = 0;
+
+static void sample_load(void) {
+    if (load_fd == -2) load_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (ncpus == 0) {
+        cpu_set_t set;
+        ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (ncpus < 1) ncpus = 1;
+    }
+    char buf[128];
+    ssize_t len = load_fd >= 0 ? pread(load_fd, buf, sizeof buf - 1, 0) : -1;
+    if (len <= 0) return; /* no /proc: never contended */
+    buf[len] = 0;
+    /* "0.52 0.58 0.59 3/467 12345": the fourth field's numerator */
+    char *p = buf;
+    for (int field = 0; field < 3 && p; field++) {
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    if (!p) return;
+    long running = strtol(p, NULL, 10);
+    long ours = 1 + (nworkers - atomic_load(&sleepers));
+    double others = running > ours ? (double)(running - ours) : 0.0;
+    others_avg = 0.75 * others_avg + 0.25 * others;
+    /* hysteresis: contended from half a task over the spare CPUs, free again below a quarter */
+    double spare = (double)(ncpus - want);
+    int was = atomic_load(&contended);
+    atomic_store(&contended, was ? others_avg > spare + 0.25 : others_avg > spare + 0.5);
+}
+
+static int pool_worth(int64_t bytes) {
+    if (bytes < min_split_bytes) return 0;
+    if (!atomic_load_explicit(&load_check, memory_order_relaxed)) return 1;
+    long now = now_ns();
+    if (now >= atomic_load_explicit(&next_sample, memory_order_relaxed) && !atomic_exchange(&sampling, 1)) {
+        atomic_store(&next_sample, now + SAMPLE_NS);
+        sample_load();
+        atomic_store(&sampling, 0);
+    }
+    return !atomic_load_explicit(&contended, memory_order_relaxed);
+}
+#else
 static int pool_worth(int64_t bytes) { return bytes >= min_split_bytes; }
+#endif
 
 static const tallow_pool_api api = {TALLOW_POOL_ABI, pool_threads, pool_run, pool_worth};
 
@@ -326,6 +386,28 @@ static PyObject *py_min_bytes(PyObject *self, PyObject *noargs) {
     return PyLong_FromLongLong(min_split_bytes);
 }
 
+/* set_load_check(on): whether splits wait for the machine to have CPUs to spare. */
+static PyObject *py_set_load_check(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef POOL_ENABLED
+    atomic_store(&load_check, on);
+    if (!on) atomic_store(&contended, 0);
+#endif
+    Py_RETURN_NONE;
+}
+
+/* load(): (contended, other runnable tasks on average, load check on) */
+static PyObject *py_load(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+#ifdef POOL_ENABLED
+    return Py_BuildValue("(Odi)", atomic_load(&contended) ? Py_True : Py_False, others_avg, (int)atomic_load(&load_check));
+#else
+    return Py_BuildValue("(Odi)", Py_False, 0.0, 0);
+#endif
+}
+
 static PyObject *py_stats(PyObject *self, PyObject *noargs) {
     (void)self; (void)noargs;
 #ifdef POOL_ENABLED
@@ -392,6 +474,8 @@ static PyMethodDef methods[] = {
     {"set_spin", (PyCFunction)(void (*)(void))py_set_spin, METH_FASTCALL, "Spin bounds in microseconds."},
     {"set_min_bytes", py_set_min_bytes, METH_O, "Smallest product (weight bytes) that is split."},
     {"min_bytes", py_min_bytes, METH_NOARGS, "Smallest product (weight bytes) that is split."},
+    {"set_load_check", py_set_load_check, METH_O, "Split only when the machine has CPUs to spare (default on)."},
+    {"load", py_load, METH_NOARGS, "(contended, other runnable tasks, load check on)."},
     {"stats", py_stats, METH_NOARGS, "Counters of split jobs."},
     {"cover", (PyCFunction)(void (*)(void))py_cover, METH_FASTCALL, "Test task: count units covered."},
     {NULL, NULL, 0, NULL}};
