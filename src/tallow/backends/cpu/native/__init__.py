@@ -40,6 +40,11 @@ try:  # the compiled kernels' worker pool (_workers.c): without it they run on t
     from . import _workers
 except ImportError:  # pragma: no cover - not built
     _workers = None
+else:
+    from .... import config
+
+    # By default a product is split only while the machine has a CPU to spare for it.
+    _workers.set_load_check(not config.flag("TALLOW_SPLIT_WHEN_BUSY", False))
 
 ENV_DISABLE = "TALLOW_NO_NATIVE"
 ENV_ISA = "TALLOW_NATIVE_ISA"
