@@ -280,3 +280,31 @@ def test_a_busy_machine_keeps_products_on_the_caller(pool):
         for h in hogs:
             h.kill()
             h.wait()
+
+
+def test_the_load_check_follows_the_runnable_count(pool, tmp_path):
+    """Made-up /proc/loadavg contents: splits stop when other runnable tasks leave no CPU
+    to spare and resume once they are gone (after the moving average settles)."""
+    fake = tmp_path / "loadavg"
+    busy_count = len(os.sched_getaffinity(0)) + 4  # more runnable tasks than CPUs, ours aside
+    pool.set_threads(2)
+    pool.set_load_check(True)
+    counts = np.zeros(256, np.uint32)
+
+    def splits_after_settling(running):
+        fake.write_text(f"0.00 0.00 0.00 {running}/300 4242\n")
+        for _ in range(30):  # 30 samples, 10 ms apart: the average has converged
+            pool.cover(counts, 256, 1, 0, 1, 1 << 20)
+            time.sleep(0.011)
+        jobs = pool.stats()["jobs"]
+        pool.cover(counts, 256, 1, 0, 5, 1 << 20)
+        return pool.stats()["jobs"] - jobs
+
+    try:
+        pool.set_load_file(str(fake))
+        assert splits_after_settling(1) == 5 and not pool.load()[0]
+        assert splits_after_settling(busy_count) == 0 and pool.load()[0]
+        assert splits_after_settling(1) == 5 and not pool.load()[0]
+    finally:
+        pool.set_load_file("/proc/loadavg")
+    assert counts.min() == counts.max() == 3 * 35

@@ -267,8 +267,10 @@ static _Atomic int sampling, contended, load_check = 1;
 static double others_avg; /* under `sampling` */
 static int load_fd = -2, ncpus = 0;
 
+static char load_path[512] = "/proc/loadavg";
+
 static void sample_load(void) {
-    if (load_fd == -2) load_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (load_fd == -2) load_fd = open(load_path, O_RDONLY | O_CLOEXEC);
     if (ncpus == 0) {
         cpu_set_t set;
         ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -398,6 +400,26 @@ static PyObject *py_set_load_check(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* set_load_file(path): read the runnable count from this file in /proc/loadavg's format
+ * from now on, the average restarted (the tests give it made-up loads). */
+static PyObject *py_set_load_file(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *path = PyUnicode_AsUTF8(arg);
+    if (!path) return NULL;
+    if (strlen(path) >= 512) return PyErr_Format(PyExc_ValueError, "set_load_file: path too long");
+#ifdef POOL_ENABLED
+    while (atomic_exchange(&sampling, 1)) sched_yield();
+    if (load_fd >= 0) close(load_fd);
+    load_fd = -2;
+    strcpy(load_path, path);
+    others_avg = 0.0;
+    atomic_store(&contended, 0);
+    atomic_store(&next_sample, 0);
+    atomic_store(&sampling, 0);
+#endif
+    Py_RETURN_NONE;
+}
+
 /* load(): (contended, other runnable tasks on average, load check on) */
 static PyObject *py_load(PyObject *self, PyObject *noargs) {
     (void)self; (void)noargs;
@@ -475,6 +497,7 @@ static PyMethodDef methods[] = {
     {"set_min_bytes", py_set_min_bytes, METH_O, "Smallest product (weight bytes) that is split."},
     {"min_bytes", py_min_bytes, METH_NOARGS, "Smallest product (weight bytes) that is split."},
     {"set_load_check", py_set_load_check, METH_O, "Split only when the machine has CPUs to spare (default on)."},
+    {"set_load_file", py_set_load_file, METH_O, "Where the runnable count is read (/proc/loadavg)."},
     {"load", py_load, METH_NOARGS, "(contended, other runnable tasks, load check on)."},
     {"stats", py_stats, METH_NOARGS, "Counters of split jobs."},
     {"cover", (PyCFunction)(void (*)(void))py_cover, METH_FASTCALL, "Test task: count units covered."},
