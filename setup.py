@@ -22,6 +22,7 @@ setup(
         Extension(
             f"tallow.backends.cpu.native.{name}",
             sources=[f"src/tallow/backends/cpu/native/{name}.c"],
+            depends=["src/tallow/backends/cpu/native/common.h"],  # shared helpers (also in the sdist)
             extra_compile_args=flags,
             optional=True,
         )

@@ -37,10 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TALLOW_X86 1
-#endif
+#include "common.h"
 
 /* Formats of the 32-element blocks (the K-quants' numbers follow further down). */
 enum { FMT_Q4_0 = 0, FMT_Q8_0 = 1, FMT_Q5_0 = 4, FMT_Q4_1 = 5, FMT_Q5_1 = 6 };
@@ -72,26 +69,6 @@ static inline int64_t high_at(int fmt) { return has_min(fmt) ? 32 : 16; }
 static inline int64_t quants_at(int fmt) { return 16 + (has_min(fmt) ? 16 : 0) + (has_high(fmt) ? 32 : 0); }
 
 /* ------------------------------------------------------------------ f16 <-> f32 */
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400u));
-            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* Round to nearest even, as NumPy's astype(float16) and F16C. */
 static inline uint16_t float_to_half(float f) {
@@ -255,8 +232,6 @@ static void q8_0_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, co
 
 #ifdef TALLOW_X86
 /* ------------------------------------------------------------------ AVX2 kernels */
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 static inline int32_t load_i32(const int8_t *p) {
     int32_t v;
@@ -719,26 +694,6 @@ static kkernel_fn pick_kkernel(int fmt) {
 }
 
 /* ------------------------------------------------------------------ Python bindings */
-typedef struct {
-    Py_buffer view;
-    int held;
-} buf_t;
-
-static int get_buf(PyObject *obj, buf_t *b, int writable, Py_ssize_t min_bytes, const char *what) {
-    if (PyObject_GetBuffer(obj, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return 0;
-    b->held = 1;
-    if (b->view.len < min_bytes) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, need at least %zd", what, b->view.len, min_bytes);
-        return 0;
-    }
-    return 1;
-}
-
-static void release(buf_t *bufs, int count) {
-    for (int i = 0; i < count; i++)
-        if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
-}
 
 /* quantize_q8_0(x f32 (m*k), m, k, xq int8 (m*k), xd f32 (m*k/32), xs i32 (m*k/32)[, xsf f32 (m*k/32)])
  * -> bool; xsf: Q8_1's stored sums, for the formats with block minimums. */
@@ -983,13 +938,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", "tallo
 
 PyMODINIT_FUNC PyInit__kernels(void) {
 #ifdef TALLOW_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        best_isa = ISA_AVX2;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-            best_isa = ISA_AVX512VNNI;
-    }
+    best_isa = cpu_has_avx512vnni() ? ISA_AVX512VNNI : cpu_has_avx2() ? ISA_AVX2 : ISA_SCALAR;
 #endif
     active_isa = best_isa;
     PyObject *m = PyModule_Create(&moduledef);
