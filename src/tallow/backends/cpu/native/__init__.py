@@ -27,6 +27,7 @@ import threading
 import numpy as np
 
 from ....quantized.blocks import as_bytes, byte_blocks
+from .. import pieces
 from ....quantized.types import ggml_type
 
 try:  # the extension is optional
@@ -293,27 +294,6 @@ def _executor(n: int):
 
 
 def run_pieces(fn, total: int, threads: int) -> None:
-    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they free up.
-
-    Several pieces per thread, the calling thread among the workers: a core
-    busy with another process delays one piece, not half the product.  Workers
-    block on the pool's queue when idle (no spinning).
-    """
-    from ..quantized.vec_dot import _split
-
-    pieces = iter(_split(total, min(total, threads * 4), 1))
-    lock = threading.Lock()
-
-    def worker():
-        while True:
-            with lock:
-                piece = next(pieces, None)
-            if piece is None:
-                return
-            fn(*piece)
-
-    pool = _executor(threads - 1)
-    futures = [pool.submit(worker) for _ in range(threads - 1)]
-    worker()
-    for f in futures:
-        f.result()
+    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they
+    free up (see :mod:`tallow.backends.cpu.pieces`), on the kernels' own pool."""
+    pieces.run_pieces(fn, total, threads, _executor(threads - 1))
