@@ -22,9 +22,9 @@ setup(
         Extension(
             f"tallow.backends.cpu.native.{name}",
             sources=[f"src/tallow/backends/cpu/native/{name}.c"],
-            # the pool's interface (compiled into each module; listed so that it ships
-            # in the sdist and a change to it rebuilds them)
-            depends=["src/tallow/backends/cpu/native/_workers.h"],
+            # shared helpers and the pool's interface (listed so that they ship in the sdist
+            # and a change to them rebuilds the modules)
+            depends=["src/tallow/backends/cpu/native/common.h", "src/tallow/backends/cpu/native/_workers.h"],
             extra_compile_args=flags,
             optional=True,
         )

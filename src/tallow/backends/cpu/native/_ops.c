@@ -13,37 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "_workers.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TALLOW_X86 1
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
 
 static int use_avx2 = 0;
 
-/* ------------------------------------------------------------------ f16 */
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else {
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400u));
-            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* ------------------------------------------------------------------ dot / axpy */
 static float dot_scalar(const float *a, const float *b, int64_t n) {
@@ -217,24 +191,7 @@ static inline void axpy(float *y, float a, const float *x, int64_t n) {
     axpy_scalar(y, a, x, n);
 }
 
-/* ------------------------------------------------------------------ buffers */
-typedef struct { Py_buffer v; int held; } buf_t;
-
-static int get_buf(PyObject *obj, buf_t *b, int writable, Py_ssize_t min_bytes, const char *what) {
-    if (PyObject_GetBuffer(obj, &b->v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return 0;
-    b->held = 1;
-    if (b->v.len < min_bytes) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, need at least %zd", what, b->v.len, min_bytes);
-        return 0;
-    }
-    return 1;
-}
-
-static void release(buf_t *b, int n) {
-    for (int i = 0; i < n; i++)
-        if (b[i].held) PyBuffer_Release(&b[i].v);
-}
-
+/* ------------------------------------------------------------------ arguments */
 static int ints(PyObject *const *args, Py_ssize_t first, Py_ssize_t count, int64_t *out) {
     for (Py_ssize_t i = 0; i < count; i++) {
         out[i] = PyLong_AsLongLong(args[first + i]);
@@ -270,12 +227,12 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (get_buf(args[0], &b[0], has_res, rows * dim * 4, "x") && get_buf(args[1], &b[1], 0, dim * 4, "w") &&
         get_buf(args[2], &b[2], 1, rows * dim * 4, "out") &&
         (!has_res || get_buf(args[6], &b[3], 0, rows * dim * 4, "residual"))) {
-        float *x = (float *)b[0].v.buf, *out = (float *)b[2].v.buf;
-        const float *w = (const float *)b[1].v.buf;
+        float *x = (float *)b[0].view.buf, *out = (float *)b[2].view.buf;
+        const float *w = (const float *)b[1].view.buf;
         for (int64_t r = 0; r < rows; r++) {
             float *xr = x + r * dim;
             if (has_res) {
-                const float *y = (const float *)b[3].v.buf + r * dim;
+                const float *y = (const float *)b[3].view.buf + r * dim;
                 for (int64_t i = 0; i < dim; i++) xr[i] += y[i];
             }
             rms_row(xr, w, out + r * dim, dim, eps);
@@ -313,12 +270,12 @@ static PyObject *py_rope_store(PyObject *self, PyObject *const *args, Py_ssize_t
     if (get_buf(args[0], &b[0], 0, s * width * 4, "qkv") && get_buf(args[5], &b[1], 0, ctx * half * 4, "cos") &&
         get_buf(args[6], &b[2], 0, ctx * half * 4, "sin") && get_buf(args[8], &b[3], 1, s * nh * d * 4, "q_out") &&
         get_buf(args[9], &b[4], 1, nkv * ctx * d * 4, "kcache") && get_buf(args[10], &b[5], 1, nkv * ctx * d * 4, "vcache")) {
-        const float *qkv = (const float *)b[0].v.buf;
-        float *q = (float *)b[3].v.buf, *kc = (float *)b[4].v.buf, *vc = (float *)b[5].v.buf;
+        const float *qkv = (const float *)b[0].view.buf;
+        float *q = (float *)b[3].view.buf, *kc = (float *)b[4].view.buf, *vc = (float *)b[5].view.buf;
         for (int64_t r = 0; r < s; r++) {
             const float *row = qkv + r * width;
             int64_t pos = pos0 + r;
-            const float *c = (const float *)b[1].v.buf + pos * half, *sn = (const float *)b[2].v.buf + pos * half;
+            const float *c = (const float *)b[1].view.buf + pos * half, *sn = (const float *)b[2].view.buf + pos * half;
             for (int64_t h = 0; h < nh; h++) rope_pair(row + h * d, q + (r * nh + h) * d, c, sn, half);
             for (int64_t h = 0; h < nkv; h++) {
                 rope_pair(row + (nh + h) * d, kc + (h * ctx + pos) * d, c, sn, half);
@@ -356,8 +313,8 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
             release(b, 4);
             return PyErr_NoMemory();
         }
-        const float *q = (const float *)b[0].v.buf, *kc = (const float *)b[1].v.buf, *vc = (const float *)b[2].v.buf;
-        float *out = (float *)b[3].v.buf;
+        const float *q = (const float *)b[0].view.buf, *kc = (const float *)b[1].view.buf, *vc = (const float *)b[2].view.buf;
+        float *out = (float *)b[3].view.buf;
         int64_t group = nh / nkv;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t r = 0; r < s; r++) {
@@ -403,7 +360,7 @@ static PyObject *py_causal_softmax(PyObject *self, PyObject *const *args, Py_ssi
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 1, rr[1] * s * group * total * 4, "scores")) {
-        float *sc = (float *)b[0].v.buf;
+        float *sc = (float *)b[0].view.buf;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t r = rr[0]; r < rr[1]; r++)
             for (int64_t i = 0; i < s; i++)
@@ -439,8 +396,8 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t n
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, s * 2 * f * 4, "gu") && get_buf(args[3], &b[1], 1, s * f * 4, "out")) {
-        const float *gu = (const float *)b[0].v.buf;
-        float *out = (float *)b[1].v.buf;
+        const float *gu = (const float *)b[0].view.buf;
+        float *out = (float *)b[1].view.buf;
         for (int64_t r = 0; r < s; r++) {
             const float *g = gu + r * 2 * f, *u = g + f;
             float *o = out + r * f;
@@ -506,7 +463,7 @@ static PyObject *py_matvec_float(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, n * k * es, "w") && get_buf(args[2], &b[1], 0, m * k * 4, "x") &&
         get_buf(args[3], &b[2], 1, m * n * 4, "out")) {
-        fmv_job job = {(const char *)b[0].v.buf, half, (const float *)b[1].v.buf, (float *)b[2].v.buf, m, n, k, r0};
+        fmv_job job = {(const char *)b[0].view.buf, half, (const float *)b[1].view.buf, (float *)b[2].view.buf, m, n, k, r0};
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(fmv_task, &job, r1 - r0, FMV_GRAIN, (r1 - r0) * k * es);
         Py_END_ALLOW_THREADS
@@ -527,8 +484,8 @@ static PyObject *py_f16_to_f32(PyObject *self, PyObject *const *args, Py_ssize_t
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, n * 2, "src") && get_buf(args[1], &b[1], 1, n * 4, "dst")) {
-        const uint16_t *src = (const uint16_t *)b[0].v.buf;
-        float *dst = (float *)b[1].v.buf;
+        const uint16_t *src = (const uint16_t *)b[0].view.buf;
+        float *dst = (float *)b[1].view.buf;
         Py_BEGIN_ALLOW_THREADS
 #ifdef TALLOW_X86
         if (use_avx2) f16_to_f32_avx2(src, dst, n);
@@ -548,7 +505,7 @@ static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0) return NULL;
 #ifdef TALLOW_X86
-    if (on && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+    if (on && !cpu_has_avx2())
         return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
     use_avx2 = on;
 #else
@@ -579,8 +536,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_ops", "Compiled 
 
 PyMODINIT_FUNC PyInit__ops(void) {
 #ifdef TALLOW_X86
-    __builtin_cpu_init();
-    use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    use_avx2 = cpu_has_avx2();
 #endif
     tallow_pool_import();
     return PyModule_Create(&moduledef);
