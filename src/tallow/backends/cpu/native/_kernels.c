@@ -1,7 +1,7 @@
-/* Compiled CPU kernels of tallow's quantized matmul (Q4_0, Q8_0 weights; Q5_0 and
- * Q6K through the Q8_0 layout) and of the decode step of a Llama.
+/* Compiled CPU kernels of tallow's quantized matmul: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+ * weights in layouts of their GGUF size, and the K-quants Q4K and Q6K (further down).
  *
- * Arithmetic: ggml's generic vec_dot, bit for bit the NumPy/numba paths of
+ * Arithmetic: ggml's generic vec_dot, bit for bit the numba path of
  * tallow.quantized.  An activation row is quantized to Q8_0 (d = amax / 127,
  * q = round-half-away(x / d), the stored d rounded to f16); each 32-element block
  * contributes (float(isum) * d_w) * d_x, where isum is the exact integer dot
