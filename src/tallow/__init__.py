@@ -30,6 +30,9 @@ from .shape import D
 from .tensor_class import Tensor
 from .var import Var
 from . import testing, utils  # noqa: E402  (they import the names above)
+# The function, not the package of the same name: importing the package set the
+# attribute first, this binds the name over it (later submodule imports leave it).
+from .compile import CompiledFunction, compile  # noqa: E402,A004
 
 __version__ = "0.1.0"
 
@@ -58,4 +61,5 @@ __all__ = [
     "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
+    "compile", "CompiledFunction",
 ]

@@ -1,0 +1,114 @@
+"""The numba kernel that runs a fused element-wise chain on the CPU (loaded on first use).
+
+One compiled kernel serves every chain: it runs the chain's instruction list over
+the elements block by block, keeping intermediates in a few block-sized registers
+that stay in the L1/L2 cache, so a chain of k ops reads its inputs and writes its
+live results once instead of k times, with no Python between the ops. Each
+instruction is a plain loop the compiler vectorises; every op computes in the
+storage dtype exactly as NumPy's loop does (IEEE add/sub/mul/div/sqrt are correctly
+rounded either way), so the results are bit-identical to eager.
+
+Instruction rows are ``(code, dst, a, b)``; ``arrays`` is a tuple of flat input and
+output buffers, ``idx`` the element offsets of strided or broadcast loads.
+"""
+
+import numba
+import numpy as np
+
+LOAD, GATHER, CONST, STORE = 0, 1, 2, 3
+NEG, ABS, SQR, SQRT, RECIP, RELU = 10, 11, 12, 13, 14, 15
+ADD, SUB, MUL, DIV, MAX, MIN = 20, 21, 22, 23, 24, 25
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def run_program(prog, arrays, idx, consts, regs, n):
+    """Run instruction list ``prog`` over elements ``0..n`` in blocks of ``regs.shape[1]``."""
+    block = regs.shape[1]
+    one = consts[0] * 0 + 1
+    zero = consts[0] * 0
+    for b0 in range(0, n, block):
+        m = min(block, n - b0)
+        for k in range(prog.shape[0]):
+            code = prog[k, 0]
+            rd = regs[prog[k, 1]]
+            a = prog[k, 2]
+            b = prog[k, 3]
+            if code == ADD:
+                ra = regs[a]
+                rb = regs[b]
+                for j in range(m):
+                    rd[j] = ra[j] + rb[j]
+            elif code == SUB:
+                ra = regs[a]
+                rb = regs[b]
+                for j in range(m):
+                    rd[j] = ra[j] - rb[j]
+            elif code == MUL:
+                ra = regs[a]
+                rb = regs[b]
+                for j in range(m):
+                    rd[j] = ra[j] * rb[j]
+            elif code == DIV:
+                ra = regs[a]
+                rb = regs[b]
+                for j in range(m):
+                    rd[j] = ra[j] / rb[j]
+            elif code == MAX:
+                # NumPy's maximum: a NaN on either side wins.
+                ra = regs[a]
+                rb = regs[b]
+                for j in range(m):
+                    x = ra[j]
+                    y = rb[j]
+                    rd[j] = x if (x >= y or x != x) else y
+            elif code == MIN:
+                ra = regs[a]
+                rb = regs[b]
+                for j in range(m):
+                    x = ra[j]
+                    y = rb[j]
+                    rd[j] = x if (x <= y or x != x) else y
+            elif code == LOAD:
+                src = arrays[a]
+                off = b + b0
+                for j in range(m):
+                    rd[j] = src[off + j]
+            elif code == GATHER:
+                src = arrays[a]
+                off = b + b0
+                for j in range(m):
+                    rd[j] = src[idx[off + j]]
+            elif code == CONST:
+                v = consts[a]
+                for j in range(m):
+                    rd[j] = v
+            elif code == STORE:
+                dst = arrays[b]
+                ra = regs[a]
+                for j in range(m):
+                    dst[b0 + j] = ra[j]
+            elif code == NEG:
+                ra = regs[a]
+                for j in range(m):
+                    rd[j] = -ra[j]
+            elif code == ABS:
+                ra = regs[a]
+                for j in range(m):
+                    rd[j] = abs(ra[j])
+            elif code == SQR:
+                ra = regs[a]
+                for j in range(m):
+                    rd[j] = ra[j] * ra[j]
+            elif code == SQRT:
+                ra = regs[a]
+                for j in range(m):
+                    rd[j] = np.sqrt(ra[j])
+            elif code == RECIP:
+                ra = regs[a]
+                for j in range(m):
+                    rd[j] = one / ra[j]
+            elif code == RELU:
+                ra = regs[a]
+                for j in range(m):
+                    x = ra[j]
+                    rd[j] = x if (x >= zero or x != x) else zero

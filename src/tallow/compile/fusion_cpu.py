@@ -1,0 +1,261 @@
+"""Fusing runs of element-wise calls of a trace into one kernel call on the CPU.
+
+A *group* is a run of consecutive recorded calls that are element-wise ops of one
+float dtype (f32 or f64) over one shape: the unary ops, binary ops and scalar ops
+whose fused form is bit-identical to NumPy's (add, sub, mul, div, maximum, minimum,
+neg, abs, sqr, sqrt, recip, relu, affine, clamp). Values made and used inside the
+group live in registers only; a value also used after the group (or returned) is
+stored to a buffer. The group becomes one call of ``cpu_kernel.run_program``.
+
+Buffers: a stored value that the compiled function returns gets a new array each
+call (the caller keeps it); any other stored value gets one buffer planned when the
+trace is compiled and rewritten on every replay (nothing outside the call can hold
+it: the recorder checked that no intermediate escapes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtype as dt
+from .recorder import Ref
+
+UNARY = {"neg": 10, "abs": 11, "sqr": 12, "sqrt": 13, "recip": 14, "relu": 15}
+BINARY = {"add": 20, "sub": 21, "mul": 22, "div": 23, "maximum": 24, "minimum": 25}
+_LOAD, _GATHER, _CONST, _STORE = 0, 1, 2, 3
+BLOCK = 512  # elements per register: a few registers of 2-4 KiB stay in L1
+MIN_OPS = 2  # a single op runs faster as its own NumPy call
+
+
+def _is_cpu_float(slot):
+    return slot.cls_name == "CpuStorage" and slot.dtype in (dt.f32, dt.f64)
+
+
+def element_op(call, slots):
+    """``(shape, dtype, ops)`` when ``call`` can join a fused group, else None. ``ops``
+    is a list of ``(code, operands)``; an operand is ``(slot, layout)`` or ``("const", v)``;
+    the last op's value is the call's result."""
+    if call.owner != "storage" or not isinstance(call.out, int) or call.kwargs:
+        return None
+    recv = slots[call.recv.slot]
+    if not _is_cpu_float(recv):
+        return None
+    name, a = call.name, call.args
+    this = recv.slot_no
+    cast = recv.dtype.np.type
+    if name == "unary" and a[0] in UNARY:
+        return a[1].shape, recv.dtype, [(UNARY[a[0]], [(this, a[1])])]
+    if name == "binary" and a[0] in BINARY and isinstance(a[2], Ref):
+        other = slots[a[2].slot]
+        if other.dtype is not recv.dtype or other.cls_name != recv.cls_name:
+            return None
+        return a[1].shape, recv.dtype, [(BINARY[a[0]], [(this, a[1]), (a[2].slot, a[3])])]
+    if name == "binary_scalar" and a[0] in BINARY:
+        x, c = (this, a[1]), ("const", cast(a[2]))
+        return a[1].shape, recv.dtype, [(BINARY[a[0]], [c, x] if a[3] else [x, c])]
+    if name == "affine":
+        # y = x * mul; y += add: two roundings, as the eager kernel.
+        ops = [(BINARY["mul"], [(this, a[0]), ("const", cast(a[1]))]),
+               (BINARY["add"], ["prev", ("const", cast(a[2]))])]
+        return a[0].shape, recv.dtype, ops
+    if name == "clamp":
+        ops, first = [], (this, a[0])
+        if a[1] is not None:
+            ops.append((BINARY["maximum"], [first, ("const", cast(a[1]))]))
+            first = "prev"
+        if a[2] is not None:
+            ops.append((BINARY["minimum"], [first, ("const", cast(a[2]))]))
+        if not ops:
+            return None
+        return a[0].shape, recv.dtype, ops
+    return None
+
+
+def find_groups(calls, slots, live):
+    """Runs of fusable consecutive live calls (dead calls are left out): a list of
+    ``(members, shape, dtype)`` with at least ``MIN_OPS`` element-wise ops."""
+    groups = []
+    cur = None  # [members, None, shape, dtype, produced slots, op count]
+
+    def close():
+        if cur is not None and cur[5] >= MIN_OPS:
+            groups.append((cur[0], cur[2], cur[3]))
+
+    for i, call in enumerate(calls):
+        if not live[i]:
+            continue
+        info = element_op(call, slots)
+        if info is None:
+            close()
+            cur = None
+            continue
+        shape, dtype, ops = info
+        ok = cur is not None and cur[2] == shape and cur[3] is dtype
+        if ok:
+            for _code, operands in ops:
+                for o in operands:
+                    if isinstance(o, tuple) and o[0] != "const" and o[0] in cur[4]:
+                        lay = o[1]
+                        if not (lay.contiguous and lay.start_offset == 0):
+                            ok = False
+        if not ok:
+            close()
+            cur = [[], None, shape, dtype, set(), 0]
+        cur[0].append(i)
+        cur[4].add(call.out)
+        cur[5] += len(ops)
+    close()
+    return groups
+
+
+def _offsets(layout):
+    """The storage offset of each element of ``layout``, in row-major order (int64)."""
+    off = np.full((), layout.start_offset, np.int64)
+    for n, s in zip(layout.shape, layout.stride):
+        off = off[..., None] + np.arange(n, dtype=np.int64) * s
+    return np.ascontiguousarray(off.reshape(-1))
+
+
+class FusedGroup:
+    """One fused run of calls, ready to run: ``group(*input_storages)`` returns the
+    storages of the values used after it, in ``self.outputs`` order."""
+
+    def __init__(self, calls, slots, members, shape, dtype, live_after, returned):
+        from ..backends.cpu.storage import CpuStorage
+
+        self.shape = shape
+        self.dtype = dtype
+        self.count = int(np.prod(shape, dtype=np.int64))
+        self.n_ops = 0
+        self._adopt = CpuStorage.adopt
+        npd = dtype.np
+        value = {}  # slot made inside -> value number
+        loads = {}  # (slot, layout) -> value number
+        consts = {}  # constant -> value number
+        self.inputs = []  # slots read from outside, in argument order
+        prog = []  # abstract: (code, dst value, a, b)
+        idx_parts, idx_len = [], 0
+        const_values = []
+        nvals = 0
+
+        def operand(o, prev):
+            nonlocal nvals, idx_len
+            if o == "prev":
+                return prev
+            if o[0] == "const":
+                key = (o[1].item(), np.signbit(o[1]).item())
+                v = consts.get(key)
+                if v is None:
+                    v = consts[key] = nvals
+                    nvals += 1
+                    prog.append((_CONST, v, len(const_values), 0))
+                    const_values.append(o[1])
+                return v
+            slot, lay = o
+            if slot in value:
+                return value[slot]
+            v = loads.get((slot, lay))
+            if v is not None:
+                return v
+            if slot not in self.inputs:
+                self.inputs.append(slot)
+            arg = self.inputs.index(slot)
+            v = loads[(slot, lay)] = nvals
+            nvals += 1
+            if lay.contiguous:
+                prog.append((_LOAD, v, arg, lay.start_offset))
+            else:
+                prog.append((_GATHER, v, arg, idx_len))
+                part = _offsets(lay)
+                idx_parts.append(part)
+                idx_len += part.size
+            return v
+
+        stores = []  # (value, slot)
+        for i in members:
+            call = calls[i]
+            _shape, _dtype, ops = element_op(call, slots)
+            prev = None
+            for code, operands in ops:
+                args = [operand(o, prev) for o in operands]
+                prev = nvals
+                nvals += 1
+                prog.append((code, prev, args[0], args[1] if len(args) > 1 else 0))
+                self.n_ops += 1
+            value[call.out] = prev
+            if call.out in live_after:
+                stores.append((prev, call.out))
+                prog.append((_STORE, None, prev, call.out))
+        self.outputs = [s for _v, s in stores]
+        self._returned = [s in returned for s in self.outputs]
+        n_in = len(self.inputs)
+        out_index = {s: n_in + k for k, s in enumerate(self.outputs)}
+        prog = [(c, d, a, out_index[b]) if c == _STORE else (c, d, a, b) for c, d, a, b in prog]
+        self.prog, nregs = _allocate(prog)
+        self.regs = np.empty((nregs, min(BLOCK, max(self.count, 1))), npd)
+        self.idx = np.concatenate(idx_parts) if idx_parts else np.zeros(1, np.int64)
+        self.consts = np.array(const_values or [0], npd)
+        # Tuples of one length compile once: pad the buffer tuple to a power of two.
+        n_arrays = n_in + len(self.outputs)
+        self._pad = (1 << max(n_arrays - 1, 0).bit_length()) - n_arrays
+        self._pad_arr = np.zeros(1, npd)
+        self._planned = [None if r else self._adopt(np.empty(shape, npd), dtype) for r in self._returned]
+        from . import cpu_kernel
+
+        self._run = cpu_kernel.run_program
+
+    def __call__(self, *inputs):
+        arrays = [s.arr.reshape(-1) for s in inputs]
+        outs = []
+        for planned in self._planned:
+            if planned is None:
+                s = self._adopt(np.empty(self.shape, self.dtype.np), self.dtype)
+            else:
+                s = planned
+                if getattr(s, "_ws", None) is not None:
+                    s.mark_written()  # drop caches derived from the last replay's values
+            outs.append(s)
+            arrays.append(s.arr.reshape(-1))
+        arrays.extend([self._pad_arr] * self._pad)
+        self._run(self.prog, tuple(arrays), self.idx, self.consts, self.regs, self.count)
+        return outs
+
+
+def _allocate(prog):
+    """Registers for the abstract program: a value's register is freed after its last
+    read, so a chain of any length needs only a few. Returns (int64 rows, register count)."""
+    last = {}
+    for k, (code, d, a, b) in enumerate(prog):
+        if code in (_LOAD, _GATHER, _CONST):
+            continue
+        if code == _STORE:
+            last[a] = k
+            continue
+        last[a] = k
+        if code >= 20:
+            last[b] = k
+    reg_of, free, nregs, rows = {}, [], 0, []
+    for k, (code, d, a, b) in enumerate(prog):
+        if code == _STORE:
+            rows.append((code, reg_of[a], reg_of[a], b))
+        else:
+            ra = reg_of.get(a, 0) if code not in (_LOAD, _GATHER, _CONST) else a
+            rb = reg_of.get(b, 0) if code >= 20 else b
+            # Free the operands read for the last time before picking the result's
+            # register (an element-wise op may write over its own operand).
+            if code not in (_LOAD, _GATHER, _CONST):
+                for v in {a, b} if code >= 20 else {a}:
+                    if last.get(v) == k and v in reg_of:
+                        free.append(reg_of.pop(v))
+            if free:
+                r = free.pop()
+            else:
+                r = nregs
+                nregs += 1
+            reg_of[d] = r
+            rows.append((code, r, ra, rb))
+            if d not in last:  # never read: give the register back at once
+                free.append(reg_of.pop(d))
+        if code == _STORE and last.get(a) == k and a in reg_of:
+            free.append(reg_of.pop(a))
+    return np.array(rows, np.int64).reshape(-1, 4), max(nregs, 1)
