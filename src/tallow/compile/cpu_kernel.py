@@ -8,14 +8,16 @@ instruction is a plain loop the compiler vectorises; every op computes in the
 storage dtype exactly as NumPy's loop does (IEEE add/sub/mul/div/sqrt are correctly
 rounded either way), so the results are bit-identical to eager.
 
-Instruction rows are ``(code, dst, a, b)``; ``arrays`` is a tuple of flat input and
-output buffers, ``idx`` the element offsets of strided or broadcast loads.
+Instruction rows are ``(code, dst, a, b, c)``; ``arrays`` is a tuple of flat input
+and output buffers. A broadcast or strided input is read row by row: ``idx`` holds
+the storage offset of each row of ``c`` elements, which are contiguous (``ROWS``) or
+all one value (``REPEAT``, a broadcast last dim).
 """
 
 import numba
 import numpy as np
 
-LOAD, GATHER, CONST, STORE = 0, 1, 2, 3
+LOAD, ROWS, CONST, STORE, REPEAT = 0, 1, 2, 3, 4
 NEG, ABS, SQR, SQRT, RECIP, RELU = 10, 11, 12, 13, 14, 15
 ADD, SUB, MUL, DIV, MAX, MIN = 20, 21, 22, 23, 24, 25
 
@@ -69,24 +71,38 @@ def run_program(prog, arrays, idx, consts, regs, n):
                     y = rb[j]
                     rd[j] = x if (x <= y or x != x) else y
             elif code == LOAD:
-                src = arrays[a]
-                off = b + b0
+                # Slices first: indices provably >= 0 let the loops vectorise.
+                src = arrays[a][b + b0:b + b0 + m]
                 for j in range(m):
-                    rd[j] = src[off + j]
-            elif code == GATHER:
+                    rd[j] = src[j]
+            elif code == ROWS or code == REPEAT:
                 src = arrays[a]
-                off = b + b0
-                for j in range(m):
-                    rd[j] = src[idx[off + j]]
+                width = prog[k, 4]
+                e = b0
+                while e < b0 + m:
+                    row = e // width
+                    col = e - row * width
+                    run = min(width - col, b0 + m - e)
+                    base = idx[b + row]
+                    out = rd[e - b0:e - b0 + run]
+                    if code == ROWS:
+                        part = src[base + col:base + col + run]
+                        for j in range(run):
+                            out[j] = part[j]
+                    else:
+                        v = src[base]
+                        for j in range(run):
+                            out[j] = v
+                    e += run
             elif code == CONST:
                 v = consts[a]
                 for j in range(m):
                     rd[j] = v
             elif code == STORE:
-                dst = arrays[b]
+                dst = arrays[b][prog[k, 4] + b0:prog[k, 4] + b0 + m]
                 ra = regs[a]
                 for j in range(m):
-                    dst[b0 + j] = ra[j]
+                    dst[j] = ra[j]
             elif code == NEG:
                 ra = regs[a]
                 for j in range(m):
@@ -111,4 +127,4 @@ def run_program(prog, arrays, idx, consts, regs, n):
                 ra = regs[a]
                 for j in range(m):
                     x = ra[j]
-                    rd[j] = x if (x >= zero or x != x) else zero
+                    rd[j] = zero if x < zero else x  # NaN stays NaN, as np.maximum

@@ -22,7 +22,8 @@ from .recorder import Ref
 
 UNARY = {"neg": 10, "abs": 11, "sqr": 12, "sqrt": 13, "recip": 14, "relu": 15}
 BINARY = {"add": 20, "sub": 21, "mul": 22, "div": 23, "maximum": 24, "minimum": 25}
-_LOAD, _GATHER, _CONST, _STORE = 0, 1, 2, 3
+_LOAD, _ROWS, _CONST, _STORE, _REPEAT = 0, 1, 2, 3, 4
+_READS = (_LOAD, _ROWS, _CONST, _REPEAT)
 BLOCK = 512  # elements per register: a few registers of 2-4 KiB stay in L1
 MIN_OPS = 2  # a single op runs faster as its own NumPy call
 
@@ -108,19 +109,47 @@ def find_groups(calls, slots, live):
     return groups
 
 
-def _offsets(layout):
-    """The storage offset of each element of ``layout``, in row-major order (int64)."""
-    off = np.full((), layout.start_offset, np.int64)
-    for n, s in zip(layout.shape, layout.stride):
+def _offsets(start, shape, stride):
+    """The storage offset of each element of a layout, in row-major order (int64)."""
+    off = np.full((), start, np.int64)
+    for n, s in zip(shape, stride):
         off = off[..., None] + np.arange(n, dtype=np.int64) * s
     return np.ascontiguousarray(off.reshape(-1))
+
+
+def row_reader(layout):
+    """``(code, width, row offsets)`` to read a non-contiguous layout row by row, or None
+    when its last dim is neither contiguous nor broadcast (then the group reads a
+    contiguous copy). Trailing dims that continue the run are merged into the row."""
+    shape, stride = layout.shape, layout.stride
+    if not shape:
+        return None
+    k = len(shape) - 1
+    if stride[k] == 1:
+        code, width = _ROWS, shape[k]
+        while k > 0 and stride[k - 1] == width:
+            k -= 1
+            width *= shape[k]
+    elif stride[k] == 0:
+        code, width = _REPEAT, shape[k]
+        while k > 0 and stride[k - 1] == 0:
+            k -= 1
+            width *= shape[k]
+    else:
+        return None
+    return code, width, _offsets(layout.start_offset, shape[:k], stride[:k])
 
 
 class FusedGroup:
     """One fused run of calls, ready to run: ``group(*input_storages)`` returns the
     storages of the values used after it, in ``self.outputs`` order."""
 
-    def __init__(self, calls, slots, members, shape, dtype, live_after, returned):
+    def __init__(self, calls, slots, members, shape, dtype, live_after, returned, store_into=None):
+        """``store_into``: {slot: (target slot, layout)} for values whose only later use
+        is ``target.copy_into_inplace(layout, value)`` right after the group (an
+        optimiser's ``Var.set``): they are stored into the target directly, when the
+        group reads the target only through that same layout (a block is read before
+        it is written). ``self.stored_into`` lists the target slots so written."""
         from ..backends.cpu.storage import CpuStorage
 
         self.shape = shape
@@ -133,6 +162,8 @@ class FusedGroup:
         loads = {}  # (slot, layout) -> value number
         consts = {}  # constant -> value number
         self.inputs = []  # slots read from outside, in argument order
+        self.copied = {}  # argument number -> layout read through a contiguous copy
+        direct = {}  # slot -> argument number, for slots read in place
         prog = []  # abstract: (code, dst value, a, b)
         idx_parts, idx_len = [], 0
         const_values = []
@@ -148,7 +179,7 @@ class FusedGroup:
                 if v is None:
                     v = consts[key] = nvals
                     nvals += 1
-                    prog.append((_CONST, v, len(const_values), 0))
+                    prog.append((_CONST, v, len(const_values), 0, 0))
                     const_values.append(o[1])
                 return v
             slot, lay = o
@@ -157,21 +188,38 @@ class FusedGroup:
             v = loads.get((slot, lay))
             if v is not None:
                 return v
-            if slot not in self.inputs:
-                self.inputs.append(slot)
-            arg = self.inputs.index(slot)
             v = loads[(slot, lay)] = nvals
             nvals += 1
+            reader = None if lay.contiguous else row_reader(lay)
+            if reader is None and not lay.contiguous:
+                # Read through a contiguous copy made per call (its own argument).
+                self.inputs.append(slot)
+                self.copied[len(self.inputs) - 1] = lay
+                prog.append((_LOAD, v, len(self.inputs) - 1, 0, 0))
+                return v
+            arg = direct.get(slot)
+            if arg is None:
+                arg = direct[slot] = len(self.inputs)
+                self.inputs.append(slot)
             if lay.contiguous:
-                prog.append((_LOAD, v, arg, lay.start_offset))
+                prog.append((_LOAD, v, arg, lay.start_offset, 0))
             else:
-                prog.append((_GATHER, v, arg, idx_len))
-                part = _offsets(lay)
-                idx_parts.append(part)
-                idx_len += part.size
+                code, width, rows = reader
+                prog.append((code, v, arg, idx_len, width))
+                idx_parts.append(rows)
+                idx_len += rows.size
             return v
 
+        store_into = dict(store_into or {})
+        for i in members:
+            for _code, operands in element_op(calls[i], slots)[2]:
+                for o in operands:
+                    if isinstance(o, tuple) and o[0] != "const":
+                        for v, (target, lay) in list(store_into.items()):
+                            if o[0] == target and o[1] != lay:
+                                del store_into[v]
         stores = []  # (value, slot)
+        into = []  # (target argument, layout) of values stored into a target
         for i in members:
             call = calls[i]
             _shape, _dtype, ops = element_op(call, slots)
@@ -180,44 +228,63 @@ class FusedGroup:
                 args = [operand(o, prev) for o in operands]
                 prev = nvals
                 nvals += 1
-                prog.append((code, prev, args[0], args[1] if len(args) > 1 else 0))
+                prog.append((code, prev, args[0], args[1] if len(args) > 1 else 0, 0))
                 self.n_ops += 1
             value[call.out] = prev
-            if call.out in live_after:
+            if call.out in store_into:
+                target, lay = store_into[call.out]
+                arg = direct.get(target)
+                if arg is None:
+                    arg = direct[target] = len(self.inputs)
+                    self.inputs.append(target)
+                into.append((arg, target))
+                prog.append((_STORE, None, prev, ("arg", arg), lay.start_offset))
+            elif call.out in live_after:
                 stores.append((prev, call.out))
-                prog.append((_STORE, None, prev, call.out))
+                prog.append((_STORE, None, prev, call.out, 0))
         self.outputs = [s for _v, s in stores]
+        self.stored_into = [t for _a, t in into]
+        self._into_args = [a for a, _t in into]
         self._returned = [s in returned for s in self.outputs]
         n_in = len(self.inputs)
         out_index = {s: n_in + k for k, s in enumerate(self.outputs)}
-        prog = [(c, d, a, out_index[b]) if c == _STORE else (c, d, a, b) for c, d, a, b in prog]
+        prog = [(c, d, a, b[1] if isinstance(b, tuple) else out_index[b], w) if c == _STORE
+                else (c, d, a, b, w) for c, d, a, b, w in prog]
         self.prog, nregs = _allocate(prog)
         self.regs = np.empty((nregs, min(BLOCK, max(self.count, 1))), npd)
         self.idx = np.concatenate(idx_parts) if idx_parts else np.zeros(1, np.int64)
         self.consts = np.array(const_values or [0], npd)
         # Tuples of one length compile once: pad the buffer tuple to a power of two.
         n_arrays = n_in + len(self.outputs)
-        self._pad = (1 << max(n_arrays - 1, 0).bit_length()) - n_arrays
-        self._pad_arr = np.zeros(1, npd)
-        self._planned = [None if r else self._adopt(np.empty(shape, npd), dtype) for r in self._returned]
+        self._pad = [np.zeros(1, npd)] * ((1 << max(n_arrays - 1, 0).bit_length()) - n_arrays)
+        self._npd = npd
+        self._planned = []
+        for r in self._returned:
+            planned = None if r else self._adopt(np.empty(shape, npd), dtype)
+            self._planned.append((planned, None if planned is None else planned.arr.reshape(-1)))
         from . import cpu_kernel
 
         self._run = cpu_kernel.run_program
 
     def __call__(self, *inputs):
         arrays = [s.arr.reshape(-1) for s in inputs]
+        for arg, lay in self.copied.items():
+            arrays[arg] = np.ascontiguousarray(inputs[arg].view(lay)).reshape(-1)
         outs = []
-        for planned in self._planned:
+        for planned, flat in self._planned:
             if planned is None:
-                s = self._adopt(np.empty(self.shape, self.dtype.np), self.dtype)
+                arr = np.empty(self.count, self._npd)
+                outs.append(self._adopt(arr.reshape(self.shape), self.dtype))
+                arrays.append(arr)
             else:
-                s = planned
-                if getattr(s, "_ws", None) is not None:
-                    s.mark_written()  # drop caches derived from the last replay's values
-            outs.append(s)
-            arrays.append(s.arr.reshape(-1))
-        arrays.extend([self._pad_arr] * self._pad)
+                if getattr(planned, "_ws", None) is not None:
+                    planned.mark_written()  # drop caches derived from the last replay's values
+                outs.append(planned)
+                arrays.append(flat)
+        arrays.extend(self._pad)
         self._run(self.prog, tuple(arrays), self.idx, self.consts, self.regs, self.count)
+        for arg in self._into_args:
+            inputs[arg].mark_written()  # as copy_into_inplace does
         return outs
 
 
@@ -225,37 +292,34 @@ def _allocate(prog):
     """Registers for the abstract program: a value's register is freed after its last
     read, so a chain of any length needs only a few. Returns (int64 rows, register count)."""
     last = {}
-    for k, (code, d, a, b) in enumerate(prog):
-        if code in (_LOAD, _GATHER, _CONST):
-            continue
-        if code == _STORE:
-            last[a] = k
+    for k, (code, d, a, b, w) in enumerate(prog):
+        if code in _READS:
             continue
         last[a] = k
         if code >= 20:
             last[b] = k
     reg_of, free, nregs, rows = {}, [], 0, []
-    for k, (code, d, a, b) in enumerate(prog):
+    for k, (code, d, a, b, w) in enumerate(prog):
         if code == _STORE:
-            rows.append((code, reg_of[a], reg_of[a], b))
+            rows.append((code, reg_of[a], reg_of[a], b, 0))
+            if last.get(a) == k:
+                free.append(reg_of.pop(a))
+            continue
+        reads = () if code in _READS else ({a, b} if code >= 20 else {a})
+        ra = a if code in _READS else reg_of[a]
+        rb = reg_of[b] if code >= 20 else b
+        # The result's register is picked before the operands read for the last
+        # time are freed: a loop whose output is one of its inputs does not vectorise.
+        if free:
+            r = free.pop()
         else:
-            ra = reg_of.get(a, 0) if code not in (_LOAD, _GATHER, _CONST) else a
-            rb = reg_of.get(b, 0) if code >= 20 else b
-            # Free the operands read for the last time before picking the result's
-            # register (an element-wise op may write over its own operand).
-            if code not in (_LOAD, _GATHER, _CONST):
-                for v in {a, b} if code >= 20 else {a}:
-                    if last.get(v) == k and v in reg_of:
-                        free.append(reg_of.pop(v))
-            if free:
-                r = free.pop()
-            else:
-                r = nregs
-                nregs += 1
-            reg_of[d] = r
-            rows.append((code, r, ra, rb))
-            if d not in last:  # never read: give the register back at once
-                free.append(reg_of.pop(d))
-        if code == _STORE and last.get(a) == k and a in reg_of:
-            free.append(reg_of.pop(a))
-    return np.array(rows, np.int64).reshape(-1, 4), max(nregs, 1)
+            r = nregs
+            nregs += 1
+        for v in reads:
+            if last.get(v) == k:
+                free.append(reg_of.pop(v))
+        reg_of[d] = r
+        rows.append((code, r, ra, rb, w))
+        if d not in last:  # never read: give the register back at once
+            free.append(reg_of.pop(d))
+    return np.array(rows, np.int64).reshape(-1, 5), max(nregs, 1)

@@ -65,6 +65,8 @@ class Plan:
         self.n_calls = 0
         self.n_fused_ops = 0
         self.n_groups = 0
+        skip = set()  # copies done by a fused group's stores
+        into_call = self._into_call = {}
         i = 0
         while i < len(calls):
             if i in groups:
@@ -72,13 +74,16 @@ class Plan:
                 last = members[-1]
                 made = {calls[j].out for j in members}
                 after = {s for s in made if last_use.get(s, -1) > last or s in returned}
+                into = self._store_into(calls, slots, live, last, after, returned, last_use, shape, dtype)
                 if after:
-                    g = FusedGroup(calls, slots, members, shape, dtype, after, returned)
+                    g = FusedGroup(calls, slots, members, shape, dtype, after, returned, into)
+                    for t in g.stored_into:
+                        skip.add(into_call[t])
                     name = f"G{self.n_groups}"
                     ns[name] = g
                     outs = "".join(f"s{s}, " for s in g.outputs)
                     ins = ", ".join(f"s{s}" for s in g.inputs)
-                    lines.append(f"    {outs} = {name}({ins})")
+                    lines.append(f"    {outs} = {name}({ins})" if outs else f"    {name}({ins})")
                     self._locals.update(g.outputs)
                     self.n_groups += 1
                     self.n_fused_ops += g.n_ops
@@ -86,7 +91,7 @@ class Plan:
                 i = last + 1
                 continue
             call = calls[i]
-            if live[i]:
+            if live[i] and i not in skip:
                 lines.append("    " + self._call_line(i, call, ns))
                 lines.extend(self._frees([i], calls, i, i))
                 self.n_calls += 1
@@ -97,6 +102,30 @@ class Plan:
         self.source = "\n".join(lines)
         exec(compile(self.source, "<tallow.compile replay>", "exec"), ns)
         self.run = ns["replay"]
+
+    def _store_into(self, calls, slots, live, last, after, returned, last_use, shape, dtype):
+        """{value slot: (target slot, layout)} for the group's values whose only later
+        use is the next live call, ``target.copy_into_inplace(layout, value, whole)``
+        over the group's shape and dtype (``Var.set`` after an update)."""
+        nxt = next((j for j in range(last + 1, len(calls)) if live[j]), None)
+        if nxt is None:
+            return {}
+        call = calls[nxt]
+        if call.name != "copy_into_inplace" or call.owner != "storage" or len(call.args) != 3:
+            return {}
+        dst_lay, src, src_lay = call.args
+        if not isinstance(src, Ref) or src.slot not in after or src.slot in returned:
+            return {}
+        if last_use.get(src.slot) != nxt or src.slot == call.recv.slot:
+            return {}
+        target = slots[call.recv.slot]
+        if target.dtype is not dtype or target.cls_name != "CpuStorage":
+            return {}
+        whole = src_lay.contiguous and src_lay.start_offset == 0 and src_lay.shape == shape
+        if not (whole and dst_lay.contiguous and dst_lay.shape == shape):
+            return {}
+        self._into_call[call.recv.slot] = nxt
+        return {src.slot: (call.recv.slot, dst_lay)}
 
     def _const(self, value, ns):
         name = f"C{self._consts}"
