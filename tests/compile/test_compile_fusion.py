@@ -6,6 +6,7 @@ NumPy itself."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -136,3 +137,41 @@ def test_without_fusion_the_replay_gives_the_same_values():
     for _ in range(2):
         np.testing.assert_array_equal(f(a, b).numpy(), g(a, b).numpy())
     assert f.stats()["fused_groups"] == 0 and g.stats()["fused_groups"] == 1
+
+
+GPU_SETTINGS = settings(max_examples=12, deadline=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.mark.gpu
+@GPU_SETTINGS
+@given(chains(), st.integers(0, 2**31 - 1))
+def test_gpu_chains_are_one_wgsl_kernel_matching_eager(gpu, case, seed):
+    shape, other, steps, _dtype, transpose = case
+    rng = np.random.default_rng(seed)
+    compiled = tl.compile(lambda x, y: _run(x, y, steps))
+
+    def make(shape_, view):
+        a = rng.standard_normal(shape_).astype(np.float32)
+        if view:
+            return tl.Tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)), device=gpu).t()
+        return tl.Tensor(a, device=gpu)
+
+    for _ in range(2):
+        x, y = make(shape, transpose), make(other, False)
+        got = compiled(x, y)
+        want = _run(x, y, steps)
+        # The shader compiler may contract or simplify across the fused ops (a
+        # multiply-add, sqrt(x) * sqrt(x)): within 1e-6 of eager, not always bit-equal.
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+        expect = _run_np(x.numpy(), y.numpy(), steps)
+        np.testing.assert_allclose(got.numpy(), expect, rtol=1e-5, atol=1e-6)
+
+
+def test_gpu_fused_group_source_reads_broadcasts_by_index(gpu):
+    x = tl.Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=gpu)
+    b = tl.Tensor(np.array([1, -1, 2, -2], np.float32), device=gpu)
+    f = tl.compile(lambda p, q: ((p + q) * 2.0).relu())
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x, b).numpy(), np.maximum((x.numpy() + b.numpy()) * 2, 0))
+    assert f.stats()["fused_groups"] == 1 and f.stats()["calls"] == 0

@@ -2,9 +2,10 @@
 per argument signature and replays them, fused and without per-op Python work.
 
 One idea per module: ``signature`` (what a recording is keyed by), ``recorder``
-(capturing one call), ``plan`` (the generated replay), ``fusion_cpu`` and
-``cpu_kernel`` (fused element-wise chains on the CPU), ``api`` (the cache and the
-public function).
+(capturing one call), ``plan`` (the generated replay), ``elementwise`` (which
+calls fuse), ``fusion_cpu`` and ``cpu_kernel`` (fused chains on the CPU, one numba
+kernel), ``fusion_gpu`` (fused chains on the GPU, one generated WGSL kernel each),
+``api`` (the cache and the public function).
 """
 
 from .api import CompiledFunction, compile  # noqa: A004

@@ -18,95 +18,21 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtype as dt
-from .recorder import Ref
+from . import elementwise
 
-UNARY = {"neg": 10, "abs": 11, "sqr": 12, "sqrt": 13, "recip": 14, "relu": 15}
-BINARY = {"add": 20, "sub": 21, "mul": 22, "div": 23, "maximum": 24, "minimum": 25}
 _LOAD, _ROWS, _CONST, _STORE, _REPEAT = 0, 1, 2, 3, 4
 _READS = (_LOAD, _ROWS, _CONST, _REPEAT)
 BLOCK = 512  # elements per register: a few registers of 2-4 KiB stay in L1
-MIN_OPS = 2  # a single op runs faster as its own NumPy call
-
-
-def _is_cpu_float(slot):
-    return slot.cls_name == "CpuStorage" and slot.dtype in (dt.f32, dt.f64)
-
-
-def element_op(call, slots):
-    """``(shape, dtype, ops)`` when ``call`` can join a fused group, else None. ``ops``
-    is a list of ``(code, operands)``; an operand is ``(slot, layout)`` or ``("const", v)``;
-    the last op's value is the call's result."""
-    if call.owner != "storage" or not isinstance(call.out, int) or call.kwargs:
-        return None
-    recv = slots[call.recv.slot]
-    if not _is_cpu_float(recv):
-        return None
-    name, a = call.name, call.args
-    this = recv.slot_no
-    cast = recv.dtype.np.type
-    if name == "unary" and a[0] in UNARY:
-        return a[1].shape, recv.dtype, [(UNARY[a[0]], [(this, a[1])])]
-    if name == "binary" and a[0] in BINARY and isinstance(a[2], Ref):
-        other = slots[a[2].slot]
-        if other.dtype is not recv.dtype or other.cls_name != recv.cls_name:
-            return None
-        return a[1].shape, recv.dtype, [(BINARY[a[0]], [(this, a[1]), (a[2].slot, a[3])])]
-    if name == "binary_scalar" and a[0] in BINARY:
-        x, c = (this, a[1]), ("const", cast(a[2]))
-        return a[1].shape, recv.dtype, [(BINARY[a[0]], [c, x] if a[3] else [x, c])]
-    if name == "affine":
-        # y = x * mul; y += add: two roundings, as the eager kernel.
-        ops = [(BINARY["mul"], [(this, a[0]), ("const", cast(a[1]))]),
-               (BINARY["add"], ["prev", ("const", cast(a[2]))])]
-        return a[0].shape, recv.dtype, ops
-    if name == "clamp":
-        ops, first = [], (this, a[0])
-        if a[1] is not None:
-            ops.append((BINARY["maximum"], [first, ("const", cast(a[1]))]))
-            first = "prev"
-        if a[2] is not None:
-            ops.append((BINARY["minimum"], [first, ("const", cast(a[2]))]))
-        if not ops:
-            return None
-        return a[0].shape, recv.dtype, ops
-    return None
+BACKEND, DTYPES = "CpuStorage", (dt.f32, dt.f64)
 
 
 def find_groups(calls, slots, live):
-    """Runs of fusable consecutive live calls (dead calls are left out): a list of
-    ``(members, shape, dtype)`` with at least ``MIN_OPS`` element-wise ops."""
-    groups = []
-    cur = None  # [members, None, shape, dtype, produced slots, op count]
+    """The CPU's fusable runs (see ``elementwise.find_groups``)."""
+    return elementwise.find_groups(calls, slots, live, BACKEND, DTYPES)
 
-    def close():
-        if cur is not None and cur[5] >= MIN_OPS:
-            groups.append((cur[0], cur[2], cur[3]))
 
-    for i, call in enumerate(calls):
-        if not live[i]:
-            continue
-        info = element_op(call, slots)
-        if info is None:
-            close()
-            cur = None
-            continue
-        shape, dtype, ops = info
-        ok = cur is not None and cur[2] == shape and cur[3] is dtype
-        if ok:
-            for _code, operands in ops:
-                for o in operands:
-                    if isinstance(o, tuple) and o[0] != "const" and o[0] in cur[4]:
-                        lay = o[1]
-                        if not (lay.contiguous and lay.start_offset == 0):
-                            ok = False
-        if not ok:
-            close()
-            cur = [[], None, shape, dtype, set(), 0]
-        cur[0].append(i)
-        cur[4].add(call.out)
-        cur[5] += len(ops)
-    close()
-    return groups
+def element_op(call, slots):
+    return elementwise.element_op(call, slots, BACKEND, DTYPES)
 
 
 def _offsets(start, shape, stride):

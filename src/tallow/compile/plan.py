@@ -22,7 +22,7 @@ import math
 
 from ..errors import CaptureError
 from ..versions import bump
-from .fusion_cpu import FusedGroup, find_groups
+from . import fusion_cpu, fusion_gpu
 from .recorder import Ref
 
 
@@ -47,8 +47,11 @@ class Plan:
                     last_use[s] = i
         groups = {}
         if fuse:
-            for members, shape, dtype in find_groups(calls, slots, live):
-                groups[members[0]] = (members, shape, dtype)
+            for members, shape, dtype in fusion_cpu.find_groups(calls, slots, live):
+                groups[members[0]] = (members, shape, dtype, "cpu")
+            if any(s.cls_name == fusion_gpu.BACKEND for s in slots):
+                for members, shape, dtype in fusion_gpu.find_groups(calls, slots, live):
+                    groups[members[0]] = (members, shape, dtype, "gpu")
         ns = {"_gone": _gone, "_bump": bump}
         self._consts = 0
         lines = ["def replay(inputs):"]
@@ -70,15 +73,23 @@ class Plan:
         i = 0
         while i < len(calls):
             if i in groups:
-                members, shape, dtype = groups[i]
+                members, shape, dtype, where = groups[i]
                 last = members[-1]
                 made = {calls[j].out for j in members}
                 after = {s for s in made if last_use.get(s, -1) > last or s in returned}
-                into = self._store_into(calls, slots, live, last, after, returned, last_use, shape, dtype)
-                if after:
-                    g = FusedGroup(calls, slots, members, shape, dtype, after, returned, into)
+                g = None
+                if after and where == "cpu":
+                    into = self._store_into(calls, slots, live, last, after, returned, last_use, shape, dtype)
+                    g = fusion_cpu.FusedGroup(calls, slots, members, shape, dtype, after, returned, into)
                     for t in g.stored_into:
                         skip.add(into_call[t])
+                elif after:
+                    g = fusion_gpu.GpuFusedGroup(calls, slots, members, shape, dtype, after)
+                    if not g.ok:  # more buffers than one dispatch binds: run the calls
+                        g = None
+                        del groups[i]
+                        continue
+                if g is not None:
                     name = f"G{self.n_groups}"
                     ns[name] = g
                     outs = "".join(f"s{s}, " for s in g.outputs)
