@@ -204,3 +204,27 @@ def test_constants_made_inside_are_made_again_each_replay():
     for x in ([1, 2], [5, 6], [7, 8]):
         out = f(_t(x))
         np.testing.assert_array_equal(out.numpy(), [1, x[0] + 1, x[1] + 1])
+
+
+def test_an_error_inside_caches_nothing_and_the_next_call_records():
+    state = {"fail": True}
+
+    @tl.compile
+    def f(x):
+        if state["fail"]:
+            raise ValueError("boom")
+        return x + 1.0
+
+    with pytest.raises(ValueError, match="boom"):
+        f(_t([1.0]))
+    state["fail"] = False
+    assert f(_t([1.0])).item() == 2.0 and f.stats()["recordings"] == 1
+    # The backend classes are as they were: eager ops run unrecorded.
+    from tallow.backends.cpu.storage import CpuStorage
+    assert "binary" not in CpuStorage.__dict__
+
+
+@pytest.mark.gpu
+def test_a_device_move_inside_is_refused(gpu):
+    with pytest.raises(CaptureError, match="another device"):
+        tl.compile(lambda x: x.to_device(gpu) * 2.0)(_t([1.0]))

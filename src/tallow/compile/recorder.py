@@ -180,9 +180,9 @@ class Recording:
         if name in READS:
             raise CaptureError(
                 f"compile: '{name}' reads a tensor's values into Python inside the compiled "
-                "function (.item(), .numpy(), .values(), print, float(t), bool(t) or an `if` on "
-                "a tensor); a replay would not run that Python again. Return the tensor "
-                "instead and read it after the call")
+                "function (.item(), .numpy(), .values(), print, float(t), bool(t), an `if` on "
+                "a tensor, or a move to another device); a replay would not run that Python "
+                "again. Return the tensor instead and read it (or move it) after the call")
         recv = self.ref(storage, name)
         rargs = self.refs(args, name)
         rkw = {k: (self.ref(v, name) if isinstance(v, BackendStorage) else v) for k, v in kwargs.items()}
