@@ -22,7 +22,8 @@ import math
 
 from ..errors import CaptureError
 from ..versions import bump
-from . import fusion_cpu, fusion_gpu
+from .. import dtype as dt
+from . import cpu_direct, fusion_cpu, fusion_gpu
 from .recorder import Ref
 
 
@@ -57,6 +58,7 @@ class Plan:
         lines = ["def replay(inputs):"]
         self._locals, self._deleted = set(), set()
         self._slots, self._returned, self._last_use = slots, returned, last_use
+        self._written = trace.written
         for slot in slots:
             n = slot.slot_no
             if slot.kind == "input":
@@ -138,6 +140,16 @@ class Plan:
         self._into_call[call.recv.slot] = nxt
         return {src.slot: (call.recv.slot, dst_lay)}
 
+    def _kernel(self, call):
+        """The function a replay calls for ``call``: the recorded one, or a direct
+        kernel where the replay knows better (see ``cpu_direct``)."""
+        if call.name == "matmul" and call.owner == "storage" and isinstance(call.args[1], Ref):
+            lhs, rhs = self._slots[call.recv.slot], self._slots[call.args[1].slot]
+            if (lhs.cls_name == "CpuStorage" and lhs.dtype in (dt.f32, dt.f64)
+                    and call.args[1].slot in self._written):
+                return cpu_direct.matmul_uncached
+        return call.func
+
     def _const(self, value, ns):
         name = f"C{self._consts}"
         self._consts += 1
@@ -157,7 +169,7 @@ class Plan:
 
     def _call_line(self, i, call, ns):
         fname = f"F{i}"
-        ns[fname] = call.func
+        ns[fname] = self._kernel(call)
         if call.owner == "storage":
             recv = self._lit(call.recv, ns)
         else:
