@@ -127,3 +127,14 @@ def test_replayed_update_makes_older_graphs_stale():
     np.testing.assert_array_equal(w.numpy(), np.ones(3, np.float32) - x.numpy())
     with pytest.raises(tl.errors.StaleGraphError):
         before.backward()
+
+
+def test_conv_net_step_replays_eager_updates():
+    """conv2d, ReLU, max-pool, Linear and cross-entropy, with their backward kernels."""
+    from tallow.bench.train import tallow_steps
+
+    eager, compiled_steps = tallow_steps(), tallow_steps()
+    step = tl.compile(compiled_steps["conv"])
+    for _ in range(4):
+        assert step().item() == eager["conv"]().item()
+    assert step.stats()["replays"] == 3
