@@ -25,6 +25,8 @@ UNARY = [
     ("recip(1+abs)", lambda t: (t.abs() + 1.0).recip(), lambda a: 1 / (np.abs(a) + a.dtype.type(1))),
     ("affine", lambda t: t.affine(0.5, -1.25), lambda a: a * a.dtype.type(0.5) + a.dtype.type(-1.25)),
     ("clamp", lambda t: t.clamp(-0.5, 0.75), lambda a: np.minimum(np.maximum(a, a.dtype.type(-0.5)), a.dtype.type(0.75))),
+    ("mask", lambda t: t * t.gt(0.25).to_dtype(t.dtype), lambda a: a * (a > a.dtype.type(0.25)).astype(a.dtype)),
+    ("mask le", lambda t: t.le(-0.5).to_dtype(t.dtype) - t, lambda a: (a <= a.dtype.type(-0.5)).astype(a.dtype) - a),
     ("exp(unfused)", lambda t: t.clamp(-5, 5).exp(), lambda a: np.exp(np.minimum(np.maximum(a, a.dtype.type(-5)), a.dtype.type(5)))),
 ]
 BINARY = [

@@ -20,6 +20,8 @@ import numpy as np
 LOAD, ROWS, CONST, STORE, REPEAT = 0, 1, 2, 3, 4
 NEG, ABS, SQR, SQRT, RECIP, RELU = 10, 11, 12, 13, 14, 15
 ADD, SUB, MUL, DIV, MAX, MIN = 20, 21, 22, 23, 24, 25
+AS_FLOAT = 16
+EQ, NE, LT, LE, GT, GE = 30, 31, 32, 33, 34, 35
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -70,6 +72,32 @@ def run_program(prog, arrays, idx, consts, regs, n):
                     x = ra[j]
                     y = rb[j]
                     rd[j] = x if (x <= y or x != x) else y
+            elif code >= EQ:
+                # A comparison's mask as 1.0 / 0.0 (NumPy's bool cast back to float).
+                ra = regs[a]
+                rb = regs[b]
+                if code == GT:
+                    for j in range(m):
+                        rd[j] = one if ra[j] > rb[j] else zero
+                elif code == GE:
+                    for j in range(m):
+                        rd[j] = one if ra[j] >= rb[j] else zero
+                elif code == LT:
+                    for j in range(m):
+                        rd[j] = one if ra[j] < rb[j] else zero
+                elif code == LE:
+                    for j in range(m):
+                        rd[j] = one if ra[j] <= rb[j] else zero
+                elif code == EQ:
+                    for j in range(m):
+                        rd[j] = one if ra[j] == rb[j] else zero
+                else:
+                    for j in range(m):
+                        rd[j] = one if ra[j] != rb[j] else zero
+            elif code == AS_FLOAT:
+                ra = regs[a]
+                for j in range(m):
+                    rd[j] = ra[j]
             elif code == LOAD:
                 # Slices first: indices provably >= 0 let the loops vectorise.
                 src = arrays[a][b + b0:b + b0 + m]

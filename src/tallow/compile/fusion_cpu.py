@@ -27,12 +27,18 @@ BACKEND, DTYPES = "CpuStorage", (dt.f32, dt.f64)
 
 
 def find_groups(calls, slots, live):
-    """The CPU's fusable runs (see ``elementwise.find_groups``)."""
-    return elementwise.find_groups(calls, slots, live, BACKEND, DTYPES)
+    """The CPU's fusable runs, comparisons included (see ``elementwise.find_groups``)."""
+    return elementwise.find_groups(calls, slots, live, BACKEND, DTYPES, masks=True)
 
 
 def element_op(call, slots):
-    return elementwise.element_op(call, slots, BACKEND, DTYPES)
+    return elementwise.element_op(call, slots, BACKEND, DTYPES, masks=True)
+
+
+def stores_a_mask(slots, live_after) -> bool:
+    """True when a comparison's u8 mask is needed after the group (the kernel's
+    buffers are all of the group's float dtype, so such a group is not fused)."""
+    return any(slots[s].dtype.name == "u8" for s in live_after)
 
 
 def _offsets(start, shape, stride):

@@ -80,6 +80,9 @@ class Plan:
                 made = {calls[j].out for j in members}
                 after = {s for s in made if last_use.get(s, -1) > last or s in returned}
                 g = None
+                if after and where == "cpu" and fusion_cpu.stores_a_mask(slots, after):
+                    del groups[i]  # a mask is needed later: run the calls one by one
+                    continue
                 if after and where == "cpu":
                     into = self._store_into(calls, slots, live, last, after, returned, last_use, shape, dtype)
                     g = fusion_cpu.FusedGroup(calls, slots, members, shape, dtype, after, returned, into)
