@@ -20,7 +20,7 @@ from .dtype import (  # PyTorch's names for the same dtypes
     bfloat16, float16, float32, float64, int64, uint8, uint32,
 )
 from .errors import (
-    DeviceMismatchError, DimOutOfRangeError, DistributedError, DTypeMismatchError,
+    CaptureError, DeviceMismatchError, DimOutOfRangeError, DistributedError, DTypeMismatchError,
     EmbeddingIndexError, FileFormatError, FileWriteError, IndexOutOfRangeError,
     InplaceOnTrackedError, InvalidArgumentError, NarrowOutOfBoundsError, NoGradientError,
     NotContiguousError, NotDifferentiableError, OverlappingWriteError, ShapeMismatchError,
@@ -62,6 +62,7 @@ __all__ = [
     "InplaceOnTrackedError", "OverlappingWriteError", "NotContiguousError",
     "FileWriteError", "StaleGraphError", "NoGradientError", "ValueNotRepresentableError",
     "InvalidArgumentError", "ShapeTooLargeError", "DistributedError", "EmbeddingIndexError",
+    "CaptureError",
     "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
