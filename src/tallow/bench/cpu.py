@@ -22,6 +22,7 @@ import numpy as np
 import tallow as tl
 
 from .common import alternate, have_torch, ms, ratio, table, write_json
+from .compile import bench_compile
 from .train import bench_train
 
 
@@ -226,6 +227,7 @@ def run(args) -> int:
         results["elementwise"] = bench_elementwise(repeats, default_threads, n=1024 if quick else 2048)
         results["network"] = bench_network(repeats, default_threads, passes=50 if quick else 200)
         results["train"] = bench_train(repeats, number=3 if quick else 5)
+        results["compile"] = bench_compile(repeats, number=3 if quick else 5)
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)
