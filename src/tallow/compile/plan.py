@@ -147,7 +147,7 @@ class Plan:
         """The function a replay calls for ``call``: the recorded one, or a direct
         kernel where the replay knows better (see ``cpu_direct``)."""
         if call.name == "matmul" and call.owner == "storage" and isinstance(call.args[1], Ref):
-            lhs, rhs = self._slots[call.recv.slot], self._slots[call.args[1].slot]
+            lhs = self._slots[call.recv.slot]
             if (lhs.cls_name == "CpuStorage" and lhs.dtype in (dt.f32, dt.f64)
                     and call.args[1].slot in self._written):
                 return cpu_direct.matmul_uncached
