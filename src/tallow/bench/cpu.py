@@ -23,6 +23,7 @@ import numpy as np
 import tallow as tl
 
 from .common import alternate, have_torch, ms, ratio, table, write_json
+from .compile import bench_compile
 from .train import bench_train
 
 
@@ -234,6 +235,7 @@ def run(args) -> int:
         results["network"] = bench_network(repeats, default_threads, passes=5 if quick else 200,
                                            rounds=1 if quick else 2)
         results["train"] = bench_train(repeats, number=1 if quick else 5)
+        results["compile"] = bench_compile(repeats, number=1 if quick else 5)
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)
