@@ -18,6 +18,7 @@ from numpy.lib.stride_tricks import as_strided
 from ... import config
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
+from . import gemm
 from .threads import CONFIG
 
 
@@ -70,7 +71,7 @@ def _conv2d(x, k, pad, stride, dil, groups):
         cols = win.reshape(b, groups, cg * kh * kw, oh * ow)
     kern = k.reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
-    return np.matmul(kern, cols).reshape(b, co, oh, ow)
+    return gemm.matmul(kern, cols).reshape(b, co, oh, ow)
 
 
 def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
@@ -87,7 +88,7 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     xs = xs.reshape(groups, b * h * w, cig)
     kern = k.reshape(groups, cig, cog * kh * kw)
     CONFIG.apply()
-    cols = np.matmul(xs, kern).reshape(groups, b, h, w, cog, kh, kw)
+    cols = gemm.matmul(xs, kern).reshape(groups, b, h, w, cog, kh, kw)
     cols = cols.transpose(1, 0, 4, 5, 6, 2, 3).reshape(b, co, kh, kw, h, w)
     buf = np.zeros((b, co, full_h + out_pad[0], full_w + out_pad[1]), cols.dtype)
     hs = stride[0] * (h - 1) + 1
@@ -113,7 +114,7 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     gm = g[:, :, :oh, :ow].reshape(b, groups, cog, oh * ow).transpose(1, 2, 0, 3)
     gm = gm.reshape(groups, cog, b * oh * ow)
     CONFIG.apply()
-    return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
+    return gemm.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
 
 
 def _taps(kernel, stride, oh, ow):

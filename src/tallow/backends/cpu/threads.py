@@ -209,6 +209,8 @@ class ThreadConfig:
         if self._count is None:
             with self._lock:
                 self._resolve()
+        if self._applied is None:  # whatever asks first settles BLAS (see apply)
+            self.apply()
         return self._count
 
     def rule(self) -> str:
@@ -245,7 +247,8 @@ class ThreadConfig:
         self.apply()
 
     def apply(self) -> None:
-        """Keep NumPy's BLAS on one thread (idempotent; cheap once done).
+        """Keep NumPy's BLAS on one thread (idempotent; cheap once done; done by the
+        first ``get()``, so by any code that asks how many threads to use).
 
         BLAS's own worker threads spin-wait between and inside products; when
         another process takes a core they wait on a thread that is not running
@@ -253,7 +256,10 @@ class ThreadConfig:
         its own blocking pool instead (:mod:`tallow.backends.cpu.gemm`), so
         BLAS never needs more than the calling thread.
         """
-        n = self.get()
+        if self._count is None:
+            with self._lock:
+                self._resolve()
+        n = self._count
         if self._applied == n:
             return
         with self._lock:
