@@ -15,9 +15,9 @@ product:
   at least as many rows as the rhs has columns, else column blocks; whole
   matrices of the leading batch dim when both are too narrow to cut), each
   block one single-threaded BLAS call. ``PIECES_PER_THREAD`` blocks per thread
-  are handed out as threads free up (:func:`threads.run_pieces`): the calling
-  thread works too, and a core taken by another process delays at most the
-  block it holds.
+  (one for very large products) are handed out as threads free up
+  (:func:`threads.run_pieces`): the calling thread works too, and a core taken
+  by another process delays at most the block it holds.
 """
 
 from __future__ import annotations
@@ -27,10 +27,17 @@ import numpy as np
 from . import parallel
 from .threads import CONFIG, run_pieces
 
-# Multiply-adds a thread must get before a product is split (measured, docs/design.md):
-# below, one thread finishes before a second one would have started.
-SPLIT_MIN = 1 << 21
+# Multiply-adds a thread must get before a product is split (~0.2 ms of one core's BLAS
+# here; docs/design.md): below, the hand-off (12-20 µs, more when the other core is
+# busy) and a worker that waits for a core cost more than the second thread saves.
+# Every matrix product of a Linear layer with a batch of 64 and widths up to 256 stays
+# on the calling thread.
+SPLIT_MIN = 1 << 23
 PIECES_PER_THREAD = 2
+# From this many multiply-adds per thread (~3 ms), one block per thread: each block
+# repacks one whole operand, and over blocks this long the scheduler's time slices
+# even the threads out anyway.
+ONE_BLOCK_PER_THREAD = 1 << 27
 ALIGN = 32  # block edges on multiples of BLAS's register tiles
 
 
@@ -66,7 +73,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if threads == 1:
         return np.matmul(a, b)
     out = np.empty(batch_shape + (m, n), np.result_type(a, b))
-    parts = threads * PIECES_PER_THREAD
+    work = batch * m * n * k
+    parts = threads if work >= threads * ONE_BLOCK_PER_THREAD else threads * PIECES_PER_THREAD
     if max(m, n) >= 2 * ALIGN:
         if m >= n:
             pieces = _edges(m, parts)
