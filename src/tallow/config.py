@@ -2,7 +2,7 @@
 
 | Variable | Kind | Default | Read | Meaning |
 |---|---|---|---|---|
-| ``TALLOW_NUM_THREADS`` | count | detected | first use of the CPU thread setting | threads of the CPU backend (BLAS, element-wise splits, quantized matmul) |
+| ``TALLOW_NUM_THREADS`` | count | detected | first use of the CPU thread setting | threads of the CPU backend (split float products, element-wise splits, quantized matmul; BLAS itself stays on one) |
 | ``TALLOW_NO_NUMBA`` | flag | off | each quantized matmul | use the NumPy quantized matmul instead of the compiled (numba) one |
 | ``TALLOW_DEQUANTIZE_ALL`` | flag | off | each ``QMatMul`` made | multiply quantized weights as dequantized f32 matrices (candle's ``CANDLE_DEQUANTIZE_ALL``) |
 | ``TALLOW_GPU_OPS_PER_SUBMIT`` | count (0 means 1) | 50 | each GPU device made | GPU ops encoded per queue submission |

@@ -33,7 +33,7 @@ from .train import bench_train
 
 
 def _threads(n):
-    """Set tallow's (and so NumPy's BLAS) and PyTorch's thread counts."""
+    """Set tallow's and PyTorch's thread counts."""
     tl.utils.set_num_threads(n)
     torch = have_torch()
     if torch is not None:
