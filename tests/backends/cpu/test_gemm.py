@@ -264,3 +264,14 @@ def test_run_pieces_nested_inside_a_busy_pool_does_not_deadlock():
         release.set()
         for f in blockers:
             f.result()
+
+
+def test_a_fresh_setting_asked_for_its_pool_first_settles_blas_without_deadlock():
+    """pool() before any get(): the first get() limits BLAS under the setting's lock,
+    which pool() must not be holding then."""
+    config = threads.ThreadConfig()
+    got = []
+    t = threading.Thread(target=lambda: got.append(config.pool()), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert got and config._applied == config.get()

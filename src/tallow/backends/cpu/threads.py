@@ -274,12 +274,14 @@ class ThreadConfig:
     def pool(self):
         """A shared executor with ``get()`` workers (blocking: idle workers sleep on its queue)."""
         if self._pool is None:
+            n = self.get()  # outside the lock: the first get() takes it to settle BLAS
             with self._lock:
                 if self._pool is None:
                     from concurrent.futures import ThreadPoolExecutor
 
-                    self._pool = ThreadPoolExecutor(self.get(), thread_name_prefix="tallow-cpu")
-        return self._pool
+                    self._pool = ThreadPoolExecutor(n, thread_name_prefix="tallow-cpu")
+        pool = self._pool
+        return pool if pool is not None else self.pool()  # dropped by a concurrent set()
 
     def blas_info(self) -> list:
         try:
