@@ -25,7 +25,8 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads from now on, in tallow's own pool and NumPy's BLAS."""
+    """Use ``n`` threads from now on in tallow's own pool (NumPy's BLAS stays on one
+    thread: tallow splits large products itself)."""
     _THREADS.set(n)
 
 

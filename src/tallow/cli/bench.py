@@ -86,6 +86,9 @@ def add_bench_parser(sub):
                         "refuse the flag; under 'all', FILE-<suite>.png each)")
     p.add_argument("--json", metavar="FILE.json", type=output_file, default=None,
                    help="write the results as JSON (under 'all': one object per suite)")
+    p.add_argument("--busy", action="store_true",
+                   help="also measure beside one competing CPU-bound process, at 1 and 2 threads "
+                        "(cpu: the network and 1024 matmul rows; models: the embedding; llm: every run)")
     llm = p.add_argument_group("llm (GGUF Llama decode/prompt speed, side by side with llama.cpp)")
     llm.add_argument("--models", metavar="DIR", default=None,
                      help="folder of model-<FORMAT>.gguf files (default $LLM_BENCH_MODELS or ./llm-bench-models)")
@@ -96,5 +99,4 @@ def add_bench_parser(sub):
                      help="comma-separated thread counts (default 1,2)")
     llm.add_argument("--llama-python", metavar="PYTHON", default=None,
                      help="a Python with llama-cpp-python installed: measure llama.cpp in the same run")
-    llm.add_argument("--busy", action="store_true", help="run one competing CPU-bound process meanwhile")
     p.set_defaults(run=_run)

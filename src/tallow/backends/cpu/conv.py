@@ -35,7 +35,7 @@ from numpy.lib.stride_tricks import as_strided
 from ... import config
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
-from . import parallel
+from . import gemm, parallel
 from .threads import CONFIG
 
 
@@ -158,14 +158,14 @@ def _conv2d(x, k, pad, stride, dil, groups):
         else:
             cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
             cols = cols.reshape(b, groups, cg * kh * kw, oh * ow)
-        return np.matmul(kern, cols).reshape(b, co, oh, ow)
+        return gemm.matmul(kern, cols).reshape(b, co, oh, ow)
     # Small images: one product over the batch, then the output back to NCHW.
     if pointwise:
         xs = _pointwise_input(x, stride).reshape(b, c, oh * ow)
         cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
     else:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, False)
-    y = np.matmul(kern, cols.reshape(groups, cg * kh * kw, b * oh * ow))
+    y = gemm.matmul(kern, cols.reshape(groups, cg * kh * kw, b * oh * ow))
     y = y.reshape(co, b, oh * ow).transpose(1, 0, 2)
     return np.ascontiguousarray(y).reshape(b, co, oh, ow)
 
@@ -188,16 +188,16 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     if _is_pointwise(kh, kw, pad) and stride == (1, 1):
         # Every input pixel lands on its own output pixel: no scatter at all (an
         # output padding, below the dilation, only adds never-reached zeros).
-        y = np.matmul(kern_t, x.reshape(b, groups, cig, pos)).reshape(b, co, h, w)
+        y = gemm.matmul(kern_t, x.reshape(b, groups, cig, pos)).reshape(b, co, h, w)
         if (oh, ow) != (h, w):
             y = np.pad(y, ((0, 0), (0, 0), (0, oh - h), (0, ow - w)))
         return y
     if b == 1 or pos >= SMALL_IMAGE:
-        cols = np.matmul(kern_t, x.reshape(b, groups, cig, pos))  # (b, g, rows, pos)
+        cols = gemm.matmul(kern_t, x.reshape(b, groups, cig, pos))  # (b, g, rows, pos)
         sb, sr = groups * rows * pos, pos
     else:
         xs = np.ascontiguousarray(x.reshape(b, ci, pos).transpose(1, 0, 2))
-        cols = np.matmul(kern_t, xs.reshape(groups, cig, b * pos))  # (g, rows, b, pos)
+        cols = gemm.matmul(kern_t, xs.reshape(groups, cig, b * pos))  # (g, rows, b, pos)
         sb, sr = pos, b * pos
     # The padded output: every tap lands inside it; the padding is cropped after.
     hp, wp = oh + 2 * pad[0], ow + 2 * pad[1]
@@ -233,7 +233,7 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
         cols = cols.reshape(b, groups, rows, oh * ow).transpose(0, 1, 3, 2)
         gm = np.ascontiguousarray(g).reshape(b, groups, cog, oh * ow)
-        return np.matmul(gm, cols).sum(0).reshape(co, cg, kh, kw)
+        return gemm.matmul(gm, cols).sum(0).reshape(co, cg, kh, kw)
     if pointwise:
         xs = _pointwise_input(x, stride)[:, :, :oh, :ow].reshape(b, c, oh * ow)
         cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
@@ -242,7 +242,7 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     gm = g.reshape(b, co, oh * ow).transpose(1, 0, 2)
     gm = np.ascontiguousarray(gm).reshape(groups, cog, b * oh * ow)
     cols = cols.reshape(groups, rows, b * oh * ow)
-    return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
+    return gemm.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
 
 
 # -- NumPy fallbacks (numba missing or TALLOW_NO_NUMBA) -------------------------------------
@@ -281,7 +281,7 @@ def _conv2d_numpy(x, k, pad, stride, dil, groups):
         cols = win.reshape(b, groups, cg * kh * kw, oh * ow)
     kern = k.reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
-    return np.matmul(kern, cols).reshape(b, co, oh, ow)
+    return gemm.matmul(kern, cols).reshape(b, co, oh, ow)
 
 
 def _conv_transpose2d_numpy(x, k, pad, out_pad, stride, dil, groups):
@@ -298,7 +298,7 @@ def _conv_transpose2d_numpy(x, k, pad, out_pad, stride, dil, groups):
     xs = xs.reshape(groups, b * h * w, cig)
     kern = k.reshape(groups, cig, cog * kh * kw)
     CONFIG.apply()
-    cols = np.matmul(xs, kern).reshape(groups, b, h, w, cog, kh, kw)
+    cols = gemm.matmul(xs, kern).reshape(groups, b, h, w, cog, kh, kw)
     cols = cols.transpose(1, 0, 4, 5, 6, 2, 3).reshape(b, co, kh, kw, h, w)
     buf = np.zeros((b, co, full_h + out_pad[0], full_w + out_pad[1]), cols.dtype)
     hs = stride[0] * (h - 1) + 1
@@ -322,7 +322,7 @@ def _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups):
     gm = g[:, :, :oh, :ow].reshape(b, groups, cog, oh * ow).transpose(1, 2, 0, 3)
     gm = gm.reshape(groups, cog, b * oh * ow)
     CONFIG.apply()
-    return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
+    return gemm.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
 
 
 # -- pooling: a compiled pass per op; the NumPy fallbacks loop over the kernel's taps (4

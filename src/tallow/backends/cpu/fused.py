@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from ... import dtype as dt
-from . import parallel
+from . import gemm, parallel
 from .threads import CONFIG
 
 
@@ -300,13 +300,13 @@ class CpuFused:
         k = x.shape[-1]
         x2 = x.reshape(-1, k)
         if dtype in _HALF:
-            y = np.matmul(x2.astype(np.float32), w.T.astype(np.float32))
+            y = gemm.matmul(x2.astype(np.float32), w.T.astype(np.float32))
         else:
             if x2.strides[-1] != x2.itemsize and x2.strides[0] != x2.itemsize:
                 x2 = np.ascontiguousarray(x2)
             if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
                 w = np.ascontiguousarray(w)
-            y = np.matmul(x2, w.T)
+            y = gemm.matmul(x2, w.T)
         if bias is not None:
             bv = bias.view(bias_layout)
             y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv

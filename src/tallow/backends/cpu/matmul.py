@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtype as dt
+from . import gemm
 from .threads import CONFIG
 
 
@@ -58,7 +59,8 @@ def _rhs_operand(rhs, rhs_layout, b, lhs_rows):
 
 
 class CpuMatmul:
-    """Batched matmul of ``CpuStorage`` (NumPy's BLAS)."""
+    """Batched matmul of ``CpuStorage`` (NumPy's BLAS, large float products split over
+    tallow's threads by :mod:`.gemm`)."""
 
     __slots__ = ()
 
@@ -70,7 +72,7 @@ class CpuMatmul:
         dtype = self.dtype
         if dtype in _HALF:
             # f16/bf16 save memory, not time, on a CPU: widen to f32 for BLAS.
-            out = np.matmul(a.astype(np.float32), b.astype(np.float32))
+            out = gemm.matmul(a.astype(np.float32), b.astype(np.float32))
             return self._wrap(out.astype(dtype.np), dtype)
         if dtype.is_float:
             k = a.shape[-1]
@@ -79,5 +81,5 @@ class CpuMatmul:
                 a = _blas_ready(a)
             if b.strides[-1] != b.itemsize:
                 b = _blas_ready(b)
-            return self._wrap(np.matmul(a, b), dtype)
+            return self._wrap(gemm.matmul(a, b), dtype)
         return self._wrap(np.matmul(a, b), dtype)

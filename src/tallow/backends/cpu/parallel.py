@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from .threads import CONFIG
+from .threads import CONFIG, run_pieces
 
 MIN_ELEMENTS = 1 << 18  # 262,144 elements: below this one thread is faster
 
@@ -31,6 +31,11 @@ def serial():
         yield
     finally:
         _local.serial = before
+
+
+def in_serial() -> bool:
+    """True inside :func:`serial` on this thread."""
+    return getattr(_local, "serial", False)
 
 
 def worth_splitting(shape) -> bool:
@@ -52,23 +57,24 @@ def _bounds(rows: int, parts: int):
         start = stop
 
 
+PIECES_PER_THREAD = 2  # a core taken by another process then delays half a thread's share
+
+
 def run_rows(kernel, out: np.ndarray, *inputs) -> np.ndarray:
     """``kernel(out[a:b], *[x[a:b] for x in inputs])`` over row blocks, on the pool.
 
     Inputs that are not arrays (scalars) are passed whole; arrays must have the
-    output's leading dim (stride-0 broadcasts are fine).
+    output's leading dim (stride-0 broadcasts are fine). The blocks go to
+    whichever thread is free first, the calling thread included
+    (:func:`threads.run_pieces`).
     """
-    parts = min(CONFIG.get(), out.shape[0])
-    blocks = list(_bounds(out.shape[0], parts))
-    pool = CONFIG.pool()
+    threads = CONFIG.get()
+    blocks = list(_bounds(out.shape[0], min(threads * PIECES_PER_THREAD, out.shape[0])))
 
     def piece(a, b):
         kernel(out[a:b], *[x[a:b] if isinstance(x, np.ndarray) and x.ndim else x for x in inputs])
 
-    futures = [pool.submit(piece, a, b) for a, b in blocks[1:]]
-    piece(*blocks[0])
-    for f in futures:
-        f.result()
+    run_pieces(piece, blocks, threads)
     return out
 
 

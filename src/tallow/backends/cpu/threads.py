@@ -25,6 +25,7 @@ import warnings
 from ... import config
 
 ENV_VAR = "TALLOW_NUM_THREADS"
+BLAS_THREADS = 1  # NumPy's BLAS runs on the calling thread only (see ThreadConfig.apply)
 
 
 def affinity_cpus() -> set | None:
@@ -208,6 +209,8 @@ class ThreadConfig:
         if self._count is None:
             with self._lock:
                 self._resolve()
+        if self._applied is None:  # whatever asks first settles BLAS (see apply)
+            self.apply()
         return self._count
 
     def rule(self) -> str:
@@ -244,28 +247,41 @@ class ThreadConfig:
         self.apply()
 
     def apply(self) -> None:
-        """Make NumPy's BLAS use ``get()`` threads (idempotent; cheap when unchanged)."""
-        n = self.get()
+        """Keep NumPy's BLAS on one thread (idempotent; cheap once done; done by the
+        first ``get()``, so by any code that asks how many threads to use).
+
+        BLAS's own worker threads spin-wait between and inside products; when
+        another process takes a core they wait on a thread that is not running
+        and a product takes 10-60x longer. tallow splits large products over
+        its own blocking pool instead (:mod:`tallow.backends.cpu.gemm`), so
+        BLAS never needs more than the calling thread.
+        """
+        if self._count is None:
+            with self._lock:
+                self._resolve()
+        n = self._count
         if self._applied == n:
             return
         with self._lock:
             try:
                 from threadpoolctl import threadpool_limits
 
-                threadpool_limits(limits=n, user_api="blas")
+                threadpool_limits(limits=BLAS_THREADS, user_api="blas")
             except Exception:  # no BLAS pool to limit: nothing to apply
                 pass
             self._applied = n
 
     def pool(self):
-        """A shared executor with ``get()`` workers, for splitting large element-wise ops."""
+        """A shared executor with ``get()`` workers (blocking: idle workers sleep on its queue)."""
         if self._pool is None:
+            n = self.get()  # outside the lock: the first get() takes it to settle BLAS
             with self._lock:
                 if self._pool is None:
                     from concurrent.futures import ThreadPoolExecutor
 
-                    self._pool = ThreadPoolExecutor(self.get(), thread_name_prefix="tallow-cpu")
-        return self._pool
+                    self._pool = ThreadPoolExecutor(n, thread_name_prefix="tallow-cpu")
+        pool = self._pool
+        return pool if pool is not None else self.pool()  # dropped by a concurrent set()
 
     def blas_info(self) -> list:
         try:
@@ -280,6 +296,67 @@ class ThreadConfig:
 
 
 CONFIG = ThreadConfig()
+
+
+# -- running pieces of one op on several threads --------------------------------------
+
+class _Pieces:
+    """One op's pieces, handed out one at a time to whichever thread asks first."""
+
+    __slots__ = ("fn", "pieces", "next", "left", "lock", "done", "error")
+
+    def __init__(self, fn, pieces):
+        self.fn = fn
+        self.pieces = pieces
+        self.next = 0
+        self.left = len(pieces)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error = None
+
+    def work(self):
+        pieces, lock = self.pieces, self.lock
+        while True:
+            with lock:
+                i = self.next
+                if i >= len(pieces):
+                    return
+                self.next = i + 1
+            try:
+                self.fn(*pieces[i])
+            except BaseException as e:  # re-raised on the calling thread
+                if self.error is None:
+                    self.error = e
+            with lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.done.set()
+
+
+def run_pieces(fn, pieces, threads: int) -> None:
+    """``fn(*piece)`` for every piece, on up to ``threads`` threads; returns when all ran.
+
+    The calling thread works too, and every thread takes the next piece when it
+    is free, so a pool worker that has not started yet (its core busy with
+    another process) costs nothing: the others take its share. Waiting is
+    blocking (an event), never spinning, so a waiting thread leaves its core
+    to whoever can use it. The caller waits only for pieces already taken,
+    never for a queued worker, so nested use cannot deadlock on a full pool.
+    The first exception a piece raised is raised here, after all pieces ended.
+    """
+    pieces = list(pieces)
+    if threads <= 1 or len(pieces) <= 1:
+        for p in pieces:
+            fn(*p)
+        return
+    job = _Pieces(fn, pieces)
+    pool = CONFIG.pool()
+    for _ in range(min(threads, len(pieces)) - 1):
+        pool.submit(job.work)
+    job.work()
+    job.done.wait()
+    if job.error is not None:
+        raise job.error
 
 
 # -- the ceiling: more threads than usable CPUs only add start-up cost, memory and
