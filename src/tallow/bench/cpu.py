@@ -9,10 +9,13 @@ NumPy and PyTorch measured in the same run.
    and Var weights, two alternating rounds;
 4. per-op overhead: 5000 chained adds of 1024-element f32 tensors;
 5. training steps (MLP and conv net) beside PyTorch at 1 and 2 threads
-   (:mod:`tallow.bench.train`).
+   (:mod:`tallow.bench.train`);
+6. sentence embeddings (all-MiniLM-L6-v2) beside sentence-transformers and ONNX
+   Runtime at 1 and 2 threads (:mod:`tallow.bench.embed`).
 
 ``--quick`` keeps every table but measures fewer sizes (matmul n = 256, 512;
-1024x1024 element-wise) with fewer repeats.
+1024x1024 element-wise) with fewer repeats; its embed rows encode 64 sentences
+without ONNX Runtime (``tallow bench embed`` runs those rows in full).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import tallow as tl
 
 from .common import alternate, have_torch, ms, ratio, table, write_json
+from .embed import bench_embed
 from .train import bench_train
 
 
@@ -226,6 +230,8 @@ def run(args) -> int:
         results["elementwise"] = bench_elementwise(repeats, default_threads, n=1024 if quick else 2048)
         results["network"] = bench_network(repeats, default_threads, passes=50 if quick else 200)
         results["train"] = bench_train(repeats, number=3 if quick else 5)
+        results["embed"] = (bench_embed(n=64, repeats=1, onnx=False) if quick
+                            else bench_embed(repeats=min(repeats, 5)))
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)

@@ -23,6 +23,7 @@ SUITES = {
     "models": "models",
     # Not part of "all": "cpu" already runs its rows.
     "train": "train",
+    "embed": "embed",
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
     "distributed": "distributed",
     "llm": "llm",  # not under "all": it needs model files (see --make-models)
