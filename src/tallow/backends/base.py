@@ -302,6 +302,16 @@ class BackendStorage:
         """Exact-form GELU in the tensor's own precision (within 1e-6 of ``gelu_erf``)."""
         raise NotImplementedError
 
+    def bias_gelu_erf(self, layout, bias, bias_layout):
+        """``gelu_erf(x + bias)``, bias ``(n,)`` of the last dim or None."""
+        raise NotImplementedError
+
+    def add_layer_norm(self, layout, residual, residual_layout, bias, bias_layout,
+                       alpha, alpha_layout, beta, beta_layout, eps: float):
+        """``layer_norm(x + bias + residual) * alpha + beta``; residual x's shape, bias
+        and beta ``(n,)`` or None."""
+        raise NotImplementedError
+
     def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved: bool):
         """Rotary embedding of ``(b, h, t, d)``; cos/sin ``(t, d/2)`` or ``(b, t, d/2)``."""
         raise NotImplementedError

@@ -141,7 +141,16 @@ class BertSelfOutput(Module):
         self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dense(x) + residual)
+        return _dense_add_norm(self.dense, self.LayerNorm, x, residual)
+
+
+def _dense_add_norm(dense: Linear, norm: LayerNorm, x: Tensor, residual: Tensor) -> Tensor:
+    """``norm(dense(x) + residual)`` with the dense layer's bias, the residual and the norm
+    in one pass per row (``ops.add_layer_norm``)."""
+    if not isinstance(dense.weight, Tensor) or norm.weight is None:
+        return norm(dense(x) + residual)
+    return ops.add_layer_norm(linear(x, dense.weight), residual, norm.weight, norm.bias,
+                              norm.eps, bias=dense.bias)
 
 
 class BertAttention(Module):
@@ -161,7 +170,12 @@ class BertIntermediate(Module):
         self.act = ops.activation(cfg.hidden_act)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.dense(x))
+        d = self.dense
+        if self.act is ops.gelu_erf and isinstance(d.weight, Tensor) and d.bias is not None:
+            # The bias goes in with the activation: one pass over the wide activations
+            # instead of two.
+            return ops.gelu_erf(linear(x, d.weight), d.bias)
+        return self.act(d(x))
 
 
 class BertOutput(Module):
@@ -171,7 +185,7 @@ class BertOutput(Module):
         self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dense(x) + residual)
+        return _dense_add_norm(self.dense, self.LayerNorm, x, residual)
 
 
 class BertLayer(Module):

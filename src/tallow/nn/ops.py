@@ -96,8 +96,17 @@ def gelu(x: Tensor) -> Tensor:
     return x.gelu()
 
 
-def gelu_erf(x: Tensor) -> Tensor:
-    """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``."""
+def gelu_erf(x: Tensor, bias: Tensor | None = None) -> Tensor:
+    """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``; of ``x + bias`` when a ``bias`` of
+    the last dim's size is given (one pass on backends that fuse it: the bias of the
+    linear layer before the activation)."""
+    if bias is not None:
+        _check_norm("gelu_erf", x, bias)
+        if not (x._track or bias._track):
+            out = fused("bias_gelu_erf", x, bias._storage, bias._layout)
+            if out is not None:
+                return out
+        x = x.broadcast_add(bias)
     if not x._track:
         out = fused("gelu_erf_fast", x)
         if out is not None:
@@ -194,6 +203,29 @@ def layer_norm(x: Tensor, alpha: Tensor, beta: Tensor | None, eps: float) -> Ten
     var = centred.sqr().mean_keepdim(-1)
     y = centred.broadcast_div((var + eps).sqrt()).to_dtype(dtype).broadcast_mul(alpha)
     return y if beta is None else y.broadcast_add(beta)
+
+
+def add_layer_norm(x: Tensor, residual: Tensor, alpha: Tensor, beta: Tensor | None, eps: float,
+                   bias: Tensor | None = None) -> Tensor:
+    """``layer_norm(x + bias + residual, alpha, beta, eps)``: a transformer's residual
+    connection and its norm, in one pass per row on backends that fuse them (``bias``:
+    the linear layer's, left out of ``x``; None for none)."""
+    params = tuple(t for t in (alpha, beta, bias) if t is not None)
+    _check_norm("add_layer_norm", x, *params)
+    if residual.shape != x.shape:
+        raise ShapeMismatchError(
+            f"add_layer_norm: residual of shape {residual.shape} does not match {x.shape}")
+    same_dtype_device("add_layer_norm", (x, residual) + params)
+    eps = float(eps)
+    if not any(t._track for t in (x, residual) + params):
+        out = fused("add_layer_norm", x, residual._storage, residual._layout,
+                    None if bias is None else bias._storage, None if bias is None else bias._layout,
+                    alpha._storage, alpha._layout, None if beta is None else beta._storage,
+                    None if beta is None else beta._layout, eps)
+        if out is not None:
+            return out
+    y = x + residual if bias is None else x.broadcast_add(bias) + residual
+    return layer_norm(y, alpha, beta, eps)
 
 
 # -- misc --------------------------------------------------------------------------------------

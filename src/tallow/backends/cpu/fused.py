@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from ... import config
 from ... import dtype as dt
 from . import parallel
 from .threads import CONFIG
@@ -157,6 +158,44 @@ def _gelu_chunk(o, x):
     np.subtract(a, o, out=o)
 
 
+# -- compiled kernels (numba) -------------------------------------------------------------------
+
+_NUMBA = {"checked": False, "module": None, "error": None}
+_NUMBA_LOCK = threading.Lock()
+
+
+def compiled():
+    """:mod:`fused_kernels` (numba) when it can be used, else None (numba missing or
+    broken, or ``TALLOW_NO_NUMBA`` set): the NumPy chunk kernels serve then."""
+    if config.flag("TALLOW_NO_NUMBA", False):
+        return None
+    if not _NUMBA["checked"]:
+        with _NUMBA_LOCK:
+            if not _NUMBA["checked"]:
+                try:
+                    from . import fused_kernels
+                    _NUMBA["module"] = fused_kernels
+                except Exception as e:  # an optional speed-up: report why, go on without
+                    _NUMBA["error"] = f"{type(e).__name__}: {e}"
+                _NUMBA["checked"] = True
+    return _NUMBA["module"]
+
+
+def _row_split(kernel, out, *row_arrays):
+    """``kernel(out[a:b], *[x[a:b] ...])``: rows split over the CPU threads when the op is
+    large (the compiled kernels release the GIL), else one call."""
+    if out.size == 0:
+        return out
+    if parallel.worth_splitting(out.shape):
+        parallel.run_rows(kernel, out, *row_arrays)
+    else:
+        kernel(out, *row_arrays)
+    return out
+
+
+_NO_VEC = {np.float32: np.zeros(0, np.float32), np.float64: np.zeros(0, np.float64)}
+
+
 # -- rotary embeddings ----------------------------------------------------------------------------
 
 
@@ -261,9 +300,48 @@ class CpuFused:
         return _finish(self, out, layout.shape, self.dtype)
 
     def gelu_erf_fast(self, layout):
-        """Exact-form GELU in the tensor'self own precision (no f64 detour); |error| < 1e-6."""
+        """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
+        return self.bias_gelu_erf(layout, None, None)
+
+    def bias_gelu_erf(self, layout, bias, bias_layout):
+        """``GELU(x + bias)`` (exact erf form) in one pass; ``bias`` (n,) or None."""
         rows, cd = _rows(self, layout)
-        out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+        b = None if bias is None else _vec(bias, bias_layout, cd)
+        k = compiled()
+        if k is None:
+            if b is not None:
+                rows = rows + b
+            out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+        else:
+            has = b is not None
+            b = _NO_VEC[cd] if b is None else np.ascontiguousarray(b)
+            out = _row_split(lambda o, r: k.bias_gelu_rows(o, r, b, has),
+                             np.empty(rows.shape, cd), np.ascontiguousarray(rows))
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def add_layer_norm(self, layout, residual, residual_layout, bias, bias_layout,
+                       alpha, alpha_layout, beta, beta_layout, eps):
+        """``layer_norm(x + bias + residual) * alpha + beta`` over the last dim, one pass
+        per row; ``bias`` and ``beta`` (n,) or None, ``residual`` x's shape."""
+        rows, cd = _rows(self, layout)
+        res, _ = _rows(residual, residual_layout)
+        b = None if bias is None else _vec(bias, bias_layout, cd)
+        w = _vec(alpha, alpha_layout, cd)
+        be = None if beta is None else _vec(beta, beta_layout, cd)
+        k = compiled()
+        if k is None:
+            x = rows + res
+            if b is not None:
+                x += b
+            out = _run(_ln_chunk, np.empty(rows.shape, cd), x, w, be, eps)
+        else:
+            hb, hbe = b is not None, be is not None
+            b = _NO_VEC[cd] if b is None else np.ascontiguousarray(b)
+            be = _NO_VEC[cd] if be is None else np.ascontiguousarray(be)
+            w = np.ascontiguousarray(w)
+            out = _row_split(lambda o, r, rr: k.add_layer_norm_rows(o, r, rr, b, hb, w, be, hbe, eps),
+                             np.empty(rows.shape, cd), np.ascontiguousarray(rows),
+                             np.ascontiguousarray(res.astype(cd, copy=False)))
         return _finish(self, out, layout.shape, self.dtype)
 
     def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved):
