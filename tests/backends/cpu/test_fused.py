@@ -82,3 +82,98 @@ class _null:
 
     def __exit__(self, *a):
         return False
+
+
+# -- bias + GELU and residual + LayerNorm (compiled with numba, NumPy without) -----------------
+
+@pytest.fixture(params=["numba", "numpy"])
+def kernels(request, monkeypatch):
+    """Both implementations of the fused kernels: numba's and the NumPy fallback."""
+    if request.param == "numpy":
+        monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+    elif fused.compiled() is None:
+        pytest.skip("numba is not available")
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("split", [False, True])
+def test_bias_gelu_matches_torch(kernels, dtype, split, monkeypatch):
+    if split:  # rows split over threads
+        monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1 << 8)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((37, 2, 50)) * 3).astype(dtype)
+    x[0, 0, :6] = [0.0, -0.0, 6.5, -6.5, 40.0, -40.0]  # erf's clamp and GELU's tails
+    b = rng.standard_normal(50).astype(dtype)
+    want = F.gelu(torch.from_numpy(x.astype(np.float64) + b)).numpy()
+    got = ops.gelu_erf(tl.Tensor(x), tl.Tensor(b)).numpy()
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, want, atol=2e-6, rtol=2e-6)
+    plain = ops.gelu_erf(tl.Tensor(x)).numpy()  # without a bias: the same kernel
+    np.testing.assert_allclose(plain, F.gelu(torch.from_numpy(x.astype(np.float64))).numpy(),
+                               atol=2e-6, rtol=2e-6)
+    # a strided input (a transposed view) gives the same values
+    xt = tl.Tensor(np.ascontiguousarray(x.transpose(2, 1, 0))).permute((2, 1, 0))
+    np.testing.assert_allclose(ops.gelu_erf(xt, tl.Tensor(b)).numpy(), got, atol=1e-7, rtol=0)
+
+
+def test_bias_gelu_half_and_nan(kernels):
+    x = np.array([[-1.5, 0.25, np.nan, np.inf]], np.float32)
+    b = np.array([0.5, 0.0, 1.0, 0.0], np.float32)
+    got = ops.gelu_erf(tl.Tensor(x), tl.Tensor(b)).numpy()
+    want = F.gelu(torch.from_numpy(x + b)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-6)  # NaN in the same place, inf kept
+    h = ops.gelu_erf(tl.Tensor(x[:, :2]).to_dtype("f16"), tl.Tensor(b[:2]).to_dtype("f16"))
+    assert h.dtype == tl.f16
+    np.testing.assert_allclose(h.numpy().astype(np.float32), want[:, :2], atol=2e-3)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("with_beta", [True, False])
+@pytest.mark.parametrize("split", [False, True])
+def test_add_layer_norm_matches_torch(kernels, with_bias, with_beta, split, monkeypatch):
+    if split:
+        monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1 << 8)
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((29, 3, 48)) * 2 + 5).astype(np.float32)
+    r = rng.standard_normal((29, 3, 48)).astype(np.float32)
+    w, beta, bias = (rng.standard_normal(48).astype(np.float32) for _ in range(3))
+    s = torch.from_numpy(x) + torch.from_numpy(r)
+    if with_bias:
+        s = s + torch.from_numpy(bias)
+    want = F.layer_norm(s.double(), (48,), torch.from_numpy(w).double(),
+                        torch.from_numpy(beta).double() if with_beta else None, 1e-12).numpy()
+    got = ops.add_layer_norm(tl.Tensor(x), tl.Tensor(r), tl.Tensor(w),
+                             tl.Tensor(beta) if with_beta else None, 1e-12,
+                             bias=tl.Tensor(bias) if with_bias else None).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    # a row of one repeated large value normalises to exactly beta (no rounding residue)
+    flat = np.full((1, 48), 1000.1, np.float32)
+    one = ops.add_layer_norm(tl.Tensor(flat), tl.Tensor(np.zeros_like(flat)), tl.Tensor(w),
+                             tl.Tensor(beta) if with_beta else None, 1e-5).numpy()
+    np.testing.assert_allclose(one[0], beta if with_beta else 0.0, atol=1e-6)
+
+
+def test_add_layer_norm_gradients_and_errors():
+    from tallow.errors import ShapeMismatchError
+
+    rng = np.random.default_rng(5)
+    x, r = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2))
+    w, beta, bias = (rng.standard_normal(8).astype(np.float32) for _ in range(3))
+    vx, vw = tl.Var(x), tl.Var(w)
+    y = ops.add_layer_norm(vx, tl.Tensor(r), vw, tl.Tensor(beta), 1e-5, bias=tl.Tensor(bias))
+    grads = (y * y).sum_all().backward()
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = F.layer_norm(tx + torch.from_numpy(r) + torch.from_numpy(bias), (8,), tw,
+                      torch.from_numpy(beta), 1e-5)
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(grads.get(vx).numpy(), tx.grad.numpy(), atol=1e-4)
+    np.testing.assert_allclose(grads.get(vw).numpy(), tw.grad.numpy(), atol=1e-4)
+    with pytest.raises(ShapeMismatchError, match="residual"):
+        ops.add_layer_norm(tl.Tensor(x), tl.Tensor(r[:2]), tl.Tensor(w), None, 1e-5)
+    with pytest.raises(ShapeMismatchError, match="add_layer_norm"):
+        ops.add_layer_norm(tl.Tensor(x), tl.Tensor(r), tl.Tensor(w), None, 1e-5,
+                           bias=tl.Tensor(bias[:4]))
+    with pytest.raises(ShapeMismatchError, match="gelu_erf"):
+        ops.gelu_erf(tl.Tensor(x), tl.Tensor(bias[:4]))

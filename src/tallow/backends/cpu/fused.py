@@ -142,6 +142,7 @@ _A = tuple(0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.45315202
 def _gelu_chunk(o, x):
     cd = x.dtype.type
     a = np.abs(x)
+    np.minimum(a, cd(1e30), out=a)  # |x| Phi(-|x|) is 0 * inf at x = +-inf otherwise
     t = np.multiply(a, cd(_P))
     t += 1
     np.divide(1, t, out=t)
