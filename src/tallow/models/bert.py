@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import dtype as dt
 from ..creation import cat, zeros_like
 from ..errors import ShapeMismatchError
@@ -117,21 +119,29 @@ class BertSelfAttention(Module):
             self.__dict__["_qkv"] = cached
         return cached[1], cached[2]
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        b, s, h = x.shape
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
+        """``x`` (batch, seq, hidden), or (tokens, hidden) with a ``packing``: the
+        projections run on the packed tokens, the attention on the padded batch."""
+        if packing is None:
+            b, s, h = x.shape
+            spread = _same
+        else:
+            b, s, h = packing.batch, packing.seq, x.shape[-1]
+            spread = packing.spread
         parts = (self.query, self.key, self.value)
         plain = all(isinstance(m.weight, Tensor) and not m.weight._track and
                     (m.bias is None or not m.bias._track) for m in parts)
         if plain and not x._track:
             w, bias = self._qkv_weights()
-            qkv = linear(x, w, bias).reshape((b, s, 3, self.num_heads, self.head_dim))
+            qkv = spread(linear(x, w, bias)).reshape((b, s, 3, self.num_heads, self.head_dim))
             q, k, v = (qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
         else:
-            q = self._heads(self.query(x), b, s)
-            k = self._heads(self.key(x), b, s)
-            v = self._heads(self.value(x), b, s)
+            q = self._heads(spread(self.query(x)), b, s)
+            k = self._heads(spread(self.key(x)), b, s)
+            v = self._heads(spread(self.value(x)), b, s)
         ctx = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
-        return ctx.transpose(1, 2).reshape((b, s, h))
+        ctx = ctx.transpose(1, 2).reshape((b, s, h))
+        return ctx if packing is None else packing.pack(ctx)
 
 
 class BertSelfOutput(Module):
@@ -159,8 +169,8 @@ class BertAttention(Module):
         self.self = BertSelfAttention(vb.pp("self"), cfg)
         self.output = BertSelfOutput(vb.pp("output"), cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.output(self.self(x, mask), x)
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
+        return self.output(self.self(x, mask, packing), x)
 
 
 class BertIntermediate(Module):
@@ -195,8 +205,8 @@ class BertLayer(Module):
         self.intermediate = BertIntermediate(vb.pp("intermediate"), cfg)
         self.output = BertOutput(vb.pp("output"), cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        a = self.attention(x, mask)
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
+        a = self.attention(x, mask, packing)
         return self.output(self.intermediate(a), a)
 
 
@@ -206,9 +216,9 @@ class BertEncoder(Module):
         self.layer = ModuleList(BertLayer(vb.pp(f"layer.{i}"), cfg)
                                 for i in range(cfg.num_hidden_layers))
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
         for layer in self.layer:
-            x = layer(x, mask)
+            x = layer(x, mask, packing)
         return x
 
 
@@ -256,6 +266,72 @@ class BertModel(Module):
         if attention_mask is not None:
             mask = extended_mask(attention_mask, x.dtype)
         return self.encoder(x, mask)
+
+    def forward_unpadded(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                         attention_mask: Tensor | None = None) -> Tensor:
+        """``forward``'s hidden states at the positions ``attention_mask`` keeps, zeros at
+        the others (where ``forward``'s values mean nothing).
+
+        The dense layers (the projections, the feed-forward block, the norms) run on the
+        kept tokens only, packed; only the attention sees the padded batch. A batch of
+        sentences of unequal length costs what its tokens cost, not its padding.
+        """
+        if attention_mask is None:
+            return self.forward(input_ids, token_type_ids)
+        packing = Packing.from_mask(attention_mask)
+        if packing is None:  # no padding to leave out
+            return self.forward(input_ids, token_type_ids)
+        if input_ids.rank != 2:
+            raise ShapeMismatchError(f"BERT: input_ids must be (batch, seq), got {input_ids.shape}")
+        if token_type_ids is None:
+            token_type_ids = zeros_like(input_ids)
+        x = packing.pack(self.embeddings(input_ids, token_type_ids))
+        mask = extended_mask(attention_mask, x.dtype)
+        return packing.unpack_zeros(self.encoder(x, mask, packing))
+
+
+def _same(x):
+    return x
+
+
+class Packing:
+    """The kept positions of a padded ``(batch, seq)`` batch: ``pack`` takes them out
+    as ``(tokens, ...)`` rows, ``spread`` puts rows back into ``(batch * seq, ...)``
+    (padding gets some kept row: the mask hides it from the keys, and what it computes
+    as a query is dropped), ``unpack_zeros`` into ``(batch, seq, ...)`` with zeros."""
+
+    def __init__(self, batch: int, seq: int, keep, spread_ids, zero_ids):
+        self.batch, self.seq = batch, seq
+        self.keep, self.spread_ids, self.zero_ids = keep, spread_ids, zero_ids
+
+    @staticmethod
+    def from_mask(attention_mask: Tensor) -> "Packing | None":
+        """None when the mask keeps every position (nothing to leave out)."""
+        if attention_mask.rank != 2:
+            raise ShapeMismatchError(f"attention_mask must be (batch, seq), got {attention_mask.shape}")
+        b, s = attention_mask.shape
+        kept = attention_mask.to_dtype(dt.f32).numpy().reshape(-1) != 0
+        if kept.all() or not kept.any():
+            return None
+        keep = np.flatnonzero(kept).astype(np.uint32)
+        row = np.cumsum(kept, dtype=np.int64) - 1
+        zero = np.where(kept, row, np.iinfo(np.uint32).max).astype(np.uint32)  # max id: zeros
+        spread = np.where(kept, row, 0).astype(np.uint32)
+        dev = attention_mask.device
+        as_t = lambda a: Tensor.from_vec(a, None, device=dev)  # noqa: E731
+        return Packing(b, s, as_t(keep), as_t(spread), as_t(zero))
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(batch, seq, ...) -> (tokens, ...)."""
+        return x.reshape((self.batch * self.seq,) + x.shape[2:]).index_select(self.keep, 0)
+
+    def spread(self, x: Tensor) -> Tensor:
+        """(tokens, ...) -> (batch * seq, ...), padding filled with some kept row."""
+        return x.index_select(self.spread_ids, 0)
+
+    def unpack_zeros(self, x: Tensor) -> Tensor:
+        """(tokens, ...) -> (batch, seq, ...), zeros at the padding."""
+        return x.index_select(self.zero_ids, 0).reshape((self.batch, self.seq) + x.shape[1:])
 
 
 def extended_mask(attention_mask: Tensor, dtype) -> Tensor:
