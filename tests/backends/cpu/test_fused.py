@@ -177,3 +177,30 @@ def test_add_layer_norm_gradients_and_errors():
                            bias=tl.Tensor(bias[:4]))
     with pytest.raises(ShapeMismatchError, match="gelu_erf"):
         ops.gelu_erf(tl.Tensor(x), tl.Tensor(bias[:4]))
+
+
+@pytest.mark.parametrize("chunk", [1 << 8, 1 << 17])  # one batch row per group / many
+@pytest.mark.parametrize("split", [False, True])
+def test_attention_with_padding_of_mixed_lengths(chunk, split, monkeypatch):
+    """Key-padding masks of different lengths per batch row (the keys they hide are
+    left out of the products), a row with no padding, and a fully masked row."""
+    monkeypatch.setattr(fused, "CHUNK", chunk)
+    if split:
+        monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1 << 8)
+    rng = np.random.default_rng(6)
+    lengths = [10, 1, 4, 7, 10, 0, 5, 9]
+    b, h, s, d = len(lengths), 3, 10, 8
+    q, k, v = ((rng.standard_normal((b, h, s, d)) * 2).astype(np.float32) for _ in range(3))
+    keep = (np.arange(s)[None] < np.array(lengths)[:, None]).astype(np.float32)
+    mask = ((1 - keep) * np.finfo(np.float32).min).reshape(b, 1, 1, s)
+    got = ops.scaled_dot_product_attention(tl.Tensor(q), tl.Tensor(k), tl.Tensor(v), tl.Tensor(mask))
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
+                                          attn_mask=torch.from_numpy(mask))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
+    # the same with -inf for the hidden keys (all rows keep at least one key here)
+    inf_mask = np.where(keep > 0, 0.0, -np.inf).astype(np.float32).reshape(b, 1, 1, s)
+    live = [i for i, n in enumerate(lengths) if n]
+    got = ops.scaled_dot_product_attention(*(tl.Tensor(a[live]) for a in (q, k, v, inf_mask)))
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a[live]) for a in (q, k, v)),
+                                          attn_mask=torch.from_numpy(keep[live].reshape(-1, 1, 1, s) > 0))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)

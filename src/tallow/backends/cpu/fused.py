@@ -221,8 +221,12 @@ def _scratch(shape, dtype) -> np.ndarray:
 _TINY_SUM = 1e-26  # a row whose exp-sum falls below this is redone with its exact max
 
 
-def _attention_rows(o, q, k, v, mask, scale, groups):
+def _attention_rows(o, q, k, v, mask, scale, groups, keys=None):
     """A block of batch rows: o[b] = softmax(q[b] k[b]^T * scale + mask[b]) v[b].
+
+    ``keys`` (one count per batch row, or None): the keys after the first ``keys[b]``
+    are masked out for every query of row ``b`` (padding), so they are left out of
+    the products: their terms would be exactly zero.
 
     Batch elements go in groups whose score matrices together hold about ``CHUNK``
     elements (one element at a time for long sequences, many for short ones), so
@@ -238,11 +242,14 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
     sk = k.shape[2]
     cd = q.dtype.type
     g = max(1, min(nb, 2 * CHUNK // max(h * sq * sk, 1)))
-    ones = np.ones(sk, q.dtype)
-    scores = _scratch((g, h, sq, sk), q.dtype)
+    ones_all = np.ones(sk, q.dtype)
+    scratch = _scratch((g, h, sq, sk), q.dtype)
     for b0 in range(0, nb, g):
         b1 = min(nb, b0 + g)
-        kb, vb = k[b0:b1], v[b0:b1]
+        n = sk if keys is None else int(keys[b0:b1].max())
+        kb, vb = k[b0:b1, :, :n], v[b0:b1, :, :n]
+        ones = ones_all[:n]
+        scores = scratch.reshape(-1)[:g * h * sq * n].reshape(g, h, sq, n)
         if groups > 1:
             kb = np.repeat(kb, groups, axis=1)
             vb = np.repeat(vb, groups, axis=1)
@@ -251,7 +258,7 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
         np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
         mb = None
         if mask is not None:
-            mb = mask[b0:b1]
+            mb = mask[b0:b1, ..., :n] if mask.shape[-1] == sk else mask[b0:b1]
             if not mb.any():  # rows without padding need no mask
                 mb = None
         exact = mb is not None and mb.max() > 0
@@ -264,17 +271,31 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
             shift = buf.max(axis=-1)
         buf -= shift[..., None]
         np.exp(buf, out=buf)
-        total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+        total = (buf.reshape(-1, n) @ ones).reshape(buf.shape[:3] + (1,))
         if not exact and not (total >= _TINY_SUM).all():
             np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
             if mb is not None:
                 buf += mb
             buf -= buf.max(axis=-1, keepdims=True)
             np.exp(buf, out=buf)
-            total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+            total = (buf.reshape(-1, n) @ ones).reshape(buf.shape[:3] + (1,))
         ob = o[b0:b1]
         np.matmul(buf, vb, out=ob)
         ob /= total
+
+
+def _kept_keys(m, sk):
+    """Per batch row, how many leading keys remain once the trailing keys that a
+    key-padding mask (b, 1, 1, sk) hides with the dtype's lowest values are left out;
+    None when that saves nothing (no such mask, or no such keys)."""
+    if m is None or m.shape[1] != 1 or m.shape[2] != 1 or m.shape[3] != sk or sk == 0:
+        return None
+    dead = m[:, 0, 0, :] <= np.finfo(m.dtype).min / 2  # -inf, or extended_mask's min
+    # Trailing dead keys: the first live key from the end; keep at least one key (a
+    # fully masked row keeps its uniform softmax over all keys).
+    live_from_end = np.argmax(~dead[:, ::-1], axis=1)
+    keys = np.where(dead.all(axis=1), sk, sk - live_from_end)
+    return None if (keys == sk).all() else keys
 
 
 class CpuFused:
@@ -419,12 +440,15 @@ class CpuFused:
             while m.ndim < 4:
                 m = m[None]
             m = np.broadcast_to(m, (b,) + m.shape[1:])
+        keys = _kept_keys(m, kk.shape[2])
         out = np.empty((b, h, sq, vv.shape[-1]), cd)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             if parallel.worth_splitting((b, h, sq, kk.shape[2])):
-                parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
-                    o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
-                    out, q, kk, vv, *(() if m is None else (m,)))
+                extra = tuple(a for a in (m, keys) if a is not None)
+                parallel.run_rows(lambda o, q_, k_, v_, *e: _attention_rows(
+                    o, q_, k_, v_, e[0] if m is not None else None, scale, groups,
+                    e[-1] if keys is not None else None),
+                    out, q, kk, vv, *extra)
             else:
-                _attention_rows(out, q, kk, vv, m, scale, groups)
+                _attention_rows(out, q, kk, vv, m, scale, groups, keys)
         return _finish(self, out, out.shape, dtype)
