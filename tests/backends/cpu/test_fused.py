@@ -181,7 +181,7 @@ def test_add_layer_norm_gradients_and_errors():
 
 @pytest.mark.parametrize("chunk", [1 << 8, 1 << 17])  # one batch row per group / many
 @pytest.mark.parametrize("split", [False, True])
-def test_attention_with_padding_of_mixed_lengths(chunk, split, monkeypatch):
+def test_attention_with_padding_of_mixed_lengths(kernels, chunk, split, monkeypatch):
     """Key-padding masks of different lengths per batch row (the keys they hide are
     left out of the products), a row with no padding, and a fully masked row."""
     monkeypatch.setattr(fused, "CHUNK", chunk)
@@ -197,6 +197,14 @@ def test_attention_with_padding_of_mixed_lengths(chunk, split, monkeypatch):
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
                                           attn_mask=torch.from_numpy(mask))
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
+    # no mask, and f64 (the NumPy softmax)
+    got = ops.scaled_dot_product_attention(tl.Tensor(q), tl.Tensor(k), tl.Tensor(v), None, 0.3)
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), scale=0.3)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
+    got = ops.scaled_dot_product_attention(*(tl.Tensor(a.astype(np.float64)) for a in (q, k, v, mask)))
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a.astype(np.float64)) for a in (q, k, v)),
+                                          attn_mask=torch.from_numpy(mask.astype(np.float64)))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-10, rtol=1e-10)
     # the same with -inf for the hidden keys (all rows keep at least one key here)
     inf_mask = np.where(keep > 0, 0.0, -np.inf).astype(np.float32).reshape(b, 1, 1, s)
     live = [i for i, n in enumerate(lengths) if n]

@@ -242,6 +242,10 @@ def _attention_rows(o, q, k, v, mask, scale, groups, keys=None):
     sk = k.shape[2]
     cd = q.dtype.type
     g = max(1, min(nb, 2 * CHUNK // max(h * sq * sk, 1)))
+    kernels = compiled() if q.dtype == np.float32 else None
+    if kernels is not None and (mask is None or (mask.shape[1] == 1 and mask.shape[2] == 1)):
+        _attention_rows_compiled(kernels, o, q, k, v, mask, scale, groups, keys, g)
+        return
     ones_all = np.ones(sk, q.dtype)
     scratch = _scratch((g, h, sq, sk), q.dtype)
     for b0 in range(0, nb, g):
@@ -282,6 +286,34 @@ def _attention_rows(o, q, k, v, mask, scale, groups, keys=None):
         ob = o[b0:b1]
         np.matmul(buf, vb, out=ob)
         ob /= total
+
+
+def _attention_rows_compiled(kernels, o, q, k, v, mask, scale, groups, keys, g):
+    """``_attention_rows`` with the softmax as one compiled pass per score row (scale,
+    key-padding mask, exact row maximum, exp, normalisation): ``mask`` None or
+    (b, 1, 1, sk), f32."""
+    nb, h, sq = q.shape[:3]
+    sk = k.shape[2]
+    scratch = _scratch((g, h, sq, sk), q.dtype)
+    bits = np.empty(sk, np.int32)
+    for b0 in range(0, nb, g):
+        b1 = min(nb, b0 + g)
+        n = sk if keys is None else int(keys[b0:b1].max())
+        kb, vb = k[b0:b1, :, :n], v[b0:b1, :, :n]
+        if groups > 1:
+            kb = np.repeat(kb, groups, axis=1)
+            vb = np.repeat(vb, groups, axis=1)
+        buf = scratch.reshape(-1)[:(b1 - b0) * h * sq * n].reshape(b1 - b0, h, sq, n)
+        np.matmul(q[b0:b1], kb.transpose(0, 1, 3, 2), out=buf)
+        if mask is None:
+            kernels.softmax_rows(buf.reshape(-1, n), scale, _NO_ROWS, h * sq, False, bits)
+        else:
+            mb = np.ascontiguousarray(mask[b0:b1, 0, 0, :n])
+            kernels.softmax_rows(buf.reshape(-1, n), scale, mb, h * sq, True, bits)
+        np.matmul(buf, vb, out=o[b0:b1])
+
+
+_NO_ROWS = np.zeros((1, 0), np.float32)
 
 
 def _kept_keys(m, sk):

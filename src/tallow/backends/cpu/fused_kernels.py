@@ -89,3 +89,67 @@ def add_layer_norm_rows(out, x, residual, bias, has_bias, weight, beta, has_beta
         for j in range(n):
             v = (oi[j] - m32) * s32 * weight[j]
             oi[j] = v + beta[j] if has_beta else v
+
+
+# exp(x) = 2^k e^r, k = round(x log2 e), r = x - k ln 2 in [-ln2/2, ln2/2] (ln 2 split in
+# two for an exact reduction), e^r by Cephes' expf polynomial (~1 ulp). 2^k is built
+# from its bits in an int32 row viewed as float32, which keeps every loop vectorisable
+# (numba has no vectorised exp without Intel's SVML).
+_LOG2E = 1.44269504088896341
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_E1, _E2, _E3, _E4, _E5, _E6 = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_LOW = -87.0  # below this exp(x) is left as 0 (2^k would leave the normal range)
+
+
+@numba.njit(**_ROWS)
+def softmax_rows(s, scale, mask, rows_per_mask, has_mask, bits):
+    """In place, each row r of ``s`` (rows, n): softmax(s[r] * scale + mask[r // rows_per_mask]).
+
+    ``bits``: an int32 scratch row of n elements. The row maximum is exact, so no
+    term overflows and the largest is 1; a row whose entries are all -inf gives
+    NaN, as the exp-normalise definition does."""
+    rows, n = s.shape
+    dt = s.dtype.type
+    sc = dt(scale)
+    fbits = bits.view(np.float32)
+    log2e, hi, lo = dt(_LOG2E), dt(_LN2_HI), dt(_LN2_LO)
+    e1, e2, e3, e4, e5, e6 = dt(_E1), dt(_E2), dt(_E3), dt(_E4), dt(_E5), dt(_E6)
+    low, half, one = dt(_EXP_LOW), dt(0.5), dt(1.0)
+    for r in range(rows):
+        row = s[r]
+        top = -np.inf
+        if has_mask:
+            mr = mask[r // rows_per_mask]
+            for j in range(n):
+                v = row[j] * sc + mr[j]
+                row[j] = v
+                top = v if v > top else top
+        else:
+            for j in range(n):
+                v = row[j] * sc
+                row[j] = v
+                top = v if v > top else top
+        m = dt(top)
+        for j in range(n):
+            x = row[j] - m
+            x = low if x < low else x
+            k = np.floor(x * log2e + half)
+            r_ = x - k * hi
+            r_ = r_ - k * lo
+            p = e1 * r_ + e2
+            p = p * r_ + e3
+            p = p * r_ + e4
+            p = p * r_ + e5
+            p = p * r_ + e6
+            p = p * (r_ * r_) + r_ + one
+            row[j] = p
+            bits[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        total = 0.0
+        for j in range(n):
+            e = row[j] * fbits[j]
+            row[j] = e
+            total += np.float64(e)
+        inv = dt(1.0 / total)
+        for j in range(n):
+            row[j] *= inv
