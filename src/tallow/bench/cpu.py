@@ -14,7 +14,7 @@ NumPy and PyTorch measured in the same run.
    Runtime at 1 and 2 threads (:mod:`tallow.bench.embed`).
 
 ``--quick`` keeps every table but measures fewer sizes (matmul n = 256, 512;
-1024x1024 element-wise) with fewer repeats; its embed rows encode 64 sentences
+1024x1024 element-wise) with fewer repeats; its embed rows encode 32 sentences
 without ONNX Runtime (``tallow bench embed`` runs those rows in full).
 """
 
@@ -230,7 +230,7 @@ def run(args) -> int:
         results["elementwise"] = bench_elementwise(repeats, default_threads, n=1024 if quick else 2048)
         results["network"] = bench_network(repeats, default_threads, passes=50 if quick else 200)
         results["train"] = bench_train(repeats, number=3 if quick else 5)
-        results["embed"] = (bench_embed(n=64, repeats=1, onnx=False) if quick
+        results["embed"] = (bench_embed(n=32, repeats=1, onnx=False) if quick
                             else bench_embed(repeats=min(repeats, 5)))
     finally:
         _threads(default_threads)

@@ -213,6 +213,8 @@ def bench_embed(n=N_SENTENCES, batch_size=BATCH, repeats=5, threads=(1, 2), mode
     try:
         for nt in threads:
             _threads(nt)
+            if not quiet:
+                print(f"  embed: {nt} thread{'s' if nt > 1 else ''}, {len(texts)} sentences ...", flush=True)
             cands = {"tallow": lambda s: ours.encode(s, batch_size=batch_size, show_progress_bar=False)}
             if st is not None:
                 cands["torch"] = lambda s: st.encode(s, batch_size=batch_size, show_progress_bar=False)
