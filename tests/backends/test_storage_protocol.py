@@ -16,7 +16,7 @@ from tallow.backends.base import BackendDevice, BackendStorage
 # kernels) or falls back to dequantized weights (quantized ops).
 OPTIONAL_STORAGE = {
     "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "bias_gelu_erf",
-    "add_layer_norm", "rope", "linear", "attention",
+    "add_layer_norm", "attention_packed", "rope", "linear", "attention",
     "dequantize", "prepare_qweight", "qmatmul_t",
     "conv2d_kernel_grad", "max_pool2d_backward", "avg_pool2d_backward",
 }

@@ -320,6 +320,11 @@ class BackendStorage:
         """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
         raise NotImplementedError
 
+    def attention_packed(self, layout, k, k_layout, v, v_layout, lengths, scale: float):
+        """Self-attention over packed sequences: q, k, v ``(tokens, heads, dim)``, ``lengths``
+        the tokens of each sequence (each attends to its own); ``(tokens, heads, dim_v)``."""
+        raise NotImplementedError
+
     def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale: float):
         """``softmax(q k^T * scale + mask) v``: q ``(b, h, sq, d)``, k/v ``(b, hk, sk, d)``
         (h a multiple of hk), mask None or additive, broadcastable to ``(b, h, sq, sk)``."""

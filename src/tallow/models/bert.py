@@ -133,7 +133,15 @@ class BertSelfAttention(Module):
                     (m.bias is None or not m.bias._track) for m in parts)
         if plain and not x._track:
             w, bias = self._qkv_weights()
-            qkv = spread(linear(x, w, bias)).reshape((b, s, 3, self.num_heads, self.head_dim))
+            qkv = linear(x, w, bias)
+            if packing is not None and packing.lengths is not None and \
+                    ops.has_fused(x, "attention_packed"):
+                # Each sentence attends within its own packed rows: no padding, no mask.
+                qkv = qkv.reshape((-1, 3, self.num_heads, self.head_dim))
+                q, k, v = (qkv.narrow(1, i, 1).squeeze(1) for i in range(3))
+                ctx = ops.attention_packed(q, k, v, packing.lengths, 1.0 / math.sqrt(self.head_dim))
+                return ctx.reshape((-1, h))
+            qkv = spread(qkv).reshape((b, s, 3, self.num_heads, self.head_dim))
             q, k, v = (qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
         else:
             q = self._heads(spread(self.query(x)), b, s)
@@ -300,9 +308,10 @@ class Packing:
     (padding gets some kept row: the mask hides it from the keys, and what it computes
     as a query is dropped), ``unpack_zeros`` into ``(batch, seq, ...)`` with zeros."""
 
-    def __init__(self, batch: int, seq: int, keep, spread_ids, zero_ids):
+    def __init__(self, batch: int, seq: int, keep, spread_ids, zero_ids, lengths=None):
         self.batch, self.seq = batch, seq
         self.keep, self.spread_ids, self.zero_ids = keep, spread_ids, zero_ids
+        self.lengths = lengths  # kept tokens per batch row, when they are a prefix
 
     @staticmethod
     def from_mask(attention_mask: Tensor) -> "Packing | None":
@@ -319,7 +328,13 @@ class Packing:
         spread = np.where(kept, row, 0).astype(np.uint32)
         dev = attention_mask.device
         as_t = lambda a: Tensor.from_vec(a, None, device=dev)  # noqa: E731
-        return Packing(b, s, as_t(keep), as_t(spread), as_t(zero))
+        per_row = kept.reshape(b, s)
+        counts = per_row.sum(axis=1)
+        # Packed attention needs each row's kept tokens to be its first ones (padding at
+        # the end, as tokenizers pad); any other mask takes the padded attention.
+        prefix = bool((per_row == (np.arange(s)[None] < counts[:, None])).all())
+        return Packing(b, s, as_t(keep), as_t(spread), as_t(zero),
+                       tuple(int(c) for c in counts) if prefix else None)
 
     def pack(self, x: Tensor) -> Tensor:
         """(batch, seq, ...) -> (tokens, ...)."""

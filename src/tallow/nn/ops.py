@@ -43,6 +43,18 @@ def fused(name, x, *args, shape=None):
     return Tensor._wrap(out, _contig(x._layout.shape if shape is None else shape))
 
 
+def has_fused(x, name) -> bool:
+    """Whether ``x``'s backend has its own kernel for the fused op ``name`` (rather than
+    the protocol's default, which leaves the op to be composed)."""
+    from ..backends.base import BackendStorage
+
+    s = x._storage
+    fn = getattr(type(s), name, None)
+    if fn is None or fn is getattr(BackendStorage, name, None):
+        return False
+    return name not in _MISSING.get(type(s), ())
+
+
 def _float_only(op, x):
     if not x.dtype.is_float:
         raise UnsupportedDTypeError(f"{op}: needs a float tensor, got {x.dtype}")
@@ -252,6 +264,48 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
         return x
     b, hk, s, d = x.shape
     return x.unsqueeze(2).broadcast_as((b, hk, n_rep, s, d)).reshape((b, hk * n_rep, s, d))
+
+
+def attention_packed(q: Tensor, k: Tensor, v: Tensor, lengths, scale: float | None = None) -> Tensor:
+    """Self-attention over sequences packed one after another, without padding.
+
+    q, k, v ``(tokens, heads, dim)`` hold the tokens of several sequences in turn
+    (``lengths``: the token count of each, summing to ``tokens``); each token attends
+    to the tokens of its own sequence only. Returns ``(tokens, heads, dim_v)``. One
+    kernel on backends that have it, otherwise ``scaled_dot_product_attention`` per
+    sequence.
+    """
+    import math
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.rank != 3:
+            raise ShapeMismatchError(f"attention_packed: {name} must be (tokens, heads, dim), got {t.shape}")
+    lengths = tuple(int(n) for n in lengths)
+    if any(n < 0 for n in lengths) or sum(lengths) != q.shape[0]:
+        raise ShapeMismatchError(
+            f"attention_packed: lengths {lengths[:8]}{'...' if len(lengths) > 8 else ''} do not "
+            f"sum to the {q.shape[0]} tokens")
+    if k.shape != q.shape or v.shape[:2] != q.shape[:2]:
+        raise ShapeMismatchError(f"attention_packed: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
+    same_dtype_device("attention_packed", (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
+    if not any(t._track for t in (q, k, v)):
+        out = fused("attention_packed", q, k._storage, k._layout, v._storage, v._layout,
+                    lengths, scale, shape=q.shape[:2] + (v.shape[2],))
+        if out is not None:
+            return out
+    from ..creation import cat
+
+    if q.shape[0] == 0:
+        return v.copy()
+    parts, start = [], 0
+    for n in lengths:
+        if n:
+            qi, ki, vi = (t.narrow(0, start, n).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+            parts.append(scaled_dot_product_attention(qi, ki, vi, None, scale)
+                         .squeeze(0).transpose(0, 1))
+        start += n
+    return cat(parts, 0)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,

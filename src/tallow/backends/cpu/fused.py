@@ -316,6 +316,32 @@ def _attention_rows_compiled(kernels, o, q, k, v, mask, scale, groups, keys, g):
 _NO_ROWS = np.zeros((1, 0), np.float32)
 
 
+def _packed_sequences(out, q, k, v, starts, scale, first, last):
+    """Sequences ``first..last-1`` of packed self-attention: for each, all heads at once
+    (q k^T, softmax, p v), the result written straight into its rows of ``out``."""
+    h = q.shape[1]
+    kernels = compiled() if q.dtype == np.float32 else None
+    longest = int(np.max(np.diff(starts[first:last + 1]))) if last > first else 0
+    scratch = _scratch((h, longest, longest), q.dtype)
+    bits = np.empty(longest, np.int32)
+    cd = q.dtype.type
+    for i in range(first, last):
+        s, e = int(starts[i]), int(starts[i + 1])
+        n = e - s
+        if n == 0:
+            continue
+        buf = scratch.reshape(-1)[:h * n * n].reshape(h, n, n)
+        np.matmul(q[s:e].transpose(1, 0, 2), k[s:e].transpose(1, 2, 0), out=buf)
+        if kernels is not None:
+            kernels.softmax_rows(buf.reshape(-1, n), scale, _NO_ROWS, 1, False, bits)
+        else:
+            buf *= cd(scale)
+            buf -= buf.max(axis=-1, keepdims=True)
+            np.exp(buf, out=buf)
+            buf /= buf.sum(axis=-1, keepdims=True)
+        np.matmul(buf, v[s:e].transpose(1, 0, 2), out=out[s:e].transpose(1, 0, 2))
+
+
 def _kept_keys(m, sk):
     """Per batch row, how many leading keys remain once the trailing keys that a
     key-padding mask (b, 1, 1, sk) hides with the dtype's lowest values are left out;
@@ -443,6 +469,40 @@ class CpuFused:
             bv = bias.view(bias_layout)
             y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
         return _finish(self, y, layout.shape[:-1] + (w.shape[0],), dtype)
+
+    def attention_packed(self, layout, k, k_layout, v, v_layout, lengths, scale):
+        """Self-attention over sequences packed one after another: q, k, v (tokens,
+        heads, dim), ``lengths`` the tokens of each sequence; every token attends to its
+        own sequence only. No padding, no mask; each sequence's heads are one batched
+        product, and its context goes straight into the packed (tokens, heads, dim)
+        result (no transposed copy)."""
+        CONFIG.apply()
+        dtype = self.dtype
+        cd = _compute_dtype(dtype)
+        q, kk, vv = self.view(layout), k.view(k_layout), v.view(v_layout)
+        if q.dtype != cd:
+            q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
+        starts = np.concatenate(([0], np.cumsum(np.asarray(lengths, np.int64))))
+        out = np.empty(q.shape[:2] + (vv.shape[-1],), cd)
+        count = len(lengths)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            longest = int(max(lengths)) if count else 0
+            parts = min(CONFIG.get(), count)
+            if parts > 1 and parallel.worth_splitting((q.shape[0], q.shape[1], longest)):
+                # Split the sequences where the quadratic work is halved.
+                work = np.cumsum(np.diff(starts) ** 2)
+                cuts = [0] + [int(np.searchsorted(work, work[-1] * j / parts)) + 1
+                              for j in range(1, parts)] + [count]
+                cuts = sorted(set(min(c, count) for c in cuts))
+                pool = CONFIG.pool()
+                futures = [pool.submit(_packed_sequences, out, q, kk, vv, starts, scale, a, b)
+                           for a, b in zip(cuts[1:-1], cuts[2:])]
+                _packed_sequences(out, q, kk, vv, starts, scale, cuts[0], cuts[1])
+                for f in futures:
+                    f.result()
+            else:
+                _packed_sequences(out, q, kk, vv, starts, scale, 0, count)
+        return _finish(self, out, out.shape, dtype)
 
     def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
         """Scaled dot-product attention, one batch element at a time (the score matrix of
