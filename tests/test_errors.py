@@ -1,8 +1,36 @@
 """Every error class, with messages naming the op and what was involved."""
 
+import inspect
+import os
+import re
+
 import pytest
 
 import tallow as tl
+import tallow.errors
+
+API_MD = os.path.join(os.path.dirname(__file__), "..", "docs", "api.md")
+
+
+def error_classes():
+    """The classes tallow.errors defines (not the built-ins it derives from)."""
+    return [cls for name, cls in vars(tallow.errors).items()
+            if inspect.isclass(cls) and cls.__module__ == tallow.errors.__name__]
+
+
+def test_every_error_class_is_exported_and_documented():
+    classes = error_classes()
+    assert len(classes) >= 20 and tl.TallowError in classes  # the module was read
+    with open(API_MD, encoding="utf-8") as f:
+        api = f.read()
+    errors_section = api.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    for cls in classes:
+        assert issubclass(cls, tl.TallowError), cls
+        assert getattr(tl, cls.__name__, None) is cls, f"tallow.{cls.__name__} is missing"
+        assert cls.__name__ in tl.__all__, f"{cls.__name__} is not in tallow.__all__"
+        assert re.search(rf"`{cls.__name__}`", errors_section), \
+            f"{cls.__name__} is not in the Errors section of docs/api.md"
+        assert cls.__doc__, f"{cls.__name__} has no docstring"
 
 
 def test_hierarchy():

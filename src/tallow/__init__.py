@@ -20,10 +20,12 @@ from .dtype import (  # PyTorch's names for the same dtypes
     bfloat16, float16, float32, float64, int64, uint8, uint32,
 )
 from .errors import (
-    DeviceMismatchError, DimOutOfRangeError, DTypeMismatchError, FileFormatError,
-    IndexOutOfRangeError, InplaceOnTrackedError, NarrowOutOfBoundsError, NotContiguousError,
-    NotDifferentiableError, OverlappingWriteError, ShapeMismatchError, TallowError,
-    UnsupportedDTypeError,
+    DeviceMismatchError, DimOutOfRangeError, DistributedError, DTypeMismatchError,
+    EmbeddingIndexError, FileFormatError, FileWriteError, IndexOutOfRangeError,
+    InplaceOnTrackedError, InvalidArgumentError, NarrowOutOfBoundsError, NoGradientError,
+    NotContiguousError, NotDifferentiableError, OverlappingWriteError, ShapeMismatchError,
+    ShapeTooLargeError, StaleGraphError, TallowError, UnsupportedDTypeError,
+    ValueNotRepresentableError,
 )
 from .layout import Layout
 from .shape import D
@@ -55,6 +57,8 @@ __all__ = [
     "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
     "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
     "InplaceOnTrackedError", "OverlappingWriteError", "NotContiguousError",
+    "FileWriteError", "StaleGraphError", "NoGradientError", "ValueNotRepresentableError",
+    "InvalidArgumentError", "ShapeTooLargeError", "DistributedError", "EmbeddingIndexError",
     "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",

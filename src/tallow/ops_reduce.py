@@ -16,6 +16,7 @@ from collections import namedtuple
 from . import dtype as dt
 from .errors import ShapeMismatchError, ShapeTooLargeError, UnsupportedDTypeError
 from .layout import Layout
+from .limits import check_allocation
 from .op import record1
 from .shape import normalize_dim, normalize_dims
 from .tensor_base import TensorBase
@@ -40,6 +41,10 @@ def _dims_arg(name, dims, dim):
     return dim if dims is None else dims
 
 
+# Below this many elements no check of a materialised size is worth its cost.
+_CHECK_ABOVE = 2**31
+
+
 def _wide_int(t):
     """The dtype integer sums accumulate in: i64 (u32 where the device has no i64)."""
     return dt.i64 if t.device.supports_dtype(dt.i64) else dt.u32
@@ -50,19 +55,47 @@ class ReduceOps:
 
     def _reduce(self, op, dims, name):
         if op == "sum" and self._storage.dtype is dt.u8:
-            # A u8 sum would wrap at 256 (a mask of 300 ones summing to 44).
-            return self.to_dtype(_wide_int(self))._reduce(op, dims, name)
+            # A u8 sum would wrap at 256 (a mask of 300 ones summing to 44). The
+            # widened copy holds one element per stored one: reduced broadcast dims
+            # are left out of it and made up for by a multiplication.
+            wide = _wide_int(self)
+            narrowed, copies = self._reduced_broadcast_dropped(dims)
+            out = narrowed.to_dtype(wide)._reduce(op, dims, name)
+            # u32 (a device without i64) wraps at 2^32 as the repeated sum would.
+            return out if copies == 1 else out * (copies % 2**32 if wide is dt.u32 else copies)
         lay = self._layout
         if lay.count > GPU_MAX_ELEMENTS and self.device.kind != "cpu":
             raise ShapeTooLargeError(
                 f"{name}: shape {lay.shape} has {lay.count} elements; GPU reductions take "
                 f"at most {GPU_MAX_ELEMENTS} (32-bit indices)")
         out_shape = _keep_shape(lay.shape, dims)
+        if lay.count > _CHECK_ABOVE:  # the result of a huge (broadcast) view must fit
+            check_allocation(name, out_shape, dt.u32 if op.startswith("arg") else self.dtype,
+                             self.device)
         out = self._storage.reduce(op, lay, dims)
         rec = None
         if op in ("sum", "max", "min"):
             rec = record1(name, self, dims)
         return self._wrap(out, _contig(out_shape), rec)
+
+    def _reduced_broadcast_dropped(self, dims):
+        """(this tensor with each reduced broadcast dim, of stride 0, narrowed to
+        size 1, the number of copies so dropped): a sum over such a dim is that
+        number times the sum over one element of it, and every other reduction
+        the reduction over one. Not recorded: for untracked tensors only."""
+        lay, copies = self._layout, 1
+        for d in dims:
+            if lay.stride[d] == 0 and lay.shape[d] > 1:
+                copies *= lay.shape[d]
+                lay = lay.narrow(d, 0, 1)
+        return (self._wrap(self._storage, lay) if copies > 1 else self), copies
+
+    def _check_materialised(self, name, dtype=None):
+        """The full-size intermediate ``name`` computes (``var``'s centred values,
+        ``cumsum``'s running sums) can exist: a huge broadcast view fails here with
+        ShapeTooLargeError, before any work, rather than in the allocator."""
+        if self._layout.count > _CHECK_ABOVE:
+            check_allocation(name, self._layout.shape, dtype or self.dtype, self.device)
 
     def _single_dim(self, dim, name):
         if isinstance(dim, (list, tuple)):
@@ -107,17 +140,32 @@ class ReduceOps:
             n *= self._layout.shape[d]
         return 1.0 / n if n else float("nan")
 
-    def _half_in_f32(self, f):
+    def _half_in_f32(self, f, name):
         """``f`` of this f16/bf16 tensor computed in f32 (PyTorch's accumulation): the f32
         sum rounded to f16 before scaling overflows (100.0 * 1000 elements is inf)."""
+        self._check_materialised(name, dt.f32)
         return f(self.to_dtype(dt.f32)).to_dtype(self.dtype)
+
+    def _half_mean_in_f32(self, dims, f, name):
+        """A mean of this f16/bf16 tensor in f32: of an untracked tensor over one
+        element of each reduced broadcast dim (a mean of copies is the mean of
+        one), so that a huge broadcast view is never widened."""
+        if not self._track:
+            narrowed, copies = self._reduced_broadcast_dropped(dims)
+            if copies > 1:
+                return narrowed._half_in_f32(f, name)
+        return self._half_in_f32(f, name)
 
     def _int_mean(self, dims, keepdim):
         """The f32 mean of an integer tensor, from an exact wide integer sum."""
-        total = self.to_dtype(_wide_int(self)).sum(dims, keepdim=keepdim)
+        dims = self._all_dims() if dims is None else normalize_dims(dims, self.rank, "mean")
         n = 1
-        for d in (self._all_dims() if dims is None else normalize_dims(dims, self.rank, "mean")):
+        for d in dims:
             n *= self._layout.shape[d]
+        # The widened copy skips the reduced broadcast dims: their mean is that of one copy.
+        narrowed, copies = self._reduced_broadcast_dropped(dims)
+        total = narrowed.to_dtype(_wide_int(self)).sum(dims, keepdim=keepdim)
+        n //= copies
         return total.to_dtype(dt.f32) * (1.0 / n if n else float("nan"))
 
     def mean_keepdim(self, dims):
@@ -126,7 +174,7 @@ class ReduceOps:
         if self.dtype.is_int:
             return self._int_mean(dims, True)
         if self.dtype in _HALF:
-            return self._half_in_f32(lambda t: t.mean_keepdim(dims))
+            return self._half_mean_in_f32(dims, lambda t: t.mean_keepdim(dims), "mean_keepdim")
         return self.sum_keepdim(dims) * self._mean_scale(dims, "mean_keepdim")
 
     def mean(self, dims=None, keepdim=False, *, dim=None):
@@ -142,7 +190,7 @@ class ReduceOps:
         if self.dtype.is_int:
             return self._int_mean(dims, False)
         if self.dtype in _HALF:
-            return self._half_in_f32(lambda t: t.mean(dims))
+            return self._half_mean_in_f32(dims, lambda t: t.mean(dims), "mean")
         return self.sum(dims) * self._mean_scale(dims, "mean")
 
     def mean_all(self):
@@ -150,7 +198,7 @@ class ReduceOps:
         if self.dtype.is_int:
             return self._int_mean(None, False)
         if self.dtype in _HALF:
-            return self._half_in_f32(lambda t: t.mean_all())
+            return self._half_mean_in_f32(self._all_dims(), lambda t: t.mean_all(), "mean_all")
         return self.sum_all() * self._mean_scale(self._all_dims(), "mean_all")
 
     # -- extremes -------------------------------------------------------------------------
@@ -214,6 +262,25 @@ class ReduceOps:
         out = self._reduce("arg" + op, (d,), "arg" + op + "_keepdim")
         return out.to_dtype(dt.i64) if self.device.supports_dtype(dt.i64) else out
 
+    def _flat_arg(self, op):
+        """The index of the first extreme in the flattened tensor, rank 0.
+
+        Flattening a broadcast view would copy every repeat; the first extreme
+        lies where every broadcast coordinate is 0, so the search runs over one
+        element of each broadcast dim and the index found there is mapped back to
+        the full shape."""
+        narrowed, copies = self._reduced_broadcast_dropped(self._all_dims())
+        flat = narrowed.flatten_all()._arg(op, 0).reshape(())
+        if copies == 1:
+            return flat
+        index, rest, stride = flat * 0, flat, 1
+        for n_small, n_full in zip(reversed(narrowed.shape), reversed(self.shape)):
+            if n_small > 1:  # a dim kept whole: its coordinate counts at the full stride
+                index = index + (rest % n_small) * stride
+                rest = rest // n_small
+            stride *= n_full
+        return index
+
     def argmax_keepdim(self, dim):
         """Indices (i64) of the first maximum over ``dim``, kept as size 1."""
         return self._arg("max", self._single_dim(dim, "argmax_keepdim"))
@@ -233,7 +300,7 @@ class ReduceOps:
 
     def _argext(self, op, dim, keepdim):
         if dim is None:
-            out = self.flatten_all()._arg(op, 0).reshape(())
+            out = self._flat_arg(op)
             return out.reshape((1,) * self.rank) if keepdim else out
         d = self._single_dim(dim, "arg" + op)
         out = self._arg(op, d)
@@ -242,10 +309,12 @@ class ReduceOps:
     # -- logical reductions -----------------------------------------------------------------
     def any(self, dim=None, keepdim=False):
         """u8: 1 where some element over ``dim`` (default: all) is nonzero."""
+        self._check_materialised("any", dt.u8)
         return self.ne(0)._amin_amax("max", dim, keepdim)
 
     def all(self, dim=None, keepdim=False):
         """u8: 1 where every element over ``dim`` (default: all) is nonzero."""
+        self._check_materialised("all", dt.u8)
         return self.ne(0)._amin_amax("min", dim, keepdim)
 
     # -- statistics -------------------------------------------------------------------------
@@ -258,7 +327,8 @@ class ReduceOps:
         if not self.dtype.is_float:
             raise UnsupportedDTypeError(f"var: needs a float dtype, got {self.dtype}")
         if self.dtype in _HALF:
-            return self._half_in_f32(lambda t: t._variance(dims, correction, keepdim))
+            return self._half_in_f32(lambda t: t._variance(dims, correction, keepdim), "var")
+        self._check_materialised("var")
         n = 1
         for d in dims:
             n *= self._layout.shape[d]
@@ -293,6 +363,7 @@ class ReduceOps:
     def cumsum(self, dim):
         """Running sums along ``dim`` (u8 accumulates and returns i64, as PyTorch)."""
         d = normalize_dim(dim, self.rank, "cumsum")
+        self._check_materialised("cumsum", dt.i64 if self.dtype is dt.u8 else None)
         if self._storage.dtype is dt.u8:
             return self.to_dtype(_wide_int(self)).cumsum(d)
         out = self._storage.cumsum(self._layout, d)
@@ -303,6 +374,7 @@ class ReduceOps:
         dims = normalize_dims(dims, self.rank, "log_sum_exp")
         if not dims:
             return self
+        self._check_materialised("log_sum_exp")  # exp(x - max) is full-size
         mx = self.max_keepdim(dims[0])
         for d in dims[1:]:
             mx = mx.max_keepdim(d)
@@ -322,6 +394,7 @@ class ReduceOps:
     def norm(self, p="fro", dim=None, keepdim=False):
         """The 2-norm (Frobenius): ``sqrt(sum(x^2))`` over every element, or over ``dim``
         (PyTorch's ``norm``; ``p`` may be 2/"fro", 1 or ``inf``)."""
+        self._check_materialised("norm")  # x^2 or |x| is full-size
         if p in ("fro", 2, 2.0):
             return self.sqr().sum(dim, keepdim=keepdim).sqrt()
         if p in (1, 1.0):

@@ -16,6 +16,7 @@ from support.ray_corpus import by_value, read_index  # noqa: E402
 
 from tallow.cli import main  # noqa: E402
 from tallow.distributed import connect, embed_dataset, embed_files, local_init_kwargs  # noqa: E402
+from tallow.distributed.runtime import is_loopback, node_address_stays_loopback  # noqa: E402
 from tallow.errors import DistributedError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -46,6 +47,67 @@ def test_local_runtime_is_private(runtime):
     with socket.socket() as s:  # no dashboard on its default port either
         s.settimeout(1)
         assert s.connect_ex(("127.0.0.1", 8265)) != 0
+
+
+def listening_sockets_of_ray():
+    """(process name, pid, address, port) of every listening TCP socket of this
+    process (the driver) and of the processes it started: the GCS, the raylet,
+    the agents and the workers are all descendants of the driver that started
+    the runtime."""
+    import psutil  # Ray ships it (ray/thirdparty_files), on the path once ray is imported
+    me = psutil.Process()
+    found = []
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            name, conns = proc.name(), proc.net_connections(kind="tcp")
+        except psutil.Error:  # exited meanwhile
+            continue
+        found += [(name, proc.pid, c.laddr.ip, c.laddr.port) for c in conns
+                  if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+def test_local_runtime_listens_on_loopback_only(runtime):
+    @ray.remote(max_restarts=1, max_task_retries=1)
+    class Pid:
+        def pid(self):
+            return os.getpid()
+
+    actor = Pid.remote()
+    actor_pid = ray.get(actor.pid.remote())
+    # A Ray Data job with an actor pool too: its own helper actors and workers.
+    ds = embed_dataset(ray.data.from_items([{"text": f"t {i}"} for i in range(8)]),
+                       HashModel(dim=3), num_workers=1, block_rows=4)
+    assert ds.count() == 8
+    sockets = listening_sockets_of_ray()
+    names = {name for name, *_ in sockets}
+    # The check saw the runtime's core processes and a worker, so it tested something.
+    assert {"gcs_server", "raylet"} <= names, sockets
+    assert actor_pid in {pid for _, pid, *_ in sockets}, sockets
+    exposed = [s for s in sockets if not is_loopback(s[2])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    assert is_loopback(ray.util.get_node_ip_address())
+    ray.kill(actor)
+
+
+def test_single_machine_switch_is_held_for_the_start_only():
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    with pytest.raises(KeyError):
+        with node_address_stays_loopback():
+            assert ray_constants.ENABLE_RAY_CLUSTER is False
+            raise KeyError("a failed start")
+    assert ray_constants.ENABLE_RAY_CLUSTER is saved
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("::ffff:127.0.0.1", True),
+    ("localhost", True), ("0.0.0.0", False), ("::", False), ("192.0.2.2", False),
+    ("::ffff:192.0.2.2", False), ("fe80::1%eth0", False), ("example.org", False),
+])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
 
 
 def test_cli_embed_ray_equals_single_process(runtime, corpus_files, model_dir, tmp_path, capsys):

@@ -4,14 +4,17 @@ Ray is an optional dependency (``pip install 'tallow[distributed]'``): nothing h
 imports it at module level, and ``import tallow`` never loads this package.
 
 The local runtime tallow starts is for one user on one machine: no dashboard,
-token authentication on, and the head asked to use the loopback address. Ray
-itself decides where its processes listen (docs/distributed.md has the details):
-a cluster of several machines is the user's to set up and to protect.
+token authentication on, and every process of it listening on the loopback
+address only (docs/distributed.md has the details). A cluster of several
+machines is the user's to set up and to protect.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import warnings
 
 from ..errors import DistributedError
 
@@ -61,8 +64,9 @@ def local_init_kwargs(num_cpus: int | None = None, num_gpus: int | None = None) 
 
     No dashboard (its HTTP server is the usual way into an exposed Ray), and any
     dashboard a later change turns on would bind to loopback; the node address is
-    loopback; logs of the workers stay in Ray's log files rather than on the
-    user's terminal."""
+    loopback (which Ray keeps only inside ``node_address_stays_loopback()``, as
+    ``connect`` starts it); logs of the workers stay in Ray's log files rather than
+    on the user's terminal."""
     kwargs = dict(
         # "local": always a new runtime, even where RAY_ADDRESS names a cluster.
         address="local",
@@ -90,10 +94,12 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
         return ray
     try:
         if address is None:
-            ray.init(**local_init_kwargs(num_cpus, num_gpus))
+            with node_address_stays_loopback():
+                ray.init(**local_init_kwargs(num_cpus, num_gpus))
+            if not local_runtime_on_loopback(ray):
+                warnings.warn("the local Ray runtime did not keep the loopback node address: "
+                              "its processes listen on every interface", stacklevel=2)
             if not local_runtime_authenticated():
-                import warnings
-
                 warnings.warn("the local Ray runtime runs without token authentication "
                               f"(RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): any process "
                               "that reaches its ports can run code as this user", stacklevel=2)
@@ -103,6 +109,57 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
         where = "a local Ray runtime" if address is None else f"the Ray cluster at {address}"
         raise DistributedError(f"could not start or join {where}: {e}") from None
     return ray
+
+
+@contextlib.contextmanager
+def node_address_stays_loopback():
+    """Keep Ray from swapping the loopback node address for a routable one while
+    ``ray.init`` starts a local runtime.
+
+    Every listening socket of a Ray node follows its node address: the gRPC
+    servers of the GCS, the raylet (node and object manager), the workers, the
+    driver and the dashboard agent (metrics) bind 127.0.0.1 when the node address
+    is a loopback one and all interfaces otherwise; the runtime-env agent and the
+    agent's HTTP server bind the node address itself. But on Linux ``ray.init``
+    replaces ``_node_ip_address="127.0.0.1"`` by the address the machine would
+    reach the internet from (``services.resolve_ip_for_localhost`` ->
+    ``get_node_ip_address``), unless Ray's single-machine switch is set: the
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` of macOS and Windows, where a local
+    runtime always listens on loopback. Ray reads that variable once, when it is
+    imported, into ``ray_constants.ENABLE_RAY_CLUSTER``; this sets the constant to
+    False for the start-up only (workers get the node address from the raylet), so
+    a later ``ray.init(address=...)`` in the same process joins clusters as usual.
+    """
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        ray_constants = None
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield  # a Ray without the switch: connect() checks the address it got
+        return
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (IPv4, IPv6, or IPv4 mapped into IPv6)."""
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return host == "localhost"
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def local_runtime_on_loopback(ray) -> bool:
+    """Whether the runtime this process started kept a loopback node address
+    (and so has every process of it listening on loopback only)."""
+    return is_loopback(ray.util.get_node_ip_address())
 
 
 def local_runtime_authenticated() -> bool:

@@ -11,6 +11,42 @@ from ...errors import TallowError
 _HALF = (dt.f16, dt.bf16)
 
 
+def collapse_broadcast_dims(x, dims):
+    """``x`` with every reduced dim of stride 0 (a broadcast dim, all of whose
+    elements are one memory location) narrowed to size 1, and the number of
+    copies that dropped out of each reduced slice.
+
+    A reduction over such a dim needs one element of it: the max, min, argmax and
+    argmin are those of the single element (index 0 for the arg-extremes, NumPy's
+    first occurrence), and the sum is ``copies`` times its sum. So the work, and
+    memory, is that of the elements in storage, not of the view's shape:
+    ``ones(1).broadcast_as((2**25, 2**25)).sum_all()`` is one multiplication, where
+    a loop over the view would run 2^50 additions."""
+    copies = 1
+    index = []
+    for d, (n, stride) in enumerate(zip(x.shape, x.strides)):
+        if d in dims and stride == 0 and n > 1:
+            copies *= n
+            index.append(slice(0, 1))
+        else:
+            index.append(slice(None))
+    return (x[tuple(index)] if copies > 1 else x), copies
+
+
+def _times_copies(total, copies, dtype):
+    """``total * copies`` in the sum's accumulation dtype: floats rounded once from
+    float64, integers wrapping in their own width as the repeated addition would."""
+    if copies == 1:
+        return total
+    if np.issubdtype(dtype, np.floating):
+        return (total.astype(np.float64) * float(copies)).astype(dtype)
+    bits = np.dtype(dtype).itemsize * 8
+    wrapped = copies % (1 << bits)
+    if np.issubdtype(dtype, np.signedinteger) and wrapped >= 1 << (bits - 1):
+        wrapped -= 1 << bits
+    return total * np.array(wrapped, dtype=dtype)  # array arithmetic wraps, unchecked
+
+
 class CpuReduce:
     """Reductions of ``CpuStorage``: sums/extremes over dims, cumsum, argsort."""
 
@@ -22,11 +58,14 @@ class CpuReduce:
         if op == "sum":
             # f16/bf16 accumulate in f32; integers wrap in their own dtype, as candle.
             acc = np.float32 if dtype in _HALF else dtype.np
-            out = np.sum(x, axis=dims, dtype=acc, keepdims=True)
-            return self._wrap(np.asarray(out).astype(dtype.np, copy=False), dtype)
+            x, copies = collapse_broadcast_dims(x, dims)
+            out = np.asarray(np.sum(x, axis=dims, dtype=acc, keepdims=True))
+            out = _times_copies(out, copies, acc)
+            return self._wrap(out.astype(dtype.np, copy=False), dtype)
         for d in dims:
             if x.shape[d] == 0:
                 raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {x.shape})")
+        x, _ = collapse_broadcast_dims(x, dims)
         if op == "max":
             return self._wrap(np.max(x, axis=dims, keepdims=True), dtype)
         if op == "min":

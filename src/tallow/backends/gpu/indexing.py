@@ -187,10 +187,11 @@ class GpuIndexing:
 
     def index_select(self, layout, ids, ids_layout, dim):
         check_ids(ids, ids_layout, layout.shape[dim], "index_select", dim)
+        src = self  # the storage the kernel reads
         if len(layout.shape) > MAX_RANK and _too_many_dims(layout.shape, layout):
             # The kernel reads a virtual layout, which map_new must never compact:
             # compact the real source instead (its virtual layout then merges).
-            self, layout = _compact(self, layout)
+            src, layout = _compact(self, layout)
         shape = layout.shape
 
         def view_of(lay):
@@ -201,17 +202,19 @@ class GpuIndexing:
 
         ids_view = view_of(ids_layout)
         return _direct_or_slabs(
-            self, layout, dim, lambda: _gather(self, layout, ids, ids_view, dim, ids_view.shape),
-            lambda: _gather_slabs(self, layout, ids, ids_layout, dim, view_of))
+            src, layout, dim, lambda: _gather(src, layout, ids, ids_view, dim, ids_view.shape),
+            lambda: _gather_slabs(src, layout, ids, ids_layout, dim, view_of))
 
     def gather(self, layout, ids, ids_layout, dim):
         check_ids(ids, ids_layout, layout.shape[dim], "gather", dim)
+        src = self  # the storage the kernel reads
         if len(layout.shape) > MAX_RANK and _too_many_dims(ids_layout.shape, layout, ids_layout):
-            self, layout = _compact(self, layout)
+            # No kernel reads these layouts: gather from compact copies of both.
+            src, layout = _compact(self, layout)
             ids, ids_layout = _compact(ids, ids_layout)
         return _direct_or_slabs(
-            self, layout, dim, lambda: _gather(self, layout, ids, ids_layout, dim, ids_layout.shape),
-            lambda: _gather_slabs(self, layout, ids, ids_layout, dim, lambda lay: lay))
+            src, layout, dim, lambda: _gather(src, layout, ids, ids_layout, dim, ids_layout.shape),
+            lambda: _gather_slabs(src, layout, ids, ids_layout, dim, lambda lay: lay))
 
     def scatter_inplace(self, layout, ids, ids_layout, src, src_layout, dim, accumulate):
         check_ids(ids, ids_layout, layout.shape[dim], "scatter_add" if accumulate else "scatter", dim)
@@ -222,7 +225,7 @@ class GpuIndexing:
         check_ids(ids, ids_layout, layout.shape[dim], "index_add", dim)
         shape = src_layout.shape
 
-        def view_of(lay):  # the 1-D ids over src'self shape
+        def view_of(lay):  # the 1-D ids over src's shape
             return Layout(shape, tuple(lay.stride[0] if i == dim else 0 for i in range(len(shape))),
                           lay.start_offset)
 

@@ -65,15 +65,17 @@ class GpuMatmul:
         if k == 0:
             out.fill_inplace(Layout.contiguous_of((nb * m * n,)), 0)
             return out
+        lhs = self  # the storage the kernel reads as A
         bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
         if len(bshape) > MAX_BATCH_RANK:
-            self, lhs_layout = compact_via_host(self, lhs_layout)
+            # No kernel reads these batch dims: multiply compact copies of both operands.
+            lhs, lhs_layout = compact_via_host(self, lhs_layout)
             rhs, rhs_layout = compact_via_host(rhs, rhs_layout)
             bshape, (abst, bbst) = merge_dims(batch_dims, (lhs_layout.stride[:-2], rhs_layout.stride[:-2]))
-        for x in (self, rhs, out):
+        for x in (lhs, rhs, out):
             if x.buf.size > state.max_binding:
                 raise TallowError(
-                    f"matmul: an operand of {x.buf.size} bytes exceeds the adapter'self max storage "
+                    f"matmul: an operand of {x.buf.size} bytes exceeds the adapter's max storage "
                     f"binding size ({state.max_binding} bytes); split the product (e.g. by rows)")
         sam, sak = lhs_layout.stride[-2], lhs_layout.stride[-1]
         sbk, sbn = rhs_layout.stride[-2], rhs_layout.stride[-1]
@@ -96,7 +98,7 @@ class GpuMatmul:
                 for z0 in range(0, nb, limit):
                     words = (R, k, 0, z0, lhs_layout.start_offset, rhs_layout.start_offset,
                              sr, sk, sv, 0, len(bshape), 0, 0, 0, 0, 0) + bw
-                    cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words, gx, gy, min(limit, nb - z0))
+                    cmd.dispatch(pipe, (lhs.buf, rhs.buf, out.buf), words, gx, gy, min(limit, nb - z0))
             return out
         tm, tn = pick_tile(m, n, nb, dtype, state.adapter_info.get("adapter_type") != "CPU")
         bm, bn = 16 * tm, 16 * tn
@@ -114,7 +116,7 @@ class GpuMatmul:
                     for x0 in range(0, tiles_n, limit):
                         words = (m, n, k, z0, lhs_layout.start_offset, rhs_layout.start_offset,
                                  sam, sak, sbk, sbn, len(bshape), y0, x0, 0, 0, 0) + bw
-                        cmd.dispatch(pipe, (self.buf, rhs.buf, out.buf), words,
+                        cmd.dispatch(pipe, (lhs.buf, rhs.buf, out.buf), words,
                                      min(limit, tiles_n - x0), min(limit, tiles_m - y0),
                                      min(limit, nb - z0))
         return out

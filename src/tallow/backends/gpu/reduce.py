@@ -65,17 +65,19 @@ class GpuReduce:
         for d in dims:
             if layout.shape[d] == 0 and op != "sum":
                 raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {layout.shape})")
-        view = _row_view(self, layout, dims)
+        # src: the storage the kernel reads; a compact copy where no kernel reads layout.
+        src = self
+        view = _row_view(src, layout, dims)
         if view is None:
-            self, layout = compact_via_host(self, layout)
-            view = _row_view(self, layout, dims)
+            src, layout = compact_via_host(self, layout)
+            view = _row_view(src, layout, dims)
         rows, m, rk, rr, tail, rstride = view
         arg = code >= 3
-        out_dtype = dt.u32 if arg else self.dtype
+        out_dtype = dt.u32 if arg else src.dtype
         out = state.empty(rows, out_dtype)
         if rows == 0:
             return out
-        check_window(state, self, op)
+        check_window(state, src, op)
         check_window(state, out, op)
         inner_contig = rr == 0 or rstride[-1] == 1
         per_thread = m <= _SMALL_ROW or (not inner_contig and rows >= 1024)
@@ -86,26 +88,26 @@ class GpuReduce:
             # then the partials, so a long row is spread over many workgroups.
             parts = min(_MAX_PARTS, -(-m // _CHUNK))
             length = -(-m // parts)
-            acc = _ACC.get(self.dtype, self.dtype)
+            acc = _ACC.get(src.dtype, src.dtype)
             partial = state.empty(rows * parts, acc)
             check_window(state, partial, op)
-            p1 = state.kernels.get(REDUCE, (self.dtype.name, acc.name), "reduce_wg", consts)
-            p2 = state.kernels.get(REDUCE, (acc.name, self.dtype.name), "reduce_wg", consts)
+            p1 = state.kernels.get(REDUCE, (src.dtype.name, acc.name), "reduce_wg", consts)
+            p2 = state.kernels.get(REDUCE, (acc.name, src.dtype.name), "reduce_wg", consts)
             w1 = (rows, m, rk, rr, layout.start_offset, parts, length, 0) + (0,) * 8 + tail
             w2 = (rows, parts, 1, 1, 0, 1, parts, 0) + (0,) * 8 + _pad((rows,)) + _pad((parts,)) \
                 + _pad((parts,)) + _pad((1,))
             with cmd.lock:
-                cmd.dispatch(p1, (self.buf, partial.buf), w1, *rows_grid(state, rows * parts))
+                cmd.dispatch(p1, (src.buf, partial.buf), w1, *rows_grid(state, rows * parts))
                 cmd.dispatch(p2, (partial.buf, out.buf), w2, *rows_grid(state, rows))
             return out
         fam = REDUCE_ARG if arg else REDUCE
-        key = (self.dtype.name,) if arg else (self.dtype.name, self.dtype.name)
+        key = (src.dtype.name,) if arg else (src.dtype.name, src.dtype.name)
         entry = "reduce_thread" if per_thread else "reduce_wg"
         pipe = state.kernels.get(fam, key, entry, consts)
         words = (rows, m, rk, rr, layout.start_offset, 1, m, 0) + (0,) * 8 + tail
         with cmd.lock:
             groups = grid(state, rows) if per_thread else rows_grid(state, rows)
-            cmd.dispatch(pipe, (self.buf, out.buf), words, *groups)
+            cmd.dispatch(pipe, (src.buf, out.buf), words, *groups)
         return out
 
     def cumsum(self, layout, dim):
@@ -121,9 +123,9 @@ class GpuReduce:
         kept = [i for i in range(len(shape)) if i != dim]
         kshape, (kin, kout) = merge_dims(tuple(shape[i] for i in kept),
                                          (tuple(layout.stride[i] for i in kept), tuple(ostride[i] for i in kept)))
-        if len(kshape) > MAX_RANK:
-            self, layout = compact_via_host(self, layout)
-            return cumsum(self, layout, dim)
+        if len(kshape) > MAX_RANK:  # no kernel reads this layout: scan a compact copy
+            compact, compact_layout = compact_via_host(self, layout)
+            return compact.cumsum(compact_layout, dim)
         rows = n // shape[dim]
         words = (rows, shape[dim], len(kshape), 0, layout.start_offset, layout.stride[dim],
                  ostride[dim], 0) + (0,) * 8 + _pad(kshape) + _pad(kin) + _pad(kout)
@@ -144,9 +146,9 @@ class GpuReduce:
         check_window(state, self, "arg_sort_last_dim")
         rows = count // n
         rshape, (rstride,) = merge_dims(shape[:-1], (layout.stride[:-1],))
-        if len(rshape) > MAX_RANK:
-            self, layout = compact_via_host(self, layout)
-            return arg_sort_last_dim(self, layout, ascending)
+        if len(rshape) > MAX_RANK:  # no kernel reads this layout: sort a compact copy
+            compact, compact_layout = compact_via_host(self, layout)
+            return compact.arg_sort_last_dim(compact_layout, ascending)
         N = 1 << max(0, (n - 1).bit_length())
         consts = (("DESCENDING", not ascending),)
         head = (rows, n, len(rshape), N, layout.start_offset, layout.stride[-1], 0, 0) + (0,) * 8
