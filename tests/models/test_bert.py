@@ -98,6 +98,15 @@ def test_unpadded_forward_matches_transformers_on_mixed_lengths(tiny_bert_dir, d
     assert (got[~valid] == 0).all()
     padded = ours.forward(*args).numpy()
     np.testing.assert_allclose(padded[valid], got[valid], atol=2e-5, rtol=1e-5)
+    # padding first in one row (kept tokens not a prefix): the padded attention serves
+    left = mask.copy()
+    left[1] = 0
+    left[1, 4:] = 1
+    with torch.no_grad():
+        want_l = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(left),
+                    token_type_ids=torch.from_numpy(types)).last_hidden_state.numpy()
+    got_l = ours.forward_unpadded(args[0], args[1], tl.Tensor(left.astype(np.uint32), device=device)).numpy()
+    np.testing.assert_allclose(got_l[left.astype(bool)], want_l[left.astype(bool)], atol=2e-5, rtol=1e-5)
     # nothing to leave out: the plain forward
     full = [a.narrow(0, 0, 1) for a in args]
     np.testing.assert_allclose(ours.forward_unpadded(*full).numpy(), ours.forward(*full[:2]).numpy(),

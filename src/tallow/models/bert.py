@@ -121,7 +121,8 @@ class BertSelfAttention(Module):
 
     def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
         """``x`` (batch, seq, hidden), or (tokens, hidden) with a ``packing``: the
-        projections run on the packed tokens, the attention on the padded batch."""
+        projections run on the packed tokens, and the attention on them too where the
+        backend has a packed kernel (else on the batch spread back to its padding)."""
         if packing is None:
             b, s, h = x.shape
             spread = _same
@@ -281,8 +282,10 @@ class BertModel(Module):
         the others (where ``forward``'s values mean nothing).
 
         The dense layers (the projections, the feed-forward block, the norms) run on the
-        kept tokens only, packed; only the attention sees the padded batch. A batch of
-        sentences of unequal length costs what its tokens cost, not its padding.
+        kept tokens only, packed, and so does the attention (each row within its own
+        tokens) on backends with ``attention_packed`` when the kept tokens of each row
+        come first. A batch of sentences of unequal length costs what its tokens cost,
+        not its padding.
         """
         if attention_mask is None:
             return self.forward(input_ids, token_type_ids)
