@@ -22,9 +22,12 @@ setup(
         Extension(
             f"tallow.backends.cpu.native.{name}",
             sources=[f"src/tallow/backends/cpu/native/{name}.c"],
+            # shared helpers and the pool's interface (listed so that they ship in the sdist
+            # and a change to them rebuilds the modules)
+            depends=["src/tallow/backends/cpu/native/common.h", "src/tallow/backends/cpu/native/_workers.h"],
             extra_compile_args=flags,
             optional=True,
         )
-        for name in ("_kernels", "_ops")
+        for name in ("_workers", "_kernels", "_ops")
     ]
 )

@@ -20,7 +20,7 @@ from .dtype import (  # PyTorch's names for the same dtypes
     bfloat16, float16, float32, float64, int64, uint8, uint32,
 )
 from .errors import (
-    DeviceMismatchError, DimOutOfRangeError, DistributedError, DTypeMismatchError,
+    CaptureError, DeviceMismatchError, DimOutOfRangeError, DistributedError, DTypeMismatchError,
     EmbeddingIndexError, FileFormatError, FileWriteError, IndexOutOfRangeError,
     InplaceOnTrackedError, InvalidArgumentError, NarrowOutOfBoundsError, NoGradientError,
     NotContiguousError, NotDifferentiableError, OverlappingWriteError, ShapeMismatchError,
@@ -32,6 +32,9 @@ from .shape import D
 from .tensor_class import Tensor
 from .var import Var
 from . import testing, utils  # noqa: E402  (they import the names above)
+# The function, not the package of the same name: importing the package set the
+# attribute first, this binds the name over it (later submodule imports leave it).
+from .compile import CompiledFunction, compile  # noqa: E402,A004
 
 __version__ = "0.1.0"
 
@@ -59,7 +62,9 @@ __all__ = [
     "InplaceOnTrackedError", "OverlappingWriteError", "NotContiguousError",
     "FileWriteError", "StaleGraphError", "NoGradientError", "ValueNotRepresentableError",
     "InvalidArgumentError", "ShapeTooLargeError", "DistributedError", "EmbeddingIndexError",
+    "CaptureError",
     "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
+    "compile", "CompiledFunction",
 ]

@@ -5,6 +5,7 @@
 | ``TALLOW_NUM_THREADS`` | count | detected | first use of the CPU thread setting | threads of the CPU backend (BLAS, element-wise splits, quantized matmul) |
 | ``TALLOW_NO_NUMBA`` | flag | off | each quantized matmul, fused GELU and residual LayerNorm | use the NumPy kernels instead of the compiled (numba) ones |
 | ``TALLOW_DEQUANTIZE_ALL`` | flag | off | each ``QMatMul`` made | multiply quantized weights as dequantized f32 matrices (candle's ``CANDLE_DEQUANTIZE_ALL``) |
+| ``TALLOW_SPLIT_WHEN_BUSY`` | flag | off | import of the compiled kernels | split decode products across threads even when the machine has no CPU to spare (a process at real-time priority or on reserved cores) |
 | ``TALLOW_GPU_OPS_PER_SUBMIT`` | count (0 means 1) | 50 | each GPU device made | GPU ops encoded per queue submission |
 | ``TALLOW_GPU_CACHE_LIMIT`` | size | 1G | each GPU device made | bytes of idle buffers the GPU pool keeps |
 | ``TALLOW_GPU_CHECK_INDICES`` | flag | on | import of the GPU backend | check GPU index ops' ids (a readback) and raise on one out of range |
@@ -29,7 +30,7 @@ import re
 import warnings
 
 VARIABLES = (
-    "TALLOW_NUM_THREADS", "TALLOW_NO_NUMBA", "TALLOW_DEQUANTIZE_ALL",
+    "TALLOW_NUM_THREADS", "TALLOW_NO_NUMBA", "TALLOW_DEQUANTIZE_ALL", "TALLOW_SPLIT_WHEN_BUSY",
     "TALLOW_GPU_OPS_PER_SUBMIT", "TALLOW_GPU_CACHE_LIMIT", "TALLOW_GPU_CHECK_INDICES",
 )
 

@@ -94,3 +94,9 @@ class DistributedError(TallowError, RuntimeError):
 
 class EmbeddingIndexError(TallowError, ValueError):
     """An embedding index directory is missing, empty, or not one tallow wrote."""
+
+
+class CaptureError(TallowError, RuntimeError):
+    """A function given to ``tl.compile`` does something a recorded replay could not
+    repeat faithfully (reads tensor values into Python, draws random numbers, keeps a
+    tensor computed inside, returns a tensor whose graph a replay would not rebuild)."""

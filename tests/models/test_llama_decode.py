@@ -114,7 +114,7 @@ def test_weights_are_read_in_place_from_the_map(files):
     dec = model._decoder
     for part in dec.layers[0].qkv.parts + [dec.layers[0].down, dec.output]:
         assert part.half and not part.w.flags.owndata  # a view of the file, not an f32 copy
-    assert dec.emb_rows.dtype == np.uint8 and not dec.emb_rows.flags.owndata
+    assert dec.emb_rows.table.dtype == np.uint8 and not dec.emb_rows.table.flags.owndata
     assert "model" not in model._modules  # the Tensor modules were never built
     assert model.model.layers[0].ffn_up.weight is not None  # ... until asked for
 
@@ -134,3 +134,19 @@ def test_errors_are_checked_before_any_work(files):
     with pytest.raises(tl.TallowError, match="past the 0 cached"):
         model.forward(tl.Tensor([[1]], dtype="u32"), 5, cache)
     assert cache.seq_len == 0
+
+
+def test_embedding_rows_are_read_from_the_file_not_the_map(files):
+    """Lookups read the rows with pread (the map's pages would make the whole table resident)."""
+    from tallow.quantized.gguf_io import read_gguf
+
+    for fmt in ("F16", "Q8_0"):
+        t = read_gguf(files[fmt]).tensors["token_embd.weight"]
+        table = t.data.reshape(t.shape[0], -1)
+        rows = llama_decode.EmbeddingRows(table)
+        assert rows.fd is not None
+        ids = np.array([0, 7, t.shape[0] - 1, 7, 3])
+        got = rows.take(ids)
+        assert got.dtype == table.dtype and np.array_equal(got, table[ids])
+    plain = llama_decode.EmbeddingRows(np.arange(12, dtype=np.uint8).reshape(4, 3))
+    assert plain.fd is None and np.array_equal(plain.take(np.array([2, 0])), [[6, 7, 8], [0, 1, 2]])

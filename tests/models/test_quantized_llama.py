@@ -143,6 +143,18 @@ def test_greedy_generation_gives_transformers_token_ids(hf_llama, gguf_files):
     assert result.token_ids == out[0, len(PROMPT):].tolist()
 
 
+def test_generation_on_the_fast_path_builds_no_tensor_modules(gguf_files):
+    """The generator takes the device from the cache: asking the model's embedding would
+    build every Tensor module (a dequantized f32 embedding) the array path never uses."""
+    d, files = gguf_files
+    model = ModelWeights.from_gguf(files["Q8_0"])
+    if model._decoder is None:
+        pytest.skip("the array fast path is not available (no C extension)")
+    gen = TextGenerator(model, load_tokenizer(str(d / "tokenizer.json")), temperature=0)
+    assert len(gen.generate(PROMPT, max_tokens=3).token_ids) == 3
+    assert "model" not in model._modules
+
+
 def test_cli_generate_with_a_gguf_file(gguf_files, capsys):
     d, files = gguf_files
     args = ["generate", "--model", str(files["Q4K"]), "--tokenizer", str(d / "tokenizer.json"),

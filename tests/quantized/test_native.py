@@ -70,6 +70,9 @@ def test_kernels_equal_the_numba_path_bit_for_bit(isa, name, n, k, m):
     if t.dot_type.name == "Q8_0":
         xq = gq.dequantize(gq.quantize(x, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0)
         bound = 1e-5
+    elif t.dot_type.name == "Q8_1":  # Q8_0's integers and d; the block sum s rounded to f16
+        xq = gq.dequantize(gq.quantize(x, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0)
+        bound = 2e-3
     else:
         xq, bound = x, 1e-2
     ref64 = xq.astype(np.float64) @ wq.T
@@ -97,7 +100,7 @@ def test_threads_and_batch_split_do_not_change_bits(name):
     np.testing.assert_array_equal(nw.matvec(np.ascontiguousarray(x[5]), out), one[5])
 
 
-@pytest.mark.parametrize("name", ["Q4_0", "Q6K", "Q4K"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q6K", "Q4K"])
 def test_isas_agree_on_large_activations(isa, name):
     n, k = 24, 4096
     raw = weight(name, n, k, seed=7)
@@ -140,7 +143,7 @@ def test_shapes_and_types_are_checked():
     with pytest.raises(ValueError, match="multiple of 256"):
         native.NativeWeight(np.zeros(144, np.uint8), "Q4K", 1, 128)
     with pytest.raises(ValueError, match="no compiled kernel"):
-        native.repack(np.zeros(20, np.uint8), "Q4_1", 1, 32)
+        native.repack(np.zeros(84, np.uint8), "Q2K", 1, 256)
     nw = native.NativeWeight(weight("Q4_0", 8, 64), "Q4_0", 8, 64)
     with pytest.raises(ValueError, match=r"expected \(\.\.\., 64\)"):
         nw.matmul_t(np.zeros((2, 32), F))
@@ -155,3 +158,27 @@ def test_single_rows_and_small_products_stay_on_one_thread():
     assert native.plan_threads(1, 49152, 576, 6144, 2) == 2  # a vocabulary-sized output layer
     assert native.plan_threads(1, 49152, 576, 6144, 1) == 1
     assert native.plan_threads(512, 1536, 576, 192, 2) == 2
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q8_0"])
+def test_32_element_formats_keep_the_gguf_size(name):
+    """The interleaved layouts hold exactly the file's bytes (no unpacked copy)."""
+    raw = weight(name, 48, 576)
+    assert native.NativeWeight(raw, name, 48, 576).nbytes == raw.nbytes
+
+
+@pytest.mark.parametrize("name", ["Q5_0", "Q5_1"])
+def test_fifth_bits_of_every_position_reach_the_product(name):
+    """Each element's fifth bit alone: the product sees it at the right row and column."""
+    t = ggml_type(name)
+    n, k = 8, 32
+    x = np.zeros((1, k), F)
+    for col in (0, 3, 15, 16, 21, 31):
+        x[:] = 0
+        x[0, col] = 1.0
+        w = np.zeros((n, k), F)
+        w[np.arange(n), col] = np.linspace(0.5, 1.0, n)  # large: the fifth bit is set
+        raw = t.quantize(w).reshape(-1)
+        y = native.NativeWeight(raw, name, n, k).matmul_t(x, 1)
+        ref = vec_dot.matmul_t(x, raw, name, n, k, num_threads=1)
+        np.testing.assert_array_equal(y, ref)

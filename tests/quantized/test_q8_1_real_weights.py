@@ -86,12 +86,18 @@ def test_activation_blocks_are_ggmls(model):
 
 
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.ffn_gate.weight", "blk.3.attn_output.weight"])
-@pytest.mark.parametrize("path", ["numba", "numpy"])
+@pytest.mark.parametrize("path", ["native", "numba", "numpy"])
 def test_q4_1_products_use_ggmls_block_sums(model, name, path, monkeypatch):
+    from tallow.backends.cpu import native
+
     f, x = model
     t = f.tensors[name]
     assert t.ggml_type.name == "Q4_1"
     n, k = t.shape
+    if path == "native" and not native.available():
+        pytest.skip(f"C kernels unavailable: {native.status()}")
+    if path != "native":
+        monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
     if path == "numba" and not fast.available():
         pytest.skip(f"numba path unavailable: {fast.status()}")
     if path == "numpy":

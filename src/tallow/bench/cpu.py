@@ -25,6 +25,7 @@ import numpy as np
 import tallow as tl
 
 from .common import alternate, have_torch, ms, ratio, table, write_json
+from .compile import bench_compile
 from .embed import bench_embed
 from .train import bench_train
 
@@ -230,6 +231,7 @@ def run(args) -> int:
         results["elementwise"] = bench_elementwise(repeats, default_threads, n=1024 if quick else 2048)
         results["network"] = bench_network(repeats, default_threads, passes=50 if quick else 200)
         results["train"] = bench_train(repeats, number=3 if quick else 5)
+        results["compile"] = bench_compile(repeats, number=3 if quick else 5)
         results["embed"] = (bench_embed(n=32, repeats=1, onnx=False) if quick
                             else bench_embed(repeats=min(repeats, 5)))
     finally:

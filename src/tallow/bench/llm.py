@@ -166,7 +166,8 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                         res = run_worker(impl, path, t, prompt, decode, python)
                         runs.setdefault(fmt, {}).setdefault(t, {}).setdefault(impl, []).append(res)
                         if not quiet:
-                            msg = res.get("error") or (f"decode {res['decode_tps']:.1f} tok/s, prompt "
+                            msg = res.get("error") or (f"decode {res['decode_tps']:.1f} tok/s "
+                                                        f"({res.get('decode_cpu_ms', float('nan')):.2f} CPU ms/token), prompt "
                                                         f"{res['prompt_tps']:.1f} tok/s, peak {res['peak_rss_mib']:.0f} MiB")
                             print(f"  [{r + 1}/{repeats}] {fmt} {t} thread(s) {impl}: {msg}", flush=True)
     finally:
@@ -180,8 +181,9 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                 ok = [x for x in rs if "error" not in x]
                 entry = {"runs": rs}
                 if ok:
-                    for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s"):
-                        entry[key] = statistics.median(x[key] for x in ok)
+                    for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s", "decode_cpu_ms"):
+                        if all(key in x for x in ok):
+                            entry[key] = statistics.median(x[key] for x in ok)
                     entry["first_tokens"] = ok[0].get("first_tokens")
                 out.setdefault(fmt, {}).setdefault(t, {})[impl] = entry
     return out
@@ -233,9 +235,11 @@ def run(args) -> int:
     decode = 32 if args.quick else 128
     busy = bool(getattr(args, "busy", False))
     print(f"  files: {', '.join(files)}; threads {threads}; {repeats} alternating repeat(s); prompt {prompt}, "
-          f"decode {decode} tokens{'; one competing CPU-bound process' if busy else ''}; {os.cpu_count()} CPUs",
-          flush=True)
+          f"decode {decode} tokens{'; one competing CPU-bound process' if busy else ''}; {os.cpu_count()} CPUs; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
     res = bench_llm(files, threads, impls, repeats, prompt, decode, python, busy)
+    print(f"  load average at the end {os.getloadavg()[0]:.2f} (other processes' runnable tasks: "
+          f"the 2-thread figures of a busy machine measure its load)")
     print()
     print(tables(res, threads, impls))
     if args.json:

@@ -73,18 +73,22 @@ def main(argv):
         logits = feed(ids)
         tp = time.perf_counter() - t0
         toks = []
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             tok = argmax(logits)
             toks.append(tok)
             logits = feed([tok])
+        state_cpu["decode"] = time.process_time() - c0  # all of the process's threads
         return tp, time.perf_counter() - t0, toks
+
+    state_cpu = {}
 
     generate(token_ids(vocab, 8, 2), 4)  # warm-up
     pp, _, _ = generate(token_ids(vocab, prompt, 1), 0)
     _, td, toks = generate(token_ids(vocab, 32, 0), decode)
     print(json.dumps(dict(impl=impl, file=os.path.basename(path), threads=threads, load_s=load,
-                          prompt_tps=prompt / pp, decode_tps=decode / td, first_tokens=toks[:8])))
+                          prompt_tps=prompt / pp, decode_tps=decode / td,
+                          decode_cpu_ms=1e3 * state_cpu["decode"] / max(decode, 1), first_tokens=toks[:8])))
     return 0
 
 

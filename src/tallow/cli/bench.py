@@ -24,6 +24,8 @@ SUITES = {
     # Not part of "all": "cpu" already runs its rows.
     "train": "train",
     "embed": "embed",
+    "compile": "compile",
+    "conv": "conv",  # not part of "all" either: convolution shapes beside PyTorch
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
     "distributed": "distributed",
     "llm": "llm",  # not under "all": it needs model files (see --make-models)

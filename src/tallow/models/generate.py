@@ -179,7 +179,9 @@ class TextGenerator:
             raise ContextLengthError(
                 f"TextGenerator: the prompt has {len(ids)} tokens, the model's context is "
                 f"{limit} (max_position_embeddings)")
-        device = self.model.model.embed_tokens.weight.device
+        # the cache's device is the model's; asking the model's embedding for it would
+        # build a GGUF model's Tensor modules that its array fast path never needs
+        device = cache.device
         out = TokenOutputStream(self.tokenizer)
         generated, tokens = [], list(ids)
         finish = "length"

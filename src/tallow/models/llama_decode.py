@@ -29,6 +29,7 @@ differ from it only in summation order (f32 rounding).
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -41,7 +42,8 @@ except ImportError:  # pragma: no cover - the extension is not built
     _ops = None
 
 F32 = np.float32
-_F16_TILE = 1024  # rows of a float weight per BLAS product in a prompt (f16 converted first)
+_F16_TILE_BYTES = 2 << 20  # an f16 weight's rows are converted to f32 this much at a time in a prompt
+_ROW_BLOCK = 32  # activation rows per piece of a prompt's float product split across threads
 
 
 def available() -> bool:
@@ -79,31 +81,47 @@ class _FloatProj:
         self.w = t.data.view(np.uint16 if self.half else F32).reshape(self.n, self.k)
 
     def matvec(self, x, out):
+        # One call on this thread, except a weight worth a second thread (a
+        # vocabulary-sized output layer): rows split in pieces across the pool.
+        if self.n * self.k >= 2 * native.MIN_WORK_PER_THREAD and not native.pool_available():
+            groups = -(-self.n // 64)
+            threads = native.plan_threads(1, self.n, self.k, groups, None)
+            if threads > 1:
+                w, half, n, k = self.w, self.half, self.n, self.k
+                native.run_pieces(lambda a, b: _ops.matvec_float(w, half, x, out, 1, n, k, a * 64, min(n, b * 64)),
+                                  groups, threads)
+                return
         _ops.matvec_float(self.w, self.half, x, out, 1, self.n, self.k, 0, self.n)
 
     def matmul(self, x):
         m = x.shape[0]
         out = np.empty((m, self.n), F32)
-        if self.half and m <= 4:
-            _ops.matvec_float(self.w, True, x, out, m, self.n, self.k, 0, self.n)
+        if m <= 4:  # a few rows: the row-streaming kernel, f16 converted in registers
+            _ops.matvec_float(self.w, self.half, x, out, m, self.n, self.k, 0, self.n)
             return out
-        groups = -(-self.n // _F16_TILE)
-        threads = native.plan_threads(m, self.n, self.k, groups, None)
+        # Prompt-sized: BLAS over f32 tiles of the weight (f16 tiles converted once, by
+        # F16C, into a buffer that stays in cache), the activation rows split across
+        # threads: every thread gets an equal share of every tile, whatever its shape.
+        blocks = -(-m // _ROW_BLOCK)
+        threads = native.plan_threads(m, self.n, self.k, blocks, None)
+        tile_rows = self.n if not self.half else max(8, min(self.n, _F16_TILE_BYTES // (4 * self.k)))
+        buf = np.empty((tile_rows, self.k), F32) if self.half else None
+        for r0 in range(0, self.n, tile_rows):
+            r1 = min(self.n, r0 + tile_rows)
+            if self.half:
+                t = buf[: r1 - r0]
+                _ops.f16_to_f32(self.w[r0:r1], t, t.size)
+            else:
+                t = self.w[r0:r1]
 
-        def rows(g0, g1):  # one BLAS call per tile of rows, on the calling thread's BLAS
-            for r0 in range(g0 * _F16_TILE, min(self.n, g1 * _F16_TILE), _F16_TILE):
-                r1 = min(self.n, r0 + _F16_TILE)
-                if self.half:
-                    t = np.empty((r1 - r0, self.k), F32)
-                    _ops.f16_to_f32(self.w[r0:r1], t, t.size)
-                else:
-                    t = self.w[r0:r1]
-                out[:, r0:r1] = x @ t.T
+            def rows(a, b, t=t, r0=r0, r1=r1):  # activation row blocks [a, b)
+                a, b = a * _ROW_BLOCK, min(m, b * _ROW_BLOCK)
+                out[a:b, r0:r1] = x[a:b] @ t.T
 
-        if threads > 1:
-            native.run_pieces(rows, groups, threads)
-        else:
-            rows(0, groups)
+            if threads > 1:
+                native.run_pieces(rows, blocks, threads)
+            else:
+                rows(0, blocks)
         return out
 
 
@@ -173,6 +191,65 @@ def projection(tensors: list[GgufTensor]):
     return _TiledProj(t)
 
 
+def _map_of(data: np.ndarray):
+    """(mmap object, offset of ``data`` in it, file name, offset in the file) for a view of
+    a file's map (``np.memmap``), else None."""
+    import mmap
+
+    root = data  # the array whose base is the mmap object itself
+    while isinstance(getattr(root, "base", None), np.ndarray):
+        root = root.base
+    mm = getattr(root, "base", None)
+    if not isinstance(mm, mmap.mmap):
+        return None
+    # np.memmap maps from the allocation-aligned offset at or below its own offset
+    offset = int(getattr(root, "offset", 0) or 0)
+    lead = offset % mmap.ALLOCATIONGRANULARITY
+    in_map = data.__array_interface__["data"][0] - root.__array_interface__["data"][0] + lead
+    return mm, in_map, getattr(root, "filename", None), offset - lead + in_map
+
+
+class EmbeddingRows:
+    """Rows of a (vocab, row width) table in a file's map, read with ``pread``.
+
+    Indexing the map would fault each row's page in together with its
+    neighbours (the kernel maps up to 64 KiB around a fault), so a prompt's few
+    hundred lookups would make most of the table resident; reading the rows
+    into a small array keeps it out of this process's memory (it stays in the
+    page cache).  Tables that are not file maps are indexed directly.
+    """
+
+    def __init__(self, table: np.ndarray):
+        self.table = table
+        self.row_bytes = table.shape[1] * table.itemsize
+        self.fd = None
+        where = _map_of(table) if table.flags.c_contiguous and hasattr(os, "preadv") else None
+        if where is not None and where[2]:
+            try:
+                self.fd = os.open(where[2], os.O_RDONLY)
+            except OSError:
+                self.fd = None
+            self.file_start = where[3]
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """(len(ids), row width) copies of those rows (ids already validated)."""
+        if self.fd is None:
+            return self.table[ids]
+        out = np.empty((len(ids), self.table.shape[1]), self.table.dtype)
+        raw = out.view(np.uint8).reshape(len(ids), self.row_bytes)
+        for i, t in enumerate(ids.tolist()):
+            if os.preadv(self.fd, [raw[i]], self.file_start + t * self.row_bytes) != self.row_bytes:
+                return self.table[ids]  # a short read (the file changed): the map's own bytes
+        return out
+
+    def __del__(self):
+        if getattr(self, "fd", None) is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
 def release_pages(data: np.ndarray) -> None:
     """Drop a memory-mapped array's pages from this process's resident set.
 
@@ -182,14 +259,10 @@ def release_pages(data: np.ndarray) -> None:
     """
     import mmap
 
-    root = data  # the array whose base is the mmap object itself: it starts at the map's start
-    while isinstance(getattr(root, "base", None), np.ndarray):
-        root = root.base
-    mm = getattr(root, "base", None)
-    if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+    where = _map_of(data)
+    if where is None or not hasattr(where[0], "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return
-    ptr = data.__array_interface__["data"][0]
-    start = ptr - root.__array_interface__["data"][0] + getattr(root, "offset", 0) % mmap.ALLOCATIONGRANULARITY
+    mm, start = where[0], where[1]
     page = mmap.PAGESIZE
     lo = -(-start // page) * page
     hi = (start + data.nbytes) // page * page
@@ -266,7 +339,7 @@ class LlamaDecoder:
         self.layers = [_Layer(get, i) for i in range(self.n_layers)]
         emb = get("token_embd.weight")
         self.emb_type = emb.ggml_type
-        self.emb_rows = emb.data.reshape(self.vocab, -1)
+        self.emb_rows = EmbeddingRows(emb.data.reshape(self.vocab, -1))
         self.output = projection([get(output_name)])
         self.norm = np.ascontiguousarray(get("output_norm.weight").dequantize(), dtype=F32)
         inv = rope_frequencies(cfg)
@@ -279,12 +352,13 @@ class LlamaDecoder:
 
     def embed(self, ids) -> np.ndarray:
         """(s,) token ids -> (s, hidden) f32, dequantizing only those rows."""
-        rows = self.emb_rows[np.asarray(ids, dtype=np.int64)]
+        rows = self.emb_rows.take(np.asarray(ids, dtype=np.int64))
         return self.emb_type.dequantize(rows.reshape(-1), rows.shape[0] * self.h).reshape(rows.shape[0], self.h)
 
     def forward(self, ids, pos0: int, state: DecodeState, last_only: bool = True) -> np.ndarray:
         """Logits (vocab,) of the last position, or (s, vocab) for every position."""
         s = len(ids)
+        native.sync_threads()  # the compiled pool follows set_num_threads from the next token on
         state.reserve(pos0 + s, pos0)
         x = np.ascontiguousarray(self.embed(ids), dtype=F32)
         if s == 1:

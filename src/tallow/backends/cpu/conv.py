@@ -1,13 +1,30 @@
-"""Convolutions (im2col + one batched BLAS product), transposed convolutions
-(one product + strided scatter-adds), pooling and nearest upsampling, and the
-backward kernels autograd asks for: a convolution's kernel gradient (im2col + one
-batched BLAS product) and the pooling gradients.
+"""Convolutions, transposed convolutions, pooling and nearest upsampling of CPU
+storage, and the backward kernels autograd asks for.
+
+A convolution is an im2col gather and BLAS products; its adjoint (the transposed
+convolution, which is also a convolution's input gradient) is a BLAS product and
+a col2im scatter-add. With numba (``conv_kernels``), im2col/col2im are compiled
+single passes over a zero-padded copy of the images (or a padded output, cropped
+after) that handle stride and dilation in the gather; without numba, NumPy window
+views and per-tap strided adds do the same work more slowly.
+
+Layout choices (also in docs/design.md, "The CPU backend"):
+
+* forward: one product per image, ``kernel[g] (co/g, cg*kh*kw) @ cols[b, g]``, so
+  the output comes out in NCHW with no transposed copy; when an image has few
+  output positions, one product over the whole batch (columns laid out
+  ``(rows, batch, positions)``) beats many small ones, at the cost of one copy
+  of the output;
+* 1x1 kernels without padding skip im2col: the input (strided for stride 2) is the
+  column matrix;
+* kernel gradient: one product over the whole batch, ``grad (co/g, b*oh*ow) @
+  cols^T``, or a product per image summed over the batch when the columns have few
+  rows (``FEW_ROWS``);
+* transposed convolution / input gradient: ``kernel^T @ x`` then col2im, per image
+  or, for small images, as one product over the batch (its columns then land in
+  ``(rows, batch, positions)``, which col2im reads in place).
 
 A 1-D op is the 2-D op with a height of 1. f16/bf16 compute in f32.
-
-Pooling loops over the kernel's taps (4 for a 2x2 window), never over elements:
-each tap is one whole-tensor NumPy operation on a strided view, which is far
-cheaper than reducing a 6-D window view over its last two axes.
 """
 
 from __future__ import annotations
@@ -18,10 +35,17 @@ from numpy.lib.stride_tricks import as_strided
 from ... import config
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
+from . import parallel
 from .threads import CONFIG
 
 
 _HALF = (dt.f16, dt.bf16)
+
+# Below this many output positions per image, one product over the whole batch is
+# faster than a product per image (BLAS's per-call cost and thin matrices).
+SMALL_IMAGE = 256
+# Up to this many column rows (c_in * kh * kw), a kernel gradient is a product per image.
+FEW_ROWS = 64
 
 
 def _operand(s, layout, op):
@@ -34,6 +58,194 @@ def _operand(s, layout, op):
 def _out(s, y, dtype):
     return s._wrap(y.astype(dtype.np, copy=False), dtype)
 
+
+def _compiled():
+    """The numba kernels module, or None (numba missing, broken or disabled)."""
+    if _KERNELS["checked"] is False:
+        _KERNELS["checked"] = True
+        if not config.flag("TALLOW_NO_NUMBA", False):
+            try:
+                from . import conv_kernels
+
+                _KERNELS["module"] = conv_kernels
+            except Exception:  # numba missing or broken: the NumPy paths serve
+                _KERNELS["module"] = None
+    return _KERNELS["module"]
+
+
+_KERNELS = {"checked": False, "module": None}
+
+
+def _over_batch(kernel, nb, per_image, *args):
+    """``kernel(*args, b0, b1)`` over the images, split into one batch range per thread
+    when the work is large enough to pay for the hand-off (the kernels release the GIL
+    and the ranges write disjoint images)."""
+    if not parallel.worth_splitting((nb, per_image)):
+        kernel(*args, 0, nb)
+        return
+    parts = min(CONFIG.get(), nb)
+    step, extra = divmod(nb, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + step + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    pool = CONFIG.pool()
+    futures = [pool.submit(kernel, *args, b0, b1) for b0, b1 in bounds[1:]]
+    kernel(*args, *bounds[0])
+    for f in futures:
+        f.result()
+
+
+def _out_hw(h, w, kh, kw, pad, stride, dil):
+    return ((h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1,
+            (w + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1)
+
+
+def _zero_padded(x, pad):
+    """``x`` (C-contiguous) with ``pad`` zeros around each image (``x`` itself for none)."""
+    if pad == (0, 0):
+        return x
+    b, c, h, w = x.shape
+    xp = np.zeros((b, c, h + 2 * pad[0], w + 2 * pad[1]), x.dtype)
+    xp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + w] = x
+    return xp
+
+
+def _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, batch_major):
+    """Columns of a C-contiguous ``x``: ``(b, c*kh*kw, oh*ow)`` when ``batch_major``,
+    else ``(c*kh*kw, b, oh*ow)``."""
+    b, c = x.shape[:2]
+    rows, pos = c * kh * kw, oh * ow
+    if batch_major:
+        cols = np.empty((b, rows, pos), x.dtype)
+        sb, sr = rows * pos, pos
+    else:
+        cols = np.empty((rows, b, pos), x.dtype)
+        sb, sr = pos, b * pos
+    xp = _zero_padded(x, pad)
+    _over_batch(kernels.im2col, b, rows * pos, xp.reshape(-1), c, xp.shape[2], xp.shape[3],
+                kh, kw, stride[0], stride[1], dil[0], dil[1], oh, ow, cols.reshape(-1), sb, sr)
+    return cols
+
+
+def _is_pointwise(kh, kw, pad):
+    return kh == kw == 1 and pad == (0, 0)
+
+
+def _pointwise_input(x, stride):
+    """A 1x1 unpadded convolution's columns: the input itself, subsampled for a stride."""
+    if stride != (1, 1):
+        x = x[:, :, ::stride[0], ::stride[1]]
+    return np.ascontiguousarray(x)
+
+
+def _conv2d(x, k, pad, stride, dil, groups):
+    """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
+    kernels = _compiled()
+    if kernels is None:
+        return _conv2d_numpy(x, k, pad, stride, dil, groups)
+    b, c, h, w = x.shape
+    co, cg, kh, kw = k.shape
+    oh, ow = _out_hw(h, w, kh, kw, pad, stride, dil)
+    kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
+    x = np.ascontiguousarray(x)
+    CONFIG.apply()
+    pointwise = _is_pointwise(kh, kw, pad)
+    if b == 1 or oh * ow >= SMALL_IMAGE:
+        if pointwise:
+            cols = _pointwise_input(x, stride).reshape(b, groups, cg, oh * ow)
+        else:
+            cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
+            cols = cols.reshape(b, groups, cg * kh * kw, oh * ow)
+        return np.matmul(kern, cols).reshape(b, co, oh, ow)
+    # Small images: one product over the batch, then the output back to NCHW.
+    if pointwise:
+        xs = _pointwise_input(x, stride).reshape(b, c, oh * ow)
+        cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
+    else:
+        cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, False)
+    y = np.matmul(kern, cols.reshape(groups, cg * kh * kw, b * oh * ow))
+    y = y.reshape(co, b, oh * ow).transpose(1, 0, 2)
+    return np.ascontiguousarray(y).reshape(b, co, oh, ow)
+
+
+def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
+    """The adjoint of a convolution: ``kernel^T @ x`` (per image, or over the batch for
+    small images) then col2im into the output."""
+    kernels = _compiled()
+    if kernels is None:
+        return _conv_transpose2d_numpy(x, k, pad, out_pad, stride, dil, groups)
+    b, ci, h, w = x.shape
+    _, cog, kh, kw = k.shape
+    cig, co = ci // groups, cog * groups
+    oh = (h - 1) * stride[0] - 2 * pad[0] + dil[0] * (kh - 1) + out_pad[0] + 1
+    ow = (w - 1) * stride[1] - 2 * pad[1] + dil[1] * (kw - 1) + out_pad[1] + 1
+    rows, pos = cog * kh * kw, h * w
+    kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
+    x = np.ascontiguousarray(x)
+    CONFIG.apply()
+    if _is_pointwise(kh, kw, pad) and stride == (1, 1):
+        # Every input pixel lands on its own output pixel: no scatter at all (an
+        # output padding, below the dilation, only adds never-reached zeros).
+        y = np.matmul(kern_t, x.reshape(b, groups, cig, pos)).reshape(b, co, h, w)
+        if (oh, ow) != (h, w):
+            y = np.pad(y, ((0, 0), (0, 0), (0, oh - h), (0, ow - w)))
+        return y
+    if b == 1 or pos >= SMALL_IMAGE:
+        cols = np.matmul(kern_t, x.reshape(b, groups, cig, pos))  # (b, g, rows, pos)
+        sb, sr = groups * rows * pos, pos
+    else:
+        xs = np.ascontiguousarray(x.reshape(b, ci, pos).transpose(1, 0, 2))
+        cols = np.matmul(kern_t, xs.reshape(groups, cig, b * pos))  # (g, rows, b, pos)
+        sb, sr = pos, b * pos
+    # The padded output: every tap lands inside it; the padding is cropped after.
+    hp, wp = oh + 2 * pad[0], ow + 2 * pad[1]
+    outp = np.zeros((b, co, hp, wp), cols.dtype)
+    _over_batch(kernels.col2im, b, groups * rows * pos, cols.reshape(-1), sb, sr, co, hp, wp,
+                kh, kw, stride[0], stride[1], dil[0], dil[1], h, w, outp.reshape(-1))
+    if pad == (0, 0):
+        return outp
+    return np.ascontiguousarray(outp[:, :, pad[0]:pad[0] + oh, pad[1]:pad[1] + ow])
+
+
+def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
+    """dL/dkernel: ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``
+    as one BLAS product over all images at once; with few column rows (a first
+    layer's 1-3 input channels) a product per image summed over the batch is faster,
+    since the single product's tiny output leaves BLAS little to block over."""
+    kernels = _compiled()
+    if kernels is None:
+        return _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups)
+    co, cg, kh, kw = k_shape
+    b, c, h, w = x.shape
+    cog = co // groups
+    rows = cg * kh * kw
+    oh, ow = _out_hw(h, w, kh, kw, pad, stride, dil)
+    # A transposed convolution's output padding leaves grad positions past the last
+    # window: no kernel tap reaches them.
+    oh, ow = min(oh, g.shape[2]), min(ow, g.shape[3])
+    x = np.ascontiguousarray(x)
+    g = g[:, :, :oh, :ow]
+    pointwise = _is_pointwise(kh, kw, pad)
+    CONFIG.apply()
+    if b > 1 and c * kh * kw <= FEW_ROWS and not pointwise:
+        cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
+        cols = cols.reshape(b, groups, rows, oh * ow).transpose(0, 1, 3, 2)
+        gm = np.ascontiguousarray(g).reshape(b, groups, cog, oh * ow)
+        return np.matmul(gm, cols).sum(0).reshape(co, cg, kh, kw)
+    if pointwise:
+        xs = _pointwise_input(x, stride)[:, :, :oh, :ow].reshape(b, c, oh * ow)
+        cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
+    else:
+        cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, False)
+    gm = g.reshape(b, co, oh * ow).transpose(1, 0, 2)
+    gm = np.ascontiguousarray(gm).reshape(groups, cog, b * oh * ow)
+    cols = cols.reshape(groups, rows, b * oh * ow)
+    return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
+
+
+# -- NumPy fallbacks (numba missing or TALLOW_NO_NUMBA) -------------------------------------
 
 def _padded(x, pad):
     if pad[0] or pad[1]:
@@ -54,10 +266,9 @@ def _windows(x, kh, kw, stride, dil, out_hw=None):
     return oh, ow, (sb, sc, sh * dil[0], sw * dil[1], sh * stride[0], sw * stride[1])
 
 
-def _conv2d(x, k, pad, stride, dil, groups):
-    """Per image, ``kernel[g, cog, (cg, kh, kw)] @ cols[b, g, (cg, kh, kw), (oh, ow)]``:
-    the product comes out in the output's own layout (no transposed copy), and a 1x1
-    stride-1 convolution reads its input in place (no im2col at all)."""
+def _conv2d_numpy(x, k, pad, stride, dil, groups):
+    """Per image, ``kernel[g, cog, (cg, kh, kw)] @ cols[b, g, (cg, kh, kw), (oh, ow)]``,
+    the columns a reshaped window view."""
     b, c = x.shape[:2]
     co, cg, kh, kw = k.shape
     x = _padded(x, pad)
@@ -73,7 +284,7 @@ def _conv2d(x, k, pad, stride, dil, groups):
     return np.matmul(kern, cols).reshape(b, co, oh, ow)
 
 
-def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
+def _conv_transpose2d_numpy(x, k, pad, out_pad, stride, dil, groups):
     b, ci, h, w = x.shape
     _, cog, kh, kw = k.shape
     cig = ci // groups
@@ -99,9 +310,7 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     return buf[:, :, pad[0]:pad[0] + oh, pad[1]:pad[1] + ow]
 
 
-def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-    """dL/dkernel as one batched BLAS product over all images at once:
-    ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``."""
+def _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups):
     co, cg, kh, kw = k_shape
     b = x.shape[0]
     cog = co // groups
@@ -114,6 +323,22 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     gm = gm.reshape(groups, cog, b * oh * ow)
     CONFIG.apply()
     return np.matmul(gm, cols.transpose(0, 2, 1)).reshape(co, cg, kh, kw)
+
+
+# -- pooling: a compiled pass per op; the NumPy fallbacks loop over the kernel's taps (4
+# for a 2x2 window), each tap one whole-tensor operation on a strided view ---------------
+
+_COMPILED_POOL_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _pool_kernels(*arrays):
+    """The numba kernels when every array is f32 or f64 of one dtype, else None."""
+    kernels = _compiled()
+    if kernels is None or arrays[0].dtype not in _COMPILED_POOL_TYPES:
+        return None
+    if any(a.dtype != arrays[0].dtype for a in arrays):
+        return None
+    return kernels
 
 
 def _taps(kernel, stride, oh, ow):
@@ -133,6 +358,13 @@ def _pool_size(x, kernel, stride):
 
 def _max_pool(x, kernel, stride):
     oh, ow = _pool_size(x, kernel, stride)
+    kernels = _pool_kernels(x)
+    if kernels is not None:
+        out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+        x = np.ascontiguousarray(x)
+        _over_batch(kernels.max_pool2d, x.shape[0], x[0].size, x, kernel[0], kernel[1],
+                    stride[0], stride[1], out)
+        return out
     taps = _taps(kernel, stride, oh, ow)
     out = np.array(x[taps[0][1]], order="C")
     for _, sl in taps[1:]:
@@ -142,39 +374,31 @@ def _max_pool(x, kernel, stride):
 
 def _avg_pool(x, kernel, stride):
     oh, ow = _pool_size(x, kernel, stride)
+    scale = x.dtype.type(1.0 / (kernel[0] * kernel[1]))
+    kernels = _pool_kernels(x)
+    if kernels is not None:
+        out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+        x = np.ascontiguousarray(x)
+        _over_batch(kernels.avg_pool2d, x.shape[0], x[0].size, x, kernel[0], kernel[1],
+                    stride[0], stride[1], scale, out)
+        return out
     taps = _taps(kernel, stride, oh, ow)
     out = np.array(x[taps[0][1]], order="C")
     for _, sl in taps[1:]:
         out += x[sl]
-    out *= out.dtype.type(1.0 / (kernel[0] * kernel[1]))
+    out *= scale
     return out
-
-
-def _compiled():
-    """The numba kernels module, or None (numba missing, broken or disabled)."""
-    if _KERNELS["checked"] is False:
-        _KERNELS["checked"] = True
-        if not config.flag("TALLOW_NO_NUMBA", False):
-            try:
-                from . import conv_kernels
-
-                _KERNELS["module"] = conv_kernels
-            except Exception:  # numba missing or broken: the NumPy paths serve
-                _KERNELS["module"] = None
-    return _KERNELS["module"]
-
-
-_KERNELS = {"checked": False, "module": None}
 
 
 def _max_pool_backward(x, g, kernel, stride):
     """Route each window's gradient to its first maximum, or to its last NaN, as
     PyTorch does; overlapping windows add up."""
-    kernels = _compiled()
-    if kernels is not None and x.dtype == g.dtype:
+    kernels = _pool_kernels(x, g)
+    if kernels is not None:
         gx = np.zeros(x.shape, g.dtype)
-        kernels.max_pool2d_backward(np.ascontiguousarray(x), np.ascontiguousarray(g),
-                                    kernel[0], kernel[1], stride[0], stride[1], gx)
+        _over_batch(kernels.max_pool2d_backward, x.shape[0], x[0].size,
+                    np.ascontiguousarray(x), np.ascontiguousarray(g),
+                    kernel[0], kernel[1], stride[0], stride[1], gx)
         return gx
     oh, ow = g.shape[2:]
     taps = _taps(kernel, stride, oh, ow)
@@ -192,9 +416,16 @@ def _max_pool_backward(x, g, kernel, stride):
 
 
 def _avg_pool_backward(g, in_shape, kernel, stride):
-    oh, ow = g.shape[2:]
-    gs = g * g.dtype.type(1.0 / (kernel[0] * kernel[1]))
+    scale = g.dtype.type(1.0 / (kernel[0] * kernel[1]))
+    kernels = _pool_kernels(g)
     gx = np.zeros(in_shape, g.dtype)
+    if kernels is not None:
+        _over_batch(kernels.avg_pool2d_backward, g.shape[0], gx[0].size,
+                    np.ascontiguousarray(g), kernel[0], kernel[1], stride[0], stride[1],
+                    scale, gx)
+        return gx
+    oh, ow = g.shape[2:]
+    gs = g * scale
     for _, sl in _taps(kernel, stride, oh, ow):
         gx[sl] += gs
     return gx

@@ -20,7 +20,14 @@ _MIN = parallel.MIN_ELEMENTS
 _F32 = np.float32
 _HALF = (dt.f16, dt.bf16)
 
-from scipy.special import erf as _erf  # exact to the last bit; NumPy has none
+
+def _erf(x):
+    """scipy's erf, exact to the last bit (NumPy has none); imported on first use,
+    since scipy.special adds ~27 MiB to every process that imports tallow."""
+    from scipy.special import erf
+
+    return erf(x)
+
 
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 _INV_SQRT_2 = float(1.0 / np.sqrt(2.0))

@@ -12,10 +12,11 @@ is missing (no compiler), or ``TALLOW_NO_NATIVE=1``, :func:`available` is
 False and quantized matmul uses the numba path.  ``TALLOW_NATIVE_ISA``
 (``scalar``, ``avx2``, ``avx512vnni``) narrows the instruction set.
 
-Formats: Q4_0 (its own layout, the GGUF size), Q8_0, Q5_0 in the Q8_0 layout
-(its 5-bit values stored as bytes: 1.55x the GGUF bytes of those tensors, the
-same integer sums), Q4K (the GGUF size plus unpacked 6-bit scales: 1.03x) and
-Q6K (its 6-bit values as bytes: 1.3x), the last two with Q8K activations.
+Formats: Q4_0, Q5_0, Q4_1, Q5_1 and Q8_0 in layouts of the GGUF size (the
+fifth bits of Q5_0/Q5_1 regrouped into one 32-bit mask per 32-byte vector;
+Q4_1/Q5_1 with Q8_1 activations: Q8_0's integers plus the stored block sums),
+Q4K (the GGUF size plus unpacked 6-bit scales: 1.03x) and Q6K (its 6-bit
+values as bytes: 1.3x), the last two with Q8K activations.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import threading
 import numpy as np
 
 from ....quantized.blocks import as_bytes, byte_blocks
+from .. import pieces
 from ....quantized.types import ggml_type
 
 try:  # the extension is optional
@@ -36,11 +38,22 @@ except ImportError as e:  # pragma: no cover - exercised on machines without a c
 else:
     _import_error = None
 
+try:  # the compiled kernels' worker pool (_workers.c): without it they run on the caller
+    from . import _workers
+except ImportError:  # pragma: no cover - not built
+    _workers = None
+else:
+    from .... import config
+
+    # By default a product is split only while the machine has a CPU to spare for it.
+    _workers.set_load_check(not config.flag("TALLOW_SPLIT_WHEN_BUSY", False))
+
 ENV_DISABLE = "TALLOW_NO_NATIVE"
 ENV_ISA = "TALLOW_NATIVE_ISA"
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
 QK = 32
-SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4K", "Q6K")
+SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4K", "Q6K")
+HIGH_BITS = 0  # a field's granularity that marks Q5's fifth bits (regrouped across the eight rows)
 
 _isa_checked = False
 
@@ -88,6 +101,27 @@ def isa() -> str | None:
     return _kernels.isa() if _kernels is not None else None
 
 
+# ------------------------------------------------------------------- the pool
+def pool_available() -> bool:
+    """True when the compiled kernels split their products over their own pool (_workers.c)."""
+    return _workers is not None and _workers.enabled()
+
+
+def sync_threads() -> int:
+    """Size the compiled pool to tallow's thread setting (``set_num_threads`` /
+    ``TALLOW_NUM_THREADS``); cheap when unchanged.  Returns the count.
+
+    Called by the decode path once per step and by the products that split, so a
+    changed setting takes effect at the next token.
+    """
+    from ....utils import get_num_threads
+
+    n = get_num_threads()
+    if _workers is not None and _workers.threads() != n:
+        _workers.set_threads(n)
+    return n
+
+
 # ------------------------------------------------------------------- repacking
 def _interleave(fields, n: int, nb: int) -> np.ndarray:
     """Per-block byte fields of an (n, nb blocks) weight -> (groups, nb, bytes) in the x8 layout.
@@ -95,6 +129,10 @@ def _interleave(fields, n: int, nb: int) -> np.ndarray:
     ``fields``: ``(array (n*nb, W) uint8, g)`` pairs, in layout order; each field
     is interleaved across eight rows ``g`` bytes at a time (g = W: the rows'
     fields one after another; g = 1: element by element; g = 4: the quants).
+    g = HIGH_BITS: the field is Q5's 32-bit ``qh`` (W = 4), regrouped so that
+    mask word u (u < 4: low nibbles of vector u, else high nibbles of vector
+    u - 4) has bit 4r + j = the fifth bit of row r's element 4(u mod 4) + j
+    (+16 for the high nibbles): nibble u of each row's ``qh``, row r at nibble r.
     Rows are padded with zero blocks to a multiple of eight.  Done a slice of
     groups at a time, so the temporaries stay small next to the result.
     """
@@ -112,8 +150,14 @@ def _interleave(fields, n: int, nb: int) -> np.ndarray:
             part = a.reshape(n, nb, width)[r0:r1]
             if pad:
                 part = np.concatenate([part, np.zeros((pad, nb, width), np.uint8)])
-            part = part.reshape(gs, ROWS, nb, width // gran, gran).transpose(0, 2, 3, 1, 4)
-            out[g0:g1, :, col:col + ROWS * width] = part.reshape(gs, nb, ROWS * width)
+            if gran == HIGH_BITS:
+                qh = np.ascontiguousarray(part).view("<u4").reshape(gs, ROWS, nb).astype(np.uint64)
+                nib = (qh[..., None] >> (4 * np.arange(8, dtype=np.uint64))) & 15  # (gs, 8 rows, nb, 8 words)
+                words = (nib << (4 * np.arange(ROWS, dtype=np.uint64))[None, :, None, None]).sum(axis=1)
+                out[g0:g1, :, col:col + ROWS * width] = words.astype("<u4").view(np.uint8).reshape(gs, nb, 32)
+            else:
+                part = part.reshape(gs, ROWS, nb, width // gran, gran).transpose(0, 2, 3, 1, 4)
+                out[g0:g1, :, col:col + ROWS * width] = part.reshape(gs, nb, ROWS * width)
             col += ROWS * width
     return out
 
@@ -126,11 +170,13 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     if t.name in ("Q4_0", "Q8_0"):
         fmt = _kernels.Q4_0 if t.name == "Q4_0" else _kernels.Q8_0
         return fmt, _interleave([(blocks[:, :2], 2), (blocks[:, 2:], 4)], n, nb)
-    if t.name == "Q5_0":
-        from ....quantized import legacy
-
-        q = legacy._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
-        return _kernels.Q8_0, _interleave([(blocks[:, :2], 2), (q.view(np.uint8), 4)], n, nb)
+    if t.name == "Q5_0":  # d | qh | qs
+        return _kernels.Q5_0, _interleave([(blocks[:, :2], 2), (blocks[:, 2:6], HIGH_BITS), (blocks[:, 6:], 4)], n, nb)
+    if t.name == "Q4_1":  # d | m | qs
+        return _kernels.Q4_1, _interleave([(blocks[:, :2], 2), (blocks[:, 2:4], 2), (blocks[:, 4:], 4)], n, nb)
+    if t.name == "Q5_1":  # d | m | qh | qs
+        fields = [(blocks[:, :2], 2), (blocks[:, 2:4], 2), (blocks[:, 4:8], HIGH_BITS), (blocks[:, 8:], 4)]
+        return _kernels.Q5_1, _interleave(fields, n, nb)
     if t.name == "Q6K":
         from ....quantized import kquants
 
@@ -166,6 +212,7 @@ class NativeWeight:
         self.groups = -(-self.n // ROWS)
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
         self.kquant = t.name in ("Q4K", "Q6K")  # Q8K activations, super-blocks of 256
+        self.q8_1 = t.name in ("Q4_1", "Q5_1")
         self._matvec = _kernels.matvec_k if self.kquant else _kernels.matvec_q
         # For the non-finite fallback only: the blocks (a view of the file's map), or
         # ``source``, parts whose concatenation they are (not kept as a copy).
@@ -188,7 +235,7 @@ class NativeWeight:
         One call on this thread, except for weights large enough to be worth a
         second thread (a vocabulary-sized output layer).
         """
-        if self._splittable and plan_threads(1, self.n, self.k, self.groups, None) > 1:
+        if self._splittable and not pool_available() and plan_threads(1, self.n, self.k, self.groups, None) > 1:
             out[:] = self.matmul_t(x.reshape(1, -1)).reshape(-1)
             return out
         if not self._matvec(self.fmt, self.packed, self.n, self.k, x, out):
@@ -208,7 +255,8 @@ class NativeWeight:
         if m == 0 or self.n == 0:
             return out.reshape(lead + (self.n,))
         threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
-        if m == 1 and threads == 1 and self.k <= 16384:
+        if m == 1 and self.k <= 16384 and (threads == 1 or pool_available()):
+            sync_threads()  # the compiled pool splits it when worth it
             if not self._matvec(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
                 out = self._fallback(x2)
             return out.reshape(lead + (self.n,))
@@ -220,15 +268,20 @@ class NativeWeight:
             kernel = _kernels.matmul_k
         else:
             xs = np.empty((m, self.nb), np.int32)
-            ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs)
+            if self.q8_1:  # Q4_1/Q5_1: Q8_1 activations, whose stored block sums multiply m_w
+                xsf = np.empty((m, self.nb), np.float32)
+                ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs, xsf)
+            else:
+                ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs)
             kernel = _kernels.matmul_q
         if not ok:
             return self._fallback(x2).reshape(lead + (self.n,))
         args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
+        tail = (xsf,) if self.q8_1 else ()
         if threads == 1:
-            kernel(*args, 0, self.groups)
+            kernel(*args, 0, self.groups, *tail)
         else:
-            run_pieces(lambda a, b: kernel(*args, a, b), self.groups, threads)
+            run_pieces(lambda a, b: kernel(*args, a, b, *tail), self.groups, threads)
         return out.reshape(lead + (self.n,))
 
 
@@ -273,27 +326,6 @@ def _executor(n: int):
 
 
 def run_pieces(fn, total: int, threads: int) -> None:
-    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they free up.
-
-    Several pieces per thread, the calling thread among the workers: a core
-    busy with another process delays one piece, not half the product.  Workers
-    block on the pool's queue when idle (no spinning).
-    """
-    from ..quantized.vec_dot import _split
-
-    pieces = iter(_split(total, min(total, threads * 4), 1))
-    lock = threading.Lock()
-
-    def worker():
-        while True:
-            with lock:
-                piece = next(pieces, None)
-            if piece is None:
-                return
-            fn(*piece)
-
-    pool = _executor(threads - 1)
-    futures = [pool.submit(worker) for _ in range(threads - 1)]
-    worker()
-    for f in futures:
-        f.result()
+    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they
+    free up (see :mod:`tallow.backends.cpu.pieces`), on the kernels' own pool."""
+    pieces.run_pieces(fn, total, threads, _executor(threads - 1))

@@ -1,7 +1,7 @@
-/* Compiled CPU kernels of tallow's quantized matmul (Q4_0, Q8_0 weights; Q5_0 and
- * Q6K through the Q8_0 layout) and of the decode step of a Llama.
+/* Compiled CPU kernels of tallow's quantized matmul: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+ * weights in layouts of their GGUF size, and the K-quants Q4K and Q6K (further down).
  *
- * Arithmetic: ggml's generic vec_dot, bit for bit the NumPy/numba paths of
+ * Arithmetic: ggml's generic vec_dot, bit for bit the numba path of
  * tallow.quantized.  An activation row is quantized to Q8_0 (d = amax / 127,
  * q = round-half-away(x / d), the stored d rounded to f16); each 32-element block
  * contributes (float(isum) * d_w) * d_x, where isum is the exact integer dot
@@ -21,6 +21,12 @@
  *           each row's 16 packed bytes, whose low nibble is element 4v+j and high
  *           nibble element 16+4v+j.
  *   Q8_0x8: 16 + 256 bytes: vector v holds elements 4v..4v+3 of each row.
+ *   Q4_1x8: 16 (d) + 16 (m, eight f16) + 128 (nibbles as Q4_0): the GGUF size.
+ *   Q5_0x8: 16 (d) + 32 (fifth bits) + 128 (nibbles as Q4_0): the GGUF size; the fifth
+ *           bits as eight 32-bit masks, words 0..3 for the low nibbles of vector v and
+ *           4..7 for the high ones, bit 4r + j the bit of row r's byte j in that vector
+ *           (so one mask widens to the vector's 32 bytes with a byte shuffle).
+ *   Q5_1x8: 16 (d) + 16 (m) + 32 (fifth bits) + 128: the GGUF size.
  * The CPU features are checked once at import (__builtin_cpu_supports); the
  * AVX2 and AVX-512 VNNI functions carry target attributes, so the module itself
  * is compiled for the baseline ISA and runs anywhere (scalar C fallback).
@@ -31,12 +37,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TALLOW_X86 1
-#endif
+#include "common.h"
+#include "_workers.h"
 
-enum { FMT_Q4_0 = 0, FMT_Q8_0 = 1 };
+/* Formats of the 32-element blocks (the K-quants' numbers follow further down). */
+enum { FMT_Q4_0 = 0, FMT_Q8_0 = 1, FMT_Q5_0 = 4, FMT_Q4_1 = 5, FMT_Q5_1 = 6 };
 enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512VNNI = 2 };
 static const char *isa_names[] = {"scalar", "avx2", "avx512vnni"};
 static int best_isa = ISA_SCALAR;
@@ -45,29 +50,26 @@ static int active_isa = ISA_SCALAR;
 #define QK 32
 #define ROWS 8
 
-static inline int64_t block_bytes(int fmt) { return fmt == FMT_Q4_0 ? 16 + 128 : 16 + 256; }
+/* Bytes of one block position of a group of eight rows; 0 for a format that is not one of these. */
+static inline int64_t block_bytes(int fmt) {
+    switch (fmt) {
+    case FMT_Q4_0: return 16 + 128;
+    case FMT_Q8_0: return 16 + 256;
+    case FMT_Q5_0: return 16 + 32 + 128;
+    case FMT_Q4_1: return 16 + 16 + 128;
+    case FMT_Q5_1: return 16 + 16 + 32 + 128;
+    default: return 0;
+    }
+}
+/* The nibble formats: Q4_1/Q5_1 carry block minimums m (added as m_w * s_x, s_x the
+ * Q8_1 activation's stored sum), Q5_0/Q5_1 a fifth bit, Q4_0/Q5_0 an offset (8, 16). */
+static inline int has_min(int fmt) { return fmt == FMT_Q4_1 || fmt == FMT_Q5_1; }
+static inline int has_high(int fmt) { return fmt == FMT_Q5_0 || fmt == FMT_Q5_1; }
+static inline int zero_of(int fmt) { return fmt == FMT_Q4_0 ? 8 : fmt == FMT_Q5_0 ? 16 : 0; }
+static inline int64_t high_at(int fmt) { return has_min(fmt) ? 32 : 16; }
+static inline int64_t quants_at(int fmt) { return 16 + (has_min(fmt) ? 16 : 0) + (has_high(fmt) ? 32 : 0); }
 
 /* ------------------------------------------------------------------ f16 <-> f32 */
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400u));
-            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* Round to nearest even, as NumPy's astype(float16) and F16C. */
 static inline uint16_t float_to_half(float f) {
@@ -102,9 +104,10 @@ static inline float round_away(float v) {
 }
 
 /* ----------------------------------------------------- activation quantization (Q8_0) */
-/* x (k,) -> xq (k,) int8, xd (k/32,) stored scales, xs (k/32,) integer sums.
+/* x (k,) -> xq (k,) int8, xd (k/32,) stored scales, xs (k/32,) integer sums, and when
+ * xsf is not NULL Q8_1's stored block sums (the same quantization as Q8_0's).
  * Returns 0 on a non-finite input (the caller then takes the NumPy codec's path). */
-static int quantize_q8_0_row(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs) {
+static int quantize_q8_0_row(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs, float *xsf) {
     for (int64_t b = 0; b < k / QK; b++) {
         const float *xb = x + b * QK;
         float amax = 0.0f;
@@ -123,6 +126,7 @@ static int quantize_q8_0_row(const float *x, int64_t k, int8_t *xq, float *xd, i
         }
         xd[b] = f16_round(d);
         xs[b] = total;
+        if (xsf) xsf[b] = f16_round((float)total * d); /* Q8_1's s: f16(sum q * d), d unrounded */
     }
     return 1;
 }
@@ -130,7 +134,8 @@ static int quantize_q8_0_row(const float *x, int64_t k, int8_t *xq, float *xd, i
 /* ------------------------------------------------------------------ scalar kernels */
 /* Each kernel computes rows [8 g0, 8 g1) of out (m, n) for m activation rows. */
 typedef void (*kernel_fn)(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
-                          const float *xd, const int32_t *xs, int64_t m, float *out, int64_t n);
+                          const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out,
+                          int64_t n);
 
 static inline void store_rows(float *out_row, int64_t g, int64_t n, const float *acc) {
     for (int j = 0; j < ROWS; j++) {
@@ -139,9 +144,14 @@ static inline void store_rows(float *out_row, int64_t g, int64_t n, const float 
     }
 }
 
-static void q4_0_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
-                        const float *xd, const int32_t *xs, int64_t m, float *out, int64_t n) {
-    const int64_t bb = block_bytes(FMT_Q4_0), k = nb * QK;
+/* The nibble formats (Q4_0, Q5_0, Q4_1, Q5_1): per row and block, the exact integer sum of
+ * the unsigned values times the activation, less zero * (the activation's sum), then
+ * ((isum * d_w) * d_x), plus m_w * s_x for the formats with minimums. */
+static inline void nib_scalar(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
+                              const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out,
+                              int64_t n) {
+    const int64_t bb = block_bytes(fmt), k = nb * QK, qa = quants_at(fmt), ha = high_at(fmt);
+    const int zero = zero_of(fmt), hm = has_min(fmt), hh = has_high(fmt);
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *wg = w + g * nb * bb;
         for (int64_t i = 0; i < m; i++) {
@@ -150,19 +160,32 @@ static void q4_0_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, co
                 const uint8_t *blk = wg + b * bb;
                 const int8_t *x = xq + i * k + b * QK;
                 float dx = xd[i * nb + b];
-                int32_t zx = 8 * xs[i * nb + b];
+                int32_t zx = zero * xs[i * nb + b];
                 for (int r = 0; r < ROWS; r++) {
                     uint16_t hd;
                     memcpy(&hd, blk + 2 * r, 2);
                     int32_t isum = 0;
                     for (int v = 0; v < 4; v++) {
+                        uint32_t mlo = 0, mhi = 0;
+                        if (hh) {
+                            memcpy(&mlo, blk + ha + 4 * v, 4);
+                            memcpy(&mhi, blk + ha + 16 + 4 * v, 4);
+                        }
                         for (int j = 0; j < 4; j++) {
-                            uint8_t byte = blk[16 + 32 * v + 4 * r + j];
-                            isum += (int32_t)(byte & 15) * x[4 * v + j] + (int32_t)(byte >> 4) * x[16 + 4 * v + j];
+                            uint8_t byte = blk[qa + 32 * v + 4 * r + j];
+                            int32_t lo = (byte & 15) | (int32_t)(((mlo >> (4 * r + j)) & 1u) << 4);
+                            int32_t hi = (byte >> 4) | (int32_t)(((mhi >> (4 * r + j)) & 1u) << 4);
+                            isum += lo * x[4 * v + j] + hi * x[16 + 4 * v + j];
                         }
                     }
                     isum -= zx;
-                    acc[r] += ((float)isum * half_to_float(hd)) * dx;
+                    float f = ((float)isum * half_to_float(hd)) * dx;
+                    if (hm) {
+                        uint16_t hmin;
+                        memcpy(&hmin, blk + 16 + 2 * r, 2);
+                        f = f + half_to_float(hmin) * xsf[i * nb + b];
+                    }
+                    acc[r] += f;
                 }
             }
             store_rows(out + i * n, g, n, acc);
@@ -170,9 +193,20 @@ static void q4_0_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, co
     }
 }
 
+#define NIB_SCALAR(NAME, FMT)                                                                     \
+    static void NAME(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,     \
+                     const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, \
+                     int64_t n) {                                                                 \
+        nib_scalar(FMT, w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);                              \
+    }
+NIB_SCALAR(q4_0_scalar, FMT_Q4_0)
+NIB_SCALAR(q5_0_scalar, FMT_Q5_0)
+NIB_SCALAR(q4_1_scalar, FMT_Q4_1)
+NIB_SCALAR(q5_1_scalar, FMT_Q5_1)
+
 static void q8_0_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
-                        const float *xd, const int32_t *xs, int64_t m, float *out, int64_t n) {
-    (void)xs;
+                        const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n) {
+    (void)xs; (void)xsf;
     const int64_t bb = block_bytes(FMT_Q8_0), k = nb * QK;
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *wg = w + g * nb * bb;
@@ -199,8 +233,6 @@ static void q8_0_scalar(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, co
 
 #ifdef TALLOW_X86
 /* ------------------------------------------------------------------ AVX2 kernels */
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 static inline int32_t load_i32(const int8_t *p) {
     int32_t v;
@@ -218,32 +250,50 @@ AVX2 static inline void store_acc(float *out_row, int64_t g, int64_t n, __m256 a
     }
 }
 
-/* One group of eight weight rows against R activation rows (R = 1..4, a constant
- * after inlining, so the accumulators stay in registers). */
-#define Q4_0_GROUP(NAME, ATTR, DOT16)                                                              \
+/* A fifth-bit mask word -> 32 bytes, 16 where its bit is set (ggml's bytes_from_bits_32). */
+AVX2 static inline __m256i high_bits(const uint8_t *p) {
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(16));
+}
+
+/* One group of eight weight rows of a nibble format against R activation rows (R = 1..4,
+ * a constant after inlining, so the accumulators stay in registers). */
+#define NIB_GROUP(NAME, ATTR, FMT, DOT16)                                                          \
     ATTR static inline __attribute__((always_inline)) void NAME##_rows(                           \
         const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xs,     \
-        int64_t i0, const int R, float *out, int64_t n, int64_t g) {                              \
-        const int64_t k = nb * QK;                                                                \
+        const float *xsf, int64_t i0, const int R, float *out, int64_t n, int64_t g) {            \
+        const int64_t k = nb * QK, bb = block_bytes(FMT), qa = quants_at(FMT), ha = high_at(FMT); \
         const __m256i mask = _mm256_set1_epi8(15);                                                \
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),           \
                          _mm256_setzero_ps()};                                                    \
         for (int64_t b = 0; b < nb; b++) {                                                        \
-            const uint8_t *blk = wg + b * 144;                                                    \
+            const uint8_t *blk = wg + b * bb;                                                     \
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));                  \
+            __m256 mw = has_min(FMT) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16))) \
+                                     : _mm256_setzero_ps();                                       \
             __m256i lo[4], hi[4];                                                                 \
             for (int v = 0; v < 4; v++) {                                                         \
-                __m256i W = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * v));            \
+                __m256i W = _mm256_loadu_si256((const __m256i *)(blk + qa + 32 * v));            \
                 lo[v] = _mm256_and_si256(W, mask);                                                \
                 hi[v] = _mm256_and_si256(_mm256_srli_epi16(W, 4), mask);                          \
+                if (has_high(FMT)) {                                                              \
+                    lo[v] = _mm256_or_si256(lo[v], high_bits(blk + ha + 4 * v));                 \
+                    hi[v] = _mm256_or_si256(hi[v], high_bits(blk + ha + 16 + 4 * v));            \
+                }                                                                                 \
             }                                                                                     \
             for (int r = 0; r < R; r++) {                                                         \
                 const int8_t *x = xq + (i0 + r) * k + b * QK;                                     \
                 __m256i s32;                                                                      \
                 DOT16                                                                             \
-                s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(8 * xs[(i0 + r) * nb + b]));       \
+                if (zero_of(FMT))                                                                 \
+                    s32 = _mm256_sub_epi32(s32, _mm256_set1_epi32(zero_of(FMT) * xs[(i0 + r) * nb + b])); \
                 __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(s32), dw);                            \
                 f = _mm256_mul_ps(f, _mm256_set1_ps(xd[(i0 + r) * nb + b]));                      \
+                if (has_min(FMT)) f = _mm256_add_ps(f, _mm256_mul_ps(mw, _mm256_set1_ps(xsf[(i0 + r) * nb + b]))); \
                 acc[r] = _mm256_add_ps(acc[r], f);                                                \
             }                                                                                     \
         }                                                                                         \
@@ -261,6 +311,18 @@ AVX2 static inline void store_acc(float *out_row, int64_t g, int64_t n, __m256 a
         }                                                                                         \
         s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));                                       \
     }
+/* 5-bit values: sixteen products of up to 31 x 127 would pass 2^15, so the low and
+ * high halves are summed in 16 bits separately (eight products each). */
+#define Q5_DOT_AVX2                                                                               \
+    {                                                                                             \
+        __m256i sa = _mm256_setzero_si256(), sb = _mm256_setzero_si256();                         \
+        for (int v = 0; v < 4; v++) {                                                             \
+            sa = _mm256_add_epi16(sa, _mm256_maddubs_epi16(lo[v], _mm256_set1_epi32(load_i32(x + 4 * v)))); \
+            sb = _mm256_add_epi16(sb, _mm256_maddubs_epi16(hi[v], _mm256_set1_epi32(load_i32(x + 16 + 4 * v)))); \
+        }                                                                                         \
+        s32 = _mm256_add_epi32(_mm256_madd_epi16(sa, _mm256_set1_epi16(1)),                       \
+                               _mm256_madd_epi16(sb, _mm256_set1_epi16(1)));                      \
+    }
 #define Q4_DOT_VNNI                                                                               \
     {                                                                                             \
         s32 = _mm256_setzero_si256();                                                             \
@@ -270,14 +332,20 @@ AVX2 static inline void store_acc(float *out_row, int64_t g, int64_t n, __m256 a
         }                                                                                         \
     }
 
-Q4_0_GROUP(q4_0_avx2, AVX2, Q4_DOT_AVX2)
-Q4_0_GROUP(q4_0_vnni, AVX512, Q4_DOT_VNNI)
+NIB_GROUP(q4_0_avx2, AVX2, FMT_Q4_0, Q4_DOT_AVX2)
+NIB_GROUP(q4_0_vnni, AVX512, FMT_Q4_0, Q4_DOT_VNNI)
+NIB_GROUP(q5_0_avx2, AVX2, FMT_Q5_0, Q5_DOT_AVX2)
+NIB_GROUP(q5_0_vnni, AVX512, FMT_Q5_0, Q4_DOT_VNNI)
+NIB_GROUP(q4_1_avx2, AVX2, FMT_Q4_1, Q4_DOT_AVX2)
+NIB_GROUP(q4_1_vnni, AVX512, FMT_Q4_1, Q4_DOT_VNNI)
+NIB_GROUP(q5_1_avx2, AVX2, FMT_Q5_1, Q5_DOT_AVX2)
+NIB_GROUP(q5_1_vnni, AVX512, FMT_Q5_1, Q4_DOT_VNNI)
 
 #define Q8_0_GROUP(NAME, ATTR, DOT)                                                                \
     ATTR static inline __attribute__((always_inline)) void NAME##_rows(                           \
         const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xs,     \
-        int64_t i0, const int R, float *out, int64_t n, int64_t g) {                              \
-        (void)xs;                                                                                 \
+        const float *xsf, int64_t i0, const int R, float *out, int64_t n, int64_t g) {            \
+        (void)xs; (void)xsf;                                                                      \
         const int64_t k = nb * QK;                                                                \
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),           \
                          _mm256_setzero_ps()};                                                    \
@@ -311,7 +379,7 @@ Q8_0_GROUP(q8_0_vnni, AVX512, Q8_DOT_VNNI)
 
 /* quantize_q8_0_row with eight lanes: the same float operations (x * inv, then
  * round half away from zero through trunc), so the same integers. */
-AVX2 static int quantize_q8_0_row_avx2(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs) {
+AVX2 static int quantize_q8_0_row_avx2(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs, float *xsf) {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028235e38f);
     const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f), one = _mm256_set1_ps(1.0f);
     for (int64_t b = 0; b < k / QK; b++) {
@@ -350,22 +418,27 @@ AVX2 static int quantize_q8_0_row_avx2(const float *x, int64_t k, int8_t *xq, fl
         t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
         xs[b] = _mm_cvtsi128_si32(t4);
         xd[b] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)));
+        if (xsf) {
+            float sd = (float)xs[b] * d;
+            xsf[b] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(sd), _MM_FROUND_TO_NEAREST_INT)));
+        }
     }
     return 1;
 }
 
 #define DRIVER(NAME, ATTR, FMT)                                                                    \
     ATTR static void NAME(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, \
-                          const float *xd, const int32_t *xs, int64_t m, float *out, int64_t n) {  \
+                          const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, \
+                          int64_t n) {                                                            \
         const int64_t gb = nb * block_bytes(FMT);                                                 \
         for (int64_t g = g0; g < g1; g++) {                                                       \
             const uint8_t *wg = w + g * gb;                                                       \
             int64_t i = 0;                                                                        \
-            for (; i + 4 <= m; i += 4) NAME##_rows(wg, nb, xq, xd, xs, i, 4, out, n, g);          \
+            for (; i + 4 <= m; i += 4) NAME##_rows(wg, nb, xq, xd, xs, xsf, i, 4, out, n, g);          \
             switch (m - i) {                                                                      \
-            case 3: NAME##_rows(wg, nb, xq, xd, xs, i, 3, out, n, g); break;                      \
-            case 2: NAME##_rows(wg, nb, xq, xd, xs, i, 2, out, n, g); break;                      \
-            case 1: NAME##_rows(wg, nb, xq, xd, xs, i, 1, out, n, g); break;                      \
+            case 3: NAME##_rows(wg, nb, xq, xd, xs, xsf, i, 3, out, n, g); break;                      \
+            case 2: NAME##_rows(wg, nb, xq, xd, xs, xsf, i, 2, out, n, g); break;                      \
+            case 1: NAME##_rows(wg, nb, xq, xd, xs, xsf, i, 1, out, n, g); break;                      \
             default: break;                                                                       \
             }                                                                                     \
         }                                                                                         \
@@ -375,21 +448,49 @@ DRIVER(q4_0_avx2, AVX2, FMT_Q4_0)
 DRIVER(q4_0_vnni, AVX512, FMT_Q4_0)
 DRIVER(q8_0_avx2, AVX2, FMT_Q8_0)
 DRIVER(q8_0_vnni, AVX512, FMT_Q8_0)
+DRIVER(q5_0_avx2, AVX2, FMT_Q5_0)
+DRIVER(q5_0_vnni, AVX512, FMT_Q5_0)
+DRIVER(q4_1_avx2, AVX2, FMT_Q4_1)
+DRIVER(q4_1_vnni, AVX512, FMT_Q4_1)
+DRIVER(q5_1_avx2, AVX2, FMT_Q5_1)
+DRIVER(q5_1_vnni, AVX512, FMT_Q5_1)
 #endif /* TALLOW_X86 */
 
-static int quantize_row(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs) {
+static int quantize_row(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs, float *xsf) {
 #ifdef TALLOW_X86
-    if (active_isa >= ISA_AVX2) return quantize_q8_0_row_avx2(x, k, xq, xd, xs);
+    if (active_isa >= ISA_AVX2) return quantize_q8_0_row_avx2(x, k, xq, xd, xs, xsf);
 #endif
-    return quantize_q8_0_row(x, k, xq, xd, xs);
+    return quantize_q8_0_row(x, k, xq, xd, xs, xsf);
 }
 
 static kernel_fn pick_kernel(int fmt) {
 #ifdef TALLOW_X86
-    if (active_isa == ISA_AVX512VNNI) return fmt == FMT_Q4_0 ? q4_0_vnni : q8_0_vnni;
-    if (active_isa == ISA_AVX2) return fmt == FMT_Q4_0 ? q4_0_avx2 : q8_0_avx2;
+    if (active_isa == ISA_AVX512VNNI) {
+        switch (fmt) {
+        case FMT_Q4_0: return q4_0_vnni;
+        case FMT_Q5_0: return q5_0_vnni;
+        case FMT_Q4_1: return q4_1_vnni;
+        case FMT_Q5_1: return q5_1_vnni;
+        default: return q8_0_vnni;
+        }
+    }
+    if (active_isa == ISA_AVX2) {
+        switch (fmt) {
+        case FMT_Q4_0: return q4_0_avx2;
+        case FMT_Q5_0: return q5_0_avx2;
+        case FMT_Q4_1: return q4_1_avx2;
+        case FMT_Q5_1: return q5_1_avx2;
+        default: return q8_0_avx2;
+        }
+    }
 #endif
-    return fmt == FMT_Q4_0 ? q4_0_scalar : q8_0_scalar;
+    switch (fmt) {
+    case FMT_Q4_0: return q4_0_scalar;
+    case FMT_Q5_0: return q5_0_scalar;
+    case FMT_Q4_1: return q4_1_scalar;
+    case FMT_Q5_1: return q5_1_scalar;
+    default: return q8_0_scalar;
+    }
 }
 
 
@@ -594,84 +695,110 @@ static kkernel_fn pick_kkernel(int fmt) {
 }
 
 /* ------------------------------------------------------------------ Python bindings */
-typedef struct {
-    Py_buffer view;
-    int held;
-} buf_t;
 
-static int get_buf(PyObject *obj, buf_t *b, int writable, Py_ssize_t min_bytes, const char *what) {
-    if (PyObject_GetBuffer(obj, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return 0;
-    b->held = 1;
-    if (b->view.len < min_bytes) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, need at least %zd", what, b->view.len, min_bytes);
-        return 0;
-    }
-    return 1;
-}
-
-static void release(buf_t *bufs, int count) {
-    for (int i = 0; i < count; i++)
-        if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
-}
-
-/* quantize_q8_0(x f32 (m*k), m, k, xq int8 (m*k), xd f32 (m*k/32), xs i32 (m*k/32)) -> bool */
+/* quantize_q8_0(x f32 (m*k), m, k, xq int8 (m*k), xd f32 (m*k/32), xs i32 (m*k/32)[, xsf f32 (m*k/32)])
+ * -> bool; xsf: Q8_1's stored sums, for the formats with block minimums. */
 static PyObject *py_quantize_q8_0(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "quantize_q8_0 takes 6 arguments");
+    if (nargs != 6 && nargs != 7) return PyErr_Format(PyExc_TypeError, "quantize_q8_0 takes 6 or 7 arguments");
     int64_t m = PyLong_AsLongLong(args[1]), k = PyLong_AsLongLong(args[2]);
     if (PyErr_Occurred()) return NULL;
     if (m < 0 || k <= 0 || k % QK) return PyErr_Format(PyExc_ValueError, "quantize_q8_0: bad m=%lld k=%lld", (long long)m, (long long)k);
-    buf_t b[4];
+    buf_t b[5];
     memset(b, 0, sizeof b);
     int64_t nb = k / QK;
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, m * k * 4, "x") && get_buf(args[3], &b[1], 1, m * k, "xq") &&
-        get_buf(args[4], &b[2], 1, m * nb * 4, "xd") && get_buf(args[5], &b[3], 1, m * nb * 4, "xs")) {
+        get_buf(args[4], &b[2], 1, m * nb * 4, "xd") && get_buf(args[5], &b[3], 1, m * nb * 4, "xs") &&
+        (nargs == 6 || get_buf(args[6], &b[4], 1, m * nb * 4, "xsf"))) {
         int ok = 1;
+        float *xsf = nargs == 7 ? (float *)b[4].view.buf : NULL;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t i = 0; i < m && ok; i++)
             ok = quantize_row((const float *)b[0].view.buf + i * k, k, (int8_t *)b[1].view.buf + i * k,
-                                   (float *)b[2].view.buf + i * nb, (int32_t *)b[3].view.buf + i * nb);
+                              (float *)b[2].view.buf + i * nb, (int32_t *)b[3].view.buf + i * nb,
+                              xsf ? xsf + i * nb : NULL);
         Py_END_ALLOW_THREADS
         res = PyBool_FromLong(ok);
-    }
-    release(b, 4);
-    return res;
-}
-
-/* matmul_q(fmt, w, n, k, xq, xd, xs, m, out f32 (m*n), g0, g1): rows [8 g0, 8 g1) of out. */
-static PyObject *py_matmul_q(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 11) return PyErr_Format(PyExc_TypeError, "matmul_q takes 11 arguments");
-    int fmt = (int)PyLong_AsLong(args[0]);
-    int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]), m = PyLong_AsLongLong(args[7]);
-    int64_t g0 = PyLong_AsLongLong(args[9]), g1 = PyLong_AsLongLong(args[10]);
-    if (PyErr_Occurred()) return NULL;
-    if ((fmt != FMT_Q4_0 && fmt != FMT_Q8_0) || n < 0 || k <= 0 || k % QK || m < 0)
-        return PyErr_Format(PyExc_ValueError, "matmul_q: bad format or shape");
-    int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QK;
-    if (g0 < 0 || g1 > groups || g0 > g1) return PyErr_Format(PyExc_ValueError, "matmul_q: bad group range");
-    buf_t b[5];
-    memset(b, 0, sizeof b);
-    PyObject *res = NULL;
-    if (get_buf(args[1], &b[0], 0, groups * nb * block_bytes(fmt), "w") && get_buf(args[4], &b[1], 0, m * k, "xq") &&
-        get_buf(args[5], &b[2], 0, m * nb * 4, "xd") && get_buf(args[6], &b[3], 0, m * nb * 4, "xs") &&
-        get_buf(args[8], &b[4], 1, m * n * 4, "out")) {
-        kernel_fn fn = pick_kernel(fmt);
-        Py_BEGIN_ALLOW_THREADS
-        fn((const uint8_t *)b[0].view.buf, nb, g0, g1, (const int8_t *)b[1].view.buf, (const float *)b[2].view.buf,
-           (const int32_t *)b[3].view.buf, m, (float *)b[4].view.buf, n);
-        Py_END_ALLOW_THREADS
-        Py_INCREF(Py_None);
-        res = Py_None;
     }
     release(b, 5);
     return res;
 }
 
-/* matvec_q(fmt, w, n, k, x f32 (k), out f32 (n)) -> bool: quantize x and multiply, one
- * call, on the calling thread (the activation's quantized form lives on the stack). */
+/* matmul_q(fmt, w, n, k, xq, xd, xs, m, out f32 (m*n), g0, g1[, xsf]): rows [8 g0, 8 g1) of out
+ * (xsf, Q8_1's sums, required by the formats with block minimums). */
+static PyObject *py_matmul_q(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 11 && nargs != 12) return PyErr_Format(PyExc_TypeError, "matmul_q takes 11 or 12 arguments");
+    int fmt = (int)PyLong_AsLong(args[0]);
+    int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]), m = PyLong_AsLongLong(args[7]);
+    int64_t g0 = PyLong_AsLongLong(args[9]), g1 = PyLong_AsLongLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    if (!block_bytes(fmt) || n < 0 || k <= 0 || k % QK || m < 0)
+        return PyErr_Format(PyExc_ValueError, "matmul_q: bad format or shape");
+    if (has_min(fmt) && nargs != 12) return PyErr_Format(PyExc_ValueError, "matmul_q: this format needs xsf");
+    int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QK;
+    if (g0 < 0 || g1 > groups || g0 > g1) return PyErr_Format(PyExc_ValueError, "matmul_q: bad group range");
+    buf_t b[6];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[1], &b[0], 0, groups * nb * block_bytes(fmt), "w") && get_buf(args[4], &b[1], 0, m * k, "xq") &&
+        get_buf(args[5], &b[2], 0, m * nb * 4, "xd") && get_buf(args[6], &b[3], 0, m * nb * 4, "xs") &&
+        get_buf(args[8], &b[4], 1, m * n * 4, "out") &&
+        (nargs == 11 || get_buf(args[11], &b[5], 0, m * nb * 4, "xsf"))) {
+        kernel_fn fn = pick_kernel(fmt);
+        const float *xsf = nargs == 12 ? (const float *)b[5].view.buf : NULL;
+        Py_BEGIN_ALLOW_THREADS
+        fn((const uint8_t *)b[0].view.buf, nb, g0, g1, (const int8_t *)b[1].view.buf, (const float *)b[2].view.buf,
+           (const int32_t *)b[3].view.buf, xsf, m, (float *)b[4].view.buf, n);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 6);
+    return res;
+}
+
+/* A matrix-vector product split by groups of eight weight rows across tallow's pool
+ * (_workers.h): every row is computed whole by one thread, so the split never changes a
+ * row's sum.  MV_GRAIN groups at least per chunk. */
+#define MV_GRAIN 4
+typedef struct {
+    kernel_fn fn;
+    const uint8_t *w;
+    int64_t nb;
+    const int8_t *xq;
+    const float *xd;
+    const int32_t *xs;
+    const float *xsf;
+    float *out;
+    int64_t n;
+} mv_job;
+
+static void mv_task(void *p, int64_t g0, int64_t g1) {
+    const mv_job *j = (const mv_job *)p;
+    j->fn(j->w, j->nb, g0, g1, j->xq, j->xd, j->xs, j->xsf, 1, j->out, j->n);
+}
+
+typedef struct {
+    kkernel_fn fn;
+    const uint8_t *w;
+    int64_t nb;
+    const int8_t *xq;
+    const float *xd;
+    const int32_t *xbs;
+    float *out;
+    int64_t n;
+} kmv_job;
+
+static void kmv_task(void *p, int64_t g0, int64_t g1) {
+    const kmv_job *j = (const kmv_job *)p;
+    j->fn(j->w, j->nb, g0, g1, j->xq, j->xd, j->xbs, 1, j->out, j->n);
+}
+
+/* matvec_q(fmt, w, n, k, x f32 (k), out f32 (n)) -> bool: quantize x and multiply in one
+ * call (the activation's quantized form lives on the caller's stack), the rows split
+ * across tallow's pool when the product is worth it. */
 #define STACK_K 16384
 static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -679,7 +806,7 @@ static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t n
     int fmt = (int)PyLong_AsLong(args[0]);
     int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    if ((fmt != FMT_Q4_0 && fmt != FMT_Q8_0) || n < 0 || k <= 0 || k % QK)
+    if (!block_bytes(fmt) || n < 0 || k <= 0 || k % QK)
         return PyErr_Format(PyExc_ValueError, "matvec_q: bad format or shape");
     int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QK;
     buf_t b[3];
@@ -690,21 +817,27 @@ static PyObject *py_matvec_q(PyObject *self, PyObject *const *args, Py_ssize_t n
         int8_t stack_q[STACK_K];
         float stack_d[STACK_K / QK];
         int32_t stack_s[STACK_K / QK];
+        float stack_sf[STACK_K / QK];
         int8_t *xq = stack_q;
-        float *xd = stack_d;
+        float *xd = stack_d, *xsf = stack_sf;
         int32_t *xs = stack_s;
         void *heap = NULL;
         if (k > STACK_K) {
-            heap = PyMem_RawMalloc((size_t)(k + nb * 8));
+            heap = PyMem_RawMalloc((size_t)(k + nb * 12));
             if (!heap) { release(b, 3); return PyErr_NoMemory(); }
             xq = (int8_t *)heap;
             xd = (float *)(xq + k);
             xs = (int32_t *)(xd + nb);
+            xsf = (float *)(xs + nb);
         }
+        if (!has_min(fmt)) xsf = NULL;
         int ok;
         Py_BEGIN_ALLOW_THREADS
-        ok = quantize_row((const float *)b[1].view.buf, k, xq, xd, xs);
-        if (ok) pick_kernel(fmt)((const uint8_t *)b[0].view.buf, nb, 0, groups, xq, xd, xs, 1, (float *)b[2].view.buf, n);
+        ok = quantize_row((const float *)b[1].view.buf, k, xq, xd, xs, xsf);
+        if (ok) {
+            mv_job job = {pick_kernel(fmt), (const uint8_t *)b[0].view.buf, nb, xq, xd, xs, xsf, (float *)b[2].view.buf, n};
+            tallow_pool_run(mv_task, &job, groups, MV_GRAIN, groups * nb * block_bytes(fmt));
+        }
         Py_END_ALLOW_THREADS
         PyMem_RawFree(heap);
         res = PyBool_FromLong(ok);
@@ -790,7 +923,10 @@ static PyObject *py_matvec_k(PyObject *self, PyObject *const *args, Py_ssize_t n
         int ok;
         Py_BEGIN_ALLOW_THREADS
         ok = quantize_q8k_row((const float *)b[1].view.buf, k, xq, xd, xbs);
-        if (ok) pick_kkernel(fmt)((const uint8_t *)b[0].view.buf, nb, 0, groups, xq, xd, xbs, 1, (float *)b[2].view.buf, n);
+        if (ok) {
+            kmv_job job = {pick_kkernel(fmt), (const uint8_t *)b[0].view.buf, nb, xq, xd, xbs, (float *)b[2].view.buf, n};
+            tallow_pool_run(kmv_task, &job, groups, MV_GRAIN, groups * nb * kblock_bytes(fmt));
+        }
         Py_END_ALLOW_THREADS
         res = PyBool_FromLong(ok);
     }
@@ -847,19 +983,17 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", "tallo
 
 PyMODINIT_FUNC PyInit__kernels(void) {
 #ifdef TALLOW_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        best_isa = ISA_AVX2;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-            best_isa = ISA_AVX512VNNI;
-    }
+    best_isa = cpu_has_avx512vnni() ? ISA_AVX512VNNI : cpu_has_avx2() ? ISA_AVX2 : ISA_SCALAR;
 #endif
     active_isa = best_isa;
+    tallow_pool_import();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     PyModule_AddIntConstant(m, "Q4_0", FMT_Q4_0);
     PyModule_AddIntConstant(m, "Q8_0", FMT_Q8_0);
+    PyModule_AddIntConstant(m, "Q5_0", FMT_Q5_0);
+    PyModule_AddIntConstant(m, "Q4_1", FMT_Q4_1);
+    PyModule_AddIntConstant(m, "Q5_1", FMT_Q5_1);
     PyModule_AddIntConstant(m, "Q4K", FMT_Q4K);
     PyModule_AddIntConstant(m, "Q6K", FMT_Q6K);
     PyModule_AddIntConstant(m, "ROWS", ROWS);

@@ -48,7 +48,7 @@ from .... import config
 from ....quantized.blocks import byte_blocks, f16_field, f16_round
 from ....quantized.types import ggml_type
 from ..threads import CONFIG
-from .vec_dot import _split
+from ..pieces import run_pieces
 
 F32 = np.float32
 
@@ -330,23 +330,8 @@ class TiledWeight:
             # Several pieces per thread, taken as threads free up, the calling thread
             # among them: a core busy with other work (another process, BLAS threads
             # still spinning after a product) delays a piece, not half of the product.
-            count = min(self.tiles, threads * (4 if work >= 1 << 24 else 1))
-            pieces = iter(_split(self.tiles, count, 1))
-            lock = threading.Lock()
-
-            def worker():
-                while True:
-                    with lock:
-                        piece = next(pieces, None)
-                    if piece is None:
-                        return
-                    kernel(*args, *piece)
-
-            pool = CONFIG.pool()
-            futures = [pool.submit(worker) for _ in range(threads - 1)]
-            worker()
-            for f in futures:
-                f.result()
+            count = threads * (4 if work >= 1 << 24 else 1)
+            run_pieces(lambda a, b: kernel(*args, a, b), self.tiles, threads, CONFIG.pool(), count)
         if out.shape[1] != self.n:
             out = np.ascontiguousarray(out[:, : self.n])
         return out.reshape(lead + (self.n,))

@@ -42,6 +42,7 @@ import numpy as np
 from ....quantized.blocks import byte_blocks
 from ....quantized.planes import GROUP
 from ....quantized.types import GgmlType, ggml_type
+from ..pieces import split as _split
 from ..threads import CONFIG
 
 F32 = np.float32
@@ -85,13 +86,6 @@ def _single_threaded_blas():
             if _blas_users == 0 and _blas_limiter is not None:
                 _blas_limiter.restore_original_limits()
                 _blas_limiter = None
-
-
-def _split(total: int, parts: int, align: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``range(total)``, inner edges multiples of ``align``."""
-    units = -(-total // align)
-    edges = [min(total, round(units * i / parts) * align) for i in range(parts + 1)]
-    return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
 class PreparedWeight:

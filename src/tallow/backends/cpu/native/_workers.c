@@ -1,0 +1,529 @@
+/* tallow's worker pool for the compiled kernels: splitting one product of a
+ * decode step (10-100 us of work) across threads for about a microsecond of
+ * hand-off, without the collapse of a busy-waiting pool on a loaded machine.
+ *
+ * Design (measurements in docs/design.md):
+ *  - want - 1 persistent pthreads (want = tallow's thread setting, passed by
+ *    set_threads); with one thread none exist.  They never touch Python.
+ *  - A job is a function over [0, total) cut into chunks, a few per thread, that
+ *    the caller and the workers claim one at a time from a shared counter.  The
+ *    caller works too, so a worker that is not running (its core taken by another
+ *    process) costs nothing: the caller claims the chunks it would have done.
+ *  - An idle worker spins on the job counter for a bounded time (spin_us, tens of
+ *    microseconds: the gaps between the products of a decode step), then sleeps
+ *    on a futex; a caller wakes sleepers only when there are some.
+ *  - A caller whose last chunks are still held by a worker spins for a bounded
+ *    time, then sleeps on a futex until they are done: when the worker was
+ *    preempted, the caller's core goes to it instead of being burnt in a spin.
+ *  - One job at a time: a second caller (another Python thread) runs its task on
+ *    its own thread instead of waiting.
+ *  - fork: the dispatch lock is taken around fork (pthread_atfork), and the child,
+ *    which has no workers, starts its own on its first split.
+ * Linux only (futex); elsewhere threads() is 1 and every task runs on the caller.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "_workers.h"
+
+#if defined(__linux__)
+#define POOL_ENABLED 1
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#endif
+
+#define MAX_THREADS 64
+#define CHUNKS_PER_THREAD 4
+#define MAX_CHUNK_BYTES (64 << 10)
+#define MAX_CHUNKS 65536
+
+static int want = 1; /* threads a split uses, the caller included */
+
+#ifdef POOL_ENABLED
+static pthread_mutex_t dispatch_lock = PTHREAD_MUTEX_INITIALIZER;
+static int nworkers = 0;
+static pthread_t workers[MAX_THREADS];
+
+static _Atomic uint32_t gen;        /* job number; the workers' futex word */
+static _Atomic int stop_flag;
+static _Atomic int sleepers;        /* workers asleep (or about to be) on gen */
+static _Atomic uint64_t claim;      /* (job number << 32) | next chunk */
+static _Atomic uint32_t done;       /* chunks finished; the caller's futex word */
+static _Atomic int caller_waiting;
+/* The job; written before its number is published, read after (see run). */
+static _Atomic(tallow_task_fn) job_fn;
+static _Atomic(void *) job_ctx;
+static _Atomic int64_t job_total, job_chunk;
+static _Atomic uint32_t job_nchunks;
+
+static _Atomic long worker_spin_ns = 50000, caller_spin_ns = 20000;
+/* statistics: jobs split, chunks, chunks done by workers, caller sleeps */
+static _Atomic uint64_t st_jobs, st_chunks, st_worker_chunks, st_caller_sleeps;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static inline void futex_wait(_Atomic uint32_t *addr, uint32_t expected) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static inline void futex_wake(_Atomic uint32_t *addr, int count) {
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+
+/* Claim and run chunks of job g until none are left (or the job is no longer g). */
+static void work(uint32_t g, int is_worker) {
+    tallow_task_fn fn = atomic_load_explicit(&job_fn, memory_order_acquire);
+    void *ctx = atomic_load_explicit(&job_ctx, memory_order_acquire);
+    int64_t total = atomic_load_explicit(&job_total, memory_order_acquire);
+    int64_t chunk = atomic_load_explicit(&job_chunk, memory_order_acquire);
+    uint32_t nchunks = atomic_load_explicit(&job_nchunks, memory_order_acquire);
+    uint64_t c = atomic_load(&claim);
+    for (;;) {
+        /* A later job's number here means these fields may be that job's: leave. */
+        if ((uint32_t)(c >> 32) != g || (uint32_t)c >= nchunks) return;
+        if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
+        int64_t lo = (int64_t)(uint32_t)c * chunk, hi = lo + chunk < total ? lo + chunk : total;
+        fn(ctx, lo, hi);
+        if (is_worker) atomic_fetch_add_explicit(&st_worker_chunks, 1, memory_order_relaxed);
+        uint32_t d = atomic_fetch_add(&done, 1) + 1;
+        if (d == nchunks && atomic_load(&caller_waiting)) futex_wake(&done, 1);
+        c = atomic_load(&claim);
+    }
+}
+
+/* Spin on the job number for worker_spin_ns, then sleep on it; returns the new number. */
+static uint32_t wait_for_job(uint32_t seen) {
+    uint32_t g;
+    long limit = atomic_load_explicit(&worker_spin_ns, memory_order_relaxed), t0 = now_ns();
+    for (unsigned i = 1;; i++) {
+        g = atomic_load_explicit(&gen, memory_order_acquire);
+        if (g != seen) return g;
+        cpu_relax();
+        if ((i & 63) == 0 && now_ns() - t0 >= limit) break;
+    }
+    for (;;) {
+        atomic_fetch_add(&sleepers, 1);
+        g = atomic_load(&gen);
+        if (g == seen) futex_wait(&gen, seen);
+        atomic_fetch_sub(&sleepers, 1);
+        g = atomic_load(&gen);
+        if (g != seen) return g;
+    }
+}
+
+static void *worker_main(void *arg) {
+    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    for (;;) {
+        seen = wait_for_job(seen);
+        if (atomic_load(&stop_flag)) return NULL;
+        work(seen, 1);
+    }
+}
+
+/* Publish a new job number and wake sleeping workers. */
+static void publish(uint32_t g) {
+    atomic_store(&gen, g);
+    if (atomic_load(&sleepers) > 0) futex_wake(&gen, INT_MAX);
+}
+
+/* Under dispatch_lock. */
+static void stop_workers(void) {
+    if (nworkers == 0) return;
+    atomic_store(&stop_flag, 1);
+    publish(atomic_load(&gen) + 1);
+    for (int i = 0; i < nworkers; i++) pthread_join(workers[i], NULL);
+    nworkers = 0;
+    atomic_store(&stop_flag, 0);
+}
+
+/* Under dispatch_lock: want - 1 workers running (fewer if threads cannot be made). */
+static void ensure_workers(void) {
+    int target = want - 1;
+    if (nworkers == target) return;
+    stop_workers();
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    uint32_t g = atomic_load(&gen);
+    for (int i = 0; i < target; i++) {
+        if (pthread_create(&workers[nworkers], &attr, worker_main, (void *)(uintptr_t)g) != 0) break;
+#if defined(__GLIBC__)
+        pthread_setname_np(workers[nworkers], "tallow-pool");
+#endif
+        nworkers++;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain, int64_t bytes) {
+    if (total <= 0) return;
+    if (grain < 1) grain = 1;
+    if (pthread_mutex_trylock(&dispatch_lock) != 0) { /* another caller's job is running */
+        fn(ctx, 0, total);
+        return;
+    }
+    ensure_workers();
+    int threads = nworkers + 1;
+    /* A few chunks per thread (the late or slow one takes fewer), and none longer
+     * than MAX_CHUNK_BYTES of weights (a few microseconds). */
+    int64_t nchunks = (int64_t)threads * CHUNKS_PER_THREAD;
+    if (bytes / MAX_CHUNK_BYTES > nchunks) nchunks = bytes / MAX_CHUNK_BYTES;
+    if (nchunks > (total + grain - 1) / grain) nchunks = (total + grain - 1) / grain;
+    if (nchunks > MAX_CHUNKS) nchunks = MAX_CHUNKS;
+    if (threads < 2 || nchunks < 2) {
+        pthread_mutex_unlock(&dispatch_lock);
+        fn(ctx, 0, total);
+        return;
+    }
+    int64_t chunk = (total + nchunks - 1) / nchunks;
+    nchunks = (total + chunk - 1) / chunk;
+    uint32_t g = atomic_load(&gen) + 1;
+    /* Close the claim counter under the new number first: a worker still holding the
+     * previous number cannot claim from here on, whatever fields it reads. */
+    atomic_store(&claim, ((uint64_t)g << 32) | 0xffffffffu);
+    atomic_store_explicit(&job_fn, fn, memory_order_release);
+    atomic_store_explicit(&job_ctx, ctx, memory_order_release);
+    atomic_store_explicit(&job_total, total, memory_order_release);
+    atomic_store_explicit(&job_chunk, chunk, memory_order_release);
+    atomic_store_explicit(&job_nchunks, (uint32_t)nchunks, memory_order_release);
+    atomic_store(&done, 0);
+    atomic_store(&claim, (uint64_t)g << 32);
+    publish(g);
+    work(g, 0);
+    if (atomic_load(&done) != (uint32_t)nchunks) {
+        long limit = atomic_load_explicit(&caller_spin_ns, memory_order_relaxed), t0 = now_ns();
+        for (unsigned i = 1; atomic_load_explicit(&done, memory_order_acquire) != (uint32_t)nchunks; i++) {
+            cpu_relax();
+            if ((i & 63) == 0 && now_ns() - t0 >= limit) {
+                atomic_fetch_add_explicit(&st_caller_sleeps, 1, memory_order_relaxed);
+                atomic_store(&caller_waiting, 1);
+                uint32_t d;
+                while ((d = atomic_load(&done)) != (uint32_t)nchunks) futex_wait(&done, d);
+                atomic_store(&caller_waiting, 0);
+                break;
+            }
+        }
+    }
+    atomic_fetch_add_explicit(&st_jobs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st_chunks, (uint64_t)nchunks, memory_order_relaxed);
+    pthread_mutex_unlock(&dispatch_lock);
+}
+
+static void before_fork(void) { pthread_mutex_lock(&dispatch_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&dispatch_lock); }
+static void after_fork_child(void) {
+    /* The workers did not come along; the child starts its own when it next splits. */
+    nworkers = 0;
+    atomic_store(&sleepers, 0);
+    atomic_store(&caller_waiting, 0);
+    atomic_store(&stop_flag, 0);
+    pthread_mutex_unlock(&dispatch_lock);
+}
+#else
+static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain, int64_t bytes) {
+    (void)grain;
+    (void)bytes;
+    if (total > 0) fn(ctx, 0, total);
+}
+#endif
+
+static int pool_threads(void) { return want; }
+
+static int64_t min_split_bytes = 32 << 10;
+
+#ifdef POOL_ENABLED
+/* ---- the machine's load: split only when the pool's threads can all run at once.
+ * Every SAMPLE_NS a caller reads the number of runnable tasks (/proc/loadavg's
+ * "running/total"), less its own (itself and the workers not asleep), into a moving
+ * average.  When that many other tasks plus the pool's threads exceed the CPUs, a
+ * split would make its threads queue behind the others (a waiting caller, a worker
+ * spinning on a core someone else wants): products then stay on the caller, as with
+ * one thread, until the load falls again. */
+#define SAMPLE_NS 10000000L
+static _Atomic long next_sample;
+static _Atomic int sampling, contended, load_check = 1;
+static double others_avg; /* under `sampling` */
+static int load_fd = -2, ncpus = 0;
+
+static char load_path[512] = "/proc/loadavg";
+
+static void sample_load(void) {
+    if (load_fd == -2) load_fd = open(load_path, O_RDONLY | O_CLOEXEC);
+    if (ncpus == 0) {
+        cpu_set_t set;
+        ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (ncpus < 1) ncpus = 1;
+    }
+    char buf[128];
+    ssize_t len = load_fd >= 0 ? pread(load_fd, buf, sizeof buf - 1, 0) : -1;
+    if (len <= 0) return; /* no /proc: never contended */
+    buf[len] = 0;
+    /* "0.52 0.58 0.59 3/467 12345": the fourth field's numerator */
+    char *p = buf;
+    for (int field = 0; field < 3 && p; field++) {
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    if (!p) return;
+    long running = strtol(p, NULL, 10);
+    long ours = 1 + (nworkers - atomic_load(&sleepers));
+    double others = running > ours ? (double)(running - ours) : 0.0;
+    others_avg = 0.75 * others_avg + 0.25 * others;
+    /* hysteresis: contended from half a task over the spare CPUs, free again below a quarter */
+    double spare = (double)(ncpus - want);
+    int was = atomic_load(&contended);
+    atomic_store(&contended, was ? others_avg > spare + 0.25 : others_avg > spare + 0.5);
+}
+
+static int pool_worth(int64_t bytes) {
+    if (bytes < min_split_bytes) return 0;
+    if (!atomic_load_explicit(&load_check, memory_order_relaxed)) return 1;
+    long now = now_ns();
+    if (now >= atomic_load_explicit(&next_sample, memory_order_relaxed) && !atomic_exchange(&sampling, 1)) {
+        atomic_store(&next_sample, now + SAMPLE_NS);
+        sample_load();
+        atomic_store(&sampling, 0);
+    }
+    return !atomic_load_explicit(&contended, memory_order_relaxed);
+}
+#else
+static int pool_worth(int64_t bytes) { return bytes >= min_split_bytes; }
+#endif
+
+static const tallow_pool_api api = {TALLOW_POOL_ABI, pool_threads, pool_run, pool_worth};
+
+/* ------------------------------------------------------------------ Python */
+static PyObject *py_set_threads(PyObject *self, PyObject *arg) {
+    (void)self;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 1) return PyErr_Format(PyExc_ValueError, "set_threads: need at least one thread, got %ld", n);
+#ifdef POOL_ENABLED
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    if (n == want) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&dispatch_lock);
+    want = (int)n;
+    if (want == 1) stop_workers(); /* one thread: no pool threads at all */
+    pthread_mutex_unlock(&dispatch_lock);
+    Py_END_ALLOW_THREADS
+#else
+    (void)n; /* no pool on this platform: every task runs on the caller */
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_threads(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return PyLong_FromLong(want);
+}
+
+static PyObject *py_workers(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+#ifdef POOL_ENABLED
+    return PyLong_FromLong(nworkers);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+
+static PyObject *py_enabled(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+#ifdef POOL_ENABLED
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* set_spin(worker_us, caller_us): how long an idle worker, and a caller waiting for a
+ * worker's chunk, spin before sleeping. */
+static PyObject *py_set_spin(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "set_spin takes 2 arguments");
+    double w = PyFloat_AsDouble(args[0]), c = PyFloat_AsDouble(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (!(w >= 0 && c >= 0 && w <= 1e6 && c <= 1e6))
+        return PyErr_Format(PyExc_ValueError, "set_spin: microseconds in [0, 1e6]");
+#ifdef POOL_ENABLED
+    atomic_store(&worker_spin_ns, (long)(w * 1000));
+    atomic_store(&caller_spin_ns, (long)(c * 1000));
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_min_bytes(PyObject *self, PyObject *arg) {
+    (void)self;
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "set_min_bytes: need a size >= 0");
+    min_split_bytes = n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_min_bytes(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return PyLong_FromLongLong(min_split_bytes);
+}
+
+/* set_load_check(on): whether splits wait for the machine to have CPUs to spare. */
+static PyObject *py_set_load_check(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef POOL_ENABLED
+    atomic_store(&load_check, on);
+    if (!on) atomic_store(&contended, 0);
+#endif
+    Py_RETURN_NONE;
+}
+
+/* set_load_file(path): read the runnable count from this file in /proc/loadavg's format
+ * from now on, the average restarted (the tests give it made-up loads). */
+static PyObject *py_set_load_file(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *path = PyUnicode_AsUTF8(arg);
+    if (!path) return NULL;
+    if (strlen(path) >= 512) return PyErr_Format(PyExc_ValueError, "set_load_file: path too long");
+#ifdef POOL_ENABLED
+    while (atomic_exchange(&sampling, 1)) sched_yield();
+    if (load_fd >= 0) close(load_fd);
+    load_fd = -2;
+    strcpy(load_path, path);
+    others_avg = 0.0;
+    atomic_store(&contended, 0);
+    atomic_store(&next_sample, 0);
+    atomic_store(&sampling, 0);
+#endif
+    Py_RETURN_NONE;
+}
+
+/* load(): (contended, other runnable tasks on average, load check on) */
+static PyObject *py_load(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+#ifdef POOL_ENABLED
+    return Py_BuildValue("(Odi)", atomic_load(&contended) ? Py_True : Py_False, others_avg, (int)atomic_load(&load_check));
+#else
+    return Py_BuildValue("(Odi)", Py_False, 0.0, 0);
+#endif
+}
+
+static PyObject *py_stats(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+#ifdef POOL_ENABLED
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:d,s:d}", "jobs", (unsigned long long)atomic_load(&st_jobs),
+                         "chunks", (unsigned long long)atomic_load(&st_chunks), "worker_chunks",
+                         (unsigned long long)atomic_load(&st_worker_chunks), "caller_sleeps",
+                         (unsigned long long)atomic_load(&st_caller_sleeps), "worker_spin_us",
+                         atomic_load(&worker_spin_ns) / 1000.0, "caller_spin_us", atomic_load(&caller_spin_ns) / 1000.0);
+#else
+    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "jobs", 0ULL, "chunks", 0ULL, "worker_chunks", 0ULL, "caller_sleeps", 0ULL);
+#endif
+}
+
+/* ---- a task for the tests: every unit of [0, total) counted once, spinning `work_ns` per unit */
+typedef struct {
+    uint32_t *counts;
+    long work_ns;
+} count_ctx;
+
+static void count_task(void *p, int64_t lo, int64_t hi) {
+    count_ctx *c = (count_ctx *)p;
+    for (int64_t i = lo; i < hi; i++) {
+#ifdef POOL_ENABLED
+        __atomic_fetch_add(&c->counts[i], 1, __ATOMIC_RELAXED);
+        if (c->work_ns > 0) {
+            long t0 = now_ns();
+            while (now_ns() - t0 < c->work_ns) cpu_relax();
+        }
+#else
+        c->counts[i]++;
+#endif
+    }
+}
+
+/* cover(counts uint32 buffer, total, grain, work_ns, repeats, bytes): run count_task
+ * `repeats` times as a task of `bytes` weight bytes (< 0: split whatever its size). */
+static PyObject *py_cover(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "cover takes 6 arguments");
+    long long total = PyLong_AsLongLong(args[1]), grain = PyLong_AsLongLong(args[2]);
+    long work_ns = PyLong_AsLong(args[3]), repeats = PyLong_AsLong(args[4]);
+    long long bytes = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (total < 0 || grain < 1 || repeats < 0 || work_ns < 0) return PyErr_Format(PyExc_ValueError, "cover: bad arguments");
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    if (view.len < total * 4) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "cover: counts too small");
+    }
+    count_ctx c = {(uint32_t *)view.buf, work_ns};
+    Py_BEGIN_ALLOW_THREADS
+    for (long r = 0; r < repeats; r++) tallow_pool_run(count_task, &c, total, grain, bytes);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"set_threads", py_set_threads, METH_O, "Threads a split uses (1: no pool threads)."},
+    {"threads", py_threads, METH_NOARGS, "Threads a split uses."},
+    {"workers", py_workers, METH_NOARGS, "Pool threads started now."},
+    {"enabled", py_enabled, METH_NOARGS, "Whether this platform has the pool."},
+    {"set_spin", (PyCFunction)(void (*)(void))py_set_spin, METH_FASTCALL, "Spin bounds in microseconds."},
+    {"set_min_bytes", py_set_min_bytes, METH_O, "Smallest product (weight bytes) that is split."},
+    {"min_bytes", py_min_bytes, METH_NOARGS, "Smallest product (weight bytes) that is split."},
+    {"set_load_check", py_set_load_check, METH_O, "Split only when the machine has CPUs to spare (default on)."},
+    {"set_load_file", py_set_load_file, METH_O, "Where the runnable count is read (/proc/loadavg)."},
+    {"load", py_load, METH_NOARGS, "(contended, other runnable tasks, load check on)."},
+    {"stats", py_stats, METH_NOARGS, "Counters of split jobs."},
+    {"cover", (PyCFunction)(void (*)(void))py_cover, METH_FASTCALL, "Test task: count units covered."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_workers", "tallow's worker pool for compiled kernels.",
+                                       -1, methods};
+
+PyMODINIT_FUNC PyInit__workers(void) {
+    /* the module can be initialised again (a second interpreter); atfork once */
+#ifdef POOL_ENABLED
+    static int atfork_done = 0;
+    if (!atfork_done) {
+        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+        atfork_done = 1;
+    }
+#endif
+    tallow_pool = &api; /* this module's own tasks (cover) use it directly */
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    PyObject *cap = PyCapsule_New((void *)&api, TALLOW_POOL_CAPSULE, NULL);
+    if (!cap || PyModule_AddObject(m, "_C_API", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "MAX_THREADS", MAX_THREADS);
+    return m;
+}

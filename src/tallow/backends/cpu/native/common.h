@@ -1,0 +1,86 @@
+/* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c): the CPU
+ * feature checks, the exact f16 -> f32 conversion of the scalar code, and the
+ * buffer-protocol wrappers every entry point validates its arrays with.
+ * Include after Python.h. */
+#ifndef TALLOW_NATIVE_COMMON_H
+#define TALLOW_NATIVE_COMMON_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TALLOW_X86 1
+/* The functions that use AVX2 carry this target attribute; the modules themselves
+ * are compiled for the baseline instruction set and pick at run time. */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#endif
+
+/* ------------------------------------------------------------------ CPU features */
+/* AVX2 with FMA and F16C: what every "avx2" function here needs. */
+static inline int cpu_has_avx2(void) {
+#ifdef TALLOW_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+/* AVX-512 with the byte dot product (VNNI) and the byte/word and 256-bit forms. */
+static inline int cpu_has_avx512vnni(void) {
+#ifdef TALLOW_X86
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------------ f16 -> f32 */
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400u));
+            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* ------------------------------------------------------------------ buffers */
+typedef struct {
+    Py_buffer view;
+    int held;
+} buf_t;
+
+/* A C-contiguous buffer of at least min_bytes (writable if asked); 0 with an exception set. */
+static inline int get_buf(PyObject *obj, buf_t *b, int writable, Py_ssize_t min_bytes, const char *what) {
+    if (PyObject_GetBuffer(obj, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return 0;
+    b->held = 1;
+    if (b->view.len < min_bytes) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, need at least %zd", what, b->view.len, min_bytes);
+        return 0;
+    }
+    return 1;
+}
+
+static inline void release(buf_t *bufs, int count) {
+    for (int i = 0; i < count; i++)
+        if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
+}
+
+#endif /* TALLOW_NATIVE_COMMON_H */

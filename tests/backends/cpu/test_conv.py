@@ -1,0 +1,205 @@
+"""The CPU convolution and pooling paths against PyTorch, values and gradients.
+
+Every path is drawn: the compiled (numba im2col/col2im) and the NumPy fallback,
+one product per image and one over the whole batch, one thread and images split
+over two, 1x1 kernels without im2col; over shapes with groups, dilation, padding,
+stride and output padding, batch 1, non-contiguous inputs, f32 and f64.
+"""
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tallow as tl
+from tallow.backends.cpu import conv as cpu_conv
+from tallow.backends.cpu import parallel
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-9, atol=1e-9)}
+
+
+@contextlib.contextmanager
+def cpu_path(compiled=True, batched=False, split=False):
+    """Force one of the CPU paths: numba or NumPy, products per image or over the
+    batch (``SMALL_IMAGE``, ``FEW_ROWS``), one batch range or one per thread."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not compiled:
+            mp.setitem(cpu_conv._KERNELS, "checked", True)
+            mp.setitem(cpu_conv._KERNELS, "module", None)
+        mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
+        mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
+        if split:  # two batch ranges on two threads, even on a one-CPU machine
+            mp.setattr(parallel, "worth_splitting", lambda shape: shape[0] >= 2)
+            mp.setattr(cpu_conv.CONFIG, "get", lambda: 2)
+        yield
+
+
+paths = st.fixed_dictionaries(dict(compiled=st.booleans(), batched=st.booleans(),
+                                   split=st.booleans()))
+
+
+def _strided(x, transposed):
+    """The array as a tallow Var whose last two dims are a transposed (non-contiguous)
+    view when asked, and the base Var the gradient lands on."""
+    if not transposed:
+        v = tl.Var(x)
+        return v, v
+    base = tl.Var(np.ascontiguousarray(np.swapaxes(x, -1, -2)))
+    return base, base.transpose(-1, -2)
+
+
+def _check(op, x, k, kwargs, dtype, transposed, path, need_x=True):
+    rng = np.random.default_rng(0)
+    x, k = x.astype(dtype), k.astype(dtype)
+    with cpu_path(**path):
+        base, tx = _strided(x, transposed) if need_x else (None, tl.Tensor(x))
+        tk = tl.Var(k)
+        out = getattr(tx, op)(tk, **kwargs)
+        w = rng.standard_normal(out.shape).astype(dtype)
+        grads = (out * tl.Tensor(w)).sum_all().backward()
+    px = torch.tensor(x, dtype=torch.float64, requires_grad=need_x)
+    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
+    ref = getattr(F, op)(px, pk, **kwargs)
+    (ref * torch.from_numpy(w.astype(np.float64))).sum().backward()
+    tol = TOL[dtype]
+    assert out.dtype == tl.Tensor(x).dtype
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), **tol)
+    np.testing.assert_allclose(grads[tk].numpy(), pk.grad.numpy(), **tol)
+    if need_x:
+        gx = grads[base].numpy()
+        if transposed:
+            gx = np.swapaxes(gx, -1, -2)
+        np.testing.assert_allclose(gx, px.grad.numpy(), **tol)
+
+
+@given(data=st.data())
+@SETTINGS
+def test_conv2d_values_and_gradients_match_torch(data):
+    g = data.draw(st.integers(1, 3), "groups")
+    cin, cout = g * data.draw(st.integers(1, 3)), g * data.draw(st.integers(1, 3))
+    b = data.draw(st.integers(1, 3), "batch")
+    kh, kw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    p = (data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2)))
+    d = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    h = data.draw(st.integers(max(1, d[0] * (kh - 1) + 1 - 2 * p[0]), 10))
+    w = data.draw(st.integers(max(1, d[1] * (kw - 1) + 1 - 2 * p[1]), 10))
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    x = rng.standard_normal((b, cin, h, w))
+    k = rng.standard_normal((cout, cin // g, kh, kw))
+    _check("conv2d", x, k, dict(stride=s, padding=p, dilation=d, groups=g),
+           data.draw(st.sampled_from([np.float32, np.float64])), data.draw(st.booleans()),
+           data.draw(paths), need_x=data.draw(st.booleans()))
+
+
+@given(data=st.data())
+@SETTINGS
+def test_conv_transpose2d_values_and_gradients_match_torch(data):
+    g = data.draw(st.integers(1, 2), "groups")
+    cin, cout = g * data.draw(st.integers(1, 3)), g * data.draw(st.integers(1, 3))
+    b = data.draw(st.integers(1, 3), "batch")
+    kh, kw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    d = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    p = (data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1)))
+    op = tuple(data.draw(st.integers(0, max(s[i], d[i]) - 1)) for i in range(2))
+    h, w = data.draw(st.integers(1, 7)), data.draw(st.integers(1, 7))
+    for n, kk, i in ((h, kh, 0), (w, kw, 1)):
+        if (n - 1) * s[i] - 2 * p[i] + d[i] * (kk - 1) + op[i] + 1 < 1:
+            return  # an empty output: tallow refuses it, as PyTorch does
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    x = rng.standard_normal((b, cin, h, w))
+    k = rng.standard_normal((cin, cout // g, kh, kw))
+    _check("conv_transpose2d", x, k,
+           dict(stride=s, padding=p, output_padding=op, dilation=d, groups=g),
+           data.draw(st.sampled_from([np.float32, np.float64])), data.draw(st.booleans()),
+           data.draw(paths))
+
+
+@given(data=st.data())
+@settings(max_examples=20, deadline=None)
+def test_conv1d_and_conv_transpose1d_match_torch(data):
+    g = data.draw(st.integers(1, 2))
+    cin, cout = g * data.draw(st.integers(1, 3)), g * data.draw(st.integers(1, 3))
+    k = data.draw(st.integers(1, 4))
+    s, d, p = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 2)), data.draw(st.integers(0, 2))
+    n = data.draw(st.integers(max(1, d * (k - 1) + 1 - 2 * p), 12))
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    path = data.draw(paths)
+    x = rng.standard_normal((data.draw(st.integers(1, 3)), cin, n))
+    _check("conv1d", x, rng.standard_normal((cout, cin // g, k)),
+           dict(stride=s, padding=p, dilation=d, groups=g), dtype, False, path)
+    if (n - 1) * s - 2 * p + d * (k - 1) + 1 >= 1:
+        _check("conv_transpose1d", x, rng.standard_normal((cin, cout // g, k)),
+               dict(stride=s, padding=p, dilation=d, groups=g), dtype, False, path)
+
+
+@pytest.mark.parametrize("op,b,c,co,n,k,stride,pad", [
+    ("conv2d", 8, 16, 32, 14, 3, 1, 1),    # per-image products, split over threads
+    ("conv2d", 32, 8, 8, 12, 3, 2, 0),     # small images: one product over the batch
+    ("conv2d", 4, 32, 16, 9, 1, 1, 0),     # 1x1: the input is the column matrix
+    ("conv2d", 4, 32, 16, 9, 1, 2, 0),     # 1x1 stride 2: a strided gather
+    ("conv_transpose2d", 6, 16, 8, 10, 3, 2, 1),
+    ("conv_transpose2d", 6, 16, 8, 10, 1, 1, 0),
+])
+def test_usual_shapes_on_every_path(op, b, c, co, n, k, stride, pad):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((b, c, n, n))
+    kern = rng.standard_normal((co, c, k, k) if op == "conv2d" else (c, co, k, k))
+    for compiled in (True, False):
+        for batched in (True, False):
+            for split in (True, False):
+                _check(op, x, kern, dict(stride=stride, padding=pad), np.float32, False,
+                       dict(compiled=compiled, batched=batched, split=split))
+
+
+@given(data=st.data())
+@SETTINGS
+def test_pooling_values_and_gradients_match_torch(data):
+    kh, kw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    sh, sw = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    b, c = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    h, w = data.draw(st.integers(kh, 9)), data.draw(st.integers(kw, 9))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    transposed = data.draw(st.booleans())
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    # Few distinct values: ties are common, and the gradient must go to the first maximum.
+    x = rng.integers(-3, 4, (b, c, h, w)).astype(dtype)
+    gout = None
+    with cpu_path(**data.draw(paths)):
+        for name in ("max_pool2d", "avg_pool2d"):
+            base, tx = _strided(x, transposed)
+            out = getattr(tx, name)((kh, kw), (sh, sw))
+            gout = rng.standard_normal(out.shape).astype(dtype)
+            gx = (out * tl.Tensor(gout)).sum_all().backward()[base].numpy()
+            if transposed:
+                gx = np.swapaxes(gx, -1, -2)
+            px = torch.tensor(x, requires_grad=True)
+            ref = getattr(F, name)(px, (kh, kw), (sh, sw))
+            (ref * torch.from_numpy(gout)).sum().backward()
+            assert out.dtype == tl.Tensor(x).dtype
+            np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), **TOL[dtype])
+            np.testing.assert_allclose(gx, px.grad.numpy(), **TOL[dtype])
+
+
+def test_max_pool_forward_propagates_nan_on_both_paths():
+    x = np.arange(2 * 16, dtype=np.float32).reshape(1, 2, 4, 4)
+    x[0, 0, 1, 0] = np.nan
+    want = F.max_pool2d(torch.from_numpy(x), 2).numpy()
+    for compiled in (True, False):
+        with cpu_path(compiled=compiled):
+            np.testing.assert_array_equal(tl.Tensor(x).max_pool2d(2).numpy(), want)
+
+
+def test_integer_max_pool_keeps_its_dtype():
+    x = np.arange(36, dtype=np.int64).reshape(1, 1, 6, 6)
+    got = tl.Tensor(x).max_pool2d(2)
+    assert got.dtype == tl.i64
+    np.testing.assert_array_equal(got.numpy(), F.max_pool2d(torch.from_numpy(x).double(), 2).long().numpy())
