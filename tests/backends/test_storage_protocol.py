@@ -15,7 +15,8 @@ from tallow.backends.base import BackendDevice, BackendStorage
 # Ops a backend may leave out: the front end composes them (fused ops, backward
 # kernels) or falls back to dequantized weights (quantized ops).
 OPTIONAL_STORAGE = {
-    "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "rope", "linear", "attention",
+    "softmax_last_dim", "rms_norm", "layer_norm", "gelu_erf_fast", "bias_gelu_erf",
+    "add_layer_norm", "attention_packed", "rope", "linear", "attention",
     "dequantize", "prepare_qweight", "qmatmul_t",
     "conv2d_kernel_grad", "max_pool2d_backward", "avg_pool2d_backward",
 }

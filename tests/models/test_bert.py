@@ -71,6 +71,63 @@ def test_tiny_bert_hidden_states_match_transformers(tiny_bert_dir, device):
     np.testing.assert_allclose(got2, want2, atol=2e-5, rtol=1e-5)
 
 
+def test_unpadded_forward_matches_transformers_on_mixed_lengths(tiny_bert_dir, device):
+    """Packed dense layers + padded attention: the kept positions as transformers gives
+    them for every length in the batch, zeros at the padding; and the padded
+    forward keeps its values."""
+    from transformers import BertModel as HFBert
+
+    hf = HFBert.from_pretrained(tiny_bert_dir).eval()
+    cfg = BertConfig.from_json(tiny_bert_dir / "config.json")
+    vb = tl.nn.VarBuilder.from_safetensors(tiny_bert_dir / "model.safetensors", device=device)
+    ours = BertModel.load(vb, cfg)
+    rng = np.random.default_rng(0)
+    lengths = [9, 1, 5, 9, 3, 7]
+    ids = np.zeros((len(lengths), 9), np.int64)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = rng.integers(1000, 5000, n)
+    mask = (np.arange(9)[None] < np.array(lengths)[:, None]).astype(np.int64)
+    types = (np.arange(9)[None] >= 2).astype(np.int64) * mask
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                  token_type_ids=torch.from_numpy(types)).last_hidden_state.numpy()
+    args = [tl.Tensor(a.astype(np.uint32), device=device) for a in (ids, types, mask)]
+    got = ours.forward_unpadded(*args).numpy()
+    valid = mask.astype(bool)
+    np.testing.assert_allclose(got[valid], want[valid], atol=2e-5, rtol=1e-5)
+    assert (got[~valid] == 0).all()
+    padded = ours.forward(*args).numpy()
+    np.testing.assert_allclose(padded[valid], got[valid], atol=2e-5, rtol=1e-5)
+    # padding first in one row (kept tokens not a prefix): the padded attention serves
+    left = mask.copy()
+    left[1] = 0
+    left[1, 4:] = 1
+    with torch.no_grad():
+        want_l = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(left),
+                    token_type_ids=torch.from_numpy(types)).last_hidden_state.numpy()
+    got_l = ours.forward_unpadded(args[0], args[1], tl.Tensor(left.astype(np.uint32), device=device)).numpy()
+    np.testing.assert_allclose(got_l[left.astype(bool)], want_l[left.astype(bool)], atol=2e-5, rtol=1e-5)
+    # nothing to leave out: the plain forward
+    full = [a.narrow(0, 0, 1) for a in args]
+    np.testing.assert_allclose(ours.forward_unpadded(*full).numpy(), ours.forward(*full[:2]).numpy(),
+                               atol=1e-6)
+
+
+def test_unpadded_forward_with_var_weights_keeps_gradients(tiny_bert_dir):
+    """With trainable weights the packed path is composed of differentiable ops."""
+    cfg = BertConfig.from_json(tiny_bert_dir / "config.json")
+    vb = tl.nn.VarBuilder.from_safetensors(tiny_bert_dir / "model.safetensors")
+    ours = BertModel.load(vb, cfg)
+    layer = ours.encoder.layer[0].intermediate.dense
+    layer.weight = tl.Var(layer.weight.numpy())
+    ids = tl.Tensor(np.array([[101, 2023, 102], [101, 102, 0]], np.uint32))
+    mask = tl.Tensor(np.array([[1, 1, 1], [1, 1, 0]], np.uint32))
+    out = ours.forward_unpadded(ids, None, mask)
+    grads = out.sqr().sum_all().backward()
+    g = grads.get(layer.weight)
+    assert g is not None and g.shape == layer.weight.shape and float(g.abs().sum_all().numpy()) > 0
+
+
 def _st_dir(base, tmp_path, mode, normalize):
     from sentence_transformers import SentenceTransformer, models
 

@@ -315,6 +315,16 @@ class BackendStorage:
         """Exact-form GELU in the tensor's own precision (within 1e-6 of ``gelu_erf``)."""
         raise NotImplementedError
 
+    def bias_gelu_erf(self, layout, bias, bias_layout):
+        """``gelu_erf(x + bias)``, bias ``(n,)`` of the last dim or None."""
+        raise NotImplementedError
+
+    def add_layer_norm(self, layout, residual, residual_layout, bias, bias_layout,
+                       alpha, alpha_layout, beta, beta_layout, eps: float):
+        """``layer_norm(x + bias + residual) * alpha + beta``; residual x's shape, bias
+        and beta ``(n,)`` or None."""
+        raise NotImplementedError
+
     def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved: bool):
         """Rotary embedding of ``(b, h, t, d)``; cos/sin ``(t, d/2)`` or ``(b, t, d/2)``."""
         raise NotImplementedError
@@ -329,6 +339,11 @@ class BackendStorage:
         ``ignore_index`` left out, reduced by the mean over the kept rows (``mean``) or
         the sum: ``(loss storage of shape (), gradient (n, c) wrt the logits or None)``.
         NotImplementedError (also for ids out of range): composed from primitives."""
+        raise NotImplementedError
+
+    def attention_packed(self, layout, k, k_layout, v, v_layout, lengths, scale: float):
+        """Self-attention over packed sequences: q, k, v ``(tokens, heads, dim)``, ``lengths``
+        the tokens of each sequence (each attends to its own); ``(tokens, heads, dim_v)``."""
         raise NotImplementedError
 
     def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale: float):

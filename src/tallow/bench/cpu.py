@@ -10,7 +10,9 @@ NumPy and PyTorch measured in the same run.
 4. per-op overhead: 5000 chained adds of 1024-element f32 tensors, at 1 and 2 threads;
 5. training steps (MLP and conv net) beside PyTorch at 1 and 2 threads
    (:mod:`tallow.bench.train`);
-6. with ``--busy``, the thread policy's rows: the network (3) and the n = 1024
+6. sentence embeddings (all-MiniLM-L6-v2) beside sentence-transformers and ONNX
+   Runtime at 1 and 2 threads (:mod:`tallow.bench.embed`).
+7. with ``--busy``, the thread policy's rows: the network (3) and the n = 1024
    f32 matmul at 1 and 2 threads, on the quiet machine and beside one competing
    CPU-bound process, with the 2-thread / 1-thread time ratio.
 
@@ -19,7 +21,9 @@ call (tallow itself keeps BLAS on one thread and splits large products).
 
 ``--quick`` keeps every table and row kind but measures smaller sizes (matmul
 n = 128, 256; 512x512 element-wise; 1000 chained adds; one round of 5 forward passes; one
-training step per timing) with 3 repeats: a smoke run that finishes in seconds.
+training step per timing) with 3 repeats: a smoke run that finishes in seconds; its
+embed rows encode 32 sentences without ONNX Runtime (``tallow bench embed`` runs
+those rows in full).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import tallow as tl
 from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, table,
                      with_blas_threads, write_json)
 from .compile import bench_compile
+from .embed import bench_embed
 from .train import bench_train
 
 
@@ -283,6 +288,8 @@ def run(args) -> int:
         results["compile"] = bench_compile(repeats, number=1 if quick else 5)
         if getattr(args, "busy", False):
             results["busy"] = bench_busy(repeats, passes=50 if quick else 200)
+        results["embed"] = (bench_embed(n=32, repeats=1, onnx=False) if quick
+                            else bench_embed(repeats=min(repeats, 5)))
     finally:
         _threads(default_threads)
     write_json(getattr(args, "json", None), results)

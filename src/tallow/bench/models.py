@@ -4,7 +4,9 @@
   on 1,000 sentences of mixed length (3 to ~120 words), batch 32, on the CPU:
   sentences per second for tallow's ``SentenceEmbedder`` and for
   sentence-transformers (PyTorch), alternating rounds so both see the same
-  machine state; the best round of each is reported with the ratio.
+  machine state; the best round of each is reported with the ratio. (``tallow
+  bench embed``, also part of ``tallow bench cpu``, adds ONNX Runtime and runs at
+  1 and 2 threads.)
 * With ``--busy``: tallow's embedding at 1 and 2 threads, on the quiet machine
   and beside one competing CPU-bound process (the thread policy's rows).
 * Llama decoding: a random Llama (SmolLM2's architecture at a fixed small size)

@@ -23,6 +23,7 @@ SUITES = {
     "models": "models",
     # Not part of "all": "cpu" already runs its rows.
     "train": "train",
+    "embed": "embed",
     "compile": "compile",
     "conv": "conv",  # not part of "all" either: convolution shapes beside PyTorch
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import dtype as dt
 from ..creation import cat, zeros_like
 from ..errors import ShapeMismatchError
@@ -117,21 +119,38 @@ class BertSelfAttention(Module):
             self.__dict__["_qkv"] = cached
         return cached[1], cached[2]
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        b, s, h = x.shape
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
+        """``x`` (batch, seq, hidden), or (tokens, hidden) with a ``packing``: the
+        projections run on the packed tokens, and the attention on them too where the
+        backend has a packed kernel (else on the batch spread back to its padding)."""
+        if packing is None:
+            b, s, h = x.shape
+            spread = _same
+        else:
+            b, s, h = packing.batch, packing.seq, x.shape[-1]
+            spread = packing.spread
         parts = (self.query, self.key, self.value)
         plain = all(isinstance(m.weight, Tensor) and not m.weight._track and
                     (m.bias is None or not m.bias._track) for m in parts)
         if plain and not x._track:
             w, bias = self._qkv_weights()
-            qkv = linear(x, w, bias).reshape((b, s, 3, self.num_heads, self.head_dim))
+            qkv = linear(x, w, bias)
+            if packing is not None and packing.lengths is not None and \
+                    ops.has_fused(x, "attention_packed"):
+                # Each sentence attends within its own packed rows: no padding, no mask.
+                qkv = qkv.reshape((-1, 3, self.num_heads, self.head_dim))
+                q, k, v = (qkv.narrow(1, i, 1).squeeze(1) for i in range(3))
+                ctx = ops.attention_packed(q, k, v, packing.lengths, 1.0 / math.sqrt(self.head_dim))
+                return ctx.reshape((-1, h))
+            qkv = spread(qkv).reshape((b, s, 3, self.num_heads, self.head_dim))
             q, k, v = (qkv.narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
         else:
-            q = self._heads(self.query(x), b, s)
-            k = self._heads(self.key(x), b, s)
-            v = self._heads(self.value(x), b, s)
+            q = self._heads(spread(self.query(x)), b, s)
+            k = self._heads(spread(self.key(x)), b, s)
+            v = self._heads(spread(self.value(x)), b, s)
         ctx = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
-        return ctx.transpose(1, 2).reshape((b, s, h))
+        ctx = ctx.transpose(1, 2).reshape((b, s, h))
+        return ctx if packing is None else packing.pack(ctx)
 
 
 class BertSelfOutput(Module):
@@ -141,7 +160,16 @@ class BertSelfOutput(Module):
         self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dense(x) + residual)
+        return _dense_add_norm(self.dense, self.LayerNorm, x, residual)
+
+
+def _dense_add_norm(dense: Linear, norm: LayerNorm, x: Tensor, residual: Tensor) -> Tensor:
+    """``norm(dense(x) + residual)`` with the dense layer's bias, the residual and the norm
+    in one pass per row (``ops.add_layer_norm``)."""
+    if not isinstance(dense.weight, Tensor) or norm.weight is None:
+        return norm(dense(x) + residual)
+    return ops.add_layer_norm(linear(x, dense.weight), residual, norm.weight, norm.bias,
+                              norm.eps, bias=dense.bias)
 
 
 class BertAttention(Module):
@@ -150,8 +178,8 @@ class BertAttention(Module):
         self.self = BertSelfAttention(vb.pp("self"), cfg)
         self.output = BertSelfOutput(vb.pp("output"), cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.output(self.self(x, mask), x)
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
+        return self.output(self.self(x, mask, packing), x)
 
 
 class BertIntermediate(Module):
@@ -161,7 +189,12 @@ class BertIntermediate(Module):
         self.act = ops.activation(cfg.hidden_act)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.dense(x))
+        d = self.dense
+        if self.act is ops.gelu_erf and isinstance(d.weight, Tensor) and d.bias is not None:
+            # The bias goes in with the activation: one pass over the wide activations
+            # instead of two.
+            return ops.gelu_erf(linear(x, d.weight), d.bias)
+        return self.act(d(x))
 
 
 class BertOutput(Module):
@@ -171,7 +204,7 @@ class BertOutput(Module):
         self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dense(x) + residual)
+        return _dense_add_norm(self.dense, self.LayerNorm, x, residual)
 
 
 class BertLayer(Module):
@@ -181,8 +214,8 @@ class BertLayer(Module):
         self.intermediate = BertIntermediate(vb.pp("intermediate"), cfg)
         self.output = BertOutput(vb.pp("output"), cfg)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        a = self.attention(x, mask)
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
+        a = self.attention(x, mask, packing)
         return self.output(self.intermediate(a), a)
 
 
@@ -192,9 +225,9 @@ class BertEncoder(Module):
         self.layer = ModuleList(BertLayer(vb.pp(f"layer.{i}"), cfg)
                                 for i in range(cfg.num_hidden_layers))
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | None, packing: "Packing | None" = None) -> Tensor:
         for layer in self.layer:
-            x = layer(x, mask)
+            x = layer(x, mask, packing)
         return x
 
 
@@ -242,6 +275,81 @@ class BertModel(Module):
         if attention_mask is not None:
             mask = extended_mask(attention_mask, x.dtype)
         return self.encoder(x, mask)
+
+    def forward_unpadded(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                         attention_mask: Tensor | None = None) -> Tensor:
+        """``forward``'s hidden states at the positions ``attention_mask`` keeps, zeros at
+        the others (where ``forward``'s values mean nothing).
+
+        The dense layers (the projections, the feed-forward block, the norms) run on the
+        kept tokens only, packed, and so does the attention (each row within its own
+        tokens) on backends with ``attention_packed`` when the kept tokens of each row
+        come first. A batch of sentences of unequal length costs what its tokens cost,
+        not its padding.
+        """
+        if attention_mask is None:
+            return self.forward(input_ids, token_type_ids)
+        packing = Packing.from_mask(attention_mask)
+        if packing is None:  # no padding to leave out
+            return self.forward(input_ids, token_type_ids)
+        if input_ids.rank != 2:
+            raise ShapeMismatchError(f"BERT: input_ids must be (batch, seq), got {input_ids.shape}")
+        if token_type_ids is None:
+            token_type_ids = zeros_like(input_ids)
+        x = packing.pack(self.embeddings(input_ids, token_type_ids))
+        mask = extended_mask(attention_mask, x.dtype)
+        return packing.unpack_zeros(self.encoder(x, mask, packing))
+
+
+def _same(x):
+    return x
+
+
+class Packing:
+    """The kept positions of a padded ``(batch, seq)`` batch: ``pack`` takes them out
+    as ``(tokens, ...)`` rows, ``spread`` puts rows back into ``(batch * seq, ...)``
+    (padding gets some kept row: the mask hides it from the keys, and what it computes
+    as a query is dropped), ``unpack_zeros`` into ``(batch, seq, ...)`` with zeros."""
+
+    def __init__(self, batch: int, seq: int, keep, spread_ids, zero_ids, lengths=None):
+        self.batch, self.seq = batch, seq
+        self.keep, self.spread_ids, self.zero_ids = keep, spread_ids, zero_ids
+        self.lengths = lengths  # kept tokens per batch row, when they are a prefix
+
+    @staticmethod
+    def from_mask(attention_mask: Tensor) -> "Packing | None":
+        """None when the mask keeps every position (nothing to leave out)."""
+        if attention_mask.rank != 2:
+            raise ShapeMismatchError(f"attention_mask must be (batch, seq), got {attention_mask.shape}")
+        b, s = attention_mask.shape
+        kept = attention_mask.to_dtype(dt.f32).numpy().reshape(-1) != 0
+        if kept.all() or not kept.any():
+            return None
+        keep = np.flatnonzero(kept).astype(np.uint32)
+        row = np.cumsum(kept, dtype=np.int64) - 1
+        zero = np.where(kept, row, np.iinfo(np.uint32).max).astype(np.uint32)  # max id: zeros
+        spread = np.where(kept, row, 0).astype(np.uint32)
+        dev = attention_mask.device
+        as_t = lambda a: Tensor.from_vec(a, None, device=dev)  # noqa: E731
+        per_row = kept.reshape(b, s)
+        counts = per_row.sum(axis=1)
+        # Packed attention needs each row's kept tokens to be its first ones (padding at
+        # the end, as tokenizers pad); any other mask takes the padded attention.
+        prefix = bool((per_row == (np.arange(s)[None] < counts[:, None])).all())
+        return Packing(b, s, as_t(keep), as_t(spread), as_t(zero),
+                       tuple(int(c) for c in counts) if prefix else None)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(batch, seq, ...) -> (tokens, ...)."""
+        return x.reshape((self.batch * self.seq,) + x.shape[2:]).index_select(self.keep, 0)
+
+    def spread(self, x: Tensor) -> Tensor:
+        """(tokens, ...) -> (batch * seq, ...), padding filled with some kept row."""
+        return x.index_select(self.spread_ids, 0)
+
+    def unpack_zeros(self, x: Tensor) -> Tensor:
+        """(tokens, ...) -> (batch, seq, ...), zeros at the padding."""
+        return x.index_select(self.zero_ids, 0).reshape((self.batch, self.seq) + x.shape[1:])
 
 
 def extended_mask(attention_mask: Tensor, dtype) -> Tensor:

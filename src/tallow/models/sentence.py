@@ -194,7 +194,8 @@ class SentenceEmbedder:
         t_types = Tensor.from_vec(types, None, device=dev)
         t_mask = Tensor.from_vec(mask, None, device=dev).to_dtype(self.model.dtype)
         full = bool(mask.all())
-        hidden = self.model.forward(t_ids, t_types, None if full else t_mask)
+        # Padding left out of the dense layers (it is masked out of the pooling anyway).
+        hidden = self.model.forward_unpadded(t_ids, t_types, None if full else t_mask)
         pooled = self.pooling(hidden, t_mask)
         return pooled
 

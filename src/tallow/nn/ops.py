@@ -44,6 +44,18 @@ def fused(name, x, *args, shape=None):
     return Tensor._wrap(out, _contig(x._layout.shape if shape is None else shape))
 
 
+def has_fused(x, name) -> bool:
+    """Whether ``x``'s backend has its own kernel for the fused op ``name`` (rather than
+    the protocol's default, which leaves the op to be composed)."""
+    from ..backends.base import BackendStorage
+
+    s = x._storage
+    fn = getattr(type(s), name, None)
+    if fn is None or fn is getattr(BackendStorage, name, None):
+        return False
+    return name not in _MISSING.get(type(s), ())
+
+
 def _float_only(op, x):
     if not x.dtype.is_float:
         raise UnsupportedDTypeError(f"{op}: needs a float tensor, got {x.dtype}")
@@ -102,8 +114,17 @@ def gelu(x: Tensor) -> Tensor:
     return x.gelu()
 
 
-def gelu_erf(x: Tensor) -> Tensor:
-    """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``."""
+def gelu_erf(x: Tensor, bias: Tensor | None = None) -> Tensor:
+    """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``; of ``x + bias`` when a ``bias`` of
+    the last dim's size is given (one pass on backends that fuse it: the bias of the
+    linear layer before the activation)."""
+    if bias is not None:
+        _check_norm("gelu_erf", x, bias)
+        if not (x._track or bias._track):
+            out = fused("bias_gelu_erf", x, bias._storage, bias._layout)
+            if out is not None:
+                return out
+        x = x.broadcast_add(bias)
     if not x._track:
         out = fused("gelu_erf_fast", x)
         if out is not None:
@@ -202,6 +223,29 @@ def layer_norm(x: Tensor, alpha: Tensor, beta: Tensor | None, eps: float) -> Ten
     return y if beta is None else y.broadcast_add(beta)
 
 
+def add_layer_norm(x: Tensor, residual: Tensor, alpha: Tensor, beta: Tensor | None, eps: float,
+                   bias: Tensor | None = None) -> Tensor:
+    """``layer_norm(x + bias + residual, alpha, beta, eps)``: a transformer's residual
+    connection and its norm, in one pass per row on backends that fuse them (``bias``:
+    the linear layer's, left out of ``x``; None for none)."""
+    params = tuple(t for t in (alpha, beta, bias) if t is not None)
+    _check_norm("add_layer_norm", x, *params)
+    if residual.shape != x.shape:
+        raise ShapeMismatchError(
+            f"add_layer_norm: residual of shape {residual.shape} does not match {x.shape}")
+    same_dtype_device("add_layer_norm", (x, residual) + params)
+    eps = float(eps)
+    if not any(t._track for t in (x, residual) + params):
+        out = fused("add_layer_norm", x, residual._storage, residual._layout,
+                    None if bias is None else bias._storage, None if bias is None else bias._layout,
+                    alpha._storage, alpha._layout, None if beta is None else beta._storage,
+                    None if beta is None else beta._layout, eps)
+        if out is not None:
+            return out
+    y = x + residual if bias is None else x.broadcast_add(bias) + residual
+    return layer_norm(y, alpha, beta, eps)
+
+
 # -- misc --------------------------------------------------------------------------------------
 
 def dropout(x: Tensor, p: float, train: bool = False) -> Tensor:
@@ -226,6 +270,48 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
         return x
     b, hk, s, d = x.shape
     return x.unsqueeze(2).broadcast_as((b, hk, n_rep, s, d)).reshape((b, hk * n_rep, s, d))
+
+
+def attention_packed(q: Tensor, k: Tensor, v: Tensor, lengths, scale: float | None = None) -> Tensor:
+    """Self-attention over sequences packed one after another, without padding.
+
+    q, k, v ``(tokens, heads, dim)`` hold the tokens of several sequences in turn
+    (``lengths``: the token count of each, summing to ``tokens``); each token attends
+    to the tokens of its own sequence only. Returns ``(tokens, heads, dim_v)``. One
+    kernel on backends that have it, otherwise ``scaled_dot_product_attention`` per
+    sequence.
+    """
+    import math
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.rank != 3:
+            raise ShapeMismatchError(f"attention_packed: {name} must be (tokens, heads, dim), got {t.shape}")
+    lengths = tuple(int(n) for n in lengths)
+    if any(n < 0 for n in lengths) or sum(lengths) != q.shape[0]:
+        raise ShapeMismatchError(
+            f"attention_packed: lengths {lengths[:8]}{'...' if len(lengths) > 8 else ''} do not "
+            f"sum to the {q.shape[0]} tokens")
+    if k.shape != q.shape or v.shape[:2] != q.shape[:2]:
+        raise ShapeMismatchError(f"attention_packed: q {q.shape}, k {k.shape}, v {v.shape} do not fit")
+    same_dtype_device("attention_packed", (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
+    if not any(t._track for t in (q, k, v)):
+        out = fused("attention_packed", q, k._storage, k._layout, v._storage, v._layout,
+                    lengths, scale, shape=q.shape[:2] + (v.shape[2],))
+        if out is not None:
+            return out
+    from ..creation import cat
+
+    if q.shape[0] == 0:
+        return v.copy()
+    parts, start = [], 0
+    for n in lengths:
+        if n:
+            qi, ki, vi = (t.narrow(0, start, n).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+            parts.append(scaled_dot_product_attention(qi, ki, vi, None, scale)
+                         .squeeze(0).transpose(0, 1))
+        start += n
+    return cat(parts, 0)
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from ... import config
 from ... import dtype as dt
 from . import gemm, parallel
 from .threads import CONFIG
@@ -141,6 +142,7 @@ _A = tuple(0.5 * a for a in (0.254829592, -0.284496736, 1.421413741, -1.45315202
 def _gelu_chunk(o, x):
     cd = x.dtype.type
     a = np.abs(x)
+    np.minimum(a, cd(1e30), out=a)  # |x| Phi(-|x|) is 0 * inf at x = +-inf otherwise
     t = np.multiply(a, cd(_P))
     t += 1
     np.divide(1, t, out=t)
@@ -155,6 +157,44 @@ def _gelu_chunk(o, x):
     o *= a
     np.maximum(x, cd(0), out=a)
     np.subtract(a, o, out=o)
+
+
+# -- compiled kernels (numba) -------------------------------------------------------------------
+
+_NUMBA = {"checked": False, "module": None, "error": None}
+_NUMBA_LOCK = threading.Lock()
+
+
+def compiled():
+    """:mod:`fused_kernels` (numba) when it can be used, else None (numba missing or
+    broken, or ``TALLOW_NO_NUMBA`` set): the NumPy chunk kernels serve then."""
+    if config.flag("TALLOW_NO_NUMBA", False):
+        return None
+    if not _NUMBA["checked"]:
+        with _NUMBA_LOCK:
+            if not _NUMBA["checked"]:
+                try:
+                    from . import fused_kernels
+                    _NUMBA["module"] = fused_kernels
+                except Exception as e:  # an optional speed-up: report why, go on without
+                    _NUMBA["error"] = f"{type(e).__name__}: {e}"
+                _NUMBA["checked"] = True
+    return _NUMBA["module"]
+
+
+def _row_split(kernel, out, *row_arrays):
+    """``kernel(out[a:b], *[x[a:b] ...])``: rows split over the CPU threads when the op is
+    large (the compiled kernels release the GIL), else one call."""
+    if out.size == 0:
+        return out
+    if parallel.worth_splitting(out.shape):
+        parallel.run_rows(kernel, out, *row_arrays)
+    else:
+        kernel(out, *row_arrays)
+    return out
+
+
+_NO_VEC = {np.float32: np.zeros(0, np.float32), np.float64: np.zeros(0, np.float64)}
 
 
 # -- rotary embeddings ----------------------------------------------------------------------------
@@ -181,8 +221,12 @@ def _scratch(shape, dtype) -> np.ndarray:
 _TINY_SUM = 1e-26  # a row whose exp-sum falls below this is redone with its exact max
 
 
-def _attention_rows(o, q, k, v, mask, scale, groups):
+def _attention_rows(o, q, k, v, mask, scale, groups, keys=None):
     """A block of batch rows: o[b] = softmax(q[b] k[b]^T * scale + mask[b]) v[b].
+
+    ``keys`` (one count per batch row, or None): the keys after the first ``keys[b]``
+    are masked out for every query of row ``b`` (padding), so they are left out of
+    the products: their terms would be exactly zero.
 
     Batch elements go in groups whose score matrices together hold about ``CHUNK``
     elements (one element at a time for long sequences, many for short ones), so
@@ -198,11 +242,18 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
     sk = k.shape[2]
     cd = q.dtype.type
     g = max(1, min(nb, 2 * CHUNK // max(h * sq * sk, 1)))
-    ones = np.ones(sk, q.dtype)
-    scores = _scratch((g, h, sq, sk), q.dtype)
+    kernels = compiled() if q.dtype == np.float32 else None
+    if kernels is not None and (mask is None or (mask.shape[1] == 1 and mask.shape[2] == 1)):
+        _attention_rows_compiled(kernels, o, q, k, v, mask, scale, groups, keys, g)
+        return
+    ones_all = np.ones(sk, q.dtype)
+    scratch = _scratch((g, h, sq, sk), q.dtype)
     for b0 in range(0, nb, g):
         b1 = min(nb, b0 + g)
-        kb, vb = k[b0:b1], v[b0:b1]
+        n = sk if keys is None else int(keys[b0:b1].max())
+        kb, vb = k[b0:b1, :, :n], v[b0:b1, :, :n]
+        ones = ones_all[:n]
+        scores = scratch.reshape(-1)[:g * h * sq * n].reshape(g, h, sq, n)
         if groups > 1:
             kb = np.repeat(kb, groups, axis=1)
             vb = np.repeat(vb, groups, axis=1)
@@ -211,7 +262,7 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
         np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
         mb = None
         if mask is not None:
-            mb = mask[b0:b1]
+            mb = mask[b0:b1, ..., :n] if mask.shape[-1] == sk else mask[b0:b1]
             if not mb.any():  # rows without padding need no mask
                 mb = None
         exact = mb is not None and mb.max() > 0
@@ -224,17 +275,85 @@ def _attention_rows(o, q, k, v, mask, scale, groups):
             shift = buf.max(axis=-1)
         buf -= shift[..., None]
         np.exp(buf, out=buf)
-        total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+        total = (buf.reshape(-1, n) @ ones).reshape(buf.shape[:3] + (1,))
         if not exact and not (total >= _TINY_SUM).all():
             np.matmul(qb, kb.transpose(0, 1, 3, 2), out=buf)
             if mb is not None:
                 buf += mb
             buf -= buf.max(axis=-1, keepdims=True)
             np.exp(buf, out=buf)
-            total = (buf.reshape(-1, sk) @ ones).reshape(buf.shape[:3] + (1,))
+            total = (buf.reshape(-1, n) @ ones).reshape(buf.shape[:3] + (1,))
         ob = o[b0:b1]
         np.matmul(buf, vb, out=ob)
         ob /= total
+
+
+def _attention_rows_compiled(kernels, o, q, k, v, mask, scale, groups, keys, g):
+    """``_attention_rows`` with the softmax as one compiled pass per score row (scale,
+    key-padding mask, exact row maximum, exp, normalisation): ``mask`` None or
+    (b, 1, 1, sk), f32."""
+    nb, h, sq = q.shape[:3]
+    sk = k.shape[2]
+    scratch = _scratch((g, h, sq, sk), q.dtype)
+    bits = np.empty(sk, np.int32)
+    for b0 in range(0, nb, g):
+        b1 = min(nb, b0 + g)
+        n = sk if keys is None else int(keys[b0:b1].max())
+        kb, vb = k[b0:b1, :, :n], v[b0:b1, :, :n]
+        if groups > 1:
+            kb = np.repeat(kb, groups, axis=1)
+            vb = np.repeat(vb, groups, axis=1)
+        buf = scratch.reshape(-1)[:(b1 - b0) * h * sq * n].reshape(b1 - b0, h, sq, n)
+        np.matmul(q[b0:b1], kb.transpose(0, 1, 3, 2), out=buf)
+        if mask is None:
+            kernels.softmax_rows(buf.reshape(-1, n), scale, _NO_ROWS, h * sq, False, bits)
+        else:
+            mb = np.ascontiguousarray(mask[b0:b1, 0, 0, :n])
+            kernels.softmax_rows(buf.reshape(-1, n), scale, mb, h * sq, True, bits)
+        np.matmul(buf, vb, out=o[b0:b1])
+
+
+_NO_ROWS = np.zeros((1, 0), np.float32)
+
+
+def _packed_sequences(out, q, k, v, starts, scale, first, last):
+    """Sequences ``first..last-1`` of packed self-attention: for each, all heads at once
+    (q k^T, softmax, p v), the result written straight into its rows of ``out``."""
+    h = q.shape[1]
+    kernels = compiled() if q.dtype == np.float32 else None
+    longest = int(np.max(np.diff(starts[first:last + 1]))) if last > first else 0
+    scratch = _scratch((h, longest, longest), q.dtype)
+    bits = np.empty(longest, np.int32)
+    cd = q.dtype.type
+    for i in range(first, last):
+        s, e = int(starts[i]), int(starts[i + 1])
+        n = e - s
+        if n == 0:
+            continue
+        buf = scratch.reshape(-1)[:h * n * n].reshape(h, n, n)
+        np.matmul(q[s:e].transpose(1, 0, 2), k[s:e].transpose(1, 2, 0), out=buf)
+        if kernels is not None:
+            kernels.softmax_rows(buf.reshape(-1, n), scale, _NO_ROWS, 1, False, bits)
+        else:
+            buf *= cd(scale)
+            buf -= buf.max(axis=-1, keepdims=True)
+            np.exp(buf, out=buf)
+            buf /= buf.sum(axis=-1, keepdims=True)
+        np.matmul(buf, v[s:e].transpose(1, 0, 2), out=out[s:e].transpose(1, 0, 2))
+
+
+def _kept_keys(m, sk):
+    """Per batch row, how many leading keys remain once the trailing keys that a
+    key-padding mask (b, 1, 1, sk) hides with the dtype's lowest values are left out;
+    None when that saves nothing (no such mask, or no such keys)."""
+    if m is None or m.shape[1] != 1 or m.shape[2] != 1 or m.shape[3] != sk or sk == 0:
+        return None
+    dead = m[:, 0, 0, :] <= np.finfo(m.dtype).min / 2  # -inf, or extended_mask's min
+    # Trailing dead keys: the first live key from the end; keep at least one key (a
+    # fully masked row keeps its uniform softmax over all keys).
+    live_from_end = np.argmax(~dead[:, ::-1], axis=1)
+    keys = np.where(dead.all(axis=1), sk, sk - live_from_end)
+    return None if (keys == sk).all() else keys
 
 
 class CpuFused:
@@ -261,9 +380,48 @@ class CpuFused:
         return _finish(self, out, layout.shape, self.dtype)
 
     def gelu_erf_fast(self, layout):
-        """Exact-form GELU in the tensor'self own precision (no f64 detour); |error| < 1e-6."""
+        """Exact-form GELU in the tensor's own precision (no f64 detour); |error| < 1e-6."""
+        return self.bias_gelu_erf(layout, None, None)
+
+    def bias_gelu_erf(self, layout, bias, bias_layout):
+        """``GELU(x + bias)`` (exact erf form) in one pass; ``bias`` (n,) or None."""
         rows, cd = _rows(self, layout)
-        out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+        b = None if bias is None else _vec(bias, bias_layout, cd)
+        k = compiled()
+        if k is None:
+            if b is not None:
+                rows = rows + b
+            out = _run(_gelu_chunk, np.empty(rows.shape, cd), rows)
+        else:
+            has = b is not None
+            b = _NO_VEC[cd] if b is None else np.ascontiguousarray(b)
+            out = _row_split(lambda o, r: k.bias_gelu_rows(o, r, b, has),
+                             np.empty(rows.shape, cd), np.ascontiguousarray(rows))
+        return _finish(self, out, layout.shape, self.dtype)
+
+    def add_layer_norm(self, layout, residual, residual_layout, bias, bias_layout,
+                       alpha, alpha_layout, beta, beta_layout, eps):
+        """``layer_norm(x + bias + residual) * alpha + beta`` over the last dim, one pass
+        per row; ``bias`` and ``beta`` (n,) or None, ``residual`` x's shape."""
+        rows, cd = _rows(self, layout)
+        res, _ = _rows(residual, residual_layout)
+        b = None if bias is None else _vec(bias, bias_layout, cd)
+        w = _vec(alpha, alpha_layout, cd)
+        be = None if beta is None else _vec(beta, beta_layout, cd)
+        k = compiled()
+        if k is None:
+            x = rows + res
+            if b is not None:
+                x += b
+            out = _run(_ln_chunk, np.empty(rows.shape, cd), x, w, be, eps)
+        else:
+            hb, hbe = b is not None, be is not None
+            b = _NO_VEC[cd] if b is None else np.ascontiguousarray(b)
+            be = _NO_VEC[cd] if be is None else np.ascontiguousarray(be)
+            w = np.ascontiguousarray(w)
+            out = _row_split(lambda o, r, rr: k.add_layer_norm_rows(o, r, rr, b, hb, w, be, hbe, eps),
+                             np.empty(rows.shape, cd), np.ascontiguousarray(rows),
+                             np.ascontiguousarray(res.astype(cd, copy=False)))
         return _finish(self, out, layout.shape, self.dtype)
 
     def rope(self, layout, cos, cos_layout, sin, sin_layout, interleaved):
@@ -312,6 +470,40 @@ class CpuFused:
             y += bv.astype(y.dtype) if bv.dtype != y.dtype else bv
         return _finish(self, y, layout.shape[:-1] + (w.shape[0],), dtype)
 
+    def attention_packed(self, layout, k, k_layout, v, v_layout, lengths, scale):
+        """Self-attention over sequences packed one after another: q, k, v (tokens,
+        heads, dim), ``lengths`` the tokens of each sequence; every token attends to its
+        own sequence only. No padding, no mask; each sequence's heads are one batched
+        product, and its context goes straight into the packed (tokens, heads, dim)
+        result (no transposed copy)."""
+        CONFIG.apply()
+        dtype = self.dtype
+        cd = _compute_dtype(dtype)
+        q, kk, vv = self.view(layout), k.view(k_layout), v.view(v_layout)
+        if q.dtype != cd:
+            q, kk, vv = q.astype(cd), kk.astype(cd), vv.astype(cd)
+        starts = np.concatenate(([0], np.cumsum(np.asarray(lengths, np.int64))))
+        out = np.empty(q.shape[:2] + (vv.shape[-1],), cd)
+        count = len(lengths)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            longest = int(max(lengths)) if count else 0
+            parts = min(CONFIG.get(), count)
+            if parts > 1 and parallel.worth_splitting((q.shape[0], q.shape[1], longest)):
+                # Split the sequences where the quadratic work is halved.
+                work = np.cumsum(np.diff(starts) ** 2)
+                cuts = [0] + [int(np.searchsorted(work, work[-1] * j / parts)) + 1
+                              for j in range(1, parts)] + [count]
+                cuts = sorted(set(min(c, count) for c in cuts))
+                pool = CONFIG.pool()
+                futures = [pool.submit(_packed_sequences, out, q, kk, vv, starts, scale, a, b)
+                           for a, b in zip(cuts[1:-1], cuts[2:])]
+                _packed_sequences(out, q, kk, vv, starts, scale, cuts[0], cuts[1])
+                for f in futures:
+                    f.result()
+            else:
+                _packed_sequences(out, q, kk, vv, starts, scale, 0, count)
+        return _finish(self, out, out.shape, dtype)
+
     def attention(self, layout, k, k_layout, v, v_layout, mask, mask_layout, scale):
         """Scaled dot-product attention, one batch element at a time (the score matrix of
         one element stays in cache; the full (b, h, q, k) scores never exist).
@@ -340,12 +532,15 @@ class CpuFused:
             while m.ndim < 4:
                 m = m[None]
             m = np.broadcast_to(m, (b,) + m.shape[1:])
+        keys = _kept_keys(m, kk.shape[2])
         out = np.empty((b, h, sq, vv.shape[-1]), cd)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             if parallel.worth_splitting((b, h, sq, kk.shape[2])):
-                parallel.run_rows(lambda o, q_, k_, v_, *m_: _attention_rows(
-                    o, q_, k_, v_, m_[0] if m_ else None, scale, groups),
-                    out, q, kk, vv, *(() if m is None else (m,)))
+                extra = tuple(a for a in (m, keys) if a is not None)
+                parallel.run_rows(lambda o, q_, k_, v_, *e: _attention_rows(
+                    o, q_, k_, v_, e[0] if m is not None else None, scale, groups,
+                    e[-1] if keys is not None else None),
+                    out, q, kk, vv, *extra)
             else:
-                _attention_rows(out, q, kk, vv, m, scale, groups)
+                _attention_rows(out, q, kk, vv, m, scale, groups, keys)
         return _finish(self, out, out.shape, dtype)
