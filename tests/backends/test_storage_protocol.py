@@ -19,6 +19,9 @@ OPTIONAL_STORAGE = {
     "add_layer_norm", "attention_packed", "rope", "linear", "attention",
     "dequantize", "prepare_qweight", "qmatmul_t",
     "conv2d_kernel_grad", "max_pool2d_backward", "avg_pool2d_backward",
+    "cross_entropy_ids",
+    # has a composed default in the protocol; a backend may write it in place
+    "add_scaled_inplace",
 }
 OPTIONAL_DEVICE = {"synchronize", "supports_dtype", "check_dtype", "qmatmul_path"}
 
