@@ -107,6 +107,32 @@ def have_torch():
     return torch
 
 
+def set_threads(n: int) -> None:
+    """Set tallow's thread count and PyTorch's (when installed) together."""
+    from ..utils import set_num_threads
+
+    set_num_threads(n)
+    torch = have_torch()
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def run_suite(args, key: str, measure) -> int:
+    """The ``run`` of a suite measured by one function: ``measure(repeats, quick)``
+    gives the results stored under ``key``; the thread count is restored after."""
+    from ..utils import get_num_threads
+
+    quick = getattr(args, "quick", False)
+    repeats = args.repeats or (3 if quick else 7)
+    default = get_num_threads()
+    try:
+        results = {key: measure(repeats, quick)}
+    finally:
+        set_threads(default)
+    write_json(getattr(args, "json", None), results)
+    return 0
+
+
 def busy_process() -> subprocess.Popen:
     """One CPU-bound process (a Python busy loop): the host then has one more runnable
     thread than it would have; stop it with ``kill()`` and ``wait()``."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import tallow as tl
 
-from .common import alternate, have_torch, ms, ratio, table, write_json
-from .train import _threads, tallow_steps, torch_steps
+from .common import alternate, have_torch, ratio, run_suite, set_threads, table
+from .train import tallow_steps, torch_steps
 
 CHAIN = 5000
 
@@ -58,7 +58,7 @@ def bench_compile(repeats, threads=(1, 2), number=5):
         cands, compiled = make(torch)
         cands["compiled"]()  # records, builds the fused kernels
         for n in threads:
-            _threads(n)
+            set_threads(n)
             t = alternate(cands, repeats, number=1 if per else number)
             scale = (1e6 / per) if per else 1e3
             vals = {k: v * scale for k, v in t.items()}
@@ -76,12 +76,4 @@ def bench_compile(repeats, threads=(1, 2), number=5):
 
 def run(args) -> int:
     """``tallow bench compile``: the compile rows alone."""
-    quick = getattr(args, "quick", False)
-    repeats = args.repeats or (3 if quick else 7)
-    default = tl.utils.get_num_threads()
-    try:
-        results = {"compile": bench_compile(repeats, number=3 if quick else 5)}
-    finally:
-        _threads(default)
-    write_json(getattr(args, "json", None), results)
-    return 0
+    return run_suite(args, "compile", lambda repeats, quick: bench_compile(repeats, number=3 if quick else 5))

@@ -14,7 +14,7 @@ import numpy as np
 
 import tallow as tl
 
-from .common import alternate, have_torch, ms, ratio, table, write_json
+from .common import alternate, have_torch, ms, ratio, run_suite, set_threads, table
 
 # (name, op, batch, c_in, c_out, spatial size, kernel, stride, padding, output_padding)
 SHAPES = (
@@ -95,19 +95,13 @@ def torch_fns(torch, shape, rng):
     return fwd, fwd_bwd
 
 
-def _threads(n):
-    tl.utils.set_num_threads(n)
-    torch = have_torch()
-    if torch is not None:
-        torch.set_num_threads(n)
-
 
 def bench_conv(repeats, threads=(1, 2), quick=False, number=3):
     torch = have_torch()
     shapes = [SHAPES[i] for i in QUICK] if quick else list(SHAPES)
     rows, results = [], []
     for n in threads:
-        _threads(n)
+        set_threads(n)
         for shape in shapes:
             ours = tallow_fns(shape, np.random.default_rng(3))
             theirs = torch_fns(torch, shape, np.random.default_rng(3)) if torch else None
@@ -132,12 +126,5 @@ def bench_conv(repeats, threads=(1, 2), quick=False, number=3):
 
 def run(args) -> int:
     """``tallow bench conv``: the convolution table alone."""
-    quick = getattr(args, "quick", False)
-    repeats = args.repeats or (3 if quick else 7)
-    default = tl.utils.get_num_threads()
-    try:
-        results = {"conv": bench_conv(repeats, quick=quick, number=2 if quick else 3)}
-    finally:
-        _threads(default)
-    write_json(getattr(args, "json", None), results)
-    return 0
+    return run_suite(args, "conv", lambda repeats, quick: bench_conv(
+        repeats, quick=quick, number=2 if quick else 3))

@@ -32,19 +32,12 @@ import numpy as np
 
 import tallow as tl
 
-from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, table,
-                     with_blas_threads, write_json)
+from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, set_threads,
+                     table, with_blas_threads, write_json)
 from .compile import bench_compile
 from .embed import bench_embed
 from .train import bench_train
 
-
-def _threads(n):
-    """Set tallow's and PyTorch's thread counts."""
-    tl.utils.set_num_threads(n)
-    torch = have_torch()
-    if torch is not None:
-        torch.set_num_threads(n)
 
 
 def ikj_loop(a, b):
@@ -65,7 +58,7 @@ def bench_matmul(sizes, repeats, default_threads, quick):
     rng = np.random.default_rng(0)
     for n in sizes:
         for threads in (default_threads, 1):
-            _threads(threads)
+            set_threads(threads)
             a32 = rng.uniform(-1, 1, (n, n)).astype(np.float32)
             b32 = rng.uniform(-1, 1, (n, n)).astype(np.float32)
             cands = {}
@@ -118,7 +111,7 @@ def bench_elementwise(repeats, default_threads, n=2048, number=3):
     ]
     rows, results = [], []
     for threads in (default_threads, 1):
-        _threads(threads)
+        set_threads(threads)
         for name, f_tl, f_np, f_torch in ops:
             cands = {"tallow": f_tl, "numpy": f_np}
             if torch is not None:
@@ -178,7 +171,7 @@ def bench_network(repeats, default_threads, passes=200, rounds=2):
     torch = have_torch()
     rows, results = [], []
     for threads in (default_threads, 1):
-        _threads(threads)
+        set_threads(threads)
         for r, t in enumerate(_network(torch, repeats, rounds=rounds, passes=passes), 1):
             results.append(dict(threads=threads, round=r, **{k: ms(v) for k, v in t.items()}))
             rows.append([threads, r, ms(t["tallow plain"]), ms(t["tallow Var"]),
@@ -258,7 +251,7 @@ def bench_overhead(repeats, chain=5000, threads=(1, 2)):
         cands["torch"] = run_torch
     rows, results = [], []
     for n in threads:
-        _threads(n)
+        set_threads(n)
         t = alternate(cands, repeats)
         per = {k: v / chain * 1e6 for k, v in t.items()}
         r = ratio(per["tallow"], per.get("torch"))
@@ -291,6 +284,6 @@ def run(args) -> int:
         results["embed"] = (bench_embed(n=32, repeats=1, onnx=False) if quick
                             else bench_embed(repeats=min(repeats, 5)))
     finally:
-        _threads(default_threads)
+        set_threads(default_threads)
     write_json(getattr(args, "json", None), results)
     return 0

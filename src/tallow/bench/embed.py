@@ -30,7 +30,7 @@ import numpy as np
 
 import tallow as tl
 
-from .common import have_torch, ratio, table, write_json
+from .common import have_torch, ratio, set_threads, table, write_json
 
 N_SENTENCES = 512
 BATCH = 32
@@ -53,12 +53,6 @@ def have_onnxruntime():
         return None
     return onnxruntime
 
-
-def _threads(n):
-    tl.utils.set_num_threads(n)
-    torch = have_torch()
-    if torch is not None:
-        torch.set_num_threads(n)
 
 
 def pooled_module(torch, transformer, modes, normalize):
@@ -212,7 +206,7 @@ def bench_embed(n=N_SENTENCES, batch_size=BATCH, repeats=5, threads=(1, 2), mode
     rows, results = [], []
     try:
         for nt in threads:
-            _threads(nt)
+            set_threads(nt)
             if not quiet:
                 print(f"  embed: {nt} thread{'s' if nt > 1 else ''}, {len(texts)} sentences ...", flush=True)
             cands = {"tallow": lambda s: ours.encode(s, batch_size=batch_size, show_progress_bar=False)}
@@ -260,6 +254,6 @@ def run(args) -> int:
     try:
         results = {"embed": bench_embed(n=128 if quick else N_SENTENCES, repeats=repeats)}
     finally:
-        _threads(default)
+        set_threads(default)
     write_json(getattr(args, "json", None), results)
     return 0

@@ -17,14 +17,8 @@ import numpy as np
 
 import tallow as tl
 
-from .common import alternate, have_torch, ms, ratio, table, write_json
+from .common import alternate, have_torch, ms, ratio, run_suite, set_threads, table
 
-
-def _threads(n):
-    tl.utils.set_num_threads(n)
-    torch = have_torch()
-    if torch is not None:
-        torch.set_num_threads(n)
 
 
 def _mlp_data(rng):
@@ -126,7 +120,7 @@ def bench_train(repeats, threads=(1, 2), number=5):
     torch = have_torch()
     rows, results = [], []
     for n in threads:
-        _threads(n)
+        set_threads(n)
         ours = tallow_steps()
         theirs = torch_steps(torch) if torch is not None else {}
         for name in ours:
@@ -145,12 +139,4 @@ def bench_train(repeats, threads=(1, 2), number=5):
 
 def run(args) -> int:
     """``tallow bench train``: the training rows alone."""
-    quick = getattr(args, "quick", False)
-    repeats = args.repeats or (3 if quick else 7)
-    default = tl.utils.get_num_threads()
-    try:
-        results = {"train": bench_train(repeats, number=3 if quick else 5)}
-    finally:
-        _threads(default)
-    write_json(getattr(args, "json", None), results)
-    return 0
+    return run_suite(args, "train", lambda repeats, quick: bench_train(repeats, number=3 if quick else 5))
