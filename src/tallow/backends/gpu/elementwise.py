@@ -57,6 +57,13 @@ _BITWISE = ("bit_and", "bit_or", "bit_xor")
 _INT_DIVISIONS = ("div", "rem", "floor_div")
 
 
+def _check_kernel_exists(storage, op):
+    """The binary kernels have no integer pow and no float bitwise ops."""
+    is_int = storage.dtype.is_int
+    if (is_int and op == "pow") or (not is_int and op in _BITWISE):
+        raise _unsupported(storage, op)
+
+
 def _check_div(s, layout, op="div"):
     """Integer division refuses a zero divisor, as on the CPU: one small readback."""
     if first_zero(s, layout) is not None:
@@ -107,13 +114,9 @@ class GpuElementwise:
         if consts is None:
             raise ValueError(f"unknown binary op {op!r}")
         dtype = self.dtype
-        if dtype.is_int:
-            if op == "pow":
-                raise _unsupported(self, "pow")
-            if op in _INT_DIVISIONS:
-                _check_div(rhs, rhs_layout, op)
-        elif op in _BITWISE:
-            raise _unsupported(self, op)
+        _check_kernel_exists(self, op)
+        if dtype.is_int and op in _INT_DIVISIONS:
+            _check_div(rhs, rhs_layout, op)
         state = self.bdev
         pipe = state.kernels.ref(BINARY, (dtype.name,), "main", consts)
         n = lhs_layout.count
@@ -125,16 +128,12 @@ class GpuElementwise:
         if code is None:
             raise ValueError(f"unknown binary op {op!r}")
         dtype = self.dtype
-        if dtype.is_int:
-            if op == "pow":
-                raise _unsupported(self, "pow")
-            if op in _INT_DIVISIONS:
-                if scalar_on_left:
-                    _check_div(self, layout, op)
-                elif scalar == 0:
-                    raise ZeroDivisionError(f"{op}: integer division by zero")
-        elif op in _BITWISE:
-            raise _unsupported(self, op)
+        _check_kernel_exists(self, op)
+        if dtype.is_int and op in _INT_DIVISIONS:
+            if scalar_on_left:
+                _check_div(self, layout, op)
+            elif scalar == 0:
+                raise ZeroDivisionError(f"{op}: integer division by zero")
         # NumPy rounds the scalar to a half dtype, except for pow (computed in f32).
         words = pad_scalars(scalar_words(dtype, scalar, op != "pow"))
         consts = (("OP", code), ("SCALAR_LEFT", bool(scalar_on_left)))
