@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 
 def split(total: int, parts: int, align: int) -> list[tuple[int, int]]:
     """``parts`` contiguous ranges covering ``range(total)``, inner edges multiples of ``align``."""
@@ -44,3 +46,13 @@ def run_pieces(fn, total: int, threads: int, pool, pieces: int | None = None) ->
     finally:
         for f in futures:
             f.result()
+
+
+def activation_rows(x, n: int, k: int):
+    """``x`` (..., k) of a product with an (n, k) weight as contiguous f32 rows
+    ``(m, k)``, with its leading shape; ValueError when the last dim is not ``k``."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[-1:] != (k,):
+        raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {k}) for a "
+                         f"({n}, {k}) weight")
+    return np.ascontiguousarray(x.reshape(-1, k)), x.shape[:-1]

@@ -244,12 +244,7 @@ class NativeWeight:
 
     def matmul_t(self, x: np.ndarray, num_threads: int | None = None) -> np.ndarray:
         """``x @ W.T`` for ``x`` (..., k)."""
-        x = np.asarray(x, dtype=np.float32)
-        if x.shape[-1:] != (self.k,):
-            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {self.k}) for a "
-                             f"({self.n}, {self.k}) weight")
-        lead = x.shape[:-1]
-        x2 = np.ascontiguousarray(x.reshape(-1, self.k))
+        x2, lead = pieces.activation_rows(x, self.n, self.k)
         m = x2.shape[0]
         out = np.empty((m, self.n), np.float32)
         if m == 0 or self.n == 0:

@@ -48,7 +48,7 @@ from .... import config
 from ....quantized.blocks import byte_blocks, f16_field, f16_round
 from ....quantized.types import ggml_type
 from ..threads import CONFIG
-from ..pieces import run_pieces
+from ..pieces import activation_rows, run_pieces
 
 F32 = np.float32
 
@@ -307,12 +307,7 @@ class TiledWeight:
         kernel = _kernel()
         if kernel is None:
             raise RuntimeError(f"the compiled quantized matmul is not available ({_state['error']})")
-        x = np.asarray(x, dtype=F32)
-        if x.shape[-1:] != (self.k,):
-            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {self.k}) for a "
-                             f"({self.n}, {self.k}) weight")
-        lead = x.shape[:-1]
-        x2 = np.ascontiguousarray(x.reshape(-1, self.k))
+        x2, lead = activation_rows(x, self.n, self.k)
         m = x2.shape[0]
         if m == 0 or self.n == 0:
             return np.zeros(lead + (self.n,), F32)

@@ -42,7 +42,7 @@ import numpy as np
 from ....quantized.blocks import byte_blocks
 from ....quantized.planes import GROUP
 from ....quantized.types import GgmlType, ggml_type
-from ..pieces import split as _split
+from ..pieces import activation_rows, split as _split
 from ..threads import CONFIG
 
 F32 = np.float32
@@ -170,11 +170,7 @@ class PreparedWeight:
     # ------------------------------------------------------------ products
     def matmul_t(self, x: np.ndarray, num_threads: int | None = None) -> np.ndarray:
         """``x @ W.T`` with ggml's quantized-activation semantics; ``x`` is ``(..., k)``."""
-        x = np.asarray(x, dtype=F32)
-        if x.shape[-1:] != (self.k,):
-            raise ValueError(f"matmul_t: x has shape {x.shape}, expected (..., {self.k}) for a ({self.n}, {self.k}) weight")
-        lead = x.shape[:-1]
-        x2 = np.ascontiguousarray(x.reshape(-1, self.k))
+        x2, lead = activation_rows(x, self.n, self.k)
         if self.type.is_float:
             out = x2 @ self.dense.T
         elif self.dense is not None:
