@@ -1,0 +1,495 @@
+/* tallow's f32 matrix product C = A @ B (+ C) (+ bias row) on the compiled worker pool.
+ *
+ * Why its own kernel: a single-threaded OpenBLAS call per row block does not run two
+ * at once here (docs/design.md, "Thread policy"), so the mid-sized products of a
+ * training step (64x256x256) could not use a second core.  This kernel shares no
+ * state between threads but the read-only operands.
+ *
+ * Design (GotoBLAS/BLIS loop nest, measurements in docs/design.md):
+ *  - A and B are read through arbitrary element strides (transposed and sliced views,
+ *    negative strides, a batch stride of 0 for a broadcast operand): packing reads
+ *    them, so no caller copies.
+ *  - B is packed per K chunk (KC rows) into NR = 16 column panels, zero-padded; A is
+ *    read in place by the micro-kernel (MR = 6 rows, any strides) when its block is
+ *    small, and packed into MR-row panels (k-major) when it has more than MC rows.
+ *  - The micro-kernel keeps a 6x16 tile in 12 ymm accumulators (AVX2+FMA): per k,
+ *    two loads of B, six broadcasts of A, twelve FMAs.  Edge tiles run the same
+ *    kernel (missing A rows read row 0 again, B panels are zero-padded) and are
+ *    stored through a small buffer.  A scalar C kernel serves CPUs without AVX2.
+ *  - Work units are (batch item, column block, row block).  Every output element is
+ *    one tile's register sum over each K chunk, added to C chunk by chunk in the
+ *    same order, whatever the units: results are bit-identical at any thread count
+ *    (K chunking depends on k only).
+ *  - Splitting: one unit per call on one thread; with spare CPUs (the pool's load
+ *    check) and enough work, columns (then rows) are cut into a few units per
+ *    thread, claimed from the pool's counter.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "_workers.h"
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
+#define MR 6
+#define NR 16
+#define KC 256          /* K chunk: a 16-column panel of B (16 KiB) stays in L1 */
+#define MC 120          /* rows of A packed at once: 120 KiB, in L2 */
+#define NC_MAX 512      /* columns per unit on one thread: packed B 512 KiB, L2/L3 */
+#define NC_MIN 32       /* narrowest column block a split makes */
+#define UNITS_PER_THREAD 3
+
+enum { F_LOAD = 1, F_BIAS = 2 };
+
+static int use_avx2 = 0;
+/* Smallest product (multiply-adds) split across threads; below, one call on the caller. */
+static int64_t split_min = 1 << 18;
+
+typedef void (*kernel_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, float *c,
+                          int64_t ldc, int mr, int nr, int flags, const float *bias);
+
+/* ------------------------------------------------------------------ micro-kernels */
+/* Store a tile: C = (flags & F_LOAD ? C : 0) + acc (+ bias), mr x nr of it. */
+static inline void store_tile(const float *t, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float v = t[i * NR + j];
+            if (flags & F_LOAD) v = c[i * ldc + j] + v;
+            if (flags & F_BIAS) v = v + bias[j];
+            c[i * ldc + j] = v;
+        }
+}
+
+static void kernel_scalar(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, float *c,
+                          int64_t ldc, int mr, int nr, int flags, const float *bias) {
+    float acc[MR * NR];
+    memset(acc, 0, sizeof acc);
+    const float *rows[MR];
+    for (int i = 0; i < MR; i++) rows[i] = a + (i < mr ? i : 0) * rs;
+    for (int64_t p = 0, o = 0; p < kc; p++, o += cs, b += NR)
+        for (int i = 0; i < MR; i++) {
+            float av = rows[i][o];
+            for (int j = 0; j < NR; j++) acc[i * NR + j] += av * b[j];
+        }
+    store_tile(acc, c, ldc, mr, nr, flags, bias);
+}
+
+#ifdef TALLOW_X86
+static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, float *c,
+                             int64_t ldc, int mr, int nr, int flags, const float *bias) {
+    const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);
+    const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0), *a5 = a + (mr > 5 ? 5 * rs : 0);
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    int64_t o = 0;
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8), t;
+        b += NR;
+        t = _mm256_broadcast_ss(a0 + o); c00 = _mm256_fmadd_ps(t, b0, c00); c01 = _mm256_fmadd_ps(t, b1, c01);
+        t = _mm256_broadcast_ss(a1 + o); c10 = _mm256_fmadd_ps(t, b0, c10); c11 = _mm256_fmadd_ps(t, b1, c11);
+        t = _mm256_broadcast_ss(a2 + o); c20 = _mm256_fmadd_ps(t, b0, c20); c21 = _mm256_fmadd_ps(t, b1, c21);
+        t = _mm256_broadcast_ss(a3 + o); c30 = _mm256_fmadd_ps(t, b0, c30); c31 = _mm256_fmadd_ps(t, b1, c31);
+        t = _mm256_broadcast_ss(a4 + o); c40 = _mm256_fmadd_ps(t, b0, c40); c41 = _mm256_fmadd_ps(t, b1, c41);
+        t = _mm256_broadcast_ss(a5 + o); c50 = _mm256_fmadd_ps(t, b0, c50); c51 = _mm256_fmadd_ps(t, b1, c51);
+        o += cs;
+    }
+    __m256 acc[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+    if (mr == MR && nr == NR) {
+        __m256 bias0 = _mm256_setzero_ps(), bias1 = bias0;
+        if (flags & F_BIAS) { bias0 = _mm256_loadu_ps(bias); bias1 = _mm256_loadu_ps(bias + 8); }
+        for (int i = 0; i < MR; i++) {
+            float *ci = c + i * ldc;
+            __m256 v0 = acc[2 * i], v1 = acc[2 * i + 1];
+            if (flags & F_LOAD) { v0 = _mm256_add_ps(_mm256_loadu_ps(ci), v0); v1 = _mm256_add_ps(_mm256_loadu_ps(ci + 8), v1); }
+            if (flags & F_BIAS) { v0 = _mm256_add_ps(v0, bias0); v1 = _mm256_add_ps(v1, bias1); }
+            _mm256_storeu_ps(ci, v0);
+            _mm256_storeu_ps(ci + 8, v1);
+        }
+        return;
+    }
+    float t[MR * NR] __attribute__((aligned(32)));
+    for (int i = 0; i < 2 * MR; i++) _mm256_store_ps(t + 8 * i, acc[i]);
+    store_tile(t, c, ldc, mr, nr, flags, bias);
+}
+#endif
+
+static kernel_fn kernel(void) {
+#ifdef TALLOW_X86
+    if (use_avx2) return kernel_avx2;
+#endif
+    return kernel_scalar;
+}
+
+/* ------------------------------------------------------------------ packing */
+/* B rows [0, kc) x columns [0, nc) (strides rs, cs) -> 16-column panels, k-major, zero-padded. */
+static void pack_b(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, float *dst) {
+    for (int64_t j0 = 0; j0 < nc; j0 += NR, dst += kc * NR) {
+        int nr = nc - j0 < NR ? (int)(nc - j0) : NR;
+        const float *src = b + j0 * cs;
+        if (cs == 1 && nr == NR) {
+            for (int64_t p = 0; p < kc; p++) memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
+        } else if (rs == 1) { /* a transposed B: each column is contiguous */
+            if (nr < NR) memset(dst, 0, (size_t)kc * NR * sizeof(float));
+            for (int j = 0; j < nr; j++) {
+                const float *col = src + j * cs;
+                for (int64_t p = 0; p < kc; p++) dst[p * NR + j] = col[p];
+            }
+        } else {
+            for (int64_t p = 0; p < kc; p++) {
+                const float *row = src + p * rs;
+                int j = 0;
+                for (; j < nr; j++) dst[p * NR + j] = row[j * cs];
+                for (; j < NR; j++) dst[p * NR + j] = 0.0f;
+            }
+        }
+    }
+}
+
+/* A rows [0, mc) x columns [0, kc) -> MR-row panels, k-major (a panel: rs 1, cs MR).
+ * Rows past mc are not written: the kernel does not read them (mr < MR). */
+static void pack_a(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float *dst) {
+    for (int64_t i0 = 0; i0 < mc; i0 += MR, dst += kc * MR) {
+        int mr = mc - i0 < MR ? (int)(mc - i0) : MR;
+        const float *src = a + i0 * rs;
+        if (cs == 1) {
+            for (int i = 0; i < mr; i++) {
+                const float *row = src + i * rs;
+                for (int64_t p = 0; p < kc; p++) dst[p * MR + i] = row[p];
+            }
+        } else {
+            for (int64_t p = 0; p < kc; p++)
+                for (int i = 0; i < mr; i++) dst[p * MR + i] = src[i * rs + p * cs];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ per-thread buffers */
+typedef struct {
+    float *b, *a;
+    size_t bcap, acap;
+} scratch_t;
+
+#if defined(__linux__)
+static pthread_key_t scratch_key;
+static int scratch_key_ok = 0;
+static void scratch_free(void *p) {
+    scratch_t *s = (scratch_t *)p;
+    free(s->b);
+    free(s->a);
+    free(s);
+}
+#endif
+static _Thread_local scratch_t *tls_scratch = NULL;
+
+static float *grow(float **buf, size_t *cap, size_t floats) {
+    if (*cap >= floats) return *buf;
+    free(*buf);
+    size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
+    *buf = (float *)aligned_alloc(64, bytes);
+    *cap = *buf ? floats : 0;
+    return *buf;
+}
+
+static scratch_t *scratch(void) {
+    if (!tls_scratch) {
+        tls_scratch = (scratch_t *)calloc(1, sizeof(scratch_t));
+#if defined(__linux__)
+        if (tls_scratch && scratch_key_ok) pthread_setspecific(scratch_key, tls_scratch); /* freed at thread exit */
+#endif
+    }
+    return tls_scratch;
+}
+
+/* ------------------------------------------------------------------ the product */
+typedef struct {
+    const float *a, *b, *bias;
+    float *c;
+    int64_t m, n, k, batch;
+    int64_t sab, rsa, csa, sbb, rsb, csb; /* element strides (batch, row, column) */
+    int64_t nbw, nnb, mbh, nmb;            /* column block width and count, row block height and count */
+    int accumulate;
+    kernel_fn kern;
+    _Atomic int failed;
+} gemm_job;
+
+static int64_t kc_of(int64_t k) {
+    int64_t chunks = (k + KC - 1) / KC;
+    return (k + chunks - 1) / chunks;
+}
+
+/* One unit: rows [i0, i1) x columns [j0, j1) of batch item bi. */
+static void run_unit(gemm_job *j, int64_t u) {
+    int64_t ib = u % j->nmb, jb = (u / j->nmb) % j->nnb, bi = u / (j->nmb * j->nnb);
+    int64_t i0 = ib * j->mbh, i1 = i0 + j->mbh < j->m ? i0 + j->mbh : j->m;
+    int64_t j0 = jb * j->nbw, j1 = j0 + j->nbw < j->n ? j0 + j->nbw : j->n;
+    if (i0 >= i1 || j0 >= j1) return;
+    const float *A = j->a + bi * j->sab, *B = j->b + bi * j->sbb;
+    float *C = j->c + bi * j->m * j->n;
+    const int64_t n = j->n, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
+    const int pack_rows = i1 - i0 > MC;
+    scratch_t *s = scratch();
+    if (!s || !grow(&s->b, &s->bcap, (size_t)(kc * panels * NR)) ||
+        (pack_rows && !grow(&s->a, &s->acap, (size_t)(kc * ((MC + MR - 1) / MR) * MR)))) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    kernel_fn kern = j->kern;
+    for (int64_t pc = 0; pc < k; pc += kc) {
+        int64_t kcur = k - pc < kc ? k - pc : kc;
+        pack_b(B + pc * j->rsb + j0 * j->csb, j->rsb, j->csb, kcur, nc, s->b);
+        int flags = (pc > 0 || j->accumulate ? F_LOAD : 0) | (pc + kcur == k && j->bias ? F_BIAS : 0);
+        for (int64_t ic = i0; ic < i1; ic += MC) {
+            int64_t mcur = i1 - ic < MC ? i1 - ic : MC;
+            const float *ablk = A + ic * j->rsa + pc * j->csa;
+            int64_t ars = j->rsa, acs = j->csa, astep = MR * j->rsa;
+            if (pack_rows) {
+                pack_a(ablk, j->rsa, j->csa, mcur, kcur, s->a);
+                ablk = s->a, ars = 1, acs = MR, astep = kcur * MR;
+            }
+            for (int64_t jr = 0; jr < panels; jr++) {
+                int nr = nc - jr * NR < NR ? (int)(nc - jr * NR) : NR;
+                const float *bp = s->b + jr * kcur * NR;
+                const float *bias = j->bias ? j->bias + j0 + jr * NR : NULL;
+                float *cp = C + ic * n + j0 + jr * NR;
+                for (int64_t ir = 0; ir < mcur; ir += MR) {
+                    int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
+                    kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, cp + ir * n, n, mr, nr, flags, bias);
+                }
+            }
+        }
+    }
+}
+
+static void gemm_task(void *ctx, int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; u++) run_unit((gemm_job *)ctx, u);
+}
+
+/* Cut the product into units for `threads` threads (1: one unit per batch item and
+ * NC_MAX columns). */
+static void plan(gemm_job *j, int threads) {
+    int64_t n16 = (j->n + NR - 1) / NR * NR;
+    j->nbw = n16 < NC_MAX ? n16 : NC_MAX;
+    j->mbh = j->m > 0 ? j->m : 1;
+    j->nmb = 1;
+    if (j->nbw < NR) j->nbw = NR;
+    j->nnb = (j->n + j->nbw - 1) / j->nbw;
+    if (threads <= 1) return;
+    int64_t want = (int64_t)threads * UNITS_PER_THREAD;
+    while (j->batch * j->nnb < want && j->nbw >= 2 * NC_MIN) {
+        j->nbw = (j->nbw / 2 + NR - 1) / NR * NR;
+        j->nnb = (j->n + j->nbw - 1) / j->nbw;
+    }
+    int64_t units = j->batch * j->nnb;
+    if (units < want) { /* too few columns: cut rows too, in multiples of MR, at least 4 tiles high */
+        int64_t parts = (want + units - 1) / units;
+        int64_t h = (j->m + parts - 1) / parts;
+        h = (h + MR - 1) / MR * MR;
+        if (h < 4 * MR) h = 4 * MR;
+        if (h < j->m) {
+            j->mbh = h;
+            j->nmb = (j->m + h - 1) / h;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ Python */
+typedef struct {
+    Py_buffer v;
+    int held;
+} view_t;
+
+static int float_view(PyObject *obj, view_t *b, int writable, const char *what) {
+    int flags = writable ? (PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) : (PyBUF_STRIDED_RO | PyBUF_FORMAT);
+    if (PyObject_GetBuffer(obj, &b->v, flags) < 0) return 0;
+    b->held = 1;
+    const char *f = b->v.format;
+    if (b->v.itemsize != 4 || !f || !(strcmp(f, "f") == 0 || strcmp(f, "<f") == 0 || strcmp(f, "=f") == 0)) {
+        PyErr_Format(PyExc_TypeError, "gemm: %s must be float32 (format %s)", what, f ? f : "?");
+        return 0;
+    }
+    if (b->v.ndim != 2 && b->v.ndim != 3) {
+        PyErr_Format(PyExc_ValueError, "gemm: %s must be 2-D or 3-D, got %d-D", what, b->v.ndim);
+        return 0;
+    }
+    for (int d = 0; d < b->v.ndim; d++)
+        if (b->v.strides && b->v.strides[d] % 4 != 0) {
+            PyErr_Format(PyExc_ValueError, "gemm: %s has a stride not a multiple of 4 bytes", what);
+            return 0;
+        }
+    return 1;
+}
+
+/* (batch, rows, cols, batch stride, row stride, col stride) of a 2-D / 3-D view, in elements. */
+static void dims(const Py_buffer *v, int64_t *d) {
+    int o = v->ndim - 2;
+    d[0] = o ? v->shape[0] : 1;
+    d[1] = v->shape[o];
+    d[2] = v->shape[o + 1];
+    d[3] = o ? v->strides[0] / 4 : 0;
+    d[4] = v->strides[o] / 4;
+    d[5] = v->strides[o + 1] / 4;
+    if (d[0] == 1) d[3] = 0;
+}
+
+/* gemm(a, b, out, accumulate=False, bias=None) */
+static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs < 3 || nargs > 5) return PyErr_Format(PyExc_TypeError, "gemm takes 3 to 5 arguments");
+    int accumulate = nargs > 3 ? PyObject_IsTrue(args[3]) : 0;
+    if (accumulate < 0) return NULL;
+    PyObject *bias_obj = nargs > 4 ? args[4] : Py_None;
+    view_t v[4];
+    memset(v, 0, sizeof v);
+    PyObject *res = NULL;
+    if (!float_view(args[0], &v[0], 0, "a") || !float_view(args[1], &v[1], 0, "b") ||
+        !float_view(args[2], &v[2], 1, "out"))
+        goto done;
+    int64_t da[6], db[6], dc[6];
+    dims(&v[0].v, da);
+    dims(&v[1].v, db);
+    dims(&v[2].v, dc);
+    int64_t batch = dc[0], m = dc[1], n = dc[2], k = da[2];
+    if (da[1] != m || db[2] != n || db[1] != k || (da[0] != batch && da[0] != 1) || (db[0] != batch && db[0] != 1)) {
+        PyErr_Format(PyExc_ValueError, "gemm: shapes (%lld, %lld, %lld) @ (%lld, %lld, %lld) -> (%lld, %lld, %lld) do not match",
+                     (long long)da[0], (long long)da[1], (long long)da[2], (long long)db[0], (long long)db[1],
+                     (long long)db[2], (long long)batch, (long long)m, (long long)n);
+        goto done;
+    }
+    const float *bias = NULL;
+    if (bias_obj != Py_None) {
+        if (PyObject_GetBuffer(bias_obj, &v[3].v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        v[3].held = 1;
+        if (v[3].v.itemsize != 4 || v[3].v.len != n * 4 || !v[3].v.format || strchr(v[3].v.format, 'f') == NULL) {
+            PyErr_Format(PyExc_ValueError, "gemm: bias must be %lld contiguous float32 values", (long long)n);
+            goto done;
+        }
+        bias = (const float *)v[3].v.buf;
+    }
+    gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.a = (const float *)v[0].v.buf, job.b = (const float *)v[1].v.buf, job.c = (float *)v[2].v.buf, job.bias = bias;
+    job.m = m, job.n = n, job.k = k, job.batch = batch, job.accumulate = accumulate, job.kern = kernel();
+    job.sab = da[3], job.rsa = da[4], job.csa = da[5], job.sbb = db[3], job.rsb = db[4], job.csb = db[5];
+    /* A shared B over a batch of row-contiguous A blocks: one taller product. */
+    if (batch > 1 && job.sbb == 0 && job.sab == m * job.rsa && job.rsa != 0) {
+        job.m = m * batch, job.batch = 1, job.sab = 0;
+    }
+    if (batch == 0 || m == 0 || n == 0) {
+        res = Py_None;
+    } else if (k == 0) { /* out = (accumulate ? out : 0) + bias */
+        float *c = job.c;
+        for (int64_t r = 0; r < batch * m; r++)
+            for (int64_t col = 0; col < n; col++) {
+                float x = accumulate ? c[r * n + col] : 0.0f;
+                c[r * n + col] = bias ? x + bias[col] : x;
+            }
+        res = Py_None;
+    } else {
+        int64_t work = job.batch * job.m * job.n * job.k;
+        int threads = 1;
+        if (work >= split_min && tallow_pool && tallow_pool->threads() > 1 && tallow_pool->worth(INT64_MAX))
+            threads = tallow_pool->threads();
+        plan(&job, threads);
+        int64_t units = job.batch * job.nnb * job.nmb;
+        Py_BEGIN_ALLOW_THREADS
+        if (threads > 1 && units > 1)
+            tallow_pool->run(gemm_task, &job, units, 1, units * (64 << 10)); /* one chunk per unit */
+        else
+            gemm_task(&job, 0, units);
+        Py_END_ALLOW_THREADS
+        if (atomic_load(&job.failed)) PyErr_NoMemory();
+        else res = Py_None;
+    }
+    Py_XINCREF(res);
+done:
+    for (int i = 0; i < 4; i++)
+        if (v[i].held) PyBuffer_Release(&v[i].v);
+    return res;
+}
+
+static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef TALLOW_X86
+    if (on && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
+    use_avx2 = on;
+#else
+    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_simd(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return PyBool_FromLong(use_avx2);
+}
+
+static PyObject *py_set_split_min(PyObject *self, PyObject *arg) {
+    (void)self;
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    if (v < 0) return PyErr_Format(PyExc_ValueError, "set_split_min: need >= 0");
+    split_min = v;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_split_min(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return PyLong_FromLongLong(split_min);
+}
+
+/* plan(m, n, k, batch, threads) -> (column block, column blocks, row block, row blocks): the units. */
+static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "plan takes 5 arguments");
+    int64_t a[5];
+    for (int i = 0; i < 5; i++) {
+        a[i] = PyLong_AsLongLong(args[i]);
+        if (a[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.m = a[0], job.n = a[1], job.k = a[2], job.batch = a[3];
+    plan(&job, (int)a[4]);
+    return Py_BuildValue("(LLLL)", (long long)job.nbw, (long long)job.nnb, (long long)job.mbh, (long long)job.nmb);
+}
+
+#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
+static PyMethodDef methods[] = {
+    {"gemm", FC(py_gemm), "out = (out if accumulate else 0) + a @ b (+ bias): f32, 2-D or batched, any strides."},
+    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2+FMA kernel."},
+    {"simd", py_simd, METH_NOARGS, "Whether the AVX2+FMA kernel is used."},
+    {"set_split_min", py_set_split_min, METH_O, "Smallest product (multiply-adds) split across threads."},
+    {"split_min", py_split_min, METH_NOARGS, "Smallest product (multiply-adds) split across threads."},
+    {"plan", FC(py_plan), "The work units of a product at a thread count."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_gemm", "tallow's f32 matrix product kernel.", -1, methods};
+
+PyMODINIT_FUNC PyInit__gemm(void) {
+#ifdef TALLOW_X86
+    use_avx2 = cpu_has_avx2();
+#endif
+#if defined(__linux__)
+    scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
+#endif
+    tallow_pool_import();
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m) {
+        PyModule_AddIntConstant(m, "MR", MR);
+        PyModule_AddIntConstant(m, "NR", NR);
+        PyModule_AddIntConstant(m, "KC", KC);
+        PyModule_AddIntConstant(m, "MC", MC);
+        PyModule_AddIntConstant(m, "NC_MAX", NC_MAX);
+    }
+    return m;
+}
