@@ -5,6 +5,7 @@
 | ``TALLOW_NUM_THREADS`` | count | detected | first use of the CPU thread setting | threads of the CPU backend (split float products, element-wise splits, quantized matmul; BLAS itself stays on one) |
 | ``TALLOW_NO_NUMBA`` | flag | off | each quantized matmul, fused GELU and residual LayerNorm | use the NumPy kernels instead of the compiled (numba) ones |
 | ``TALLOW_DEQUANTIZE_ALL`` | flag | off | each ``QMatMul`` made | multiply quantized weights as dequantized f32 matrices (candle's ``CANDLE_DEQUANTIZE_ALL``) |
+| ``TALLOW_NO_NATIVE_GEMM`` | flag | off | import of the CPU matmul (``gemm.py``) | multiply f32 matrices with NumPy's BLAS instead of tallow's own compiled kernel |
 | ``TALLOW_SPLIT_WHEN_BUSY`` | flag | off | import of the compiled kernels | split decode products across threads even when the machine has no CPU to spare (a process at real-time priority or on reserved cores) |
 | ``TALLOW_GPU_OPS_PER_SUBMIT`` | count (0 means 1) | 50 | each GPU device made | GPU ops encoded per queue submission |
 | ``TALLOW_GPU_CACHE_LIMIT`` | size | 1G | each GPU device made | bytes of idle buffers the GPU pool keeps |
@@ -31,6 +32,7 @@ import warnings
 
 VARIABLES = (
     "TALLOW_NUM_THREADS", "TALLOW_NO_NUMBA", "TALLOW_DEQUANTIZE_ALL", "TALLOW_SPLIT_WHEN_BUSY",
+    "TALLOW_NO_NATIVE_GEMM",
     "TALLOW_GPU_OPS_PER_SUBMIT", "TALLOW_GPU_CACHE_LIMIT", "TALLOW_GPU_CHECK_INDICES",
 )
 

@@ -1,5 +1,6 @@
 """Float products split across tallow's threads (backends/cpu/gemm.py) against NumPy, and
-the thread setting they follow."""
+the thread setting they follow: the BLAS path (the native f32 kernel switched off here;
+tests/backends/cpu/test_native_gemm.py tests that one)."""
 
 import os
 import subprocess
@@ -16,6 +17,12 @@ from tallow.backends.cpu import gemm, parallel, threads
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(autouse=True)
+def blas_path(monkeypatch):
+    """f32 products through NumPy's BLAS, the path these tests are about."""
+    monkeypatch.setattr(gemm, "_native_on", False)
 
 
 @pytest.fixture
@@ -215,7 +222,7 @@ def test_environment_variable_sets_the_split(value):
         "print(tl.utils.get_num_threads(), gemm.plan(512, 512, 512), len(seen),\n"
         "      sorted({d['num_threads'] for d in threadpool_info() if d['user_api'] == 'blas'}))\n"
     )
-    env = dict(os.environ, TALLOW_NUM_THREADS=value)
+    env = dict(os.environ, TALLOW_NUM_THREADS=value, TALLOW_NO_NATIVE_GEMM="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     count, planned, used, blas = out.stdout.split(maxsplit=3)
     assert (count, planned) == (value, value)

@@ -1,12 +1,20 @@
-"""Float matrix products under tallow's thread policy: BLAS on one thread, large
-products split by tallow.
+"""Float matrix products under tallow's thread policy.
 
-OpenBLAS's worker threads spin-wait inside and between products. With one
-other CPU-bound process on the machine, a multi-threaded BLAS product waits on
-a worker that is not running (and the spinning workers take the time the
-others need): docs/design.md ("Thread policy") has the figures. So NumPy's
-BLAS is kept on one thread (``threads.CONFIG.apply``) and tallow decides per
-product:
+f32 products go to tallow's own kernel (``native/_gemm.c``) when it is built:
+packed B panels, a 6x16 AVX2+FMA register tile, operands read through any
+strides (transposed, sliced and broadcast views need no copy), split over the
+compiled worker pool (a hand-off of a few microseconds) only while the machine
+has a CPU to spare. Its results are bit-identical at any thread count. Above
+``NATIVE_MAX`` multiply-adds on one thread, NumPy's OpenBLAS is faster and is
+used (docs/design.md, "Thread policy", has the crossover figures).
+
+Other products (f64, f16/bf16 widened by the callers to f32 aside, a missing
+native module, ``TALLOW_NO_NATIVE_GEMM``) take the BLAS path. OpenBLAS's worker
+threads spin-wait inside and between products. With one other CPU-bound
+process on the machine, a multi-threaded BLAS product waits on a worker that is
+not running (and the spinning workers take the time the others need): docs/design.md
+("Thread policy") has the figures. So NumPy's BLAS is kept on one thread
+(``threads.CONFIG.apply``) and tallow decides per product:
 
 * matrix-vector products, and products under ``SPLIT_MIN`` multiply-adds per
   thread, are one BLAS call on the calling thread: a hand-off to another
@@ -22,12 +30,60 @@ product:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ... import config
 from . import parallel
 from .threads import CONFIG, run_pieces
 
-# Multiply-adds a thread must get before a product is split (~0.2 ms of one core's BLAS
+ENV_DISABLE = "TALLOW_NO_NATIVE_GEMM"
+# Multiply-adds from which NumPy's OpenBLAS beats the native kernel on one thread
+# (512^3 ties; 1024^3: 24 ms against 29 ms); above it the native kernel is kept only
+# when the product is split (tallow's threads > 1), where OpenBLAS blocks split by
+# the Python-side runner lose more.
+NATIVE_MAX = 1 << 28
+
+# tallow's own f32 kernel (an optional C extension), loaded at the first product: the
+# native package imports parts of tallow that import this module.
+_native = None
+_sync_threads = None
+_native_on = None  # None: not loaded yet
+
+
+def _load_native() -> None:
+    global _native, _sync_threads, _native_on
+    try:
+        from .native import ENV_ISA, _gemm, disabled, sync_threads
+    except ImportError:  # pragma: no cover - exercised on machines without a compiler
+        _native_on = False
+        return
+    _native, _sync_threads = _gemm, sync_threads
+    _native_on = not (config.flag(ENV_DISABLE, False) or disabled())
+    if os.environ.get(ENV_ISA, "") == "scalar":
+        _gemm.set_simd(False)  # the portable kernel, as on a CPU without AVX2+FMA
+
+
+def native_available() -> bool:
+    """Whether f32 products use tallow's own kernel (built, and not switched off)."""
+    if _native_on is None:
+        _load_native()
+    return _native_on
+
+
+def set_native(on: bool) -> bool:
+    """Use (True) or not (False) the native f32 kernel; returns the previous setting.
+    Turning it on without the built module raises ``RuntimeError``."""
+    global _native_on
+    native_available()
+    if on and _native is None:
+        raise RuntimeError("tallow's native gemm module is not built (python setup.py build_ext --inplace)")
+    previous, _native_on = _native_on, bool(on)
+    return previous
+
+
+# BLAS path: multiply-adds a thread must get before a product is split (~0.2 ms of one core's BLAS
 # here; docs/design.md): below, the hand-off (12-20 µs, more when the other core is
 # busy) and a worker that waits for a core cost more than the second thread saves.
 # Every matrix product of a Linear layer with a batch of 64 and widths up to 256 stays
@@ -57,10 +113,32 @@ def plan(m: int, n: int, k: int, batch: int = 1) -> int:
     return max(1, min(threads, work // SPLIT_MIN))
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b)`` for float arrays, split across tallow's threads when large."""
+def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias):
+    """``a @ b (+ bias)`` by the native kernel into ``out`` (made when None)."""
+    if out is None:
+        out = np.empty(batch_shape + (m, n), np.float32)
+    if len(batch_shape) > 1:  # the kernel takes one batch dim: merge (views unless broadcast)
+        a = a.reshape(a.shape[-2:]) if a.size == m * k else np.broadcast_to(a, batch_shape + (m, k)).reshape(batch, m, k)
+        b = b.reshape(b.shape[-2:]) if b.size == k * n else np.broadcast_to(b, batch_shape + (k, n)).reshape(batch, k, n)
+        c = out.reshape(batch, m, n)
+    else:
+        c = out
+    threads = _sync_threads() if not parallel.in_serial() else 1
+    _native.gemm(a, b, c, False, bias, threads > 1)
+    return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+           bias: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b)`` for float arrays (``+ bias``, a row of ``n`` values, when
+    given), on tallow's own kernel for f32, else BLAS split across tallow's threads
+    when large.
+
+    ``out``: a C-contiguous array of the result's shape and dtype to write into (the
+    result is then ``out``); it must not overlap ``a`` or ``b``.
+    """
     if a.ndim < 2 or b.ndim < 2 or a.dtype.kind != "f" or b.dtype.kind != "f":
-        return np.matmul(a, b)
+        return _with_bias(np.matmul(a, b, out=out), bias)
     if CONFIG._applied is None:
         CONFIG.apply()
     m, k = a.shape[-2:]
@@ -69,10 +147,19 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     batch = 1
     for d in batch_shape:
         batch *= d
+    if _native_on is None:
+        _load_native()
+    if (_native_on and a.dtype == np.float32 and b.dtype == np.float32 and b.shape[-2] == k
+            and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,) and bias.flags.c_contiguous))
+            and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous
+                                 and out.shape == batch_shape + (m, n)))
+            and (batch * m * n * k <= NATIVE_MAX or (CONFIG.get() > 1 and not parallel.in_serial()))):
+        return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias)
     threads = 1 if parallel.in_serial() else plan(m, n, k, batch)
     if threads == 1:
-        return np.matmul(a, b)
-    out = np.empty(batch_shape + (m, n), np.result_type(a, b))
+        return _with_bias(np.matmul(a, b, out=out), bias)
+    if out is None:
+        out = np.empty(batch_shape + (m, n), np.result_type(a, b))
     work = batch * m * n * k
     parts = threads if work >= threads * ONE_BLOCK_PER_THREAD else threads * PIECES_PER_THREAD
     if max(m, n) >= 2 * ALIGN:
@@ -96,6 +183,12 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         def block(i0, i1):
             np.matmul(a[i0:i1], b[i0:i1], out=out[i0:i1])
     else:
-        return np.matmul(a, b)
+        return _with_bias(np.matmul(a, b, out=out), bias)
     run_pieces(block, pieces, threads)
-    return out
+    return _with_bias(out, bias)
+
+
+def _with_bias(y, bias):
+    if bias is not None:
+        y += bias
+    return y

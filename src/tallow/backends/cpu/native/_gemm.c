@@ -339,12 +339,13 @@ static void dims(const Py_buffer *v, int64_t *d) {
     if (d[0] == 1) d[3] = 0;
 }
 
-/* gemm(a, b, out, accumulate=False, bias=None) */
+/* gemm(a, b, out, accumulate=False, bias=None, split=True) */
 static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs < 3 || nargs > 5) return PyErr_Format(PyExc_TypeError, "gemm takes 3 to 5 arguments");
+    if (nargs < 3 || nargs > 6) return PyErr_Format(PyExc_TypeError, "gemm takes 3 to 6 arguments");
     int accumulate = nargs > 3 ? PyObject_IsTrue(args[3]) : 0;
-    if (accumulate < 0) return NULL;
+    int split = nargs > 5 ? PyObject_IsTrue(args[5]) : 1;
+    if (accumulate < 0 || split < 0) return NULL;
     PyObject *bias_obj = nargs > 4 ? args[4] : Py_None;
     view_t v[4];
     memset(v, 0, sizeof v);
@@ -395,7 +396,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     } else {
         int64_t work = job.batch * job.m * job.n * job.k;
         int threads = 1;
-        if (work >= split_min && tallow_pool && tallow_pool->threads() > 1 && tallow_pool->worth(INT64_MAX))
+        if (split && work >= split_min && tallow_pool && tallow_pool->threads() > 1 && tallow_pool->worth(INT64_MAX))
             threads = tallow_pool->threads();
         plan(&job, threads);
         int64_t units = job.batch * job.nnb * job.nmb;
