@@ -51,9 +51,11 @@ enum { F_LOAD = 1, F_BIAS = 2 };
 static int use_avx2 = 0;
 /* Smallest product (multiply-adds) split across threads; below, one call on the caller. */
 static int64_t split_min = 1 << 18;
+/* Units of at most this many rows read B in place instead of packing it. */
+static int64_t direct_b_rows = 48;
 
-typedef void (*kernel_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, float *c,
-                          int64_t ldc, int mr, int nr, int flags, const float *bias);
+typedef void (*kernel_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t bs,
+                          float *c, int64_t ldc, int mr, int nr, int flags, const float *bias);
 
 /* ------------------------------------------------------------------ micro-kernels */
 /* Store a tile: C = (flags & F_LOAD ? C : 0) + acc (+ bias), mr x nr of it. */
@@ -67,13 +69,13 @@ static inline void store_tile(const float *t, float *c, int64_t ldc, int mr, int
         }
 }
 
-static void kernel_scalar(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, float *c,
-                          int64_t ldc, int mr, int nr, int flags, const float *bias) {
+static void kernel_scalar(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t bs,
+                          float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
     float acc[MR * NR];
     memset(acc, 0, sizeof acc);
     const float *rows[MR];
     for (int i = 0; i < MR; i++) rows[i] = a + (i < mr ? i : 0) * rs;
-    for (int64_t p = 0, o = 0; p < kc; p++, o += cs, b += NR)
+    for (int64_t p = 0, o = 0; p < kc; p++, o += cs, b += bs)
         for (int i = 0; i < MR; i++) {
             float av = rows[i][o];
             for (int j = 0; j < NR; j++) acc[i * NR + j] += av * b[j];
@@ -82,8 +84,8 @@ static void kernel_scalar(int64_t kc, const float *a, int64_t rs, int64_t cs, co
 }
 
 #ifdef TALLOW_X86
-static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, float *c,
-                             int64_t ldc, int mr, int nr, int flags, const float *bias) {
+static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t bs,
+                             float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
     const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);
     const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0), *a5 = a + (mr > 5 ? 5 * rs : 0);
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -91,8 +93,8 @@ static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs,
     int64_t o = 0;
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8), t;
-        b += NR;
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), t;
+        b += bs;
         t = _mm256_broadcast_ss(a0 + o); c00 = _mm256_fmadd_ps(t, b0, c00); c01 = _mm256_fmadd_ps(t, b1, c01);
         t = _mm256_broadcast_ss(a1 + o); c10 = _mm256_fmadd_ps(t, b0, c10); c11 = _mm256_fmadd_ps(t, b1, c11);
         t = _mm256_broadcast_ss(a2 + o); c20 = _mm256_fmadd_ps(t, b0, c20); c21 = _mm256_fmadd_ps(t, b1, c21);
@@ -235,8 +237,11 @@ static void run_unit(gemm_job *j, int64_t u) {
     float *C = j->c + bi * j->m * j->n;
     const int64_t n = j->n, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
     const int pack_rows = i1 - i0 > MC;
+    /* Few rows: B is read in place (rows contiguous) rather than packed for so little reuse;
+     * only a last partial panel is packed (a full-width read would pass the row's end). */
+    const int direct_b = j->csb == 1 && i1 - i0 <= direct_b_rows;
     scratch_t *s = scratch();
-    if (!s || !grow(&s->b, &s->bcap, (size_t)(kc * panels * NR)) ||
+    if (!s || !grow(&s->b, &s->bcap, (size_t)(kc * (direct_b ? 1 : panels) * NR)) ||
         (pack_rows && !grow(&s->a, &s->acap, (size_t)(kc * ((MC + MR - 1) / MR) * MR)))) {
         atomic_store(&j->failed, 1);
         return;
@@ -244,7 +249,10 @@ static void run_unit(gemm_job *j, int64_t u) {
     kernel_fn kern = j->kern;
     for (int64_t pc = 0; pc < k; pc += kc) {
         int64_t kcur = k - pc < kc ? k - pc : kc;
-        pack_b(B + pc * j->rsb + j0 * j->csb, j->rsb, j->csb, kcur, nc, s->b);
+        const float *bblk = B + pc * j->rsb + j0 * j->csb;
+        int64_t full = nc / NR;
+        if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
+        else if (full < panels) pack_b(bblk + full * NR, j->rsb, 1, kcur, nc - full * NR, s->b);
         int flags = (pc > 0 || j->accumulate ? F_LOAD : 0) | (pc + kcur == k && j->bias ? F_BIAS : 0);
         for (int64_t ic = i0; ic < i1; ic += MC) {
             int64_t mcur = i1 - ic < MC ? i1 - ic : MC;
@@ -257,11 +265,18 @@ static void run_unit(gemm_job *j, int64_t u) {
             for (int64_t jr = 0; jr < panels; jr++) {
                 int nr = nc - jr * NR < NR ? (int)(nc - jr * NR) : NR;
                 const float *bp = s->b + jr * kcur * NR;
+                int64_t bs = NR;
+                if (direct_b && jr < full) {
+                    bp = bblk + jr * NR;
+                    bs = j->rsb;
+                } else if (direct_b) {
+                    bp = s->b;
+                }
                 const float *bias = j->bias ? j->bias + j0 + jr * NR : NULL;
                 float *cp = C + ic * n + j0 + jr * NR;
                 for (int64_t ir = 0; ir < mcur; ir += MR) {
                     int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
-                    kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, cp + ir * n, n, mr, nr, flags, bias);
+                    kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, bs, cp + ir * n, n, mr, nr, flags, bias);
                 }
             }
         }
@@ -443,6 +458,14 @@ static PyObject *py_set_split_min(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_set_direct_b_rows(PyObject *self, PyObject *arg) {
+    (void)self;
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    direct_b_rows = v;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_split_min(PyObject *self, PyObject *noargs) {
     (void)self; (void)noargs;
     return PyLong_FromLongLong(split_min);
@@ -470,6 +493,7 @@ static PyMethodDef methods[] = {
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2+FMA kernel."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2+FMA kernel is used."},
     {"set_split_min", py_set_split_min, METH_O, "Smallest product (multiply-adds) split across threads."},
+    {"set_direct_b_rows", py_set_direct_b_rows, METH_O, "Units of at most this many rows read B unpacked."},
     {"split_min", py_split_min, METH_NOARGS, "Smallest product (multiply-adds) split across threads."},
     {"plan", FC(py_plan), "The work units of a product at a thread count."},
     {NULL, NULL, 0, NULL}};
