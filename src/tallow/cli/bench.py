@@ -26,6 +26,7 @@ SUITES = {
     "embed": "embed",
     "compile": "compile",
     "conv": "conv",  # not part of "all" either: convolution shapes beside PyTorch
+    "gemm": "gemm",  # not part of "all" either: f32 products beside NumPy and PyTorch
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
     "distributed": "distributed",
     "llm": "llm",  # not under "all": it needs model files (see --make-models)
