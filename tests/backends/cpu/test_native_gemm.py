@@ -75,6 +75,13 @@ def products(draw, sizes=st.sampled_from(EDGE_SIZES) | st.integers(0, 70)):
     return layout(draw, rng, a_batch, m, k), layout(draw, rng, b_batch, k, n), rng
 
 
+@pytest.fixture(autouse=True)
+def always_native(monkeypatch):
+    """Every f32 product on the native kernel, split or not (the dispatch rule itself
+    is tested on its own below)."""
+    monkeypatch.setattr(gemm, "native_wins_alone", lambda m, n, k, work: True)
+
+
 @pytest.fixture
 def two_threads():
     """Two threads, every product split when it has two units (load check off)."""
@@ -253,6 +260,25 @@ def test_the_blas_path_stays_reachable(monkeypatch):
         assert calls
     finally:
         gemm.set_native(previous)
+
+
+def test_unsplit_products_use_the_kernel_only_where_it_beats_blas(monkeypatch):
+    monkeypatch.undo()  # the real rule
+    calls = []
+    real = np.matmul
+    monkeypatch.setattr(gemm.np, "matmul", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    before = tl.utils.get_num_threads()
+    tl.utils.set_num_threads(1)
+    try:
+        for shape, native_expected in [(((64, 256), (256, 256)), True), (((256, 64), (64, 256)), True),
+                                       (((16, 27), (27, 5000)), False), (((256, 2304), (2304, 49)), False),
+                                       (((1024, 1024), (1024, 1024)), False)]:
+            calls.clear()
+            a, b = np.ones(shape[0], F), np.ones(shape[1], F)
+            np.testing.assert_array_equal(gemm.matmul(a, b), np.full((a.shape[0], b.shape[1]), a.shape[1], F))
+            assert (not calls) == native_expected, shape
+    finally:
+        tl.utils.set_num_threads(before)
 
 
 def test_f64_and_mixed_products_use_blas():

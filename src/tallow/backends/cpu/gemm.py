@@ -4,9 +4,10 @@ f32 products go to tallow's own kernel (``native/_gemm.c``) when it is built:
 packed B panels, a 6x16 AVX2+FMA register tile, operands read through any
 strides (transposed, sliced and broadcast views need no copy), split over the
 compiled worker pool (a hand-off of a few microseconds) only while the machine
-has a CPU to spare. Its results are bit-identical at any thread count. Above
-``NATIVE_MAX`` multiply-adds on one thread, NumPy's OpenBLAS is faster and is
-used (docs/design.md, "Thread policy", has the crossover figures).
+has a CPU to spare. Its results are bit-identical at any thread count. Every
+product it would split uses it; one it would not split uses it only where it
+measured at least as fast as NumPy's OpenBLAS on one thread
+(:func:`native_wins_alone`; docs/design.md, "Thread policy", has the figures).
 
 Other products (f64, f16/bf16 widened by the callers to f32 aside, a missing
 native module, ``TALLOW_NO_NATIVE_GEMM``) take the BLAS path. OpenBLAS's worker
@@ -39,11 +40,14 @@ from . import parallel
 from .threads import CONFIG, run_pieces
 
 ENV_DISABLE = "TALLOW_NO_NATIVE_GEMM"
-# Multiply-adds from which NumPy's OpenBLAS beats the native kernel on one thread
-# (512^3 ties; 1024^3: 24 ms against 29 ms); above it the native kernel is kept only
-# when the product is split (tallow's threads > 1), where OpenBLAS blocks split by
-# the Python-side runner lose more.
-NATIVE_MAX = 1 << 28
+# Where the native kernel is used on one thread (not split): OpenBLAS is faster on
+# thin products (few rows or columns: im2col products of a first convolution layer,
+# 1.2-1.5x), on a long k (several K chunks: 1.3x), and from ~512^3 (1024^3: 24 ms
+# against 29 ms). Split products always use it.
+NATIVE_MIN_ROWS = 48
+NATIVE_MIN_COLS = 64
+NATIVE_MAX_K = 512
+NATIVE_MAX = 1 << 27
 
 # tallow's own f32 kernel (an optional C extension), loaded at the first product: the
 # native package imports parts of tallow that import this module.
@@ -113,7 +117,7 @@ def plan(m: int, n: int, k: int, batch: int = 1) -> int:
     return max(1, min(threads, work // SPLIT_MIN))
 
 
-def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias):
+def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split):
     """``a @ b (+ bias)`` by the native kernel into ``out`` (made when None)."""
     if out is None:
         out = np.empty(batch_shape + (m, n), np.float32)
@@ -123,9 +127,16 @@ def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias):
         c = out.reshape(batch, m, n)
     else:
         c = out
-    threads = _sync_threads() if not parallel.in_serial() else 1
-    _native.gemm(a, b, c, False, bias, threads > 1)
+    _native.gemm(a, b, c, False, bias, split)
     return out
+
+
+def native_wins_alone(m: int, n: int, k: int, work: int) -> bool:
+    """Whether the native kernel on one thread is at least as fast as OpenBLAS's for
+    this shape (measured, docs/design.md): the products of a Linear layer and its
+    gradients, square ones up to ~512^3. Thin ones (few rows or columns, a long k)
+    stay on BLAS when not split."""
+    return m >= NATIVE_MIN_ROWS and n >= NATIVE_MIN_COLS and k <= NATIVE_MAX_K and work <= NATIVE_MAX
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
@@ -149,18 +160,21 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
         batch *= d
     if _native_on is None:
         _load_native()
+    work = batch * m * n * k
     if (_native_on and a.dtype == np.float32 and b.dtype == np.float32 and b.shape[-2] == k
             and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,) and bias.flags.c_contiguous))
             and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous
-                                 and out.shape == batch_shape + (m, n)))
-            and (batch * m * n * k <= NATIVE_MAX or (CONFIG.get() > 1 and not parallel.in_serial()))):
-        return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias)
+                                 and out.shape == batch_shape + (m, n)))):
+        # Split over the compiled pool whenever it would be (spare CPUs, enough work):
+        # it scales where BLAS blocks do not; else only where it beats BLAS alone.
+        split = not parallel.in_serial() and _sync_threads() > 1 and _native.threads_for(work) > 1
+        if split or native_wins_alone(m, n, k, work):
+            return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split)
     threads = 1 if parallel.in_serial() else plan(m, n, k, batch)
     if threads == 1:
         return _with_bias(np.matmul(a, b, out=out), bias)
     if out is None:
         out = np.empty(batch_shape + (m, n), np.result_type(a, b))
-    work = batch * m * n * k
     parts = threads if work >= threads * ONE_BLOCK_PER_THREAD else threads * PIECES_PER_THREAD
     if max(m, n) >= 2 * ALIGN:
         if m >= n:

@@ -53,6 +53,7 @@ static int use_avx2 = 0;
 static int64_t split_min = 1 << 18;
 /* Units of at most this many rows read B in place instead of packing it. */
 static int64_t direct_b_rows = 48;
+static int split_threads(int64_t work);
 
 typedef void (*kernel_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t bs,
                           float *c, int64_t ldc, int mr, int nr, int flags, const float *bias);
@@ -410,9 +411,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         res = Py_None;
     } else {
         int64_t work = job.batch * job.m * job.n * job.k;
-        int threads = 1;
-        if (split && work >= split_min && tallow_pool && tallow_pool->threads() > 1 && tallow_pool->worth(INT64_MAX))
-            threads = tallow_pool->threads();
+        int threads = split ? split_threads(work) : 1;
         plan(&job, threads);
         int64_t units = job.batch * job.nnb * job.nmb;
         Py_BEGIN_ALLOW_THREADS
@@ -471,6 +470,20 @@ static PyObject *py_split_min(PyObject *self, PyObject *noargs) {
     return PyLong_FromLongLong(split_min);
 }
 
+/* Threads a product of `work` multiply-adds is split over now (1: on the caller). */
+static int split_threads(int64_t work) {
+    if (work >= split_min && tallow_pool && tallow_pool->threads() > 1 && tallow_pool->worth(INT64_MAX))
+        return tallow_pool->threads();
+    return 1;
+}
+
+static PyObject *py_threads_for(PyObject *self, PyObject *arg) {
+    (void)self;
+    long long work = PyLong_AsLongLong(arg);
+    if (work == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(split_threads(work));
+}
+
 /* plan(m, n, k, batch, threads) -> (column block, column blocks, row block, row blocks): the units. */
 static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -495,6 +508,7 @@ static PyMethodDef methods[] = {
     {"set_split_min", py_set_split_min, METH_O, "Smallest product (multiply-adds) split across threads."},
     {"set_direct_b_rows", py_set_direct_b_rows, METH_O, "Units of at most this many rows read B unpacked."},
     {"split_min", py_split_min, METH_NOARGS, "Smallest product (multiply-adds) split across threads."},
+    {"threads_for", py_threads_for, METH_O, "Threads a product of this many multiply-adds is split over now."},
     {"plan", FC(py_plan), "The work units of a product at a thread count."},
     {NULL, NULL, 0, NULL}};
 
