@@ -52,18 +52,18 @@ NATIVE_MAX = 1 << 27
 # tallow's own f32 kernel (an optional C extension), loaded at the first product: the
 # native package imports parts of tallow that import this module.
 _native = None
-_sync_threads = None
+_workers = None
 _native_on = None  # None: not loaded yet
 
 
 def _load_native() -> None:
-    global _native, _sync_threads, _native_on
+    global _native, _workers, _native_on
     try:
-        from .native import ENV_ISA, _gemm, disabled, sync_threads
+        from .native import ENV_ISA, _gemm, _workers as workers, disabled
     except ImportError:  # pragma: no cover - exercised on machines without a compiler
         _native_on = False
         return
-    _native, _sync_threads = _gemm, sync_threads
+    _native, _workers = _gemm, workers
     _native_on = not (config.flag(ENV_DISABLE, False) or disabled())
     if os.environ.get(ENV_ISA, "") == "scalar":
         _gemm.set_simd(False)  # the portable kernel, as on a CPU without AVX2+FMA
@@ -131,6 +131,31 @@ def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split):
     return out
 
 
+def _pool_threads() -> int:
+    """tallow's thread setting, the compiled pool sized to it (cheap when unchanged)."""
+    n = CONFIG.get()
+    if _workers.threads() != n:
+        _workers.set_threads(n)
+    return n
+
+
+def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:
+    """``np.broadcast_shapes`` of two batch shapes (that costs microseconds per call)."""
+    if a_batch == b_batch or not b_batch:
+        return a_batch
+    if not a_batch:
+        return b_batch
+    rank = max(len(a_batch), len(b_batch))
+    a_batch = (1,) * (rank - len(a_batch)) + a_batch
+    b_batch = (1,) * (rank - len(b_batch)) + b_batch
+    out = []
+    for x, y in zip(a_batch, b_batch):
+        if x != y and x != 1 and y != 1:
+            return np.broadcast_shapes(a_batch, b_batch)  # raises NumPy's error
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
 def native_wins_alone(m: int, n: int, k: int, work: int) -> bool:
     """Whether the native kernel on one thread is at least as fast as OpenBLAS's for
     this shape (measured, docs/design.md): the products of a Linear layer and its
@@ -154,7 +179,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
         CONFIG.apply()
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    batch_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch_shape = _batch_shape(a.shape[:-2], b.shape[:-2])
     batch = 1
     for d in batch_shape:
         batch *= d
@@ -167,7 +192,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
                                  and out.shape == batch_shape + (m, n)))):
         # Split over the compiled pool whenever it would be (spare CPUs, enough work):
         # it scales where BLAS blocks do not; else only where it beats BLAS alone.
-        split = not parallel.in_serial() and _sync_threads() > 1 and _native.threads_for(work) > 1
+        split = _pool_threads() > 1 and _native.threads_for(work) > 1 and not parallel.in_serial()
         if split or native_wins_alone(m, n, k, work):
             return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split)
     threads = 1 if parallel.in_serial() else plan(m, n, k, batch)
