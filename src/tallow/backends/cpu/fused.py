@@ -464,6 +464,10 @@ class CpuFused:
                 x2 = np.ascontiguousarray(x2)
             if w.strides[-1] != w.itemsize and w.strides[0] != w.itemsize:
                 w = np.ascontiguousarray(w)
+            bv = bias.view(bias_layout) if bias is not None else None
+            if bv is not None and bv.dtype == x2.dtype == w.dtype:  # added in the product's epilogue
+                y = gemm.matmul(x2, w.T, bias=bv)
+                return _finish(self, y, layout.shape[:-1] + (w.shape[0],), dtype)
             y = gemm.matmul(x2, w.T)
         if bias is not None:
             bv = bias.view(bias_layout)
