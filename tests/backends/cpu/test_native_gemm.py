@@ -306,3 +306,27 @@ def test_tensor_matmul_and_linear_against_torch():
     got = tl.Tensor(x).matmul(tl.Tensor(w).t()).numpy()
     expected = (torch.from_numpy(x).double() @ torch.from_numpy(w).double().T).numpy()
     assert np.all(np.abs(got - expected) <= bound(x, w.T))
+
+
+def test_concurrent_callers_get_their_own_results(two_threads):
+    """Python threads multiplying at once (each with its own packing buffers; the pool
+    runs one caller's split at a time, the others on their own thread)."""
+    import threading
+
+    rng = np.random.default_rng(8)
+    pairs = [(rng.standard_normal((70, 300)).astype(F), rng.standard_normal((300, 90)).astype(F)) for _ in range(4)]
+    expected = [gemm.matmul(a, b) for a, b in pairs]
+    errors = []
+
+    def worker(i):
+        a, b = pairs[i]
+        for _ in range(30):
+            if not np.array_equal(gemm.matmul(a, b), expected[i]):
+                errors.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
