@@ -51,6 +51,23 @@ def _blas_path(a, b):
         gemm.set_native(previous)
 
 
+def candidates(a, b, torch=None) -> dict:
+    """{name: a call computing a @ b}: tallow, its BLAS path, NumPy, PyTorch (when given)
+    on the same operands (PyTorch's transposed where ours are transposed views)."""
+    cands = {"tallow": lambda: gemm.matmul(a, b),
+             "blas path": lambda: _blas_path(a, b),
+             "numpy": lambda: np.matmul(a, b)}
+    if torch is not None:
+        def as_torch(x):
+            if x.ndim == 2 and not x.flags.c_contiguous and x.T.flags.c_contiguous:
+                return torch.from_numpy(np.ascontiguousarray(x.T)).T  # the same transposed view
+            return torch.from_numpy(np.ascontiguousarray(x))
+
+        ta, tb = as_torch(a), as_torch(b)
+        cands["torch"] = lambda: torch.matmul(ta, tb)
+    return cands
+
+
 def bench_gemm(repeats, threads=(1, 2), quick=False):
     torch = have_torch()
     shapes = _shapes(np.random.default_rng(0))
@@ -64,16 +81,7 @@ def bench_gemm(repeats, threads=(1, 2), quick=False):
             batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
             work = batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
             number = max(1, min(200, int(2e8 // max(1, work))))  # ~10-50 ms per timed turn
-            cands = {"tallow": lambda a=a, b=b: gemm.matmul(a, b),
-                     "blas path": lambda a=a, b=b: _blas_path(a, b),
-                     "numpy": lambda a=a, b=b: np.matmul(a, b)}
-            if torch is not None:
-                ta, tb = torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b))
-                if a.ndim == 2 and not a.flags.c_contiguous:  # the same transposed view
-                    ta = torch.from_numpy(np.ascontiguousarray(a.T)).T
-                if b.ndim == 2 and not b.flags.c_contiguous:
-                    tb = torch.from_numpy(np.ascontiguousarray(b.T)).T
-                cands["torch"] = lambda ta=ta, tb=tb: torch.matmul(ta, tb)
+            cands = candidates(a, b, torch)
             t = alternate(cands, repeats, number=number)
             us = {k: v * 1e6 for k, v in t.items()}
             row = dict(shape=name, threads=n, native=native, **{f"{k.replace(' ', '_')}_us": v for k, v in us.items()},
