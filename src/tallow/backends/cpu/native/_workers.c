@@ -9,9 +9,10 @@
  *    the caller and the workers claim one at a time from a shared counter.  The
  *    caller works too, so a worker that is not running (its core taken by another
  *    process) costs nothing: the caller claims the chunks it would have done.
- *  - An idle worker spins on the job counter for a bounded time (spin_us, tens of
- *    microseconds: the gaps between the products of a decode step), then sleeps
- *    on a futex; a caller wakes sleepers only when there are some.
+ *  - An idle worker spins on the job counter for a bounded time (spin_us, 300
+ *    microseconds: the gaps between the products of a decode step or of a
+ *    training step's backward pass), then sleeps on a futex; a caller wakes
+ *    sleepers only when there are some.
  *  - A caller whose last chunks are still held by a worker spins for a bounded
  *    time, then sleeps on a futex until they are done: when the worker was
  *    preempted, the caller's core goes to it instead of being burnt in a spin.
@@ -66,7 +67,9 @@ static _Atomic(void *) job_ctx;
 static _Atomic int64_t job_total, job_chunk;
 static _Atomic uint32_t job_nchunks;
 
-static _Atomic long worker_spin_ns = 50000, caller_spin_ns = 20000;
+/* 300 us: the gaps between the products of a training step (autograd's Python between
+ * them) are 50-150 us; a worker asleep by then is woken late for each product. */
+static _Atomic long worker_spin_ns = 300000, caller_spin_ns = 20000;
 /* statistics: jobs split, chunks, chunks done by workers, caller sleeps */
 static _Atomic uint64_t st_jobs, st_chunks, st_worker_chunks, st_caller_sleeps;
 
