@@ -80,6 +80,7 @@ def always_native(monkeypatch):
     """Every f32 product on the native kernel, split or not (the dispatch rule itself
     is tested on its own below)."""
     monkeypatch.setattr(gemm, "native_wins_alone", lambda m, n, k, work: True)
+    monkeypatch.setattr(gemm, "SPLIT_MIN", 1 << 62)  # the BLAS path would never split
 
 
 @pytest.fixture
@@ -279,6 +280,20 @@ def test_unsplit_products_use_the_kernel_only_where_it_beats_blas(monkeypatch):
             assert (not calls) == native_expected, shape
     finally:
         tl.utils.set_num_threads(before)
+
+
+def test_products_the_blas_path_splits_stay_there(two_threads, monkeypatch):
+    monkeypatch.undo()  # the real rule
+    calls = []
+    real = np.matmul
+    monkeypatch.setattr(gemm.np, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    small = np.ones((64, 256), F), np.ones((256, 256), F)  # under 2 * SPLIT_MIN: the kernel, split
+    jobs = W.stats()["jobs"]
+    np.testing.assert_array_equal(gemm.matmul(*small), np.full((64, 256), 256, F))
+    assert not calls and W.stats()["jobs"] == jobs + 1
+    large = np.ones((512, 512), F), np.ones((512, 512), F)  # the BLAS path's own split
+    np.testing.assert_array_equal(gemm.matmul(*large), np.full((512, 512), 512, F))
+    assert len(calls) >= 2
 
 
 def test_f64_and_mixed_products_use_blas():
