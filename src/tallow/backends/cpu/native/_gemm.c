@@ -45,6 +45,7 @@
 #define NC_MAX 512      /* columns per unit on one thread: packed B 512 KiB, L2/L3 */
 #define NC_MIN 32       /* narrowest column block a split makes */
 #define UNITS_PER_THREAD 3
+#define PACK_A_MIN (64 << 10) /* floats of A per K chunk from which A is packed */
 
 enum { F_LOAD = 1, F_BIAS = 2 };
 
@@ -275,7 +276,10 @@ static void run_unit(gemm_job *j, int64_t u) {
     const float *A = j->a + bi * j->sab, *B = j->b + bi * j->sbb;
     float *C = j->c + bi * j->m * j->n;
     const int64_t n = j->n, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
-    const int pack_rows = i1 - i0 > MC;
+    /* A is packed only when its rows do not stay in L2 between the column panels (more
+     * than MC rows and 256 KiB per K chunk); a unit of a split would otherwise repack
+     * the whole of a small A once per column block. */
+    const int pack_rows = i1 - i0 > MC && (i1 - i0) * kc > PACK_A_MIN;
     /* Few rows: B is read in place (rows contiguous) rather than packed for so little reuse;
      * only a last partial panel is packed (a full-width read would pass the row's end). */
     const int direct_b = j->csb == 1 && i1 - i0 <= direct_b_rows;
