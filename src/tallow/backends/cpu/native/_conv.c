@@ -1,0 +1,578 @@
+/* Compiled convolution and pooling passes on contiguous f32 NCHW arrays, split over
+ * tallow's worker pool (_workers.h):
+ *
+ *  - im2col / col2im with the padding, stride and dilation handled in the gather
+ *    (no padded copy of the images, no padded output to crop): units are image
+ *    planes (b, c), so every unit writes its own columns or its own output plane;
+ *  - a direct convolution for layers whose columns would be short (a first layer's
+ *    1-16 input channels): no column matrix at all, each output row computed from
+ *    the input rows it reads, copied once into zero-padded scratch rows (one per
+ *    stride phase); units are output rows (b, y);
+ *  - max / average pooling forward and backward; units are planes.
+ *
+ * Every unit is computed by one thread in a fixed order, and units never write the
+ * same memory, so results are bit-identical at any thread count.  The pool splits a
+ * task only when it is worth it (pool_worth: size and the machine's load).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "_workers.h"
+
+static int use_avx2 = 0;
+
+static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        out[i] = PyLong_AsLongLong(args[start + i]);
+        if (out[i] == -1 && PyErr_Occurred()) return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ geometry */
+/* A convolution window walk: images nc x h x w, an oh x ow grid of windows of
+ * kh x kw taps, strides, padding and dilation. */
+typedef struct {
+    int64_t nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+} geom_t;
+
+/* For tap column kj: the output columns [*j0, *j1) whose input column is inside the image. */
+static inline void valid_cols(const geom_t *g, int64_t kj, int64_t *j0, int64_t *j1) {
+    int64_t off = g->pw - kj * g->dw; /* input column of output column j: j*sw - off */
+    int64_t lo = off > 0 ? (off + g->sw - 1) / g->sw : 0;
+    int64_t top = g->w - 1 + off; /* j*sw <= top */
+    int64_t hi = top < 0 ? 0 : top / g->sw + 1;
+    if (lo > g->ow) lo = g->ow;
+    if (hi > g->ow) hi = g->ow;
+    if (hi < lo) hi = lo;
+    *j0 = lo;
+    *j1 = hi;
+}
+
+static int parse_geom(PyObject *const *args, Py_ssize_t start, geom_t *g) {
+    int64_t a[14];
+    if (!ints(args, start, 14, a)) return 0;
+    geom_t t = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13]};
+    for (int i = 0; i < 14; i++)
+        if (a[i] < 0 || (i >= 4 && i <= 7 && a[i] < 1) || (i >= 10 && i <= 11 && a[i] < 1)) {
+            PyErr_SetString(PyExc_ValueError, "conv geometry: bad sizes");
+            return 0;
+        }
+    *g = t;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ im2col / col2im */
+/* Columns: cols[b*sb + ((c*kh + ki)*kw + kj)*sr + i*ow + j] = x[b, c, i*sh - ph + ki*dh,
+ * j*sw - pw + kj*dw], zero outside the image.  sb, sr: the strides of an image and a row,
+ * so that (b, rows, pos) and (rows, b, pos) layouts come from the same pass. */
+typedef struct {
+    geom_t g;
+    float *x, *cols; /* col2im: x is the output, cols the input */
+    int64_t sb, sr;
+} cols_job;
+
+static void im2col_task(void *p, int64_t lo, int64_t hi) {
+    const cols_job *jb = (const cols_job *)p;
+    const geom_t *g = &jb->g;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / g->nc, c = u % g->nc;
+        const float *src = jb->x + u * g->h * g->w;
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                float *dst = jb->cols + b * jb->sb + ((c * g->kh + ki) * g->kw + kj) * jb->sr;
+                int64_t j0, j1;
+                valid_cols(g, kj, &j0, &j1);
+                int64_t coff = kj * g->dw - g->pw;
+                for (int64_t i = 0; i < g->oh; i++, dst += g->ow) {
+                    int64_t r = i * g->sh - g->ph + ki * g->dh;
+                    if (r < 0 || r >= g->h) {
+                        memset(dst, 0, (size_t)g->ow * sizeof(float));
+                        continue;
+                    }
+                    const float *row = src + r * g->w + coff;
+                    for (int64_t j = 0; j < j0; j++) dst[j] = 0.0f;
+                    if (g->sw == 1)
+                        memcpy(dst + j0, row + j0, (size_t)(j1 - j0) * sizeof(float));
+                    else
+                        for (int64_t j = j0; j < j1; j++) dst[j] = row[j * g->sw];
+                    for (int64_t j = j1; j < g->ow; j++) dst[j] = 0.0f;
+                }
+            }
+    }
+}
+
+/* The adjoint: x[b, c] = sum over taps of the columns that read each pixel, in the
+ * order (ki, kj, i, j); each unit zeroes and fills its own output plane. */
+static void col2im_task(void *p, int64_t lo, int64_t hi) {
+    const cols_job *jb = (const cols_job *)p;
+    const geom_t *g = &jb->g;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / g->nc, c = u % g->nc;
+        float *out = jb->x + u * g->h * g->w;
+        memset(out, 0, (size_t)(g->h * g->w) * sizeof(float));
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const float *src = jb->cols + b * jb->sb + ((c * g->kh + ki) * g->kw + kj) * jb->sr;
+                int64_t j0, j1;
+                valid_cols(g, kj, &j0, &j1);
+                int64_t coff = kj * g->dw - g->pw;
+                for (int64_t i = 0; i < g->oh; i++, src += g->ow) {
+                    int64_t r = i * g->sh - g->ph + ki * g->dh;
+                    if (r < 0 || r >= g->h) continue;
+                    float *row = out + r * g->w + coff;
+                    if (g->sw == 1)
+                        for (int64_t j = j0; j < j1; j++) row[j] += src[j];
+                    else
+                        for (int64_t j = j0; j < j1; j++) row[j * g->sw] += src[j];
+                }
+            }
+    }
+}
+
+/* Planes per chunk: enough that a chunk is a few microseconds of copying. */
+static int64_t plane_grain(int64_t floats_per_plane) {
+    int64_t grain = 4096 / (floats_per_plane + 1);
+    return grain < 1 ? 1 : grain;
+}
+
+/* im2col(x, cols, sb, sr, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+ * col2im(cols, x, sb, sr, <the same geometry>): x (nb, nc, h, w) overwritten. */
+static PyObject *cols_call(PyObject *const *args, Py_ssize_t nargs, int adjoint) {
+    const char *name = adjoint ? "col2im" : "im2col";
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "%s takes 18 arguments", name);
+    cols_job jb;
+    int64_t s[2];
+    if (!ints(args, 2, 2, s) || !parse_geom(args, 4, &jb.g)) return NULL;
+    jb.sb = s[0];
+    jb.sr = s[1];
+    const geom_t *g = &jb.g;
+    int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
+    /* the furthest column element written or read, from the two strides */
+    int64_t need = g->nb && rows && pos ? ((g->nb - 1) * jb.sb + (rows - 1) * jb.sr + pos) * 4 : 0;
+    int64_t img = g->nb * g->nc * g->h * g->w * 4;
+    buf_t b[2];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    int ok = adjoint ? get_buf(args[0], &b[0], 0, need, "cols") && get_buf(args[1], &b[1], 1, img, "x")
+                     : get_buf(args[0], &b[1], 0, img, "x") && get_buf(args[1], &b[0], 1, need, "cols");
+    if (ok) {
+        jb.cols = (float *)b[0].view.buf;
+        jb.x = (float *)b[1].view.buf;
+        int64_t units = g->nb * g->nc;
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(adjoint ? col2im_task : im2col_task, &jb, units,
+                        plane_grain(g->kh * g->kw * pos), need + img);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 2);
+    return res;
+}
+
+static PyObject *py_im2col(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return cols_call(args, nargs, 0);
+}
+
+static PyObject *py_col2im(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return cols_call(args, nargs, 1);
+}
+
+/* ------------------------------------------------------------------ direct convolution */
+/* out[b, co, y, x] = sum over (ci, ki, kj) of k[co, ci, ki, kj] * x[b, ci, y*sh - ph + ki*dh,
+ * x*sw - pw + kj*dw], in that summation order (with FMA on AVX2).  One unit is an output
+ * row (b, y): its input rows, ci x kh of them, are copied into zero-padded scratch rows,
+ * one per stride phase (phase p holds padded columns p, p + sw, ...), so that the taps
+ * of output columns x..x+7 are eight consecutive floats. */
+typedef struct {
+    geom_t g;
+    const float *x, *k;
+    float *out;
+    int64_t co;
+    int64_t plen;  /* floats of one phase row */
+    int64_t xblk;  /* output columns computed per block, rounded up to 16 */
+} direct_job;
+
+/* scratch: nc*kh rows of sw phases of plen floats, and one block of co x xblk outputs */
+static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64_t y) {
+    const geom_t *g = &jb->g;
+    int64_t sw = g->sw, plen = jb->plen;
+    float *rows = scratch;
+    for (int64_t ci = 0; ci < g->nc; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            float *pr = rows + (ci * g->kh + ki) * sw * plen;
+            memset(pr, 0, (size_t)(sw * plen) * sizeof(float));
+            int64_t r = y * g->sh - g->ph + ki * g->dh;
+            if (r < 0 || r >= g->h) continue;
+            const float *src = jb->x + ((b * g->nc + ci) * g->h + r) * g->w;
+            /* padded column t = c + pw goes to phase t % sw, slot t / sw */
+            for (int64_t c = 0; c < g->w; c++) {
+                int64_t t = c + g->pw;
+                int64_t slot = t / sw;
+                if (slot < plen) pr[(t % sw) * plen + slot] = src[c];
+            }
+        }
+    return rows;
+}
+
+static void direct_row_scalar(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
+    const geom_t *g = &jb->g;
+    int64_t sw = g->sw, plen = jb->plen, ow = g->ow;
+    for (int64_t o = 0; o < jb->co; o++) {
+        float *dst = jb->out + ((b * jb->co + o) * g->oh + y) * ow;
+        for (int64_t x = 0; x < ow; x++) acc[x] = 0.0f;
+        const float *kk = jb->k + o * g->nc * g->kh * g->kw;
+        for (int64_t ci = 0; ci < g->nc; ci++)
+            for (int64_t ki = 0; ki < g->kh; ki++) {
+                const float *pr = rows + (ci * g->kh + ki) * sw * plen;
+                for (int64_t kj = 0; kj < g->kw; kj++) {
+                    int64_t t = kj * g->dw;
+                    const float *src = pr + (t % sw) * plen + t / sw;
+                    float wv = *kk++;
+                    for (int64_t x = 0; x < ow; x++) acc[x] = fmaf(wv, src[x], acc[x]);
+                }
+            }
+        memcpy(dst, acc, (size_t)ow * sizeof(float));
+    }
+}
+
+#ifdef TALLOW_X86
+/* Four output channels x 16 columns per register block: 8 accumulators, and per tap two
+ * loads, four broadcasts and eight FMAs. */
+AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
+    const geom_t *g = &jb->g;
+    int64_t sw = g->sw, plen = jb->plen, ow = g->ow, co = jb->co;
+    int64_t taps = g->nc * g->kh * g->kw;
+    for (int64_t o0 = 0; o0 < co; o0 += 4) {
+        int64_t nco = co - o0 < 4 ? co - o0 : 4;
+        const float *k0 = jb->k + o0 * taps;
+        const float *k1 = nco > 1 ? k0 + taps : k0;
+        const float *k2 = nco > 2 ? k0 + 2 * taps : k0;
+        const float *k3 = nco > 3 ? k0 + 3 * taps : k0;
+        for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
+                   a31 = a00;
+            int64_t tap = 0;
+            for (int64_t ci = 0; ci < g->nc; ci++)
+                for (int64_t ki = 0; ki < g->kh; ki++) {
+                    const float *pr = rows + (ci * g->kh + ki) * sw * plen + x0;
+                    for (int64_t kj = 0; kj < g->kw; kj++, tap++) {
+                        int64_t t = kj * g->dw;
+                        const float *src = pr + (t % sw) * plen + t / sw;
+                        __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
+                        __m256 w = _mm256_broadcast_ss(k0 + tap);
+                        a00 = _mm256_fmadd_ps(w, v0, a00);
+                        a01 = _mm256_fmadd_ps(w, v1, a01);
+                        w = _mm256_broadcast_ss(k1 + tap);
+                        a10 = _mm256_fmadd_ps(w, v0, a10);
+                        a11 = _mm256_fmadd_ps(w, v1, a11);
+                        w = _mm256_broadcast_ss(k2 + tap);
+                        a20 = _mm256_fmadd_ps(w, v0, a20);
+                        a21 = _mm256_fmadd_ps(w, v1, a21);
+                        w = _mm256_broadcast_ss(k3 + tap);
+                        a30 = _mm256_fmadd_ps(w, v0, a30);
+                        a31 = _mm256_fmadd_ps(w, v1, a31);
+                    }
+                }
+            __m256 res[8] = {a00, a01, a10, a11, a20, a21, a30, a31};
+            int64_t n = ow - x0 < 16 ? ow - x0 : 16;
+            for (int64_t q = 0; q < nco; q++) {
+                float *dst = jb->out + ((b * co + o0 + q) * g->oh + y) * ow + x0;
+                if (n == 16) {
+                    _mm256_storeu_ps(dst, res[2 * q]);
+                    _mm256_storeu_ps(dst + 8, res[2 * q + 1]);
+                } else {
+                    _mm256_storeu_ps(acc, res[2 * q]);
+                    _mm256_storeu_ps(acc + 8, res[2 * q + 1]);
+                    memcpy(dst, acc, (size_t)n * sizeof(float));
+                }
+            }
+        }
+    }
+}
+#endif
+
+static void direct_task(void *p, int64_t lo, int64_t hi) {
+    const direct_job *jb = (const direct_job *)p;
+    const geom_t *g = &jb->g;
+    size_t nrows = (size_t)(g->nc * g->kh * g->sw * jb->plen);
+    /* scratch rows plus one accumulator row (at least 16 floats) */
+    size_t accn = (size_t)(g->ow > 16 ? g->ow : 16);
+    float *scratch = (float *)malloc((nrows + accn) * sizeof(float));
+    if (!scratch) return; /* cannot happen for the sizes the caller allows */
+    float *acc = scratch + nrows;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / g->oh, y = u % g->oh;
+        const float *rows = direct_rows(jb, scratch, b, y);
+#ifdef TALLOW_X86
+        if (use_avx2) {
+            direct_row_avx2(jb, rows, acc, b, y);
+            continue;
+        }
+#endif
+        direct_row_scalar(jb, rows, acc, b, y);
+    }
+    free(scratch);
+}
+
+/* direct(x, k, out, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow) */
+static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "direct takes 18 arguments");
+    direct_job jb;
+    if (!ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
+    const geom_t *g = &jb.g;
+    if (jb.co < 1 || g->nc * g->kh * g->kw > (1 << 16))
+        return PyErr_Format(PyExc_ValueError, "direct: bad channel counts");
+    jb.xblk = (g->ow + 15) / 16 * 16;
+    /* a phase row covers the last block's 16 columns plus the furthest tap */
+    jb.plen = jb.xblk + ((g->kw - 1) * g->dw) / g->sw + 1;
+    int64_t taps = g->nc * g->kh * g->kw;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
+        get_buf(args[1], &b[1], 0, jb.co * taps * 4, "k") &&
+        get_buf(args[2], &b[2], 1, g->nb * jb.co * g->oh * g->ow * 4, "out")) {
+        jb.x = (const float *)b[0].view.buf;
+        jb.k = (const float *)b[1].view.buf;
+        jb.out = (float *)b[2].view.buf;
+        int64_t row_macs = jb.co * taps * g->ow;
+        int64_t grain = 16384 / (row_macs + 1);
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(direct_task, &jb, g->nb * g->oh, grain < 1 ? 1 : grain, g->nb * g->oh * row_macs);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
+    return res;
+}
+
+/* ------------------------------------------------------------------ pooling */
+/* Windows kh x kw at strides sh, sw over planes h x w, no padding; units are planes. */
+typedef struct {
+    int64_t planes, h, w, kh, kw, sh, sw, oh, ow;
+    const float *x, *g;
+    float *out;
+    float scale;
+} pool_job;
+
+/* out = max of the window; a NaN wins (the first tap, then any later tap that is larger
+ * or NaN), as in PyTorch.  Selects, not branches: "is this tap larger" is a coin toss. */
+static void max_pool_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *x = j->x + u * j->h * j->w;
+        float *out = j->out + u * j->oh * j->ow;
+        for (int64_t i = 0; i < j->oh; i++) {
+            float *orow = out + i * j->ow;
+            const float *xrow = x + i * j->sh * j->w;
+            for (int64_t c = 0; c < j->ow; c++) orow[c] = xrow[c * j->sw];
+            for (int64_t di = 0; di < j->kh; di++) {
+                const float *r = xrow + di * j->w;
+                for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++)
+                    for (int64_t c = 0; c < j->ow; c++) {
+                        float v = r[c * j->sw + dj], o = orow[c];
+                        orow[c] = (v > o) | (v != v) ? v : o;
+                    }
+            }
+        }
+    }
+}
+
+/* gx[the window's maximum (as max_pool_task picks it)] += g; each unit zeroes its plane. */
+static void max_pool_backward_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    float best[256];
+    int32_t tap[256];
+    for (int64_t u = lo; u < hi; u++) {
+        const float *x = j->x + u * j->h * j->w;
+        const float *g = j->g + u * j->oh * j->ow;
+        float *gx = j->out + u * j->h * j->w;
+        memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
+        for (int64_t i = 0; i < j->oh; i++) {
+            const float *xrow = x + i * j->sh * j->w;
+            for (int64_t c0 = 0; c0 < j->ow; c0 += 256) {
+                int64_t n = j->ow - c0 < 256 ? j->ow - c0 : 256;
+                for (int64_t c = 0; c < n; c++) {
+                    best[c] = xrow[(c0 + c) * j->sw];
+                    tap[c] = 0;
+                }
+                for (int64_t di = 0; di < j->kh; di++) {
+                    const float *r = xrow + di * j->w;
+                    for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
+                        int32_t t = (int32_t)(di * j->kw + dj);
+                        for (int64_t c = 0; c < n; c++) {
+                            float v = r[(c0 + c) * j->sw + dj], o = best[c];
+                            int take = (v > o) | (v != v);
+                            best[c] = take ? v : o;
+                            tap[c] = take ? t : tap[c];
+                        }
+                    }
+                }
+                const float *grow = g + i * j->ow + c0;
+                for (int64_t c = 0; c < n; c++) {
+                    int64_t t = tap[c];
+                    gx[(i * j->sh + t / j->kw) * j->w + (c0 + c) * j->sw + t % j->kw] += grow[c];
+                }
+            }
+        }
+    }
+}
+
+/* out = scale * (sum of the window in row-major tap order) */
+static void avg_pool_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *x = j->x + u * j->h * j->w;
+        float *out = j->out + u * j->oh * j->ow;
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = 0; c < j->ow; c++) {
+                const float *win = x + i * j->sh * j->w + c * j->sw;
+                float acc = 0.0f;
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = 0; dj < j->kw; dj++) acc += win[di * j->w + dj];
+                out[i * j->ow + c] = acc * j->scale;
+            }
+    }
+}
+
+/* gx[every pixel of a window] += scale * g[window], windows in row-major order */
+static void avg_pool_backward_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *g = j->g + u * j->oh * j->ow;
+        float *gx = j->out + u * j->h * j->w;
+        memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = 0; c < j->ow; c++) {
+                float v = g[i * j->ow + c] * j->scale;
+                float *win = gx + i * j->sh * j->w + c * j->sw;
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = 0; dj < j->kw; dj++) win[di * j->w + dj] += v;
+            }
+    }
+}
+
+enum { MAX_FWD, MAX_BWD, AVG_FWD, AVG_BWD };
+
+/* max_pool2d(x, out, planes, h, w, kh, kw, sh, sw)
+ * max_pool2d_backward(x, g, gx, planes, h, w, kh, kw, sh, sw)
+ * avg_pool2d(x, out, planes, h, w, kh, kw, sh, sw)
+ * avg_pool2d_backward(g, gx, planes, h, w, kh, kw, sh, sw) */
+static PyObject *pool_call(PyObject *const *args, Py_ssize_t nargs, int kind) {
+    int narr = kind == MAX_BWD ? 3 : 2;
+    if (nargs != narr + 7) return PyErr_Format(PyExc_TypeError, "pooling takes %d arguments", narr + 7);
+    int64_t a[7];
+    if (!ints(args, narr, 7, a)) return NULL;
+    pool_job j;
+    memset(&j, 0, sizeof j);
+    j.planes = a[0], j.h = a[1], j.w = a[2], j.kh = a[3], j.kw = a[4], j.sh = a[5], j.sw = a[6];
+    if (j.planes < 0 || j.kh < 1 || j.kw < 1 || j.sh < 1 || j.sw < 1 || j.h < j.kh || j.w < j.kw)
+        return PyErr_Format(PyExc_ValueError, "pooling: bad sizes");
+    j.oh = (j.h - j.kh) / j.sh + 1;
+    j.ow = (j.w - j.kw) / j.sw + 1;
+    j.scale = (float)(1.0 / (double)(j.kh * j.kw));
+    int64_t in = j.planes * j.h * j.w * 4, pooled = j.planes * j.oh * j.ow * 4;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    int ok;
+    tallow_task_fn fn;
+    switch (kind) {
+    case MAX_FWD:
+    case AVG_FWD:
+        ok = get_buf(args[0], &b[0], 0, in, "x") && get_buf(args[1], &b[1], 1, pooled, "out");
+        if (ok) j.x = (const float *)b[0].view.buf, j.out = (float *)b[1].view.buf;
+        fn = kind == MAX_FWD ? max_pool_task : avg_pool_task;
+        break;
+    case MAX_BWD:
+        ok = get_buf(args[0], &b[0], 0, in, "x") && get_buf(args[1], &b[1], 0, pooled, "g") &&
+             get_buf(args[2], &b[2], 1, in, "gx");
+        if (ok) j.x = (const float *)b[0].view.buf, j.g = (const float *)b[1].view.buf, j.out = (float *)b[2].view.buf;
+        fn = max_pool_backward_task;
+        break;
+    default:
+        ok = get_buf(args[0], &b[0], 0, pooled, "g") && get_buf(args[1], &b[1], 1, in, "gx");
+        if (ok) j.g = (const float *)b[0].view.buf, j.out = (float *)b[1].view.buf;
+        fn = avg_pool_backward_task;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(fn, &j, j.planes, plane_grain(j.h * j.w), in + pooled);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
+    return res;
+}
+
+static PyObject *py_max_pool2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, MAX_FWD);
+}
+static PyObject *py_max_pool2d_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, MAX_BWD);
+}
+static PyObject *py_avg_pool2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, AVG_FWD);
+}
+static PyObject *py_avg_pool2d_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, AVG_BWD);
+}
+
+static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef TALLOW_X86
+    if (on && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
+    use_avx2 = on;
+#else
+    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_simd(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(use_avx2);
+}
+
+#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
+static PyMethodDef methods[] = {
+    {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},
+    {"col2im", FC(py_col2im), "The adjoint of im2col: columns summed into f32 NCHW images."},
+    {"direct", FC(py_direct), "Direct f32 convolution (no column matrix) for few input channels."},
+    {"max_pool2d", FC(py_max_pool2d), "Max pooling of f32 planes."},
+    {"max_pool2d_backward", FC(py_max_pool2d_backward), "Max pooling's input gradient."},
+    {"avg_pool2d", FC(py_avg_pool2d), "Average pooling of f32 planes."},
+    {"avg_pool2d_backward", FC(py_avg_pool2d_backward), "Average pooling's input gradient."},
+    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 direct convolution."},
+    {"simd", py_simd, METH_NOARGS, "Whether the AVX2 direct convolution is used."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_conv",
+                                       "Compiled convolution and pooling passes of tallow.", -1, methods};
+
+PyMODINIT_FUNC PyInit__conv(void) {
+#ifdef TALLOW_X86
+    use_avx2 = cpu_has_avx2();
+#endif
+    tallow_pool_import();
+    return PyModule_Create(&moduledef);
+}
