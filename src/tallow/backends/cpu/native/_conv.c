@@ -199,6 +199,7 @@ typedef struct {
     int64_t co;
     int64_t plen;  /* floats of one phase row */
     int64_t xblk;  /* output columns computed per block, rounded up to 16 */
+    int64_t *tap_off; /* per tap (ci, ki, kj): where its inputs start in the scratch rows */
 } direct_job;
 
 /* scratch: nc*kh rows of sw phases of plen floats, and one block of co x xblk outputs */
@@ -213,11 +214,21 @@ static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64
             int64_t r = y * g->sh - g->ph + ki * g->dh;
             if (r < 0 || r >= g->h) continue;
             const float *src = jb->x + ((b * g->nc + ci) * g->h + r) * g->w;
+            if (sw == 1) {
+                int64_t n = g->w < plen - g->pw ? g->w : plen - g->pw;
+                if (n > 0) memcpy(pr + g->pw, src, (size_t)n * sizeof(float));
+                continue;
+            }
             /* padded column t = c + pw goes to phase t % sw, slot t / sw */
-            for (int64_t c = 0; c < g->w; c++) {
-                int64_t t = c + g->pw;
-                int64_t slot = t / sw;
-                if (slot < plen) pr[(t % sw) * plen + slot] = src[c];
+            for (int64_t ph = 0; ph < sw; ph++) {
+                /* the first image column of this phase: c + pw = ph (mod sw), c >= 0 */
+                int64_t c0 = ((ph - g->pw) % sw + sw) % sw;
+                float *dst = pr + ph * plen;
+                for (int64_t c = c0; c < g->w; c += sw) {
+                    int64_t slot = (c + g->pw) / sw;
+                    if (slot >= plen) break;
+                    dst[slot] = src[c];
+                }
             }
         }
     return rows;
@@ -225,21 +236,17 @@ static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64
 
 static void direct_row_scalar(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
     const geom_t *g = &jb->g;
-    int64_t sw = g->sw, plen = jb->plen, ow = g->ow;
+    int64_t ow = g->ow;
     for (int64_t o = 0; o < jb->co; o++) {
         float *dst = jb->out + ((b * jb->co + o) * g->oh + y) * ow;
         for (int64_t x = 0; x < ow; x++) acc[x] = 0.0f;
         const float *kk = jb->k + o * g->nc * g->kh * g->kw;
-        for (int64_t ci = 0; ci < g->nc; ci++)
-            for (int64_t ki = 0; ki < g->kh; ki++) {
-                const float *pr = rows + (ci * g->kh + ki) * sw * plen;
-                for (int64_t kj = 0; kj < g->kw; kj++) {
-                    int64_t t = kj * g->dw;
-                    const float *src = pr + (t % sw) * plen + t / sw;
-                    float wv = *kk++;
-                    for (int64_t x = 0; x < ow; x++) acc[x] = fmaf(wv, src[x], acc[x]);
-                }
-            }
+        int64_t taps = g->nc * g->kh * g->kw;
+        for (int64_t tap = 0; tap < taps; tap++) {
+            const float *src = rows + jb->tap_off[tap];
+            float wv = kk[tap];
+            for (int64_t x = 0; x < ow; x++) acc[x] = fmaf(wv, src[x], acc[x]);
+        }
         memcpy(dst, acc, (size_t)ow * sizeof(float));
     }
 }
@@ -249,7 +256,7 @@ static void direct_row_scalar(const direct_job *jb, const float *rows, float *ac
  * loads, four broadcasts and eight FMAs. */
 AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
     const geom_t *g = &jb->g;
-    int64_t sw = g->sw, plen = jb->plen, ow = g->ow, co = jb->co;
+    int64_t ow = g->ow, co = jb->co;
     int64_t taps = g->nc * g->kh * g->kw;
     for (int64_t o0 = 0; o0 < co; o0 += 4) {
         int64_t nco = co - o0 < 4 ? co - o0 : 4;
@@ -260,13 +267,9 @@ AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float 
         for (int64_t x0 = 0; x0 < ow; x0 += 16) {
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
                    a31 = a00;
-            int64_t tap = 0;
-            for (int64_t ci = 0; ci < g->nc; ci++)
-                for (int64_t ki = 0; ki < g->kh; ki++) {
-                    const float *pr = rows + (ci * g->kh + ki) * sw * plen + x0;
-                    for (int64_t kj = 0; kj < g->kw; kj++, tap++) {
-                        int64_t t = kj * g->dw;
-                        const float *src = pr + (t % sw) * plen + t / sw;
+            const float *base = rows + x0;
+            for (int64_t tap = 0; tap < taps; tap++) {
+                        const float *src = base + jb->tap_off[tap];
                         __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
                         __m256 w = _mm256_broadcast_ss(k0 + tap);
                         a00 = _mm256_fmadd_ps(w, v0, a00);
@@ -280,8 +283,7 @@ AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float 
                         w = _mm256_broadcast_ss(k3 + tap);
                         a30 = _mm256_fmadd_ps(w, v0, a30);
                         a31 = _mm256_fmadd_ps(w, v1, a31);
-                    }
-                }
+            }
             __m256 res[8] = {a00, a01, a10, a11, a20, a21, a30, a31};
             int64_t n = ow - x0 < 16 ? ow - x0 : 16;
             for (int64_t q = 0; q < nco; q++) {
@@ -336,6 +338,14 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     /* a phase row covers the last block's 16 columns plus the furthest tap */
     jb.plen = jb.xblk + ((g->kw - 1) * g->dw) / g->sw + 1;
     int64_t taps = g->nc * g->kh * g->kw;
+    jb.tap_off = (int64_t *)PyMem_Malloc((size_t)taps * sizeof(int64_t));
+    if (!jb.tap_off) return PyErr_NoMemory();
+    for (int64_t ci = 0, tap = 0; ci < g->nc; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++, tap++) {
+                int64_t t = kj * g->dw;
+                jb.tap_off[tap] = (ci * g->kh + ki) * g->sw * jb.plen + (t % g->sw) * jb.plen + t / g->sw;
+            }
     buf_t b[3];
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
@@ -354,6 +364,7 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
         res = Py_None;
     }
     release(b, 3);
+    PyMem_Free(jb.tap_off);
     return res;
 }
 
@@ -366,66 +377,138 @@ typedef struct {
     float scale;
 } pool_job;
 
-/* out = max of the window; a NaN wins (the first tap, then any later tap that is larger
- * or NaN), as in PyTorch.  Selects, not branches: "is this tap larger" is a coin toss. */
+/* The max pool's pick, without a branch: "is this tap larger" is a coin toss on real
+ * data, and a mispredicted branch per tap costs several times the comparison.  The tap
+ * wins when it is larger or NaN (so the first maximum, or the last NaN, is kept), as in
+ * PyTorch. */
+static inline uint32_t pick_mask(float v, float o) {
+    return (uint32_t)0 - (uint32_t)((v > o) | (v != v));
+}
+
+static inline float pick(float v, float o, uint32_t m) {
+    uint32_t bv, bo;
+    memcpy(&bv, &v, 4);
+    memcpy(&bo, &o, 4);
+    bo = (bv & m) | (bo & ~m);
+    memcpy(&o, &bo, 4);
+    return o;
+}
+
+#ifdef TALLOW_X86
+/* Eight consecutive windows' taps at column stride sw: a load, two loads deinterleaved
+ * (sw = 2, the usual 2x2 pool) or a gather. */
+AVX2 static inline __m256 load_strided8(const float *p, int64_t sw, __m256i idx) {
+    if (sw == 1) return _mm256_loadu_ps(p);
+    if (sw == 2) {
+        __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+    }
+    return _mm256_i32gather_ps(p, idx, 4);
+}
+
+/* The max and the winning tap (row-major index in the window) of eight windows of output
+ * row i starting at column c0, picked as pick() does. */
+AVX2 static inline __m256 max8(const pool_job *j, const float *x, int64_t i, int64_t c0, __m256 *tap) {
+    __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)j->sw));
+    const float *win = x + i * j->sh * j->w + c0 * j->sw;
+    __m256 best = load_strided8(win, j->sw, idx), t = _mm256_setzero_ps();
+    for (int64_t di = 0; di < j->kh; di++)
+        for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
+            __m256 v = load_strided8(win + di * j->w + dj, j->sw, idx);
+            __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            best = _mm256_blendv_ps(best, v, take);
+            t = _mm256_blendv_ps(t, _mm256_castsi256_ps(_mm256_set1_epi32((int)(di * j->kw + dj))), take);
+        }
+    *tap = t;
+    return best;
+}
+
+/* Output columns [0, n) of every row can be done eight at a time without reading past
+ * the row's end (the sw = 2 load reads one float beyond its last tap). */
+static inline int64_t vector_cols(const pool_job *j) {
+    int64_t n = 0;
+    while (n + 8 <= j->ow && (n + 8) * j->sw + j->kw - 1 < j->w) n += 8;
+    return n;
+}
+
+/* The vector part of a plane's max pool; returns the columns done. */
+AVX2 static int64_t max_pool_plane_avx2(const pool_job *j, const float *x, float *out) {
+    int64_t nv = vector_cols(j);
+    for (int64_t i = 0; i < j->oh; i++)
+        for (int64_t c = 0; c < nv; c += 8) {
+            __m256 tap;
+            _mm256_storeu_ps(out + i * j->ow + c, max8(j, x, i, c, &tap));
+        }
+    return nv;
+}
+
+/* The vector part of a plane's max-pool gradient (gx zeroed); returns the columns done. */
+AVX2 static int64_t max_pool_backward_plane_avx2(const pool_job *j, const float *x, const float *g, float *gx) {
+    int32_t taps[8];
+    int64_t nv = vector_cols(j);
+    for (int64_t i = 0; i < j->oh; i++)
+        for (int64_t c = 0; c < nv; c += 8) {
+            __m256 tap;
+            max8(j, x, i, c, &tap);
+            _mm256_storeu_si256((__m256i *)taps, _mm256_castps_si256(tap));
+            for (int q = 0; q < 8; q++)
+                gx[(i * j->sh + taps[q] / j->kw) * j->w + (c + q) * j->sw + taps[q] % j->kw] += g[i * j->ow + c + q];
+        }
+    return nv;
+}
+#endif
+
+/* out = max of the window (see pick). */
 static void max_pool_task(void *p, int64_t lo, int64_t hi) {
     const pool_job *j = (const pool_job *)p;
     for (int64_t u = lo; u < hi; u++) {
-        const float *x = j->x + u * j->h * j->w;
-        float *out = j->out + u * j->oh * j->ow;
-        for (int64_t i = 0; i < j->oh; i++) {
-            float *orow = out + i * j->ow;
-            const float *xrow = x + i * j->sh * j->w;
-            for (int64_t c = 0; c < j->ow; c++) orow[c] = xrow[c * j->sw];
-            for (int64_t di = 0; di < j->kh; di++) {
-                const float *r = xrow + di * j->w;
-                for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++)
-                    for (int64_t c = 0; c < j->ow; c++) {
-                        float v = r[c * j->sw + dj], o = orow[c];
-                        orow[c] = (v > o) | (v != v) ? v : o;
+        const float *restrict x = j->x + u * j->h * j->w;
+        float *restrict out = j->out + u * j->oh * j->ow;
+        int64_t nv = 0;
+#ifdef TALLOW_X86
+        if (use_avx2) nv = max_pool_plane_avx2(j, x, out);
+#endif
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = nv; c < j->ow; c++) {
+                const float *win = x + i * j->sh * j->w + c * j->sw;
+                float best = win[0];
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
+                        float v = win[di * j->w + dj];
+                        best = pick(v, best, pick_mask(v, best));
                     }
+                out[i * j->ow + c] = best;
             }
-        }
     }
 }
 
 /* gx[the window's maximum (as max_pool_task picks it)] += g; each unit zeroes its plane. */
 static void max_pool_backward_task(void *p, int64_t lo, int64_t hi) {
     const pool_job *j = (const pool_job *)p;
-    float best[256];
-    int32_t tap[256];
     for (int64_t u = lo; u < hi; u++) {
-        const float *x = j->x + u * j->h * j->w;
-        const float *g = j->g + u * j->oh * j->ow;
-        float *gx = j->out + u * j->h * j->w;
+        const float *restrict x = j->x + u * j->h * j->w;
+        const float *restrict g = j->g + u * j->oh * j->ow;
+        float *restrict gx = j->out + u * j->h * j->w;
         memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
-        for (int64_t i = 0; i < j->oh; i++) {
-            const float *xrow = x + i * j->sh * j->w;
-            for (int64_t c0 = 0; c0 < j->ow; c0 += 256) {
-                int64_t n = j->ow - c0 < 256 ? j->ow - c0 : 256;
-                for (int64_t c = 0; c < n; c++) {
-                    best[c] = xrow[(c0 + c) * j->sw];
-                    tap[c] = 0;
-                }
-                for (int64_t di = 0; di < j->kh; di++) {
-                    const float *r = xrow + di * j->w;
+        int64_t nv = 0;
+#ifdef TALLOW_X86
+        if (use_avx2) nv = max_pool_backward_plane_avx2(j, x, g, gx);
+#endif
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = nv; c < j->ow; c++) {
+                int64_t at = i * j->sh * j->w + c * j->sw, arg = at;
+                float best = x[at];
+                for (int64_t di = 0; di < j->kh; di++)
                     for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
-                        int32_t t = (int32_t)(di * j->kw + dj);
-                        for (int64_t c = 0; c < n; c++) {
-                            float v = r[(c0 + c) * j->sw + dj], o = best[c];
-                            int take = (v > o) | (v != v);
-                            best[c] = take ? v : o;
-                            tap[c] = take ? t : tap[c];
-                        }
+                        int64_t q = at + di * j->w + dj;
+                        float v = x[q];
+                        uint32_t m = pick_mask(v, best);
+                        best = pick(v, best, m);
+                        arg = (int64_t)(((uint64_t)q & (uint64_t)(int64_t)(int32_t)m) |
+                                        ((uint64_t)arg & ~(uint64_t)(int64_t)(int32_t)m));
                     }
-                }
-                const float *grow = g + i * j->ow + c0;
-                for (int64_t c = 0; c < n; c++) {
-                    int64_t t = tap[c];
-                    gx[(i * j->sh + t / j->kw) * j->w + (c0 + c) * j->sw + t % j->kw] += grow[c];
-                }
+                gx[arg] += g[i * j->ow + c];
             }
-        }
     }
 }
 
