@@ -394,13 +394,16 @@ static inline float pick(float v, float o, uint32_t m) {
     return o;
 }
 
+#define MAX_POOL_TAPS 64
+
 #ifdef TALLOW_X86
 /* Eight consecutive windows' taps at column stride sw: a load, two loads deinterleaved
  * (sw = 2, the usual 2x2 pool) or a gather. */
 AVX2 static inline __m256 load_strided8(const float *p, int64_t sw, __m256i idx) {
     if (sw == 1) return _mm256_loadu_ps(p);
-    if (sw == 2) {
-        __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
+    if (sw == 2) { /* the second load stops at the last tap: never past the row's end */
+        __m256 hi = _mm256_maskload_ps(p + 8, _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0));
+        __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), hi, 0x88);
         return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
     }
     return _mm256_i32gather_ps(p, idx, 4);
@@ -423,38 +426,39 @@ AVX2 static inline __m256 max8(const pool_job *j, const float *x, int64_t i, int
     return best;
 }
 
-/* Output columns [0, n) of every row can be done eight at a time without reading past
- * the row's end (the sw = 2 load reads one float beyond its last tap). */
-static inline int64_t vector_cols(const pool_job *j) {
-    int64_t n = 0;
-    while (n + 8 <= j->ow && (n + 8) * j->sw + j->kw - 1 < j->w) n += 8;
-    return n;
-}
-
-/* The vector part of a plane's max pool; returns the columns done. */
+/* A row's windows go eight at a time; a last partial block is done again from column
+ * ow - 8 (overlapping the previous one), so rows of eight windows or more need no
+ * scalar tail.  Rows of fewer than eight are left to the scalar code. */
 AVX2 static int64_t max_pool_plane_avx2(const pool_job *j, const float *x, float *out) {
-    int64_t nv = vector_cols(j);
+    if (j->ow < 8) return 0;
     for (int64_t i = 0; i < j->oh; i++)
-        for (int64_t c = 0; c < nv; c += 8) {
+        for (int64_t c = 0; c < j->ow; c += 8) {
+            int64_t c0 = c + 8 <= j->ow ? c : j->ow - 8;
             __m256 tap;
-            _mm256_storeu_ps(out + i * j->ow + c, max8(j, x, i, c, &tap));
+            _mm256_storeu_ps(out + i * j->ow + c0, max8(j, x, i, c0, &tap));
         }
-    return nv;
+    return j->ow;
 }
 
-/* The vector part of a plane's max-pool gradient (gx zeroed); returns the columns done. */
+/* The same for the gradient (gx zeroed): an overlapping last block routes only the
+ * windows the previous block did not. */
 AVX2 static int64_t max_pool_backward_plane_avx2(const pool_job *j, const float *x, const float *g, float *gx) {
     int32_t taps[8];
-    int64_t nv = vector_cols(j);
-    for (int64_t i = 0; i < j->oh; i++)
-        for (int64_t c = 0; c < nv; c += 8) {
+    int64_t off[MAX_POOL_TAPS]; /* a tap's place in its window, from the window's corner */
+    if (j->ow < 8 || j->kh * j->kw > MAX_POOL_TAPS) return 0;
+    for (int64_t t = 0; t < j->kh * j->kw; t++) off[t] = (t / j->kw) * j->w + t % j->kw;
+    for (int64_t i = 0; i < j->oh; i++) {
+        float *row = gx + i * j->sh * j->w;
+        const float *grow = g + i * j->ow;
+        for (int64_t c = 0; c < j->ow; c += 8) {
+            int64_t c0 = c + 8 <= j->ow ? c : j->ow - 8;
             __m256 tap;
-            max8(j, x, i, c, &tap);
+            max8(j, x, i, c0, &tap);
             _mm256_storeu_si256((__m256i *)taps, _mm256_castps_si256(tap));
-            for (int q = 0; q < 8; q++)
-                gx[(i * j->sh + taps[q] / j->kw) * j->w + (c + q) * j->sw + taps[q] % j->kw] += g[i * j->ow + c + q];
+            for (int64_t q = c - c0; q < 8; q++) row[(c0 + q) * j->sw + off[taps[q]]] += grow[c0 + q];
         }
-    return nv;
+    }
+    return j->ow;
 }
 #endif
 
