@@ -200,7 +200,15 @@ typedef struct {
     int64_t plen;  /* floats of one phase row */
     int64_t xblk;  /* output columns computed per block, rounded up to 16 */
     int64_t *tap_off; /* per tap (ci, ki, kj): where its inputs start in the scratch rows */
+    float *kpack;     /* the kernel per block of channels, [tap][channel in block] */
 } direct_job;
+
+/* The channel blocks direct_row_avx2 walks: six while more than four channels remain,
+ * except eight (two blocks of four waste none), then four.  Returns the block at o0. */
+static inline int64_t direct_block_size(int64_t co, int64_t o0) {
+    int64_t left = co - o0;
+    return left > 4 && left != 8 ? 6 : 4;
+}
 
 /* scratch: nc*kh rows of sw phases of plen floats, and one block of co x xblk outputs */
 static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64_t y) {
@@ -252,51 +260,59 @@ static void direct_row_scalar(const direct_job *jb, const float *rows, float *ac
 }
 
 #ifdef TALLOW_X86
-/* Four output channels x 16 columns per register block: 8 accumulators, and per tap two
- * loads, four broadcasts and eight FMAs. */
+/* NCO output channels x 16 columns per register block (2 * NCO accumulators): per tap
+ * two loads, NCO broadcasts and 2 * NCO FMAs.  Channels past the layer's last (nco <
+ * NCO) are computed with channel o0's weights and not stored. */
+#define DIRECT_BLOCK(NCO)                                                                              \
+    AVX2 static void direct_block##NCO(const direct_job *jb, const float *rows, float *acc, int64_t b,     \
+                                       int64_t y, int64_t o0, int64_t nco) {                            \
+        const geom_t *g = &jb->g;                                                                      \
+        int64_t ow = g->ow, taps = g->nc * g->kh * g->kw;                                              \
+        const float *kp = jb->kpack + o0 * taps; /* [tap][NCO] */                                     \
+        (void)nco;                                                                                     \
+        for (int64_t x0 = 0; x0 < ow; x0 += 16) {                                                      \
+            __m256 a[2 * NCO];                                                                         \
+            _Pragma("GCC unroll 12") for (int q = 0; q < 2 * NCO; q++) a[q] = _mm256_setzero_ps();     \
+            const float *base = rows + x0;                                                             \
+            for (int64_t tap = 0; tap < taps; tap++) {                                                 \
+                const float *src = base + jb->tap_off[tap];                                            \
+                __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);                       \
+                _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                \
+                    __m256 w = _mm256_broadcast_ss(kp + tap * NCO + q);                                \
+                    a[2 * q] = _mm256_fmadd_ps(w, v0, a[2 * q]);                                       \
+                    a[2 * q + 1] = _mm256_fmadd_ps(w, v1, a[2 * q + 1]);                               \
+                }                                                                                      \
+            }                                                                                          \
+            int64_t n = ow - x0 < 16 ? ow - x0 : 16;                                                   \
+            _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                    \
+                if (q >= nco) break;                                                                   \
+                float *dst = jb->out + ((b * jb->co + o0 + q) * g->oh + y) * ow + x0;                  \
+                if (n == 16) {                                                                         \
+                    _mm256_storeu_ps(dst, a[2 * q]);                                                   \
+                    _mm256_storeu_ps(dst + 8, a[2 * q + 1]);                                           \
+                } else {                                                                               \
+                    _mm256_storeu_ps(acc, a[2 * q]);                                                   \
+                    _mm256_storeu_ps(acc + 8, a[2 * q + 1]);                                           \
+                    memcpy(dst, acc, (size_t)n * sizeof(float));                                       \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }
+DIRECT_BLOCK(4)
+DIRECT_BLOCK(6)
+
+/* Blocks of six channels (twelve accumulators hide the FMA latency better than eight)
+ * while more than four remain, except eight (two blocks of four waste none). */
 AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
-    const geom_t *g = &jb->g;
-    int64_t ow = g->ow, co = jb->co;
-    int64_t taps = g->nc * g->kh * g->kw;
-    for (int64_t o0 = 0; o0 < co; o0 += 4) {
-        int64_t nco = co - o0 < 4 ? co - o0 : 4;
-        const float *k0 = jb->k + o0 * taps;
-        const float *k1 = nco > 1 ? k0 + taps : k0;
-        const float *k2 = nco > 2 ? k0 + 2 * taps : k0;
-        const float *k3 = nco > 3 ? k0 + 3 * taps : k0;
-        for (int64_t x0 = 0; x0 < ow; x0 += 16) {
-            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
-                   a31 = a00;
-            const float *base = rows + x0;
-            for (int64_t tap = 0; tap < taps; tap++) {
-                        const float *src = base + jb->tap_off[tap];
-                        __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);
-                        __m256 w = _mm256_broadcast_ss(k0 + tap);
-                        a00 = _mm256_fmadd_ps(w, v0, a00);
-                        a01 = _mm256_fmadd_ps(w, v1, a01);
-                        w = _mm256_broadcast_ss(k1 + tap);
-                        a10 = _mm256_fmadd_ps(w, v0, a10);
-                        a11 = _mm256_fmadd_ps(w, v1, a11);
-                        w = _mm256_broadcast_ss(k2 + tap);
-                        a20 = _mm256_fmadd_ps(w, v0, a20);
-                        a21 = _mm256_fmadd_ps(w, v1, a21);
-                        w = _mm256_broadcast_ss(k3 + tap);
-                        a30 = _mm256_fmadd_ps(w, v0, a30);
-                        a31 = _mm256_fmadd_ps(w, v1, a31);
-            }
-            __m256 res[8] = {a00, a01, a10, a11, a20, a21, a30, a31};
-            int64_t n = ow - x0 < 16 ? ow - x0 : 16;
-            for (int64_t q = 0; q < nco; q++) {
-                float *dst = jb->out + ((b * co + o0 + q) * g->oh + y) * ow + x0;
-                if (n == 16) {
-                    _mm256_storeu_ps(dst, res[2 * q]);
-                    _mm256_storeu_ps(dst + 8, res[2 * q + 1]);
-                } else {
-                    _mm256_storeu_ps(acc, res[2 * q]);
-                    _mm256_storeu_ps(acc + 8, res[2 * q + 1]);
-                    memcpy(dst, acc, (size_t)n * sizeof(float));
-                }
-            }
+    int64_t o0 = 0, co = jb->co;
+    while (o0 < co) {
+        int64_t left = co - o0;
+        if (direct_block_size(co, o0) == 6) {
+            direct_block6(jb, rows, acc, b, y, o0, left < 6 ? left : 6);
+            o0 += 6;
+        } else {
+            direct_block4(jb, rows, acc, b, y, o0, left < 4 ? left : 4);
+            o0 += 4;
         }
     }
 }
@@ -325,6 +341,26 @@ static void direct_task(void *p, int64_t lo, int64_t hi) {
     free(scratch);
 }
 
+/* The kernel (co, taps) repacked per channel block as [tap][channel in block], so that a
+ * block's weights for one tap are consecutive (one pointer for the FMAs' broadcasts);
+ * missing channels of a last block repeat its first.  NULL with MemoryError set. */
+static float *pack_kernel(const float *k, int64_t co, int64_t taps) {
+    int64_t padded = 0;
+    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0)) padded += direct_block_size(co, o0);
+    float *p = (float *)PyMem_Malloc((size_t)(padded * taps) * sizeof(float));
+    if (!p) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0)) {
+        int64_t nb = direct_block_size(co, o0);
+        float *blk = p + o0 * taps;
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t q = 0; q < nb; q++) blk[t * nb + q] = k[(o0 + (o0 + q < co ? q : 0)) * taps + t];
+    }
+    return p;
+}
+
 /* direct(x, k, out, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow) */
 static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -349,9 +385,11 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     buf_t b[3];
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
+    jb.kpack = NULL;
     if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
         get_buf(args[1], &b[1], 0, jb.co * taps * 4, "k") &&
-        get_buf(args[2], &b[2], 1, g->nb * jb.co * g->oh * g->ow * 4, "out")) {
+        get_buf(args[2], &b[2], 1, g->nb * jb.co * g->oh * g->ow * 4, "out") &&
+        (jb.kpack = pack_kernel((const float *)b[1].view.buf, jb.co, taps)) != NULL) {
         jb.x = (const float *)b[0].view.buf;
         jb.k = (const float *)b[1].view.buf;
         jb.out = (float *)b[2].view.buf;
@@ -365,6 +403,7 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     release(b, 3);
     PyMem_Free(jb.tap_off);
+    PyMem_Free(jb.kpack);
     return res;
 }
 
