@@ -110,6 +110,12 @@ DIRECT_ROWS = 80
 DIRECT_MAX_CO = 64
 
 
+def _direct(native, groups, pointwise, rows, co):
+    """Whether a convolution (or its kernel gradient) runs as a direct one."""
+    return (native is not None and groups == 1 and not pointwise and rows <= DIRECT_ROWS
+            and co <= DIRECT_MAX_CO)
+
+
 def _geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow):
     return (b, c, h, w, kh, kw, stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], oh, ow)
 
@@ -193,8 +199,7 @@ def _conv2d(x, k, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     pointwise = _is_pointwise(kh, kw, pad)
     native = _native(x, k)
-    if (native is not None and groups == 1 and not pointwise and c * kh * kw <= DIRECT_ROWS
-            and co <= DIRECT_MAX_CO):
+    if _direct(native, groups, pointwise, c * kh * kw, co):
         y = np.empty((b, co, oh, ow), np.float32)
         native.direct(x, np.ascontiguousarray(k), y, co,
                       *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
@@ -282,6 +287,12 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     g = g[:, :, :oh, :ow]
     pointwise = _is_pointwise(kh, kw, pad)
+    native = _native(x, g)
+    if _direct(native, groups, pointwise, c * kh * kw, co) and native.simd():
+        gk = np.empty(k_shape, np.float32)
+        native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
+                           *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+        return gk
     CONFIG.apply()
     if b > 1 and c * kh * kw <= FEW_ROWS and not pointwise:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)

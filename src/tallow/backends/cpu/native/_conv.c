@@ -210,6 +210,22 @@ static inline int64_t direct_block_size(int64_t co, int64_t o0) {
     return left > 4 && left != 8 ? 6 : 4;
 }
 
+/* One image row into sw zero-padded phase rows of plen floats: padded column t = c + pw
+ * goes to phase t % sw, slot t / sw (dst zeroed by the caller). */
+static void phase_row(float *dst, const float *src, int64_t w, int64_t pw, int64_t sw, int64_t plen) {
+    if (sw == 1) {
+        int64_t n = w < plen - pw ? w : plen - pw;
+        if (n > 0) memcpy(dst + pw, src, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t ph = 0; ph < sw; ph++) {
+        /* the first image column of this phase: c + pw = ph (mod sw), c >= 0 */
+        int64_t c0 = ((ph - pw) % sw + sw) % sw;
+        float *d = dst + ph * plen;
+        for (int64_t c = c0, slot = (c0 + pw) / sw; c < w && slot < plen; c += sw, slot++) d[slot] = src[c];
+    }
+}
+
 /* scratch: nc*kh rows of sw phases of plen floats, and one block of co x xblk outputs */
 static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64_t y) {
     const geom_t *g = &jb->g;
@@ -221,23 +237,7 @@ static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64
             memset(pr, 0, (size_t)(sw * plen) * sizeof(float));
             int64_t r = y * g->sh - g->ph + ki * g->dh;
             if (r < 0 || r >= g->h) continue;
-            const float *src = jb->x + ((b * g->nc + ci) * g->h + r) * g->w;
-            if (sw == 1) {
-                int64_t n = g->w < plen - g->pw ? g->w : plen - g->pw;
-                if (n > 0) memcpy(pr + g->pw, src, (size_t)n * sizeof(float));
-                continue;
-            }
-            /* padded column t = c + pw goes to phase t % sw, slot t / sw */
-            for (int64_t ph = 0; ph < sw; ph++) {
-                /* the first image column of this phase: c + pw = ph (mod sw), c >= 0 */
-                int64_t c0 = ((ph - g->pw) % sw + sw) % sw;
-                float *dst = pr + ph * plen;
-                for (int64_t c = c0; c < g->w; c += sw) {
-                    int64_t slot = (c + g->pw) / sw;
-                    if (slot >= plen) break;
-                    dst[slot] = src[c];
-                }
-            }
+            phase_row(pr, jb->x + ((b * g->nc + ci) * g->h + r) * g->w, g->w, g->pw, sw, plen);
         }
     return rows;
 }
@@ -404,6 +404,129 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     release(b, 3);
     PyMem_Free(jb.tap_off);
     PyMem_Free(jb.kpack);
+    return res;
+}
+
+/* ------------------------------------------------------------------ direct kernel gradient */
+/* gk[co, ci, ki, kj] = sum over (b, y, x) of g[b, co, y, x] * x[b, ci, y*sh - ph + ki*dh,
+ * x*sw - pw + kj*dw]: a convolution's kernel gradient without a column matrix, for the
+ * same few-channel layers as the direct convolution.  One unit is one input-row tap
+ * (ci, ki) and up to three kj: for every (b, y) its input row is copied once into the
+ * zero-padded phase rows, then every block of three output channels multiplies eight
+ * columns of the gradient with the three taps' inputs into nine vector sums, kept in
+ * memory between rows.  The sums run over (b, y, x) in order and are reduced lane by
+ * lane at the end, the same at any thread count. */
+typedef struct {
+    geom_t g;
+    const float *x, *gr;
+    float *gk;
+    int64_t co, plen;
+} kgrad_job;
+
+#define KG_CO 3
+#define KG_TAPS 3
+
+#ifdef TALLOW_X86
+AVX2 static inline float hsum8(__m256 v) {
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+AVX2 static void kgrad_task(void *p, int64_t lo, int64_t hi) {
+    const kgrad_job *jb = (const kgrad_job *)p;
+    const geom_t *g = &jb->g;
+    int64_t sw = g->sw, plen = jb->plen, ow = g->ow, co = jb->co;
+    int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, ncb = (co + KG_CO - 1) / KG_CO;
+    int64_t taps = g->nc * g->kh * g->kw;
+    float *rows = (float *)malloc((size_t)(sw * plen + ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
+    if (!rows) return; /* cannot happen for the sizes the caller allows */
+    float *sums = rows + sw * plen;
+    int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
+        int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+        int64_t off[KG_TAPS];
+        for (int64_t t = 0; t < KG_TAPS; t++) {
+            int64_t kj = tb * KG_TAPS + (t < nt ? t : 0), d = kj * g->dw;
+            off[t] = (d % sw) * plen + d / sw;
+        }
+        memset(sums, 0, (size_t)(ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
+        for (int64_t b = 0; b < g->nb; b++)
+            for (int64_t y = 0; y < g->oh; y++) {
+                int64_t rr = y * g->sh - g->ph + ki * g->dh;
+                if (rr < 0 || rr >= g->h) continue; /* a row of padding adds nothing */
+                memset(rows, 0, (size_t)(sw * plen) * sizeof(float));
+                phase_row(rows, jb->x + ((b * g->nc + ci) * g->h + rr) * g->w, g->w, g->pw, sw, plen);
+                for (int64_t cb = 0; cb < ncb; cb++) {
+                    const float *gp[KG_CO];
+                    for (int q = 0; q < KG_CO; q++) {
+                        int64_t o = cb * KG_CO + q < co ? cb * KG_CO + q : cb * KG_CO;
+                        gp[q] = jb->gr + ((b * co + o) * g->oh + y) * ow;
+                    }
+                    float *sp = sums + cb * KG_CO * KG_TAPS * 8;
+                    __m256 a[KG_CO * KG_TAPS];
+                    for (int q = 0; q < KG_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+                    for (int64_t x0 = 0; x0 < ow; x0 += 8) {
+                        int64_t n = ow - x0 < 8 ? ow - x0 : 8;
+                        /* a last partial block: the lanes past the row read nothing */
+                        __m256i m = _mm256_loadu_si256((const __m256i *)(lanes + 8 - n));
+                        __m256 gv[KG_CO], v[KG_TAPS];
+                        if (n == 8) {
+                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_loadu_ps(gp[q] + x0);
+                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_loadu_ps(rows + off[t] + x0);
+                        } else {
+                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_maskload_ps(gp[q] + x0, m);
+                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_maskload_ps(rows + off[t] + x0, m);
+                        }
+                        for (int q = 0; q < KG_CO; q++)
+                            for (int t = 0; t < KG_TAPS; t++)
+                                a[q * KG_TAPS + t] = _mm256_fmadd_ps(gv[q], v[t], a[q * KG_TAPS + t]);
+                    }
+                    for (int q = 0; q < KG_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
+                }
+            }
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t t = 0; t < nt; t++) {
+                const float *sp = sums + ((o / KG_CO) * KG_CO * KG_TAPS + (o % KG_CO) * KG_TAPS + t) * 8;
+                jb->gk[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] = hsum8(_mm256_loadu_ps(sp));
+            }
+    }
+    free(rows);
+}
+#endif
+
+/* kernel_grad(x, g, gk, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): gk
+ * (co, nc, kh, kw) overwritten; needs the AVX2 kernels (simd()). */
+static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "kernel_grad takes 18 arguments");
+    kgrad_job jb;
+    if (!ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
+    const geom_t *g = &jb.g;
+    if (jb.co < 1) return PyErr_Format(PyExc_ValueError, "kernel_grad: bad channel counts");
+    if (!use_avx2) return PyErr_Format(PyExc_ValueError, "kernel_grad: needs the AVX2 kernels");
+    jb.plen = (g->ow + 7) / 8 * 8 + ((g->kw - 1) * g->dw) / g->sw + 1;
+    int64_t taps = g->nc * g->kh * g->kw;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
+        get_buf(args[1], &b[1], 0, g->nb * jb.co * g->oh * g->ow * 4, "g") &&
+        get_buf(args[2], &b[2], 1, jb.co * taps * 4, "gk")) {
+        jb.x = (const float *)b[0].view.buf;
+        jb.gr = (const float *)b[1].view.buf;
+        jb.gk = (float *)b[2].view.buf;
+#ifdef TALLOW_X86
+        int64_t units = g->nc * g->kh * ((g->kw + KG_TAPS - 1) / KG_TAPS);
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
+        Py_END_ALLOW_THREADS
+#endif
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
     return res;
 }
 
@@ -684,6 +807,7 @@ static PyMethodDef methods[] = {
     {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},
     {"col2im", FC(py_col2im), "The adjoint of im2col: columns summed into f32 NCHW images."},
     {"direct", FC(py_direct), "Direct f32 convolution (no column matrix) for few input channels."},
+    {"kernel_grad", FC(py_kernel_grad), "Direct f32 kernel gradient (no column matrix) for few input channels."},
     {"max_pool2d", FC(py_max_pool2d), "Max pooling of f32 planes."},
     {"max_pool2d_backward", FC(py_max_pool2d_backward), "Max pooling's input gradient."},
     {"avg_pool2d", FC(py_avg_pool2d), "Average pooling of f32 planes."},
