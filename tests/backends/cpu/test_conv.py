@@ -323,3 +323,24 @@ def test_wide_max_pool_rows_with_ties_and_nans_match_torch(kernel, stride, nativ
     (ref * torch.from_numpy(g)).sum().backward()
     np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
     np.testing.assert_allclose(gx, px.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+def test_direct_convolution_without_simd_matches_torch():
+    """The scalar direct convolution (CPUs without AVX2); the kernel gradient then takes
+    the im2col path, as the AVX2-only direct kernel gradient refuses to run."""
+    mod = cpu_conv._NATIVE["module"]
+    before = mod.simd()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 3, 11, 10))
+    k = rng.standard_normal((7, 3, 3, 3))
+    try:
+        mod.set_simd(False)
+        with pytest.raises(ValueError, match="AVX2"):
+            mod.kernel_grad(np.zeros(300, np.float32), np.zeros(300, np.float32),
+                            np.zeros(81, np.float32), 1, 1, 3, 10, 10, 3, 3, 1, 1, 0, 0, 1, 1, 8, 8)
+        for stride, pad in (((1, 1), (1, 1)), ((2, 1), (0, 2))):
+            _check("conv2d", x, k, dict(stride=stride, padding=pad), np.float32, False,
+                   dict(direct=True))
+    finally:
+        mod.set_simd(before)
