@@ -3,10 +3,14 @@ storage, and the backward kernels autograd asks for.
 
 A convolution is an im2col gather and BLAS products; its adjoint (the transposed
 convolution, which is also a convolution's input gradient) is a BLAS product and
-a col2im scatter-add. With numba (``conv_kernels``), im2col/col2im are compiled
-single passes over a zero-padded copy of the images (or a padded output, cropped
-after) that handle stride and dilation in the gather; without numba, NumPy window
-views and per-tap strided adds do the same work more slowly.
+a col2im scatter-add. For f32 with the C extension (``native/_conv.c``), im2col,
+col2im and pooling are C passes split over the compiled worker pool (padding,
+stride and dilation in the gather; the same bits at any thread count), and layers
+with few input channels (``DIRECT_ROWS``) are convolved, and their kernel gradient
+computed, directly, without columns. Otherwise, with numba (``conv_kernels``),
+im2col/col2im are compiled single passes over a zero-padded copy of the images (or
+a padded output, cropped after); without numba, NumPy window views and per-tap
+strided adds do the same work more slowly.
 
 Layout choices (also in docs/design.md, "The CPU backend"):
 
