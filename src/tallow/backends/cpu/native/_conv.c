@@ -622,6 +622,42 @@ AVX2 static int64_t max_pool_backward_plane_avx2(const pool_job *j, const float 
     }
     return j->ow;
 }
+
+/* The 2x2 stride-2 pool's gradient (the usual one) written, not added: the windows
+ * tile the plane, so every covered pixel gets its window's gradient or zero, two rows
+ * of sixteen pixels per eight windows, and only the pixels no window covers (an odd
+ * last row or column) are zeroed first.  Returns 0 (nothing done) for other pools
+ * and for rows of fewer than eight windows. */
+AVX2 static int max_pool2x2_backward_plane_avx2(const pool_job *j, const float *x, const float *g, float *gx) {
+    if (j->kh != 2 || j->kw != 2 || j->sh != 2 || j->sw != 2 || j->ow < 8) return 0;
+    if (j->w != 2 * j->ow)
+        for (int64_t r = 0; r < 2 * j->oh; r++) gx[r * j->w + j->w - 1] = 0.0f;
+    if (j->h != 2 * j->oh) memset(gx + (j->h - 1) * j->w, 0, (size_t)j->w * sizeof(float));
+    const __m256i t0 = _mm256_set1_epi32(0), t1 = _mm256_set1_epi32(1), t2 = _mm256_set1_epi32(2),
+                  t3 = _mm256_set1_epi32(3);
+    for (int64_t i = 0; i < j->oh; i++) {
+        float *r0 = gx + 2 * i * j->w, *r1 = r0 + j->w;
+        for (int64_t c = 0; c < j->ow; c += 8) {
+            int64_t c0 = c + 8 <= j->ow ? c : j->ow - 8; /* overlapping last block: same values */
+            __m256 tapf;
+            max8(j, x, i, c0, &tapf);
+            __m256i tap = _mm256_castps_si256(tapf);
+            __m256 gv = _mm256_loadu_ps(g + i * j->ow + c0);
+            __m256 a = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t0)));
+            __m256 b = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t1)));
+            __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+            _mm256_storeu_ps(r0 + 2 * c0, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(r0 + 2 * c0 + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+            a = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t2)));
+            b = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t3)));
+            lo = _mm256_unpacklo_ps(a, b);
+            hi = _mm256_unpackhi_ps(a, b);
+            _mm256_storeu_ps(r1 + 2 * c0, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(r1 + 2 * c0 + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        }
+    }
+    return 1;
+}
 #endif
 
 /* out = max of the window (see pick). */
@@ -655,6 +691,9 @@ static void max_pool_backward_task(void *p, int64_t lo, int64_t hi) {
         const float *restrict x = j->x + u * j->h * j->w;
         const float *restrict g = j->g + u * j->oh * j->ow;
         float *restrict gx = j->out + u * j->h * j->w;
+#ifdef TALLOW_X86
+        if (use_avx2 && max_pool2x2_backward_plane_avx2(j, x, g, gx)) continue;
+#endif
         memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
         int64_t nv = 0;
 #ifdef TALLOW_X86
