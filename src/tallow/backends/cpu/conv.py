@@ -194,15 +194,14 @@ def _pointwise_input(x, stride):
 
 def _conv2d(x, k, pad, stride, dil, groups):
     """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
-    kernels = _compiled()
-    if kernels is None and _native(x, k) is None:
+    kernels, native = _compiled(), _native(x, k)
+    if kernels is None and native is None:
         return _conv2d_numpy(x, k, pad, stride, dil, groups)
     b, c, h, w = x.shape
     co, cg, kh, kw = k.shape
     oh, ow = _out_hw(h, w, kh, kw, pad, stride, dil)
     x = np.ascontiguousarray(x)
     pointwise = _is_pointwise(kh, kw, pad)
-    native = _native(x, k)
     if _direct(native, groups, pointwise, c * kh * kw, co):
         y = np.empty((b, co, oh, ow), np.float32)
         native.direct(x, np.ascontiguousarray(k), y, co,
@@ -277,8 +276,8 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     as one BLAS product over all images at once; with few column rows (a first
     layer's 1-3 input channels) a product per image summed over the batch is faster,
     since the single product's tiny output leaves BLAS little to block over."""
-    kernels = _compiled()
-    if kernels is None and _native(x, g) is None:
+    kernels, native = _compiled(), _native(x, g)
+    if kernels is None and native is None:
         return _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups)
     co, cg, kh, kw = k_shape
     b, c, h, w = x.shape
@@ -291,7 +290,6 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     g = g[:, :, :oh, :ow]
     pointwise = _is_pointwise(kh, kw, pad)
-    native = _native(x, g)
     if _direct(native, groups, pointwise, c * kh * kw, co) and native.simd():
         gk = np.empty(k_shape, np.float32)
         native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
