@@ -344,3 +344,12 @@ def test_direct_convolution_without_simd_matches_torch():
                    dict(direct=True))
     finally:
         mod.set_simd(before)
+
+
+def test_no_native_variable_turns_the_native_passes_off(monkeypatch):
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+    assert cpu_conv._native(x) is None
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "0")
+    assert (cpu_conv._native(x) is not None) == HAVE_NATIVE
+    assert cpu_conv._native(x.astype(np.float64)) is None  # f32 only
