@@ -239,8 +239,19 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     oh = (h - 1) * stride[0] - 2 * pad[0] + dil[0] * (kh - 1) + out_pad[0] + 1
     ow = (w - 1) * stride[1] - 2 * pad[1] + dil[1] * (kw - 1) + out_pad[1] + 1
     rows, pos = cog * kh * kw, h * w
-    kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     x = np.ascontiguousarray(x)
+    native = _native(x, k)
+    if (stride == (1, 1) and out_pad == (0, 0) and pad[0] <= dil[0] * (kh - 1)
+            and pad[1] <= dil[1] * (kw - 1) and _direct(native, groups, False, rows, ci)):
+        # Stride 1: the convolution of x with the flipped, transposed kernel under the
+        # complementary padding; for few output channels (a first layer's input
+        # gradient) the direct kernel needs no column buffer and no scatter.
+        flipped = np.ascontiguousarray(k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        cpad = (dil[0] * (kh - 1) - pad[0], dil[1] * (kw - 1) - pad[1])
+        y = np.empty((b, co, oh, ow), np.float32)
+        native.direct(x, flipped, y, co, *_geometry(b, ci, h, w, kh, kw, (1, 1), cpad, dil, oh, ow))
+        return y
+    kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     CONFIG.apply()
     if _is_pointwise(kh, kw, pad) and stride == (1, 1):
         # Every input pixel lands on its own output pixel: no scatter at all (an
