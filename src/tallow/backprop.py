@@ -124,7 +124,15 @@ def backward(root):
     grads = GradStore()
     # The store's dicts are used directly below: this loop runs once per node.
     store, tensors = grads._grads, grads._tensors
-    store[root._id] = ones_like(root.detach())
+    rop = root._op
+    if rop is not None and rop.name == "cross_entropy":
+        # A fused loss at the root: its input's gradient is the one the forward kernel
+        # made, times a seed of one (exactly itself), so neither seed nor product is made.
+        store[root._id] = None
+        seeded = {root._id: [rop.params]}
+    else:
+        store[root._id] = ones_like(root.detach())
+        seeded = None
     tensors[root._id] = root
     wrap = Tensor._wrap
     for node in sorted_nodes(root):
@@ -133,17 +141,20 @@ def backward(root):
             continue
         nid = node._id
         grad = store.pop(nid, None)
-        if grad is None:
+        if grad is None and (seeded is None or nid not in seeded):
             continue
         tensors.pop(nid, None)
         check_unchanged(op)
-        rule = RULES.get(op.name)
-        if rule is None:
-            raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
-        # The rules compute with untracked views of the inputs and output (nothing
-        # they do is recorded).
-        args = [wrap(a._storage, a._layout) if a._track else a for a in op.args]
-        outs = rule(op, args, wrap(node._storage, node._layout), grad)
+        if grad is None:
+            outs = seeded.pop(nid)
+        else:
+            rule = RULES.get(op.name)
+            if rule is None:
+                raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
+            # The rules compute with untracked views of the inputs and output (nothing
+            # they do is recorded).
+            args = [wrap(a._storage, a._layout) if a._track else a for a in op.args]
+            outs = rule(op, args, wrap(node._storage, node._layout), grad)
         for arg, g in zip(op.args, outs):
             if g is None or arg._storage.dtype.is_int:
                 continue
