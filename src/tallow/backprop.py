@@ -504,7 +504,14 @@ def _linear(op, a, out, g):
     gw = g.t().matmul(x) if tracked[1]._track else None
     if len(a) == 2:
         return [gx, gw]
-    return [gx, gw, g.sum(0) if tracked[2]._track else None]
+    return [gx, gw, _sum_rows(g) if tracked[2]._track else None]
+
+
+def _sum_rows(g):
+    """``g.sum(0)`` of a 2-D float gradient (a bias's): the one backend reduction,
+    without the argument handling and the squeeze of the public op."""
+    kept = g._reduce("sum", (0,), "sum")
+    return Tensor._wrap(kept._storage, Layout.contiguous_of((g._layout.shape[1],)))
 
 
 @rule("log_softmax")

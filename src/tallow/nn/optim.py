@@ -118,7 +118,7 @@ class Optimizer:
             gs, vs = g._storage, v._storage
             if gs.bdev is not vs.bdev or gs.dtype is not vs.dtype:
                 g = _follow(g, v)
-            self._update(v, g.detach(), state)
+            self._update(v, g.detach() if g._track else g, state)
             updated += 1
         if not updated:
             raise OptimizerVariablesError(
@@ -148,9 +148,8 @@ class SGD(Optimizer):
         self.nesterov = bool(nesterov)
 
     def _update(self, v, g, state):
-        theta = v.detach()
         if self.weight_decay:
-            g = g + theta * self.weight_decay
+            g = g + v.detach() * self.weight_decay
         if self.momentum:
             buf = state.get("momentum_buffer")
             buf = g if buf is None else buf * self.momentum + g * (1.0 - self.dampening)
