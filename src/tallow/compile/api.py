@@ -93,13 +93,15 @@ class CompiledFunction:
         self._cache.clear()
 
     def stats(self) -> dict:
-        """``{"recordings", "entries", "replays", "calls", "fused_groups", "fused_ops"}``
-        (calls, groups and ops of the most recently used recording)."""
+        """``{"recordings", "entries", "replays", "calls", "fused_groups", "fused_ops",
+        "lowered"}`` (calls, groups, ops and calls run by specialised kernels of the
+        most recently used recording)."""
         out = {"recordings": self.recordings, "entries": len(self._cache),
                "replays": sum(e.replays for e in self._cache.values())}
         if self._cache:
             plan = next(reversed(self._cache.values())).plan
-            out.update(calls=plan.n_calls, fused_groups=plan.n_groups, fused_ops=plan.n_fused_ops)
+            out.update(calls=plan.n_calls, fused_groups=plan.n_groups, fused_ops=plan.n_fused_ops,
+                       lowered=plan.n_lowered)
         return out
 
     def __repr__(self):
