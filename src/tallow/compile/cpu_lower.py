@@ -4,8 +4,8 @@ A replay calls the recorded backend functions, which work as eager mode needs th
 to: each makes a new array for its result and wraps it in a new storage, and checks
 and normalises the layouts it is given. In a replay the layouts, dtypes and shapes
 are fixed by the recording, so for the calls a dense-layer training step makes
-(``linear``, ``matmul``, ``relu``, sums over dims, the optimiser's
-``add_scaled_inplace``) the plan builds a kernel that was specialised once:
+(``linear``, ``matmul``, ``relu`` and its backward, sums over dims, the
+optimiser's ``add_scaled_inplace``) the plan builds a kernel that was specialised once:
 
 * the result of a call whose value the caller never sees (every intermediate: the
   recorder checked that none escapes) goes into one buffer planned for the
@@ -135,11 +135,17 @@ class Lowering:
             if st[-1] != 1 and st[-2] != 1:
                 return None
         shape = (lay.shape[0], rl.shape[1])
+        if shape[0] == 1:
+            # One lhs row: a matrix-vector product, whose sums BLAS orders differently
+            # for a transposed rhs than for the row-major copy eager mode may use.
+            return None
         planned = self._planned(call, shape, dtype) if self._gemm_out else None
         product, wrap = self._product, self._adopt
         out_arr = None if planned is None else planned.arr
 
         def matmul(s, lay, rhs, rl):
+            # A transposed rhs is read in place (eager mode may multiply a row-major
+            # copy: the same matrix-matrix product, BLAS told the operand is transposed).
             y = product(s.view(lay), rhs.view(rl), out_arr)
             if planned is None:
                 return wrap(y, dtype)
@@ -170,6 +176,28 @@ class Lowering:
             return planned
 
         return relu
+
+    def _k_relu_backward(self, call):
+        lay, grad, gl = call.args
+        recv = self._slots[call.recv.slot]
+        dtype = recv.dtype
+        gs = self._float_slot(grad)
+        if gs is None or gs.dtype is not dtype:
+            return None
+        planned = self._planned(call, lay.shape, dtype)
+        if planned is None:
+            return None
+        out_arr = planned.arr
+        mask = np.empty(lay.shape, bool)
+
+        def relu_backward(s, lay, grad, gl):
+            np.greater(s.view(lay), 0, out=mask)
+            np.multiply(grad.view(gl), mask, out=out_arr)
+            if getattr(planned, "_ws", None) is not None:
+                planned.mark_written()
+            return planned
+
+        return relu_backward
 
     def _k_reduce(self, call):
         op, lay, dims = call.args
