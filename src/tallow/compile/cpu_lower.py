@@ -37,20 +37,35 @@ _FLOATS = (dt.f32, dt.f64)
 _NATIVE_CLS = "CpuStorage"
 
 
-def _gemm_takes_out() -> bool:
+def _gemm_takes(name) -> bool:
     try:
-        return "out" in inspect.signature(gemm.matmul).parameters
+        return name in inspect.signature(gemm.matmul).parameters
     except (TypeError, ValueError):
         return False
 
 
 def _product():
-    """``product(a, b, out)`` through ``gemm.matmul`` (the eager kernel): into ``out``
-    where ``gemm.matmul`` takes one, else its own new array."""
+    """``product(a, b, out, bias)``: ``a @ b (+ bias)`` as the eager kernels compute it
+    through ``gemm.matmul``: into ``out`` where ``gemm.matmul`` takes one (else its own
+    new array), the bias added by ``gemm.matmul`` where it takes one (else added after,
+    as eager ``linear`` does)."""
     mm = gemm.matmul
-    if _gemm_takes_out():
-        return lambda a, b, out: mm(a, b, out=out)
-    return lambda a, b, out: mm(a, b)
+    if _gemm_takes("out") and _gemm_takes("bias"):
+        def product(a, b, out, bias):
+            return mm(a, b, out=out, bias=bias)
+    elif _gemm_takes("out"):
+        def product(a, b, out, bias):
+            y = mm(a, b, out=out)
+            if bias is not None:
+                y += bias
+            return y
+    else:
+        def product(a, b, out, bias):
+            y = mm(a, b)
+            if bias is not None:
+                y += bias
+            return y
+    return product
 
 
 class Lowering:
@@ -63,7 +78,7 @@ class Lowering:
         self._returned = returned
         self._adopt = CpuStorage.adopt
         self._product = _product()
-        self._gemm_out = _gemm_takes_out()
+        self._gemm_out = _gemm_takes("out")
 
     # -- helpers -----------------------------------------------------------------
     def _float_slot(self, ref):
@@ -110,9 +125,7 @@ class Lowering:
         out_arr = None if planned is None else planned.arr
 
         def linear(s, lay, w, wl, b, bl):
-            y = product(s.view(lay), w.view(wl).T, out_arr)
-            if b is not None:
-                np.add(y, b.view(bl), out=y)
+            y = product(s.view(lay), w.view(wl).T, out_arr, None if b is None else b.view(bl))
             if planned is None:
                 return wrap(y, dtype)
             if getattr(planned, "_ws", None) is not None:
@@ -146,7 +159,7 @@ class Lowering:
         def matmul(s, lay, rhs, rl):
             # A transposed rhs is read in place (eager mode may multiply a row-major
             # copy: the same matrix-matrix product, BLAS told the operand is transposed).
-            y = product(s.view(lay), rhs.view(rl), out_arr)
+            y = product(s.view(lay), rhs.view(rl), out_arr, None)
             if planned is None:
                 return wrap(y, dtype)
             if getattr(planned, "_ws", None) is not None:
