@@ -6,10 +6,10 @@
 | ``TALLOW_NO_NUMBA`` | flag | off | each quantized matmul, fused GELU and residual LayerNorm | use the NumPy kernels instead of the compiled (numba) ones |
 | ``TALLOW_DEQUANTIZE_ALL`` | flag | off | each ``QMatMul`` made | multiply quantized weights as dequantized f32 matrices (candle's ``CANDLE_DEQUANTIZE_ALL``) |
 | ``TALLOW_SPLIT_WHEN_BUSY`` | flag | off | import of the compiled kernels | split decode products across threads even when the machine has no CPU to spare (a process at real-time priority or on reserved cores) |
-| ``TALLOW_HEAP_PAD`` | size | 16M | first CPU device made | bytes of freed memory glibc's malloc keeps at the top of the heap for the next allocation (0: malloc's own setting) |
 | ``TALLOW_GPU_OPS_PER_SUBMIT`` | count (0 means 1) | 50 | each GPU device made | GPU ops encoded per queue submission |
 | ``TALLOW_GPU_CACHE_LIMIT`` | size | 1G | each GPU device made | bytes of idle buffers the GPU pool keeps |
 | ``TALLOW_GPU_CHECK_INDICES`` | flag | on | import of the GPU backend | check GPU index ops' ids (a readback) and raise on one out of range |
+| ``TALLOW_HEAP_PAD`` | size | 16M | first CPU device made | bytes of freed memory glibc's malloc keeps at the top of the heap for the next allocation (0: malloc's own setting) |
 
 The kinds, the same for every variable:
 
@@ -32,8 +32,8 @@ import warnings
 
 VARIABLES = (
     "TALLOW_NUM_THREADS", "TALLOW_NO_NUMBA", "TALLOW_DEQUANTIZE_ALL", "TALLOW_SPLIT_WHEN_BUSY",
-    "TALLOW_HEAP_PAD",
     "TALLOW_GPU_OPS_PER_SUBMIT", "TALLOW_GPU_CACHE_LIMIT", "TALLOW_GPU_CHECK_INDICES",
+    "TALLOW_HEAP_PAD",
 )
 
 _TRUE = ("1", "true", "yes", "on")
