@@ -43,6 +43,7 @@ class CompiledFunction:
         self.max_entries = int(max_entries)
         self.fuse = bool(fuse)
         self._cache: OrderedDict = OrderedDict()
+        self._first_escaped: set = set()  # signatures whose first recording kept state
         self.recordings = 0
         functools.update_wrapper(self, fn)
 
@@ -79,7 +80,16 @@ class CompiledFunction:
         trace = rec.trace
         trace.outputs = [(rec.ref(t._storage, "the return value").slot, t._layout) for t in detached]
         del out_leaves, result
-        recorder.check_nothing_escaped(rec, [t._storage for t in detached])
+        try:
+            recorder.check_nothing_escaped(rec, [t._storage for t in detached])
+        except CaptureError:
+            if key in self._first_escaped:
+                raise
+            # State made on a first call (an optimiser's momentum buffers, a cache
+            # filled once) and updated in place on later calls: this call ran for real
+            # and its results stand; the next call with this signature records again.
+            self._first_escaped.add(key)
+            return unflatten(tree, detached)
         plan = Plan(trace, fuse=self.fuse)
         self._cache[key] = _Entry(plan, tree, [lay for _s, lay in trace.outputs])
         if len(self._cache) > self.max_entries:
@@ -91,6 +101,7 @@ class CompiledFunction:
         """Forget every recording: the next call records again (after a model's Vars were
         replaced, or Python state the function reads changed)."""
         self._cache.clear()
+        self._first_escaped.clear()
 
     def stats(self) -> dict:
         """``{"recordings", "entries", "replays", "calls", "fused_groups", "fused_ops",

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 
+from ..tensor_class import Tensor
 from ..var import Var
+from ..versions import bump
 from .errors import OptimizerVariablesError, UnsupportedOptionError
 
 
@@ -42,6 +44,20 @@ def _vars_of(params):
         if not p.dtype.is_float:
             raise ValueError(f"optimizer: variable of dtype {p.dtype} is not a float tensor")
     return out
+
+
+def _write(t, value):
+    """``t``'s buffer (its own: state tensors are copies) set to ``value`` in place, the
+    version bumped as ``Var.set`` does."""
+    s = t._storage
+    s.copy_into_inplace(t._layout, value._storage, value._layout)
+    bump(s)
+
+
+def _own(value):
+    """A state value as the optimiser keeps it: a tensor is copied (its buffer is then
+    written in place by later steps), anything else kept as it is."""
+    return value.copy() if isinstance(value, Tensor) else value
 
 
 def _follow(t, v):
@@ -100,7 +116,10 @@ class Optimizer:
         for k, v in group.items():
             if k != "params":
                 setattr(self, k, v)
-        self.state = [dict(state_dict["state"].get(i, {})) for i in range(len(self.vars))]
+        # Copied, as torch's load_state_dict does: state is updated in place by later
+        # steps, which must not write into the caller's tensors.
+        self.state = [{k: _own(v) for k, v in state_dict["state"].get(i, {}).items()}
+                      for i in range(len(self.vars))]
 
     def step(self, grads) -> None:
         """Update each Var that has a gradient in ``grads``."""
@@ -152,8 +171,12 @@ class SGD(Optimizer):
             g = g + v.detach() * self.weight_decay
         if self.momentum:
             buf = state.get("momentum_buffer")
-            buf = g if buf is None else buf * self.momentum + g * (1.0 - self.dampening)
-            state["momentum_buffer"] = buf
+            if buf is None:
+                buf = state["momentum_buffer"] = g.copy()  # torch: a clone of the first gradient
+            else:
+                # Written into the buffer in place (as torch's buf.mul_(m).add_(g)), so a
+                # captured step updates state that outlives it (docs/compile.md).
+                _write(buf, buf * self.momentum + g * (1.0 - self.dampening))
             g = g + buf * self.momentum if self.nesterov else buf
         v._add_scaled(g, -self.lr)  # in place, as torch's p.add_(g, alpha=-lr)
 
