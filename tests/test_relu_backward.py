@@ -35,7 +35,8 @@ def test_kernel_equals_the_composed_rule_and_torch(x, transpose, seed):
     xv = inp.detach()
     want = (gt * (xv > 0).to_dtype(gt.dtype))
     want = want.t() if transpose and x.ndim == 2 else want
-    np.testing.assert_array_equal(got.view(np.uint8), want.numpy().view(np.uint8))
+    np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.uint8),
+                                  np.ascontiguousarray(want.numpy()).view(np.uint8))
     tx = torch.tensor(x, requires_grad=True)
     tin = tx.t() if transpose and x.ndim == 2 else tx
     (tin.relu() * torch.from_numpy(gt.numpy())).sum().backward()
