@@ -140,20 +140,25 @@ def test_conv_net_step_replays_eager_updates():
     assert step.stats()["replays"] == 3
 
 
-@pytest.mark.parametrize("options", [
-    dict(momentum=0.9),
-    dict(momentum=0.8, nesterov=True),
-    dict(momentum=0.9, dampening=0.25, weight_decay=1e-2),
+@pytest.mark.parametrize("name,options", [
+    ("SGD", dict(momentum=0.9)),
+    ("SGD", dict(momentum=0.8, nesterov=True)),
+    ("SGD", dict(momentum=0.9, dampening=0.25, weight_decay=1e-2)),
+    ("RMSprop", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.01, centered=True, momentum=0.5, weight_decay=1e-2)),
 ])
-def test_sgd_with_momentum_is_captured_from_the_second_step(options):
-    """The momentum buffers are made on the first step (eager, as the first call runs)
-    and written in place after, so the second call records and later ones replay."""
+def test_optimizer_state_is_captured_from_the_second_step(name, options):
+    """SGD's momentum buffers and RMSprop's averages are made on the first step (eager,
+    as the first call runs) and written in place after, so the second call records and
+    later ones replay."""
     ws, bs, batches = _data(5)
+    options = {"lr": 0.05, **options}
+    state_names = ["momentum_buffer"] if name == "SGD" else ["square_avg"]
 
     def build():
         w = [tl.Var(a) for a in ws]
         b = [tl.Var(a) for a in bs]
-        opt = tl.nn.optim.SGD(w + b, lr=0.05, **options)
+        opt = getattr(tl.nn.optim, name)(w + b, **options)
 
         def step(x, y):
             h = x
@@ -182,7 +187,7 @@ def test_sgd_with_momentum_is_captured_from_the_second_step(options):
     assert stats["recordings"] == 1 and stats["replays"] == len(batches) - 2
     F = torch.nn.functional
     tp = [torch.tensor(a, requires_grad=True) for a in ws + bs]
-    topt = torch.optim.SGD(tp, lr=0.05, **options)
+    topt = getattr(torch.optim, name)(tp, **options)
     t_losses = []
     for x, y in batches:
         topt.zero_grad()
@@ -195,12 +200,17 @@ def test_sgd_with_momentum_is_captured_from_the_second_step(options):
         loss.backward()
         topt.step()
         t_losses.append(loss.item())
-    np.testing.assert_allclose(losses, t_losses, rtol=1e-5, atol=1e-6)
+    # RMSprop divides by the root of tiny averages (centered: of a difference of two),
+    # so float32 differences in the gradients grow over ten steps to ~1e-3 in a few
+    # weights; tests/nn/test_torch_optim.py checks its rule step by step to 1e-6. Here
+    # the point is that the replay equals eager mode, bit for bit, checked above.
+    atol = 1e-6 if name == "SGD" else 2e-3
+    np.testing.assert_allclose(losses, t_losses, rtol=1e-5, atol=atol)
     for p, q in zip(params, tp):
-        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=atol)
     for st, tst in zip(opt.state, [topt.state[p] for p in tp]):
-        np.testing.assert_allclose(st["momentum_buffer"].numpy(),
-                                   tst["momentum_buffer"].numpy(), rtol=1e-5, atol=1e-6)
+        for key in state_names:
+            np.testing.assert_allclose(st[key].numpy(), tst[key].numpy(), rtol=1e-4, atol=atol)
 
 
 def test_loaded_optimizer_state_is_copied_before_it_is_written_in_place():

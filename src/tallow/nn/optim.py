@@ -54,6 +54,17 @@ def _write(t, value):
     bump(s)
 
 
+def _update_state(state, name, first, after):
+    """``state[name]`` made by ``first()`` on the first step, then set to
+    ``after(state[name])`` in place; returns the state tensor."""
+    t = state.get(name)
+    if t is None:
+        t = state[name] = first()
+    else:
+        _write(t, after(t))
+    return t
+
+
 def _own(value):
     """A state value as the optimiser keeps it: a tensor is copied (its buffer is then
     written in place by later steps), anything else kept as it is."""
@@ -170,13 +181,10 @@ class SGD(Optimizer):
         if self.weight_decay:
             g = g + v.detach() * self.weight_decay
         if self.momentum:
-            buf = state.get("momentum_buffer")
-            if buf is None:
-                buf = state["momentum_buffer"] = g.copy()  # torch: a clone of the first gradient
-            else:
-                # Written into the buffer in place (as torch's buf.mul_(m).add_(g)), so a
-                # captured step updates state that outlives it (docs/compile.md).
-                _write(buf, buf * self.momentum + g * (1.0 - self.dampening))
+            # torch: a clone of the first gradient, then buf.mul_(m).add_(g, 1 - d), in
+            # place (a captured step then updates state that outlives it).
+            buf = _update_state(state, "momentum_buffer", g.copy,
+                                lambda buf: buf * self.momentum + g * (1.0 - self.dampening))
             g = g + buf * self.momentum if self.nesterov else buf
         v._add_scaled(g, -self.lr)  # in place, as torch's p.add_(g, alpha=-lr)
 
@@ -263,20 +271,19 @@ class RMSprop(Optimizer):
         theta = v.detach()
         if self.weight_decay:
             g = g + theta * self.weight_decay
-        sq = state.get("square_avg")
-        sq = g.sqr() * (1.0 - a) if sq is None else sq * a + g.sqr() * (1.0 - a)
-        state["square_avg"] = sq
+        # Each state tensor is made on the first step and written in place after (a
+        # captured step then updates state that outlives it, docs/compile.md).
+        sq = _update_state(state, "square_avg", lambda: g.sqr() * (1.0 - a),
+                           lambda sq: sq * a + g.sqr() * (1.0 - a))
         if self.centered:
-            ga = state.get("grad_avg")
-            ga = g * (1.0 - a) if ga is None else ga * a + g * (1.0 - a)
-            state["grad_avg"] = ga
+            ga = _update_state(state, "grad_avg", lambda: g * (1.0 - a),
+                               lambda ga: ga * a + g * (1.0 - a))
             avg = (sq - ga.sqr()).sqrt() + self.eps
         else:
             avg = sq.sqrt() + self.eps
         if self.momentum > 0:
-            buf = state.get("momentum_buffer")
-            buf = g / avg if buf is None else buf * self.momentum + g / avg
-            state["momentum_buffer"] = buf
+            buf = _update_state(state, "momentum_buffer", lambda: g / avg,
+                                lambda buf: buf * self.momentum + g / avg)
             v.set(theta - buf * self.lr)
         else:
             v.set(theta - (g / avg) * self.lr)
