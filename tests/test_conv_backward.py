@@ -10,8 +10,11 @@ import tallow as tl
 from tallow.backends.cpu import conv as cpu_conv
 
 
-@pytest.fixture(params=["compiled", "numpy"])
+@pytest.fixture(params=["native", "numba", "numpy"])
 def pool_path(request, monkeypatch):
+    if request.param != "native":
+        monkeypatch.setitem(cpu_conv._NATIVE, "checked", True)
+        monkeypatch.setitem(cpu_conv._NATIVE, "module", None)
     if request.param == "numpy":
         monkeypatch.setitem(cpu_conv._KERNELS, "checked", True)
         monkeypatch.setitem(cpu_conv._KERNELS, "module", None)

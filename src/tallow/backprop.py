@@ -124,7 +124,15 @@ def backward(root):
     grads = GradStore()
     # The store's dicts are used directly below: this loop runs once per node.
     store, tensors = grads._grads, grads._tensors
-    store[root._id] = ones_like(root.detach())
+    rop = root._op
+    if rop is not None and rop.name == "cross_entropy":
+        # A fused loss at the root: its input's gradient is the one the forward kernel
+        # made, times a seed of one (exactly itself), so neither seed nor product is made.
+        store[root._id] = None
+        seeded = {root._id: [rop.params]}
+    else:
+        store[root._id] = ones_like(root.detach())
+        seeded = None
     tensors[root._id] = root
     wrap = Tensor._wrap
     for node in sorted_nodes(root):
@@ -133,17 +141,20 @@ def backward(root):
             continue
         nid = node._id
         grad = store.pop(nid, None)
-        if grad is None:
+        if grad is None and (seeded is None or nid not in seeded):
             continue
         tensors.pop(nid, None)
         check_unchanged(op)
-        rule = RULES.get(op.name)
-        if rule is None:
-            raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
-        # The rules compute with untracked views of the inputs and output (nothing
-        # they do is recorded).
-        args = [wrap(a._storage, a._layout) if a._track else a for a in op.args]
-        outs = rule(op, args, wrap(node._storage, node._layout), grad)
+        if grad is None:
+            outs = seeded.pop(nid)
+        else:
+            rule = RULES.get(op.name)
+            if rule is None:
+                raise NotDifferentiableError(f"backward: the op '{op.name}' has no gradient")
+            # The rules compute with untracked views of the inputs and output (nothing
+            # they do is recorded).
+            args = [wrap(a._storage, a._layout) if a._track else a for a in op.args]
+            outs = rule(op, args, wrap(node._storage, node._layout), grad)
         for arg, g in zip(op.args, outs):
             if g is None or arg._storage.dtype.is_int:
                 continue
@@ -234,7 +245,12 @@ def _recip(op, a, out, g):
 
 @rule("relu")
 def _relu(op, a, out, g):
-    return [g * _mask(a[0] > 0, g)]
+    x = a[0]
+    try:  # one backend kernel where there is one (the same products)
+        s = x._storage.relu_backward(x._layout, g._storage, g._layout)
+    except NotImplementedError:
+        return [g * _mask(x > 0, g)]
+    return [Tensor._wrap(s, Layout.contiguous_of(x._layout.shape))]
 
 
 @rule("gelu")
@@ -493,7 +509,14 @@ def _linear(op, a, out, g):
     gw = g.t().matmul(x) if tracked[1]._track else None
     if len(a) == 2:
         return [gx, gw]
-    return [gx, gw, g.sum(0) if tracked[2]._track else None]
+    return [gx, gw, _sum_rows(g) if tracked[2]._track else None]
+
+
+def _sum_rows(g):
+    """``g.sum(0)`` of a 2-D float gradient (a bias's): the one backend reduction,
+    without the argument handling and the squeeze of the public op."""
+    kept = g._reduce("sum", (0,), "sum")
+    return Tensor._wrap(kept._storage, Layout.contiguous_of((g._layout.shape[1],)))
 
 
 @rule("log_softmax")

@@ -10,6 +10,7 @@
 | ``TALLOW_GPU_OPS_PER_SUBMIT`` | count (0 means 1) | 50 | each GPU device made | GPU ops encoded per queue submission |
 | ``TALLOW_GPU_CACHE_LIMIT`` | size | 1G | each GPU device made | bytes of idle buffers the GPU pool keeps |
 | ``TALLOW_GPU_CHECK_INDICES`` | flag | on | import of the GPU backend | check GPU index ops' ids (a readback) and raise on one out of range |
+| ``TALLOW_HEAP_PAD`` | size | 16M | first CPU device made | bytes of freed memory glibc's malloc keeps at the top of the heap for the next allocation (0: malloc's own setting) |
 
 The kinds, the same for every variable:
 
@@ -34,6 +35,7 @@ VARIABLES = (
     "TALLOW_NUM_THREADS", "TALLOW_NO_NUMBA", "TALLOW_DEQUANTIZE_ALL", "TALLOW_SPLIT_WHEN_BUSY",
     "TALLOW_NO_NATIVE_GEMM",
     "TALLOW_GPU_OPS_PER_SUBMIT", "TALLOW_GPU_CACHE_LIMIT", "TALLOW_GPU_CHECK_INDICES",
+    "TALLOW_HEAP_PAD",
 )
 
 _TRUE = ("1", "true", "yes", "on")

@@ -19,7 +19,7 @@ OPTIONAL_STORAGE = {
     "add_layer_norm", "attention_packed", "rope", "linear", "attention",
     "dequantize", "prepare_qweight", "qmatmul_t",
     "conv2d_kernel_grad", "max_pool2d_backward", "avg_pool2d_backward",
-    "cross_entropy_ids",
+    "cross_entropy_ids", "relu_backward",
     # has a composed default in the protocol; a backend may write it in place
     "add_scaled_inplace",
 }

@@ -114,8 +114,13 @@ def test_state_kept_outside_is_refused():
     def step(x):
         opt.backward_step((w * x).sum_all())
 
+    # The first call runs for real (state may be made once, on a first step); the
+    # second finds the state rebound again and refuses to record it.
+    step(_t([1, 2, 3]))
+    assert not np.array_equal(w.numpy(), np.ones(3, np.float32))
     with pytest.raises(CaptureError, match="kept outside"):
         step(_t([1, 2, 3]))
+    assert step.stats()["recordings"] == 0
 
     cache = {}
 
@@ -124,8 +129,25 @@ def test_state_kept_outside_is_refused():
         cache["last"] = x * 2.0
         return x
 
+    memo(_t([1.0]))
     with pytest.raises(CaptureError, match="kept outside"):
         memo(_t([1.0]))
+
+
+def test_state_made_on_the_first_call_is_recorded_from_the_second():
+    cache = {}
+
+    @tl.compile
+    def scaled(x):
+        if "k" not in cache:
+            cache["k"] = tl.Tensor(np.array([3.0], np.float32)) * 1.0  # made once, kept
+        return x * cache["k"]
+
+    assert scaled(_t([1.0, 2.0])).tolist() == [3.0, 6.0]
+    assert scaled.stats()["recordings"] == 0
+    assert scaled(_t([2.0, 2.0])).tolist() == [6.0, 6.0]
+    assert scaled(_t([1.0, 1.0])).tolist() == [3.0, 3.0]
+    assert scaled.stats()["recordings"] == 1 and scaled.stats()["replays"] == 1
 
 
 def test_a_graph_returned_without_backward_inside_is_refused():

@@ -138,3 +138,89 @@ def test_conv_net_step_replays_eager_updates():
     for _ in range(4):
         assert step().item() == eager["conv"]().item()
     assert step.stats()["replays"] == 3
+
+
+@pytest.mark.parametrize("name,options", [
+    ("SGD", dict(momentum=0.9)),
+    ("SGD", dict(momentum=0.8, nesterov=True)),
+    ("SGD", dict(momentum=0.9, dampening=0.25, weight_decay=1e-2)),
+    ("RMSprop", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.01, centered=True, momentum=0.5, weight_decay=1e-2)),
+])
+def test_optimizer_state_is_captured_from_the_second_step(name, options):
+    """SGD's momentum buffers and RMSprop's averages are made on the first step (eager,
+    as the first call runs) and written in place after, so the second call records and
+    later ones replay."""
+    ws, bs, batches = _data(5)
+    options = {"lr": 0.05, **options}
+    state_names = ["momentum_buffer"] if name == "SGD" else ["square_avg"]
+
+    def build():
+        w = [tl.Var(a) for a in ws]
+        b = [tl.Var(a) for a in bs]
+        opt = getattr(tl.nn.optim, name)(w + b, **options)
+
+        def step(x, y):
+            h = x
+            for i in range(3):
+                h = tl.nn.linear(h, w[i], b[i])
+                if i < 2:
+                    h = h.relu()
+            loss = tl.nn.loss.cross_entropy(h, y)
+            opt.backward_step(loss)
+            return loss
+
+        return step, w + b, opt
+
+    eager, eager_params, _ = build()
+    step, params, opt = build()
+    compiled = tl.compile(step)
+    losses = []
+    for x, y in batches:
+        tx, ty = tl.Tensor(x), tl.Tensor(y.astype(np.int64))
+        le, lc = eager(tx, ty), compiled(tx, ty)
+        assert lc.to_scalar() == le.to_scalar()
+        for p, q in zip(params, eager_params):
+            np.testing.assert_array_equal(p.numpy(), q.numpy())
+        losses.append(lc.to_scalar())
+    stats = compiled.stats()
+    assert stats["recordings"] == 1 and stats["replays"] == len(batches) - 2
+    F = torch.nn.functional
+    tp = [torch.tensor(a, requires_grad=True) for a in ws + bs]
+    topt = getattr(torch.optim, name)(tp, **options)
+    t_losses = []
+    for x, y in batches:
+        topt.zero_grad()
+        h = torch.from_numpy(x)
+        for i in range(3):
+            h = F.linear(h, tp[i], tp[3 + i])
+            if i < 2:
+                h = h.relu()
+        loss = F.cross_entropy(h, torch.from_numpy(y))
+        loss.backward()
+        topt.step()
+        t_losses.append(loss.item())
+    # RMSprop divides by the root of tiny averages (centered: of a difference of two),
+    # so float32 differences in the gradients grow over ten steps to ~1e-3 in a few
+    # weights; tests/nn/test_torch_optim.py checks its rule step by step to 1e-6. Here
+    # the point is that the replay equals eager mode, bit for bit, checked above.
+    atol = 1e-6 if name == "SGD" else 2e-3
+    np.testing.assert_allclose(losses, t_losses, rtol=1e-5, atol=atol)
+    for p, q in zip(params, tp):
+        np.testing.assert_allclose(p.numpy(), q.detach().numpy(), rtol=1e-5, atol=atol)
+    for st, tst in zip(opt.state, [topt.state[p] for p in tp]):
+        for key in state_names:
+            np.testing.assert_allclose(st[key].numpy(), tst[key].numpy(), rtol=1e-4, atol=atol)
+
+
+def test_loaded_optimizer_state_is_copied_before_it_is_written_in_place():
+    w = tl.Var(np.ones(3, np.float32))
+    opt = tl.nn.optim.SGD([w], lr=0.1, momentum=0.9)
+    opt.backward_step((w * 2.0).sum_all())
+    saved = opt.state_dict()
+    kept = saved["state"][0]["momentum_buffer"].numpy().copy()
+    other = tl.nn.optim.SGD([w], lr=0.1, momentum=0.9)
+    other.load_state_dict(saved)
+    other.backward_step((w * 2.0).sum_all())
+    np.testing.assert_array_equal(saved["state"][0]["momentum_buffer"].numpy(), kept)
+    np.testing.assert_allclose(other.state[0]["momentum_buffer"].numpy(), kept * 0.9 + 2.0)

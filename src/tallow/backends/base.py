@@ -333,6 +333,12 @@ class BackendStorage:
         """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
         raise NotImplementedError
 
+    def relu_backward(self, layout, grad, grad_layout):
+        """ReLU's gradient at x (this storage): ``grad`` where x > 0, else 0 (``grad *
+        (x > 0)`` in grad's dtype, as the composed rule computes it), contiguous of x's
+        shape. NotImplementedError: the composed rule answers."""
+        raise NotImplementedError
+
     def cross_entropy_ids(self, layout, ids, ids_layout, ignore_index: int, mean: bool,
                           with_grad: bool):
         """Cross entropy of logits ``(n, c)`` at integer class ids ``(n,)``, ids equal to

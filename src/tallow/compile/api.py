@@ -43,6 +43,7 @@ class CompiledFunction:
         self.max_entries = int(max_entries)
         self.fuse = bool(fuse)
         self._cache: OrderedDict = OrderedDict()
+        self._first_escaped: set = set()  # signatures whose first recording kept state
         self.recordings = 0
         functools.update_wrapper(self, fn)
 
@@ -79,7 +80,16 @@ class CompiledFunction:
         trace = rec.trace
         trace.outputs = [(rec.ref(t._storage, "the return value").slot, t._layout) for t in detached]
         del out_leaves, result
-        recorder.check_nothing_escaped(rec, [t._storage for t in detached])
+        try:
+            recorder.check_nothing_escaped(rec, [t._storage for t in detached])
+        except CaptureError:
+            if key in self._first_escaped:
+                raise
+            # State made on a first call (an optimiser's momentum buffers, a cache
+            # filled once) and updated in place on later calls: this call ran for real
+            # and its results stand; the next call with this signature records again.
+            self._first_escaped.add(key)
+            return unflatten(tree, detached)
         plan = Plan(trace, fuse=self.fuse)
         self._cache[key] = _Entry(plan, tree, [lay for _s, lay in trace.outputs])
         if len(self._cache) > self.max_entries:
@@ -91,15 +101,18 @@ class CompiledFunction:
         """Forget every recording: the next call records again (after a model's Vars were
         replaced, or Python state the function reads changed)."""
         self._cache.clear()
+        self._first_escaped.clear()
 
     def stats(self) -> dict:
-        """``{"recordings", "entries", "replays", "calls", "fused_groups", "fused_ops"}``
-        (calls, groups and ops of the most recently used recording)."""
+        """``{"recordings", "entries", "replays", "calls", "fused_groups", "fused_ops",
+        "lowered"}`` (calls, groups, ops and calls run by specialised kernels of the
+        most recently used recording)."""
         out = {"recordings": self.recordings, "entries": len(self._cache),
                "replays": sum(e.replays for e in self._cache.values())}
         if self._cache:
             plan = next(reversed(self._cache.values())).plan
-            out.update(calls=plan.n_calls, fused_groups=plan.n_groups, fused_ops=plan.n_fused_ops)
+            out.update(calls=plan.n_calls, fused_groups=plan.n_groups, fused_ops=plan.n_fused_ops,
+                       lowered=plan.n_lowered)
         return out
 
     def __repr__(self):

@@ -20,6 +20,10 @@ from ..backends.cpu.matmul import _blas_ready
 def matmul_uncached(self, lhs_layout, rhs, rhs_layout):
     """``CpuStorage.matmul`` for f32/f64 without the transposed-operand cache."""
     a = self.view(lhs_layout)
+    if a.ndim < 2 or a.shape[-2] == 1:
+        # A matrix-vector product: BLAS sums it in another order for a transposed rhs
+        # than for the row-major copy eager mode multiplies, so do as eager does.
+        return self.matmul(lhs_layout, rhs, rhs_layout)
     b = rhs.view(rhs_layout)
     if a.strides[-1] != a.itemsize:
         a = _blas_ready(a)

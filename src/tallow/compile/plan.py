@@ -23,7 +23,7 @@ import math
 from ..errors import CaptureError
 from ..versions import bump
 from .. import dtype as dt
-from . import cpu_direct, fusion_cpu, fusion_gpu
+from . import cpu_direct, cpu_lower, fusion_cpu, fusion_gpu
 from .recorder import Ref
 
 
@@ -59,6 +59,7 @@ class Plan:
         self._locals, self._deleted = set(), set()
         self._slots, self._returned, self._last_use = slots, returned, last_use
         self._written = trace.written
+        self._lower = cpu_lower.Lowering(slots, returned) if fuse else None
         for slot in slots:
             n = slot.slot_no
             if slot.kind == "input":
@@ -70,6 +71,7 @@ class Plan:
         self.n_calls = 0
         self.n_fused_ops = 0
         self.n_groups = 0
+        self.n_lowered = 0
         skip = set()  # copies done by a fused group's stores
         into_call = self._into_call = {}
         i = 0
@@ -145,7 +147,12 @@ class Plan:
 
     def _kernel(self, call):
         """The function a replay calls for ``call``: the recorded one, or a direct
-        kernel where the replay knows better (see ``cpu_direct``)."""
+        kernel where the replay knows better (see ``cpu_lower`` and ``cpu_direct``)."""
+        if self._lower is not None:
+            k = self._lower.kernel(call)
+            if k is not None:
+                self.n_lowered += 1
+                return k
         if call.name == "matmul" and call.owner == "storage" and isinstance(call.args[1], Ref):
             lhs = self._slots[call.recv.slot]
             if (lhs.cls_name == "CpuStorage" and lhs.dtype in (dt.f32, dt.f64)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 
+from ..tensor_class import Tensor
 from ..var import Var
+from ..versions import bump
 from .errors import OptimizerVariablesError, UnsupportedOptionError
 
 
@@ -42,6 +44,31 @@ def _vars_of(params):
         if not p.dtype.is_float:
             raise ValueError(f"optimizer: variable of dtype {p.dtype} is not a float tensor")
     return out
+
+
+def _write(t, value):
+    """``t``'s buffer (its own: state tensors are copies) set to ``value`` in place, the
+    version bumped as ``Var.set`` does."""
+    s = t._storage
+    s.copy_into_inplace(t._layout, value._storage, value._layout)
+    bump(s)
+
+
+def _update_state(state, name, first, after):
+    """``state[name]`` made by ``first()`` on the first step, then set to
+    ``after(state[name])`` in place; returns the state tensor."""
+    t = state.get(name)
+    if t is None:
+        t = state[name] = first()
+    else:
+        _write(t, after(t))
+    return t
+
+
+def _own(value):
+    """A state value as the optimiser keeps it: a tensor is copied (its buffer is then
+    written in place by later steps), anything else kept as it is."""
+    return value.copy() if isinstance(value, Tensor) else value
 
 
 def _follow(t, v):
@@ -100,7 +127,10 @@ class Optimizer:
         for k, v in group.items():
             if k != "params":
                 setattr(self, k, v)
-        self.state = [dict(state_dict["state"].get(i, {})) for i in range(len(self.vars))]
+        # Copied, as torch's load_state_dict does: state is updated in place by later
+        # steps, which must not write into the caller's tensors.
+        self.state = [{k: _own(v) for k, v in state_dict["state"].get(i, {}).items()}
+                      for i in range(len(self.vars))]
 
     def step(self, grads) -> None:
         """Update each Var that has a gradient in ``grads``."""
@@ -118,7 +148,7 @@ class Optimizer:
             gs, vs = g._storage, v._storage
             if gs.bdev is not vs.bdev or gs.dtype is not vs.dtype:
                 g = _follow(g, v)
-            self._update(v, g.detach(), state)
+            self._update(v, g.detach() if g._track else g, state)
             updated += 1
         if not updated:
             raise OptimizerVariablesError(
@@ -148,13 +178,13 @@ class SGD(Optimizer):
         self.nesterov = bool(nesterov)
 
     def _update(self, v, g, state):
-        theta = v.detach()
         if self.weight_decay:
-            g = g + theta * self.weight_decay
+            g = g + v.detach() * self.weight_decay
         if self.momentum:
-            buf = state.get("momentum_buffer")
-            buf = g if buf is None else buf * self.momentum + g * (1.0 - self.dampening)
-            state["momentum_buffer"] = buf
+            # torch: a clone of the first gradient, then buf.mul_(m).add_(g, 1 - d), in
+            # place (a captured step then updates state that outlives it).
+            buf = _update_state(state, "momentum_buffer", g.copy,
+                                lambda buf: buf * self.momentum + g * (1.0 - self.dampening))
             g = g + buf * self.momentum if self.nesterov else buf
         v._add_scaled(g, -self.lr)  # in place, as torch's p.add_(g, alpha=-lr)
 
@@ -241,20 +271,19 @@ class RMSprop(Optimizer):
         theta = v.detach()
         if self.weight_decay:
             g = g + theta * self.weight_decay
-        sq = state.get("square_avg")
-        sq = g.sqr() * (1.0 - a) if sq is None else sq * a + g.sqr() * (1.0 - a)
-        state["square_avg"] = sq
+        # Each state tensor is made on the first step and written in place after (a
+        # captured step then updates state that outlives it, docs/compile.md).
+        sq = _update_state(state, "square_avg", lambda: g.sqr() * (1.0 - a),
+                           lambda sq: sq * a + g.sqr() * (1.0 - a))
         if self.centered:
-            ga = state.get("grad_avg")
-            ga = g * (1.0 - a) if ga is None else ga * a + g * (1.0 - a)
-            state["grad_avg"] = ga
+            ga = _update_state(state, "grad_avg", lambda: g * (1.0 - a),
+                               lambda ga: ga * a + g * (1.0 - a))
             avg = (sq - ga.sqr()).sqrt() + self.eps
         else:
             avg = sq.sqrt() + self.eps
         if self.momentum > 0:
-            buf = state.get("momentum_buffer")
-            buf = g / avg if buf is None else buf * self.momentum + g / avg
-            state["momentum_buffer"] = buf
+            buf = _update_state(state, "momentum_buffer", lambda: g / avg,
+                                lambda buf: buf * self.momentum + g / avg)
             v.set(theta - buf * self.lr)
         else:
             v.set(theta - (g / avg) * self.lr)

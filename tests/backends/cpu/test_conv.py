@@ -1,9 +1,12 @@
 """The CPU convolution and pooling paths against PyTorch, values and gradients.
 
-Every path is drawn: the compiled (numba im2col/col2im) and the NumPy fallback,
-one product per image and one over the whole batch, one thread and images split
-over two, 1x1 kernels without im2col; over shapes with groups, dilation, padding,
-stride and output padding, batch 1, non-contiguous inputs, f32 and f64.
+Every path is drawn: the native C passes (im2col/col2im, the direct convolution,
+pooling; f32), the numba im2col/col2im and the NumPy fallback, one product per
+image and one over the whole batch, one thread and work split over two (the
+compiled worker pool, or batch ranges on the Python pool), 1x1 kernels without
+im2col; over shapes with groups, dilation, padding, stride and output padding,
+batch 1, non-contiguous inputs, f32 and f64. The native passes give the same bits
+at one thread and at two.
 """
 
 import contextlib
@@ -17,31 +20,62 @@ from hypothesis import strategies as st
 
 import tallow as tl
 from tallow.backends.cpu import conv as cpu_conv
-from tallow.backends.cpu import parallel
+from tallow.backends.cpu import native, parallel
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-9, atol=1e-9)}
 
 
+HAVE_NATIVE = cpu_conv._native(np.zeros(1, np.float32)) is not None
+HAVE_POOL = native.pool_available()
+
+
 @contextlib.contextmanager
-def cpu_path(compiled=True, batched=False, split=False):
-    """Force one of the CPU paths: numba or NumPy, products per image or over the
-    batch (``SMALL_IMAGE``, ``FEW_ROWS``), one batch range or one per thread."""
-    with pytest.MonkeyPatch.context() as mp:
+def split_pool(threads=2):
+    """The compiled pool at ``threads`` splitting every task, whatever its size and the
+    machine's load (restored afterwards)."""
+    w = native._workers
+    before, min_bytes = w.threads(), w.min_bytes()
+    w.set_min_bytes(0)
+    w.set_load_check(False)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(cpu_conv.CONFIG, "get", lambda: threads)
+            yield
+    finally:
+        w.set_load_check(True)
+        w.set_min_bytes(min_bytes)
+        w.set_threads(before)
+
+
+@contextlib.contextmanager
+def cpu_path(compiled=True, batched=False, split=False, native_c=True, direct=False):
+    """Force one of the CPU paths: the native C passes (with or without the direct
+    convolution), numba or NumPy, products per image or over the batch
+    (``SMALL_IMAGE``, ``FEW_ROWS``), one thread or work split over two."""
+    with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
+        if not native_c:
+            mp.setitem(cpu_conv._NATIVE, "checked", True)
+            mp.setitem(cpu_conv._NATIVE, "module", None)
         if not compiled:
             mp.setitem(cpu_conv._KERNELS, "checked", True)
             mp.setitem(cpu_conv._KERNELS, "module", None)
         mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
         mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
+        mp.setattr(cpu_conv, "DIRECT_ROWS", 10**9 if direct else 0)
+        mp.setattr(cpu_conv, "DIRECT_MAX_CO", 10**9 if direct else 0)
         if split:  # two batch ranges on two threads, even on a one-CPU machine
             mp.setattr(parallel, "worth_splitting", lambda shape: shape[0] >= 2)
             mp.setattr(cpu_conv.CONFIG, "get", lambda: 2)
+            if HAVE_POOL:
+                stack.enter_context(split_pool())
         yield
 
 
 paths = st.fixed_dictionaries(dict(compiled=st.booleans(), batched=st.booleans(),
-                                   split=st.booleans()))
+                                   split=st.booleans(), native_c=st.booleans(),
+                                   direct=st.booleans()))
 
 
 def _strided(x, transposed):
@@ -153,11 +187,12 @@ def test_usual_shapes_on_every_path(op, b, c, co, n, k, stride, pad):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((b, c, n, n))
     kern = rng.standard_normal((co, c, k, k) if op == "conv2d" else (c, co, k, k))
-    for compiled in (True, False):
+    for native_c, compiled in ((True, True), (False, True), (False, False)):
         for batched in (True, False):
             for split in (True, False):
                 _check(op, x, kern, dict(stride=stride, padding=pad), np.float32, False,
-                       dict(compiled=compiled, batched=batched, split=split))
+                       dict(compiled=compiled, batched=batched, split=split, native_c=native_c,
+                            direct=native_c and op == "conv2d" and c <= 16))
 
 
 @given(data=st.data())
@@ -193,8 +228,8 @@ def test_max_pool_forward_propagates_nan_on_both_paths():
     x = np.arange(2 * 16, dtype=np.float32).reshape(1, 2, 4, 4)
     x[0, 0, 1, 0] = np.nan
     want = F.max_pool2d(torch.from_numpy(x), 2).numpy()
-    for compiled in (True, False):
-        with cpu_path(compiled=compiled):
+    for native_c, compiled in ((True, True), (False, True), (False, False)):
+        with cpu_path(compiled=compiled, native_c=native_c):
             np.testing.assert_array_equal(tl.Tensor(x).max_pool2d(2).numpy(), want)
 
 
@@ -203,3 +238,118 @@ def test_integer_max_pool_keeps_its_dtype():
     got = tl.Tensor(x).max_pool2d(2)
     assert got.dtype == tl.i64
     np.testing.assert_array_equal(got.numpy(), F.max_pool2d(torch.from_numpy(x).double(), 2).long().numpy())
+
+
+# -- the native passes: one thread and two give the same bits ---------------------------
+
+def _everything(x, k, kt, kwargs, pool):
+    """Outputs and gradients of a convolution, a transposed convolution and both pools."""
+    vx, vk, vkt = tl.Var(x), tl.Var(k), tl.Var(kt)
+    conv = vx.conv2d(vk, **kwargs)
+    tconv = vx.conv_transpose2d(vkt, **kwargs)
+    mp = vx.max_pool2d(*pool)
+    ap = vx.avg_pool2d(*pool)
+    loss = (conv.sqr().sum_all() + tconv.sqr().sum_all() + (mp * mp).sum_all()
+            + (ap * ap).sum_all())
+    grads = loss.backward()
+    return [a.numpy() for a in (conv, tconv, mp, ap, grads[vx], grads[vk], grads[vkt])]
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("b,c,co,n,k,stride,pad,dil,pool", [
+    (5, 3, 16, 17, 3, 1, 1, 1, (2, 2)),
+    (3, 8, 12, 12, 3, 2, 0, 1, (3, 2)),
+    (1, 4, 6, 20, 3, 1, 2, 2, (2, 1)),
+    (7, 2, 5, 9, 2, 3, 1, 1, (3, 3)),
+])
+def test_native_paths_give_the_same_bits_at_one_and_two_threads(b, c, co, n, k, stride, pad, dil,
+                                                                  pool, direct):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((b, c, n, n)).astype(np.float32)
+    kern = rng.standard_normal((co, c, k, k)).astype(np.float32)
+    kern_t = rng.standard_normal((c, co, k, k)).astype(np.float32)
+    kwargs = dict(stride=stride, padding=pad, dilation=dil)
+    results = []
+    for threads in (1, 2):
+        with cpu_path(direct=direct), split_pool(threads):
+            native._workers.set_threads(threads)
+            results.append(_everything(x, kern, kern_t, kwargs, pool))
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
+    # ... and the pool did split them
+    with split_pool(2):
+        native._workers.set_threads(2)
+        jobs = native._workers.stats()["jobs"]
+        with cpu_path(direct=direct):
+            _everything(x, kern, kern_t, kwargs, pool)
+        assert native._workers.stats()["jobs"] > jobs
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+def test_native_passes_refuse_short_buffers_and_bad_sizes():
+    mod = cpu_conv._NATIVE["module"]
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    geometry = (1, 1, 4, 4, 3, 3, 1, 1, 0, 0, 1, 1, 2, 2)
+    with pytest.raises(ValueError, match="cols"):
+        mod.im2col(x, np.zeros(3, np.float32), 36, 4, *geometry)
+    with pytest.raises(ValueError, match="out"):
+        mod.direct(x, np.zeros(9, np.float32), np.zeros(3, np.float32), 1, *geometry)
+    with pytest.raises(ValueError, match="bad sizes"):
+        mod.im2col(x, np.zeros(36, np.float32), 36, 4, *geometry[:4], 0, *geometry[5:])
+    with pytest.raises(ValueError, match="pooling"):
+        mod.max_pool2d(x, np.zeros(4, np.float32), 1, 4, 4, 5, 2, 2, 2)
+    with pytest.raises(ValueError, match="gx"):
+        mod.avg_pool2d_backward(np.zeros(4, np.float32), np.zeros(3, np.float32), 1, 4, 4, 2, 2, 2, 2)
+
+
+@pytest.mark.parametrize("kernel,stride", [((2, 2), (2, 2)), ((3, 3), (1, 1)), ((2, 3), (3, 2)),
+                                           ((3, 2), (2, 3)), ((1, 1), (1, 1))])
+@pytest.mark.parametrize("native_c", [True, False])
+def test_wide_max_pool_rows_with_ties_and_nans_match_torch(kernel, stride, native_c):
+    """Rows wide enough for the native pass's eight-window vectors (and their scalar
+    tails): ties go to the first maximum, a NaN wins, as in PyTorch."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(-2, 3, (2, 3, 11, 43)).astype(np.float32)
+    x[rng.random(x.shape) < 0.02] = np.nan
+    g = None
+    with cpu_path(native_c=native_c):
+        vx = tl.Var(x)
+        out = vx.max_pool2d(kernel, stride)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        gx = (out * tl.Tensor(g)).sum_all().backward()[vx].numpy()
+    px = torch.tensor(x, requires_grad=True)
+    ref = F.max_pool2d(px, kernel, stride)
+    (ref * torch.from_numpy(g)).sum().backward()
+    np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
+    np.testing.assert_allclose(gx, px.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+def test_direct_convolution_without_simd_matches_torch():
+    """The scalar direct convolution (CPUs without AVX2); the kernel gradient then takes
+    the im2col path, as the AVX2-only direct kernel gradient refuses to run."""
+    mod = cpu_conv._NATIVE["module"]
+    before = mod.simd()
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 3, 11, 10))
+    k = rng.standard_normal((7, 3, 3, 3))
+    try:
+        mod.set_simd(False)
+        with pytest.raises(ValueError, match="AVX2"):
+            mod.kernel_grad(np.zeros(300, np.float32), np.zeros(300, np.float32),
+                            np.zeros(81, np.float32), 1, 1, 3, 10, 10, 3, 3, 1, 1, 0, 0, 1, 1, 8, 8)
+        for stride, pad in (((1, 1), (1, 1)), ((2, 1), (0, 2))):
+            _check("conv2d", x, k, dict(stride=stride, padding=pad), np.float32, False,
+                   dict(direct=True))
+    finally:
+        mod.set_simd(before)
+
+
+def test_no_native_variable_turns_the_native_passes_off(monkeypatch):
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+    assert cpu_conv._native(x) is None
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "0")
+    assert (cpu_conv._native(x) is not None) == HAVE_NATIVE
+    assert cpu_conv._native(x.astype(np.float64)) is None  # f32 only

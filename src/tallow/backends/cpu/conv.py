@@ -3,10 +3,14 @@ storage, and the backward kernels autograd asks for.
 
 A convolution is an im2col gather and BLAS products; its adjoint (the transposed
 convolution, which is also a convolution's input gradient) is a BLAS product and
-a col2im scatter-add. With numba (``conv_kernels``), im2col/col2im are compiled
-single passes over a zero-padded copy of the images (or a padded output, cropped
-after) that handle stride and dilation in the gather; without numba, NumPy window
-views and per-tap strided adds do the same work more slowly.
+a col2im scatter-add. For f32 with the C extension (``native/_conv.c``), im2col,
+col2im and pooling are C passes split over the compiled worker pool (padding,
+stride and dilation in the gather; the same bits at any thread count), and layers
+with few input channels (``DIRECT_ROWS``) are convolved, and their kernel gradient
+computed, directly, without columns. Otherwise, with numba (``conv_kernels``),
+im2col/col2im are compiled single passes over a zero-padded copy of the images (or
+a padded output, cropped after); without numba, NumPy window views and per-tap
+strided adds do the same work more slowly.
 
 Layout choices (also in docs/design.md, "The CPU backend"):
 
@@ -76,6 +80,50 @@ def _compiled():
 _KERNELS = {"checked": False, "module": None}
 
 
+def _native(*arrays):
+    """The compiled module (``native/_conv.c``) when it is built, not disabled
+    (``TALLOW_NO_NATIVE``) and every array is f32, else None."""
+    if _NATIVE["checked"] is False:
+        _NATIVE["checked"] = True
+        try:
+            from .native import _conv
+
+            _NATIVE["module"] = _conv
+        except ImportError:  # not built: the numba and NumPy paths serve
+            _NATIVE["module"] = None
+    mod = _NATIVE["module"]
+    if mod is None or any(a.dtype != np.float32 for a in arrays):
+        return None
+    from . import native
+
+    if native.disabled():
+        return None
+    native.sync_threads()  # the compiled pool follows set_num_threads
+    return mod
+
+
+_NATIVE = {"checked": False, "module": None}
+
+# A convolution whose columns would have at most this many rows (c_in / groups * kh *
+# kw: a first layer's 1-8 channels under a 3x3 kernel) runs as a direct convolution
+# when the native module is there: such short columns leave BLAS little to block over,
+# and building them costs as much as the product.
+DIRECT_ROWS = 80
+# ... and at most this many output channels (the kernel's rows are re-read per output
+# row; beyond this, im2col and BLAS's blocking win).
+DIRECT_MAX_CO = 64
+
+
+def _direct(native, groups, pointwise, rows, co):
+    """Whether a convolution (or its kernel gradient) runs as a direct one."""
+    return (native is not None and groups == 1 and not pointwise and rows <= DIRECT_ROWS
+            and co <= DIRECT_MAX_CO)
+
+
+def _geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow):
+    return (b, c, h, w, kh, kw, stride[0], stride[1], pad[0], pad[1], dil[0], dil[1], oh, ow)
+
+
 def _over_batch(kernel, nb, per_image, *args):
     """``kernel(*args, b0, b1)`` over the images, split into one batch range per thread
     when the work is large enough to pay for the hand-off (the kernels release the GIL
@@ -115,7 +163,7 @@ def _zero_padded(x, pad):
 def _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, batch_major):
     """Columns of a C-contiguous ``x``: ``(b, c*kh*kw, oh*ow)`` when ``batch_major``,
     else ``(c*kh*kw, b, oh*ow)``."""
-    b, c = x.shape[:2]
+    b, c, h, w = x.shape
     rows, pos = c * kh * kw, oh * ow
     if batch_major:
         cols = np.empty((b, rows, pos), x.dtype)
@@ -123,6 +171,10 @@ def _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, batch_major):
     else:
         cols = np.empty((rows, b, pos), x.dtype)
         sb, sr = pos, b * pos
+    native = _native(x)
+    if native is not None:  # padding handled in the gather, split over the compiled pool
+        native.im2col(x, cols, sb, sr, *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+        return cols
     xp = _zero_padded(x, pad)
     _over_batch(kernels.im2col, b, rows * pos, xp.reshape(-1), c, xp.shape[2], xp.shape[3],
                 kh, kw, stride[0], stride[1], dil[0], dil[1], oh, ow, cols.reshape(-1), sb, sr)
@@ -142,16 +194,21 @@ def _pointwise_input(x, stride):
 
 def _conv2d(x, k, pad, stride, dil, groups):
     """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
-    kernels = _compiled()
-    if kernels is None:
+    kernels, native = _compiled(), _native(x, k)
+    if kernels is None and native is None:
         return _conv2d_numpy(x, k, pad, stride, dil, groups)
     b, c, h, w = x.shape
     co, cg, kh, kw = k.shape
     oh, ow = _out_hw(h, w, kh, kw, pad, stride, dil)
-    kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     x = np.ascontiguousarray(x)
-    CONFIG.apply()
     pointwise = _is_pointwise(kh, kw, pad)
+    if _direct(native, groups, pointwise, c * kh * kw, co):
+        y = np.empty((b, co, oh, ow), np.float32)
+        native.direct(x, np.ascontiguousarray(k), y, co,
+                      *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+        return y
+    kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
+    CONFIG.apply()
     if b == 1 or oh * ow >= SMALL_IMAGE:
         if pointwise:
             cols = _pointwise_input(x, stride).reshape(b, groups, cg, oh * ow)
@@ -174,7 +231,7 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     """The adjoint of a convolution: ``kernel^T @ x`` (per image, or over the batch for
     small images) then col2im into the output."""
     kernels = _compiled()
-    if kernels is None:
+    if kernels is None and _native(x, k) is None:
         return _conv_transpose2d_numpy(x, k, pad, out_pad, stride, dil, groups)
     b, ci, h, w = x.shape
     _, cog, kh, kw = k.shape
@@ -182,8 +239,19 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     oh = (h - 1) * stride[0] - 2 * pad[0] + dil[0] * (kh - 1) + out_pad[0] + 1
     ow = (w - 1) * stride[1] - 2 * pad[1] + dil[1] * (kw - 1) + out_pad[1] + 1
     rows, pos = cog * kh * kw, h * w
-    kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     x = np.ascontiguousarray(x)
+    native = _native(x, k)
+    if (stride == (1, 1) and out_pad == (0, 0) and pad[0] <= dil[0] * (kh - 1)
+            and pad[1] <= dil[1] * (kw - 1) and _direct(native, groups, False, rows, ci)):
+        # Stride 1: the convolution of x with the flipped, transposed kernel under the
+        # complementary padding; for few output channels (a first layer's input
+        # gradient) the direct kernel needs no column buffer and no scatter.
+        flipped = np.ascontiguousarray(k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        cpad = (dil[0] * (kh - 1) - pad[0], dil[1] * (kw - 1) - pad[1])
+        y = np.empty((b, co, oh, ow), np.float32)
+        native.direct(x, flipped, y, co, *_geometry(b, ci, h, w, kh, kw, (1, 1), cpad, dil, oh, ow))
+        return y
+    kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     CONFIG.apply()
     if _is_pointwise(kh, kw, pad) and stride == (1, 1):
         # Every input pixel lands on its own output pixel: no scatter at all (an
@@ -199,6 +267,11 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
         xs = np.ascontiguousarray(x.reshape(b, ci, pos).transpose(1, 0, 2))
         cols = gemm.matmul(kern_t, xs.reshape(groups, cig, b * pos))  # (g, rows, b, pos)
         sb, sr = pos, b * pos
+    native = _native(cols)
+    if native is not None:  # each output plane zeroed and summed in place, nothing cropped
+        out = np.empty((b, co, oh, ow), np.float32)
+        native.col2im(cols, out, sb, sr, *_geometry(b, co, oh, ow, kh, kw, stride, pad, dil, h, w))
+        return out
     # The padded output: every tap lands inside it; the padding is cropped after.
     hp, wp = oh + 2 * pad[0], ow + 2 * pad[1]
     outp = np.zeros((b, co, hp, wp), cols.dtype)
@@ -214,8 +287,8 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     as one BLAS product over all images at once; with few column rows (a first
     layer's 1-3 input channels) a product per image summed over the batch is faster,
     since the single product's tiny output leaves BLAS little to block over."""
-    kernels = _compiled()
-    if kernels is None:
+    kernels, native = _compiled(), _native(x, g)
+    if kernels is None and native is None:
         return _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups)
     co, cg, kh, kw = k_shape
     b, c, h, w = x.shape
@@ -228,6 +301,11 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     g = g[:, :, :oh, :ow]
     pointwise = _is_pointwise(kh, kw, pad)
+    if _direct(native, groups, pointwise, c * kh * kw, co) and native.simd():
+        gk = np.empty(k_shape, np.float32)
+        native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
+                           *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+        return gk
     CONFIG.apply()
     if b > 1 and c * kh * kw <= FEW_ROWS and not pointwise:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
@@ -356,8 +434,19 @@ def _pool_size(x, kernel, stride):
     return ((x.shape[2] - kernel[0]) // stride[0] + 1, (x.shape[3] - kernel[1]) // stride[1] + 1)
 
 
+def _pool_geometry(x, kernel, stride):
+    b, c, h, w = x.shape
+    return (b * c, h, w, kernel[0], kernel[1], stride[0], stride[1])
+
+
 def _max_pool(x, kernel, stride):
     oh, ow = _pool_size(x, kernel, stride)
+    native = _native(x)
+    if native is not None:
+        x = np.ascontiguousarray(x)
+        out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+        native.max_pool2d(x, out, *_pool_geometry(x, kernel, stride))
+        return out
     kernels = _pool_kernels(x)
     if kernels is not None:
         out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
@@ -374,6 +463,12 @@ def _max_pool(x, kernel, stride):
 
 def _avg_pool(x, kernel, stride):
     oh, ow = _pool_size(x, kernel, stride)
+    native = _native(x)
+    if native is not None:
+        x = np.ascontiguousarray(x)
+        out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+        native.avg_pool2d(x, out, *_pool_geometry(x, kernel, stride))
+        return out
     scale = x.dtype.type(1.0 / (kernel[0] * kernel[1]))
     kernels = _pool_kernels(x)
     if kernels is not None:
@@ -393,6 +488,13 @@ def _avg_pool(x, kernel, stride):
 def _max_pool_backward(x, g, kernel, stride):
     """Route each window's gradient to its first maximum, or to its last NaN, as
     PyTorch does; overlapping windows add up."""
+    native = _native(x, g)
+    if native is not None:
+        x = np.ascontiguousarray(x)
+        gx = np.empty(x.shape, np.float32)
+        native.max_pool2d_backward(x, np.ascontiguousarray(g), gx,
+                                   *_pool_geometry(x, kernel, stride))
+        return gx
     kernels = _pool_kernels(x, g)
     if kernels is not None:
         gx = np.zeros(x.shape, g.dtype)
@@ -416,6 +518,11 @@ def _max_pool_backward(x, g, kernel, stride):
 
 
 def _avg_pool_backward(g, in_shape, kernel, stride):
+    native = _native(g)
+    if native is not None:
+        gx = np.empty(in_shape, np.float32)
+        native.avg_pool2d_backward(np.ascontiguousarray(g), gx, *_pool_geometry(gx, kernel, stride))
+        return gx
     scale = g.dtype.type(1.0 / (kernel[0] * kernel[1]))
     kernels = _pool_kernels(g)
     gx = np.zeros(in_shape, g.dtype)

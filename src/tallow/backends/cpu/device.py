@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from ..base import BackendDevice
+from . import heap
 from .creation import CpuCreation
 from .quantized import qmatmul_path
 from .storage import CpuStorage
@@ -24,6 +25,7 @@ class CpuDeviceState(CpuCreation, BackendDevice):
         self.handle = None  # the canonical Device handle, set by tallow.device
         self._lock = threading.Lock()
         self._rng = np.random.default_rng()
+        heap.keep_slack()  # a training step's memory reused step after step (heap.py)
 
     def qmatmul_path(self, ggml_type):
         """"native", "numba" or "numpy": the CPU multiplies every GGML type."""

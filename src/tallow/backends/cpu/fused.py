@@ -449,6 +449,19 @@ class CpuFused:
         o1 += x0 * sn
         return _finish(self, out, layout.shape, self.dtype)
 
+    def relu_backward(self, layout, grad, grad_layout):
+        """``grad * (x > 0)`` in one multiply by the boolean mask (NumPy casts it to
+        1.0/0.0, so the products are the composed rule's); large inputs are left to the
+        composed ops, which split across threads."""
+        dtype = self.dtype
+        if (dtype is not dt.f32 and dtype is not dt.f64) or grad.dtype is not dtype \
+                or layout.count >= parallel.MIN_ELEMENTS:
+            raise NotImplementedError
+        x = self.view(layout)
+        out = np.empty(x.shape, x.dtype)
+        np.multiply(grad.view(grad_layout), x > 0, out=out)
+        return self._wrap(out, dtype)
+
     def linear(self, layout, weight, weight_layout, bias, bias_layout):
         """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""
         CONFIG.apply()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import config
 from ... import dtype as dt
 
 _HALF = (dt.f16, dt.bf16)
@@ -24,6 +25,12 @@ class CpuLosses:
             raise NotImplementedError  # empty: the composed path gives PyTorch's answers
         dtype = self.dtype
         xf = x.astype(np.float32) if dtype in _HALF else x
+        if not 0 <= ignore_index < c and t.dtype.kind in "iu":
+            # No id can be ignored (``ignore_index`` is not a class; PyTorch's -100 by
+            # default): when every id is in range, the weights are all one.
+            done = _all_counted(xf, t, n, mean, with_grad)
+            if done is not None:
+                return _finish(self, done[0], done[1], xf is not x, dtype)
         keep = t != ignore_index
         t64 = t.astype(np.int64)
         if ((t64 < 0) | (t64 >= c))[keep].any():
@@ -48,8 +55,48 @@ class CpuLosses:
                 grad = e / total
                 grad *= -coef[:, None]
                 grad[rows, safe] += coef
-        loss_s = self._wrap(loss.astype(dtype.np) if xf is not x else loss, dtype)
-        grad_s = None
-        if grad is not None:
-            grad_s = self._wrap(grad.astype(dtype.np) if xf is not x else grad, dtype)
-        return loss_s, grad_s
+        return _finish(self, loss, grad, xf is not x, dtype)
+
+
+def _all_counted(xf, t, n, mean, with_grad):
+    """``(loss, grad)`` when every id counts (``coef`` all ``-1/n`` for the mean, ``-1``
+    for the sum) in one compiled pass over the rows (``loss_kernels``); None when an
+    id is out of range or numba is not available (the general path answers)."""
+    kernels = _compiled()
+    if kernels is None or xf.dtype.kind != "f":
+        return None
+    npd = xf.dtype.type
+    coef = npd(-1.0) / npd(n) if mean else npd(-1.0)
+    grad = np.empty(xf.shape, xf.dtype) if with_grad else _NO_GRAD
+    ok, loss = kernels.cross_entropy_rows(xf, t, coef, grad, with_grad)
+    if not ok:
+        return None
+    return np.asarray(loss, dtype=xf.dtype).reshape(()), (grad if with_grad else None)
+
+
+_NO_GRAD = np.empty((1, 1), np.float32)
+
+
+def _compiled():
+    """The numba kernel module, or None (numba missing, broken or disabled)."""
+    if not _KERNELS["checked"]:
+        _KERNELS["checked"] = True
+        if not config.flag("TALLOW_NO_NUMBA", False):
+            try:
+                from . import loss_kernels
+
+                _KERNELS["module"] = loss_kernels
+            except Exception:  # numba missing or broken: the NumPy path serves
+                _KERNELS["module"] = None
+    return _KERNELS["module"]
+
+
+_KERNELS = {"checked": False, "module": None}
+
+
+def _finish(s, loss, grad, widened, dtype):
+    loss_s = s._wrap(loss.astype(dtype.np) if widened else loss, dtype)
+    grad_s = None
+    if grad is not None:
+        grad_s = s._wrap(grad.astype(dtype.np) if widened else grad, dtype)
+    return loss_s, grad_s

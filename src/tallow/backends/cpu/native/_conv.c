@@ -1,0 +1,867 @@
+/* Compiled convolution and pooling passes on contiguous f32 NCHW arrays, split over
+ * tallow's worker pool (_workers.h):
+ *
+ *  - im2col / col2im with the padding, stride and dilation handled in the gather
+ *    (no padded copy of the images, no padded output to crop): units are image
+ *    planes (b, c), so every unit writes its own columns or its own output plane;
+ *  - a direct convolution for layers whose columns would be short (a first layer's
+ *    1-16 input channels): no column matrix at all, each output row computed from
+ *    the input rows it reads, copied once into zero-padded scratch rows (one per
+ *    stride phase); units are output rows (b, y);
+ *  - max / average pooling forward and backward; units are planes.
+ *
+ * Every unit is computed by one thread in a fixed order, and units never write the
+ * same memory, so results are bit-identical at any thread count.  The pool splits a
+ * task only when it is worth it (pool_worth: size and the machine's load).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "_workers.h"
+
+static int use_avx2 = 0;
+
+static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        out[i] = PyLong_AsLongLong(args[start + i]);
+        if (out[i] == -1 && PyErr_Occurred()) return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ geometry */
+/* A convolution window walk: images nc x h x w, an oh x ow grid of windows of
+ * kh x kw taps, strides, padding and dilation. */
+typedef struct {
+    int64_t nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+} geom_t;
+
+/* For tap column kj: the output columns [*j0, *j1) whose input column is inside the image. */
+static inline void valid_cols(const geom_t *g, int64_t kj, int64_t *j0, int64_t *j1) {
+    int64_t off = g->pw - kj * g->dw; /* input column of output column j: j*sw - off */
+    int64_t lo = off > 0 ? (off + g->sw - 1) / g->sw : 0;
+    int64_t top = g->w - 1 + off; /* j*sw <= top */
+    int64_t hi = top < 0 ? 0 : top / g->sw + 1;
+    if (lo > g->ow) lo = g->ow;
+    if (hi > g->ow) hi = g->ow;
+    if (hi < lo) hi = lo;
+    *j0 = lo;
+    *j1 = hi;
+}
+
+static int parse_geom(PyObject *const *args, Py_ssize_t start, geom_t *g) {
+    int64_t a[14];
+    if (!ints(args, start, 14, a)) return 0;
+    geom_t t = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13]};
+    for (int i = 0; i < 14; i++)
+        if (a[i] < 0 || (i >= 4 && i <= 7 && a[i] < 1) || (i >= 10 && i <= 11 && a[i] < 1)) {
+            PyErr_SetString(PyExc_ValueError, "conv geometry: bad sizes");
+            return 0;
+        }
+    *g = t;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ im2col / col2im */
+/* Columns: cols[b*sb + ((c*kh + ki)*kw + kj)*sr + i*ow + j] = x[b, c, i*sh - ph + ki*dh,
+ * j*sw - pw + kj*dw], zero outside the image.  sb, sr: the strides of an image and a row,
+ * so that (b, rows, pos) and (rows, b, pos) layouts come from the same pass. */
+typedef struct {
+    geom_t g;
+    float *x, *cols; /* col2im: x is the output, cols the input */
+    int64_t sb, sr;
+} cols_job;
+
+static void im2col_task(void *p, int64_t lo, int64_t hi) {
+    const cols_job *jb = (const cols_job *)p;
+    const geom_t *g = &jb->g;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / g->nc, c = u % g->nc;
+        const float *src = jb->x + u * g->h * g->w;
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                float *dst = jb->cols + b * jb->sb + ((c * g->kh + ki) * g->kw + kj) * jb->sr;
+                int64_t j0, j1;
+                valid_cols(g, kj, &j0, &j1);
+                int64_t coff = kj * g->dw - g->pw;
+                for (int64_t i = 0; i < g->oh; i++, dst += g->ow) {
+                    int64_t r = i * g->sh - g->ph + ki * g->dh;
+                    if (r < 0 || r >= g->h) {
+                        memset(dst, 0, (size_t)g->ow * sizeof(float));
+                        continue;
+                    }
+                    const float *row = src + r * g->w + coff;
+                    for (int64_t j = 0; j < j0; j++) dst[j] = 0.0f;
+                    if (g->sw == 1)
+                        memcpy(dst + j0, row + j0, (size_t)(j1 - j0) * sizeof(float));
+                    else
+                        for (int64_t j = j0; j < j1; j++) dst[j] = row[j * g->sw];
+                    for (int64_t j = j1; j < g->ow; j++) dst[j] = 0.0f;
+                }
+            }
+    }
+}
+
+/* The adjoint: x[b, c] = sum over taps of the columns that read each pixel, in the
+ * order (ki, kj, i, j); each unit zeroes and fills its own output plane. */
+static void col2im_task(void *p, int64_t lo, int64_t hi) {
+    const cols_job *jb = (const cols_job *)p;
+    const geom_t *g = &jb->g;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / g->nc, c = u % g->nc;
+        float *out = jb->x + u * g->h * g->w;
+        memset(out, 0, (size_t)(g->h * g->w) * sizeof(float));
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const float *src = jb->cols + b * jb->sb + ((c * g->kh + ki) * g->kw + kj) * jb->sr;
+                int64_t j0, j1;
+                valid_cols(g, kj, &j0, &j1);
+                int64_t coff = kj * g->dw - g->pw;
+                for (int64_t i = 0; i < g->oh; i++, src += g->ow) {
+                    int64_t r = i * g->sh - g->ph + ki * g->dh;
+                    if (r < 0 || r >= g->h) continue;
+                    float *row = out + r * g->w + coff;
+                    if (g->sw == 1)
+                        for (int64_t j = j0; j < j1; j++) row[j] += src[j];
+                    else
+                        for (int64_t j = j0; j < j1; j++) row[j * g->sw] += src[j];
+                }
+            }
+    }
+}
+
+/* Planes per chunk: enough that a chunk is a few microseconds of copying. */
+static int64_t plane_grain(int64_t floats_per_plane) {
+    int64_t grain = 4096 / (floats_per_plane + 1);
+    return grain < 1 ? 1 : grain;
+}
+
+/* im2col(x, cols, sb, sr, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+ * col2im(cols, x, sb, sr, <the same geometry>): x (nb, nc, h, w) overwritten. */
+static PyObject *cols_call(PyObject *const *args, Py_ssize_t nargs, int adjoint) {
+    const char *name = adjoint ? "col2im" : "im2col";
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "%s takes 18 arguments", name);
+    cols_job jb;
+    int64_t s[2];
+    if (!ints(args, 2, 2, s) || !parse_geom(args, 4, &jb.g)) return NULL;
+    jb.sb = s[0];
+    jb.sr = s[1];
+    const geom_t *g = &jb.g;
+    int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
+    /* the furthest column element written or read, from the two strides */
+    int64_t need = g->nb && rows && pos ? ((g->nb - 1) * jb.sb + (rows - 1) * jb.sr + pos) * 4 : 0;
+    int64_t img = g->nb * g->nc * g->h * g->w * 4;
+    buf_t b[2];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    int ok = adjoint ? get_buf(args[0], &b[0], 0, need, "cols") && get_buf(args[1], &b[1], 1, img, "x")
+                     : get_buf(args[0], &b[1], 0, img, "x") && get_buf(args[1], &b[0], 1, need, "cols");
+    if (ok) {
+        jb.cols = (float *)b[0].view.buf;
+        jb.x = (float *)b[1].view.buf;
+        int64_t units = g->nb * g->nc;
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(adjoint ? col2im_task : im2col_task, &jb, units,
+                        plane_grain(g->kh * g->kw * pos), need + img);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 2);
+    return res;
+}
+
+static PyObject *py_im2col(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return cols_call(args, nargs, 0);
+}
+
+static PyObject *py_col2im(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return cols_call(args, nargs, 1);
+}
+
+/* ------------------------------------------------------------------ direct convolution */
+/* out[b, co, y, x] = sum over (ci, ki, kj) of k[co, ci, ki, kj] * x[b, ci, y*sh - ph + ki*dh,
+ * x*sw - pw + kj*dw], in that summation order (with FMA on AVX2).  One unit is an output
+ * row (b, y): its input rows, ci x kh of them, are copied into zero-padded scratch rows,
+ * one per stride phase (phase p holds padded columns p, p + sw, ...), so that the taps
+ * of output columns x..x+7 are eight consecutive floats. */
+typedef struct {
+    geom_t g;
+    const float *x, *k;
+    float *out;
+    int64_t co;
+    int64_t plen;  /* floats of one phase row */
+    int64_t xblk;  /* output columns computed per block, rounded up to 16 */
+    int64_t *tap_off; /* per tap (ci, ki, kj): where its inputs start in the scratch rows */
+    float *kpack;     /* the kernel per block of channels, [tap][channel in block] */
+} direct_job;
+
+/* The channel blocks direct_row_avx2 walks: six while more than four channels remain,
+ * except eight (two blocks of four waste none), then four.  Returns the block at o0. */
+static inline int64_t direct_block_size(int64_t co, int64_t o0) {
+    int64_t left = co - o0;
+    return left > 4 && left != 8 ? 6 : 4;
+}
+
+/* One image row into sw zero-padded phase rows of plen floats: padded column t = c + pw
+ * goes to phase t % sw, slot t / sw (dst zeroed by the caller). */
+static void phase_row(float *dst, const float *src, int64_t w, int64_t pw, int64_t sw, int64_t plen) {
+    if (sw == 1) {
+        int64_t n = w < plen - pw ? w : plen - pw;
+        if (n > 0) memcpy(dst + pw, src, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t ph = 0; ph < sw; ph++) {
+        /* the first image column of this phase: c + pw = ph (mod sw), c >= 0 */
+        int64_t c0 = ((ph - pw) % sw + sw) % sw;
+        float *d = dst + ph * plen;
+        for (int64_t c = c0, slot = (c0 + pw) / sw; c < w && slot < plen; c += sw, slot++) d[slot] = src[c];
+    }
+}
+
+/* scratch: nc*kh rows of sw phases of plen floats, and one block of co x xblk outputs */
+static float *direct_rows(const direct_job *jb, float *scratch, int64_t b, int64_t y) {
+    const geom_t *g = &jb->g;
+    int64_t sw = g->sw, plen = jb->plen;
+    float *rows = scratch;
+    for (int64_t ci = 0; ci < g->nc; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            float *pr = rows + (ci * g->kh + ki) * sw * plen;
+            memset(pr, 0, (size_t)(sw * plen) * sizeof(float));
+            int64_t r = y * g->sh - g->ph + ki * g->dh;
+            if (r < 0 || r >= g->h) continue;
+            phase_row(pr, jb->x + ((b * g->nc + ci) * g->h + r) * g->w, g->w, g->pw, sw, plen);
+        }
+    return rows;
+}
+
+static void direct_row_scalar(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
+    const geom_t *g = &jb->g;
+    int64_t ow = g->ow;
+    for (int64_t o = 0; o < jb->co; o++) {
+        float *dst = jb->out + ((b * jb->co + o) * g->oh + y) * ow;
+        for (int64_t x = 0; x < ow; x++) acc[x] = 0.0f;
+        const float *kk = jb->k + o * g->nc * g->kh * g->kw;
+        int64_t taps = g->nc * g->kh * g->kw;
+        for (int64_t tap = 0; tap < taps; tap++) {
+            const float *src = rows + jb->tap_off[tap];
+            float wv = kk[tap];
+            for (int64_t x = 0; x < ow; x++) acc[x] = fmaf(wv, src[x], acc[x]);
+        }
+        memcpy(dst, acc, (size_t)ow * sizeof(float));
+    }
+}
+
+#ifdef TALLOW_X86
+/* NCO output channels x 16 columns per register block (2 * NCO accumulators): per tap
+ * two loads, NCO broadcasts and 2 * NCO FMAs.  Channels past the layer's last (nco <
+ * NCO) are computed with channel o0's weights and not stored. */
+#define DIRECT_BLOCK(NCO)                                                                              \
+    AVX2 static void direct_block##NCO(const direct_job *jb, const float *rows, float *acc, int64_t b,     \
+                                       int64_t y, int64_t o0, int64_t nco) {                            \
+        const geom_t *g = &jb->g;                                                                      \
+        int64_t ow = g->ow, taps = g->nc * g->kh * g->kw;                                              \
+        const float *kp = jb->kpack + o0 * taps; /* [tap][NCO] */                                     \
+        (void)nco;                                                                                     \
+        for (int64_t x0 = 0; x0 < ow; x0 += 16) {                                                      \
+            __m256 a[2 * NCO];                                                                         \
+            _Pragma("GCC unroll 12") for (int q = 0; q < 2 * NCO; q++) a[q] = _mm256_setzero_ps();     \
+            const float *base = rows + x0;                                                             \
+            for (int64_t tap = 0; tap < taps; tap++) {                                                 \
+                const float *src = base + jb->tap_off[tap];                                            \
+                __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);                       \
+                _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                \
+                    __m256 w = _mm256_broadcast_ss(kp + tap * NCO + q);                                \
+                    a[2 * q] = _mm256_fmadd_ps(w, v0, a[2 * q]);                                       \
+                    a[2 * q + 1] = _mm256_fmadd_ps(w, v1, a[2 * q + 1]);                               \
+                }                                                                                      \
+            }                                                                                          \
+            int64_t n = ow - x0 < 16 ? ow - x0 : 16;                                                   \
+            _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                    \
+                if (q >= nco) break;                                                                   \
+                float *dst = jb->out + ((b * jb->co + o0 + q) * g->oh + y) * ow + x0;                  \
+                if (n == 16) {                                                                         \
+                    _mm256_storeu_ps(dst, a[2 * q]);                                                   \
+                    _mm256_storeu_ps(dst + 8, a[2 * q + 1]);                                           \
+                } else {                                                                               \
+                    _mm256_storeu_ps(acc, a[2 * q]);                                                   \
+                    _mm256_storeu_ps(acc + 8, a[2 * q + 1]);                                           \
+                    memcpy(dst, acc, (size_t)n * sizeof(float));                                       \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }
+DIRECT_BLOCK(4)
+DIRECT_BLOCK(6)
+
+/* Blocks of six channels (twelve accumulators hide the FMA latency better than eight)
+ * while more than four remain, except eight (two blocks of four waste none). */
+AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float *acc, int64_t b, int64_t y) {
+    int64_t o0 = 0, co = jb->co;
+    while (o0 < co) {
+        int64_t left = co - o0;
+        if (direct_block_size(co, o0) == 6) {
+            direct_block6(jb, rows, acc, b, y, o0, left < 6 ? left : 6);
+            o0 += 6;
+        } else {
+            direct_block4(jb, rows, acc, b, y, o0, left < 4 ? left : 4);
+            o0 += 4;
+        }
+    }
+}
+#endif
+
+static void direct_task(void *p, int64_t lo, int64_t hi) {
+    const direct_job *jb = (const direct_job *)p;
+    const geom_t *g = &jb->g;
+    size_t nrows = (size_t)(g->nc * g->kh * g->sw * jb->plen);
+    /* scratch rows plus one accumulator row (at least 16 floats) */
+    size_t accn = (size_t)(g->ow > 16 ? g->ow : 16);
+    float *scratch = (float *)malloc((nrows + accn) * sizeof(float));
+    if (!scratch) return; /* cannot happen for the sizes the caller allows */
+    float *acc = scratch + nrows;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t b = u / g->oh, y = u % g->oh;
+        const float *rows = direct_rows(jb, scratch, b, y);
+#ifdef TALLOW_X86
+        if (use_avx2) {
+            direct_row_avx2(jb, rows, acc, b, y);
+            continue;
+        }
+#endif
+        direct_row_scalar(jb, rows, acc, b, y);
+    }
+    free(scratch);
+}
+
+/* The kernel (co, taps) repacked per channel block as [tap][channel in block], so that a
+ * block's weights for one tap are consecutive (one pointer for the FMAs' broadcasts);
+ * missing channels of a last block repeat its first.  NULL with MemoryError set. */
+static float *pack_kernel(const float *k, int64_t co, int64_t taps) {
+    int64_t padded = 0;
+    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0)) padded += direct_block_size(co, o0);
+    float *p = (float *)PyMem_Malloc((size_t)(padded * taps) * sizeof(float));
+    if (!p) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0)) {
+        int64_t nb = direct_block_size(co, o0);
+        float *blk = p + o0 * taps;
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t q = 0; q < nb; q++) blk[t * nb + q] = k[(o0 + (o0 + q < co ? q : 0)) * taps + t];
+    }
+    return p;
+}
+
+/* direct(x, k, out, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow) */
+static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "direct takes 18 arguments");
+    direct_job jb;
+    if (!ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
+    const geom_t *g = &jb.g;
+    if (jb.co < 1 || g->nc * g->kh * g->kw > (1 << 16))
+        return PyErr_Format(PyExc_ValueError, "direct: bad channel counts");
+    jb.xblk = (g->ow + 15) / 16 * 16;
+    /* a phase row covers the last block's 16 columns plus the furthest tap */
+    jb.plen = jb.xblk + ((g->kw - 1) * g->dw) / g->sw + 1;
+    int64_t taps = g->nc * g->kh * g->kw;
+    jb.tap_off = (int64_t *)PyMem_Malloc((size_t)taps * sizeof(int64_t));
+    if (!jb.tap_off) return PyErr_NoMemory();
+    for (int64_t ci = 0, tap = 0; ci < g->nc; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++, tap++) {
+                int64_t t = kj * g->dw;
+                jb.tap_off[tap] = (ci * g->kh + ki) * g->sw * jb.plen + (t % g->sw) * jb.plen + t / g->sw;
+            }
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    jb.kpack = NULL;
+    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
+        get_buf(args[1], &b[1], 0, jb.co * taps * 4, "k") &&
+        get_buf(args[2], &b[2], 1, g->nb * jb.co * g->oh * g->ow * 4, "out") &&
+        (jb.kpack = pack_kernel((const float *)b[1].view.buf, jb.co, taps)) != NULL) {
+        jb.x = (const float *)b[0].view.buf;
+        jb.k = (const float *)b[1].view.buf;
+        jb.out = (float *)b[2].view.buf;
+        int64_t row_macs = jb.co * taps * g->ow;
+        int64_t grain = 16384 / (row_macs + 1);
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(direct_task, &jb, g->nb * g->oh, grain < 1 ? 1 : grain, g->nb * g->oh * row_macs);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
+    PyMem_Free(jb.tap_off);
+    PyMem_Free(jb.kpack);
+    return res;
+}
+
+/* ------------------------------------------------------------------ direct kernel gradient */
+/* gk[co, ci, ki, kj] = sum over (b, y, x) of g[b, co, y, x] * x[b, ci, y*sh - ph + ki*dh,
+ * x*sw - pw + kj*dw]: a convolution's kernel gradient without a column matrix, for the
+ * same few-channel layers as the direct convolution.  One unit is one input-row tap
+ * (ci, ki) and up to three kj: for every (b, y) its input row is copied once into the
+ * zero-padded phase rows, then every block of three output channels multiplies eight
+ * columns of the gradient with the three taps' inputs into nine vector sums, kept in
+ * memory between rows.  The sums run over (b, y, x) in order and are reduced lane by
+ * lane at the end, the same at any thread count. */
+typedef struct {
+    geom_t g;
+    const float *x, *gr;
+    float *gk;
+    int64_t co, plen;
+} kgrad_job;
+
+#define KG_CO 3
+#define KG_TAPS 3
+
+#ifdef TALLOW_X86
+AVX2 static inline float hsum8(__m256 v) {
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+AVX2 static void kgrad_task(void *p, int64_t lo, int64_t hi) {
+    const kgrad_job *jb = (const kgrad_job *)p;
+    const geom_t *g = &jb->g;
+    int64_t sw = g->sw, plen = jb->plen, ow = g->ow, co = jb->co;
+    int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, ncb = (co + KG_CO - 1) / KG_CO;
+    int64_t taps = g->nc * g->kh * g->kw;
+    float *rows = (float *)malloc((size_t)(sw * plen + ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
+    if (!rows) return; /* cannot happen for the sizes the caller allows */
+    float *sums = rows + sw * plen;
+    int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
+        int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+        int64_t off[KG_TAPS];
+        for (int64_t t = 0; t < KG_TAPS; t++) {
+            int64_t kj = tb * KG_TAPS + (t < nt ? t : 0), d = kj * g->dw;
+            off[t] = (d % sw) * plen + d / sw;
+        }
+        memset(sums, 0, (size_t)(ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
+        for (int64_t b = 0; b < g->nb; b++)
+            for (int64_t y = 0; y < g->oh; y++) {
+                int64_t rr = y * g->sh - g->ph + ki * g->dh;
+                if (rr < 0 || rr >= g->h) continue; /* a row of padding adds nothing */
+                memset(rows, 0, (size_t)(sw * plen) * sizeof(float));
+                phase_row(rows, jb->x + ((b * g->nc + ci) * g->h + rr) * g->w, g->w, g->pw, sw, plen);
+                for (int64_t cb = 0; cb < ncb; cb++) {
+                    const float *gp[KG_CO];
+                    for (int q = 0; q < KG_CO; q++) {
+                        int64_t o = cb * KG_CO + q < co ? cb * KG_CO + q : cb * KG_CO;
+                        gp[q] = jb->gr + ((b * co + o) * g->oh + y) * ow;
+                    }
+                    float *sp = sums + cb * KG_CO * KG_TAPS * 8;
+                    __m256 a[KG_CO * KG_TAPS];
+                    for (int q = 0; q < KG_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+                    for (int64_t x0 = 0; x0 < ow; x0 += 8) {
+                        int64_t n = ow - x0 < 8 ? ow - x0 : 8;
+                        /* a last partial block: the lanes past the row read nothing */
+                        __m256i m = _mm256_loadu_si256((const __m256i *)(lanes + 8 - n));
+                        __m256 gv[KG_CO], v[KG_TAPS];
+                        if (n == 8) {
+                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_loadu_ps(gp[q] + x0);
+                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_loadu_ps(rows + off[t] + x0);
+                        } else {
+                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_maskload_ps(gp[q] + x0, m);
+                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_maskload_ps(rows + off[t] + x0, m);
+                        }
+                        for (int q = 0; q < KG_CO; q++)
+                            for (int t = 0; t < KG_TAPS; t++)
+                                a[q * KG_TAPS + t] = _mm256_fmadd_ps(gv[q], v[t], a[q * KG_TAPS + t]);
+                    }
+                    for (int q = 0; q < KG_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
+                }
+            }
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t t = 0; t < nt; t++) {
+                const float *sp = sums + ((o / KG_CO) * KG_CO * KG_TAPS + (o % KG_CO) * KG_TAPS + t) * 8;
+                jb->gk[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] = hsum8(_mm256_loadu_ps(sp));
+            }
+    }
+    free(rows);
+}
+#endif
+
+/* kernel_grad(x, g, gk, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): gk
+ * (co, nc, kh, kw) overwritten; needs the AVX2 kernels (simd()). */
+static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "kernel_grad takes 18 arguments");
+    kgrad_job jb;
+    if (!ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
+    const geom_t *g = &jb.g;
+    if (jb.co < 1) return PyErr_Format(PyExc_ValueError, "kernel_grad: bad channel counts");
+    if (!use_avx2) return PyErr_Format(PyExc_ValueError, "kernel_grad: needs the AVX2 kernels");
+    jb.plen = (g->ow + 7) / 8 * 8 + ((g->kw - 1) * g->dw) / g->sw + 1;
+    int64_t taps = g->nc * g->kh * g->kw;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
+        get_buf(args[1], &b[1], 0, g->nb * jb.co * g->oh * g->ow * 4, "g") &&
+        get_buf(args[2], &b[2], 1, jb.co * taps * 4, "gk")) {
+        jb.x = (const float *)b[0].view.buf;
+        jb.gr = (const float *)b[1].view.buf;
+        jb.gk = (float *)b[2].view.buf;
+#ifdef TALLOW_X86
+        int64_t units = g->nc * g->kh * ((g->kw + KG_TAPS - 1) / KG_TAPS);
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
+        Py_END_ALLOW_THREADS
+#endif
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
+    return res;
+}
+
+/* ------------------------------------------------------------------ pooling */
+/* Windows kh x kw at strides sh, sw over planes h x w, no padding; units are planes. */
+typedef struct {
+    int64_t planes, h, w, kh, kw, sh, sw, oh, ow;
+    const float *x, *g;
+    float *out;
+    float scale;
+} pool_job;
+
+/* The max pool's pick, without a branch: "is this tap larger" is a coin toss on real
+ * data, and a mispredicted branch per tap costs several times the comparison.  The tap
+ * wins when it is larger or NaN (so the first maximum, or the last NaN, is kept), as in
+ * PyTorch. */
+static inline uint32_t pick_mask(float v, float o) {
+    return (uint32_t)0 - (uint32_t)((v > o) | (v != v));
+}
+
+static inline float pick(float v, float o, uint32_t m) {
+    uint32_t bv, bo;
+    memcpy(&bv, &v, 4);
+    memcpy(&bo, &o, 4);
+    bo = (bv & m) | (bo & ~m);
+    memcpy(&o, &bo, 4);
+    return o;
+}
+
+#define MAX_POOL_TAPS 64
+
+#ifdef TALLOW_X86
+/* Eight consecutive windows' taps at column stride sw: a load, two loads deinterleaved
+ * (sw = 2, the usual 2x2 pool) or a gather. */
+AVX2 static inline __m256 load_strided8(const float *p, int64_t sw, __m256i idx) {
+    if (sw == 1) return _mm256_loadu_ps(p);
+    if (sw == 2) { /* the second load stops at the last tap: never past the row's end */
+        __m256 hi = _mm256_maskload_ps(p + 8, _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, -1, 0));
+        __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), hi, 0x88);
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+    }
+    return _mm256_i32gather_ps(p, idx, 4);
+}
+
+/* The max and the winning tap (row-major index in the window) of eight windows of output
+ * row i starting at column c0, picked as pick() does. */
+AVX2 static inline __m256 max8(const pool_job *j, const float *x, int64_t i, int64_t c0, __m256 *tap) {
+    __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)j->sw));
+    const float *win = x + i * j->sh * j->w + c0 * j->sw;
+    __m256 best = load_strided8(win, j->sw, idx), t = _mm256_setzero_ps();
+    for (int64_t di = 0; di < j->kh; di++)
+        for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
+            __m256 v = load_strided8(win + di * j->w + dj, j->sw, idx);
+            __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            best = _mm256_blendv_ps(best, v, take);
+            t = _mm256_blendv_ps(t, _mm256_castsi256_ps(_mm256_set1_epi32((int)(di * j->kw + dj))), take);
+        }
+    *tap = t;
+    return best;
+}
+
+/* A row's windows go eight at a time; a last partial block is done again from column
+ * ow - 8 (overlapping the previous one), so rows of eight windows or more need no
+ * scalar tail.  Rows of fewer than eight are left to the scalar code. */
+AVX2 static int64_t max_pool_plane_avx2(const pool_job *j, const float *x, float *out) {
+    if (j->ow < 8) return 0;
+    for (int64_t i = 0; i < j->oh; i++)
+        for (int64_t c = 0; c < j->ow; c += 8) {
+            int64_t c0 = c + 8 <= j->ow ? c : j->ow - 8;
+            __m256 tap;
+            _mm256_storeu_ps(out + i * j->ow + c0, max8(j, x, i, c0, &tap));
+        }
+    return j->ow;
+}
+
+/* The same for the gradient (gx zeroed): an overlapping last block routes only the
+ * windows the previous block did not. */
+AVX2 static int64_t max_pool_backward_plane_avx2(const pool_job *j, const float *x, const float *g, float *gx) {
+    int32_t taps[8];
+    int64_t off[MAX_POOL_TAPS]; /* a tap's place in its window, from the window's corner */
+    if (j->ow < 8 || j->kh * j->kw > MAX_POOL_TAPS) return 0;
+    for (int64_t t = 0; t < j->kh * j->kw; t++) off[t] = (t / j->kw) * j->w + t % j->kw;
+    for (int64_t i = 0; i < j->oh; i++) {
+        float *row = gx + i * j->sh * j->w;
+        const float *grow = g + i * j->ow;
+        for (int64_t c = 0; c < j->ow; c += 8) {
+            int64_t c0 = c + 8 <= j->ow ? c : j->ow - 8;
+            __m256 tap;
+            max8(j, x, i, c0, &tap);
+            _mm256_storeu_si256((__m256i *)taps, _mm256_castps_si256(tap));
+            for (int64_t q = c - c0; q < 8; q++) row[(c0 + q) * j->sw + off[taps[q]]] += grow[c0 + q];
+        }
+    }
+    return j->ow;
+}
+
+/* The 2x2 stride-2 pool's gradient (the usual one) written, not added: the windows
+ * tile the plane, so every covered pixel gets its window's gradient or zero, two rows
+ * of sixteen pixels per eight windows, and only the pixels no window covers (an odd
+ * last row or column) are zeroed first.  Returns 0 (nothing done) for other pools
+ * and for rows of fewer than eight windows. */
+AVX2 static int max_pool2x2_backward_plane_avx2(const pool_job *j, const float *x, const float *g, float *gx) {
+    if (j->kh != 2 || j->kw != 2 || j->sh != 2 || j->sw != 2 || j->ow < 8) return 0;
+    if (j->w != 2 * j->ow)
+        for (int64_t r = 0; r < 2 * j->oh; r++) gx[r * j->w + j->w - 1] = 0.0f;
+    if (j->h != 2 * j->oh) memset(gx + (j->h - 1) * j->w, 0, (size_t)j->w * sizeof(float));
+    const __m256i t0 = _mm256_set1_epi32(0), t1 = _mm256_set1_epi32(1), t2 = _mm256_set1_epi32(2),
+                  t3 = _mm256_set1_epi32(3);
+    for (int64_t i = 0; i < j->oh; i++) {
+        float *r0 = gx + 2 * i * j->w, *r1 = r0 + j->w;
+        for (int64_t c = 0; c < j->ow; c += 8) {
+            int64_t c0 = c + 8 <= j->ow ? c : j->ow - 8; /* overlapping last block: same values */
+            __m256 tapf;
+            max8(j, x, i, c0, &tapf);
+            __m256i tap = _mm256_castps_si256(tapf);
+            __m256 gv = _mm256_loadu_ps(g + i * j->ow + c0);
+            __m256 a = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t0)));
+            __m256 b = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t1)));
+            __m256 lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+            _mm256_storeu_ps(r0 + 2 * c0, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(r0 + 2 * c0 + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+            a = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t2)));
+            b = _mm256_and_ps(gv, _mm256_castsi256_ps(_mm256_cmpeq_epi32(tap, t3)));
+            lo = _mm256_unpacklo_ps(a, b);
+            hi = _mm256_unpackhi_ps(a, b);
+            _mm256_storeu_ps(r1 + 2 * c0, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(r1 + 2 * c0 + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        }
+    }
+    return 1;
+}
+#endif
+
+/* out = max of the window (see pick). */
+static void max_pool_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *restrict x = j->x + u * j->h * j->w;
+        float *restrict out = j->out + u * j->oh * j->ow;
+        int64_t nv = 0;
+#ifdef TALLOW_X86
+        if (use_avx2) nv = max_pool_plane_avx2(j, x, out);
+#endif
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = nv; c < j->ow; c++) {
+                const float *win = x + i * j->sh * j->w + c * j->sw;
+                float best = win[0];
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
+                        float v = win[di * j->w + dj];
+                        best = pick(v, best, pick_mask(v, best));
+                    }
+                out[i * j->ow + c] = best;
+            }
+    }
+}
+
+/* gx[the window's maximum (as max_pool_task picks it)] += g; each unit zeroes its plane. */
+static void max_pool_backward_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *restrict x = j->x + u * j->h * j->w;
+        const float *restrict g = j->g + u * j->oh * j->ow;
+        float *restrict gx = j->out + u * j->h * j->w;
+#ifdef TALLOW_X86
+        if (use_avx2 && max_pool2x2_backward_plane_avx2(j, x, g, gx)) continue;
+#endif
+        memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
+        int64_t nv = 0;
+#ifdef TALLOW_X86
+        if (use_avx2) nv = max_pool_backward_plane_avx2(j, x, g, gx);
+#endif
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = nv; c < j->ow; c++) {
+                int64_t at = i * j->sh * j->w + c * j->sw, arg = at;
+                float best = x[at];
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = di == 0 ? 1 : 0; dj < j->kw; dj++) {
+                        int64_t q = at + di * j->w + dj;
+                        float v = x[q];
+                        uint32_t m = pick_mask(v, best);
+                        best = pick(v, best, m);
+                        arg = (int64_t)(((uint64_t)q & (uint64_t)(int64_t)(int32_t)m) |
+                                        ((uint64_t)arg & ~(uint64_t)(int64_t)(int32_t)m));
+                    }
+                gx[arg] += g[i * j->ow + c];
+            }
+    }
+}
+
+/* out = scale * (sum of the window in row-major tap order) */
+static void avg_pool_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *x = j->x + u * j->h * j->w;
+        float *out = j->out + u * j->oh * j->ow;
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = 0; c < j->ow; c++) {
+                const float *win = x + i * j->sh * j->w + c * j->sw;
+                float acc = 0.0f;
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = 0; dj < j->kw; dj++) acc += win[di * j->w + dj];
+                out[i * j->ow + c] = acc * j->scale;
+            }
+    }
+}
+
+/* gx[every pixel of a window] += scale * g[window], windows in row-major order */
+static void avg_pool_backward_task(void *p, int64_t lo, int64_t hi) {
+    const pool_job *j = (const pool_job *)p;
+    for (int64_t u = lo; u < hi; u++) {
+        const float *g = j->g + u * j->oh * j->ow;
+        float *gx = j->out + u * j->h * j->w;
+        memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
+        for (int64_t i = 0; i < j->oh; i++)
+            for (int64_t c = 0; c < j->ow; c++) {
+                float v = g[i * j->ow + c] * j->scale;
+                float *win = gx + i * j->sh * j->w + c * j->sw;
+                for (int64_t di = 0; di < j->kh; di++)
+                    for (int64_t dj = 0; dj < j->kw; dj++) win[di * j->w + dj] += v;
+            }
+    }
+}
+
+enum { MAX_FWD, MAX_BWD, AVG_FWD, AVG_BWD };
+
+/* max_pool2d(x, out, planes, h, w, kh, kw, sh, sw)
+ * max_pool2d_backward(x, g, gx, planes, h, w, kh, kw, sh, sw)
+ * avg_pool2d(x, out, planes, h, w, kh, kw, sh, sw)
+ * avg_pool2d_backward(g, gx, planes, h, w, kh, kw, sh, sw) */
+static PyObject *pool_call(PyObject *const *args, Py_ssize_t nargs, int kind) {
+    int narr = kind == MAX_BWD ? 3 : 2;
+    if (nargs != narr + 7) return PyErr_Format(PyExc_TypeError, "pooling takes %d arguments", narr + 7);
+    int64_t a[7];
+    if (!ints(args, narr, 7, a)) return NULL;
+    pool_job j;
+    memset(&j, 0, sizeof j);
+    j.planes = a[0], j.h = a[1], j.w = a[2], j.kh = a[3], j.kw = a[4], j.sh = a[5], j.sw = a[6];
+    if (j.planes < 0 || j.kh < 1 || j.kw < 1 || j.sh < 1 || j.sw < 1 || j.h < j.kh || j.w < j.kw)
+        return PyErr_Format(PyExc_ValueError, "pooling: bad sizes");
+    j.oh = (j.h - j.kh) / j.sh + 1;
+    j.ow = (j.w - j.kw) / j.sw + 1;
+    j.scale = (float)(1.0 / (double)(j.kh * j.kw));
+    int64_t in = j.planes * j.h * j.w * 4, pooled = j.planes * j.oh * j.ow * 4;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    int ok;
+    tallow_task_fn fn;
+    switch (kind) {
+    case MAX_FWD:
+    case AVG_FWD:
+        ok = get_buf(args[0], &b[0], 0, in, "x") && get_buf(args[1], &b[1], 1, pooled, "out");
+        if (ok) j.x = (const float *)b[0].view.buf, j.out = (float *)b[1].view.buf;
+        fn = kind == MAX_FWD ? max_pool_task : avg_pool_task;
+        break;
+    case MAX_BWD:
+        ok = get_buf(args[0], &b[0], 0, in, "x") && get_buf(args[1], &b[1], 0, pooled, "g") &&
+             get_buf(args[2], &b[2], 1, in, "gx");
+        if (ok) j.x = (const float *)b[0].view.buf, j.g = (const float *)b[1].view.buf, j.out = (float *)b[2].view.buf;
+        fn = max_pool_backward_task;
+        break;
+    default:
+        ok = get_buf(args[0], &b[0], 0, pooled, "g") && get_buf(args[1], &b[1], 1, in, "gx");
+        if (ok) j.g = (const float *)b[0].view.buf, j.out = (float *)b[1].view.buf;
+        fn = avg_pool_backward_task;
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(fn, &j, j.planes, plane_grain(j.h * j.w), in + pooled);
+        Py_END_ALLOW_THREADS
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    release(b, 3);
+    return res;
+}
+
+static PyObject *py_max_pool2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, MAX_FWD);
+}
+static PyObject *py_max_pool2d_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, MAX_BWD);
+}
+static PyObject *py_avg_pool2d(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, AVG_FWD);
+}
+static PyObject *py_avg_pool2d_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return pool_call(args, nargs, AVG_BWD);
+}
+
+static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef TALLOW_X86
+    if (on && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
+    use_avx2 = on;
+#else
+    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_simd(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(use_avx2);
+}
+
+#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
+static PyMethodDef methods[] = {
+    {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},
+    {"col2im", FC(py_col2im), "The adjoint of im2col: columns summed into f32 NCHW images."},
+    {"direct", FC(py_direct), "Direct f32 convolution (no column matrix) for few input channels."},
+    {"kernel_grad", FC(py_kernel_grad), "Direct f32 kernel gradient (no column matrix) for few input channels."},
+    {"max_pool2d", FC(py_max_pool2d), "Max pooling of f32 planes."},
+    {"max_pool2d_backward", FC(py_max_pool2d_backward), "Max pooling's input gradient."},
+    {"avg_pool2d", FC(py_avg_pool2d), "Average pooling of f32 planes."},
+    {"avg_pool2d_backward", FC(py_avg_pool2d_backward), "Average pooling's input gradient."},
+    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 direct convolution."},
+    {"simd", py_simd, METH_NOARGS, "Whether the AVX2 direct convolution is used."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_conv",
+                                       "Compiled convolution and pooling passes of tallow.", -1, methods};
+
+PyMODINIT_FUNC PyInit__conv(void) {
+#ifdef TALLOW_X86
+    use_avx2 = cpu_has_avx2();
+#endif
+    tallow_pool_import();
+    return PyModule_Create(&moduledef);
+}
