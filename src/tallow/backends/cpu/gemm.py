@@ -4,12 +4,13 @@ f32 products go to tallow's own kernel (``native/_gemm.c``) when it is built:
 packed B panels, a 6x16 AVX2+FMA register tile, operands read through any
 strides (transposed, sliced and broadcast views need no copy), split over the
 compiled worker pool (a hand-off of a few microseconds) only while the machine
-has a CPU to spare. Its results are bit-identical at any thread count. It takes
-the products the BLAS path below keeps on one thread (under ``2 * SPLIT_MIN``
-multiply-adds at 2 threads, every product at 1): all those it would split, and
-unsplit only those where it measured at least as fast as NumPy's OpenBLAS
-(:func:`native_wins_alone`). Larger products keep the BLAS path's split, which
-measured faster for them (docs/design.md, "Thread policy", has the figures).
+has a CPU to spare. Its results are bit-identical at any thread count, and the
+choice of path depends on the shape alone: it takes the products the BLAS path
+below never splits (under ``2 * SPLIT_MIN`` multiply-adds) that are large enough
+for its pool to split (``_gemm.split_min()``, 2^18), and smaller ones where it
+measured at least as fast as NumPy's OpenBLAS (:func:`native_wins_alone`). Larger
+products keep the BLAS path's split, which measured faster for them
+(docs/design.md, "Thread policy", has the figures).
 
 Other products (f64, f16/bf16 widened by the callers to f32 aside, a missing
 native module, ``TALLOW_NO_NATIVE_GEMM``) take the BLAS path. OpenBLAS's worker
@@ -188,18 +189,20 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     if _native_on is None:
         _load_native()
     work = batch * m * n * k
-    threads = 1 if parallel.in_serial() else plan(m, n, k, batch)
-    if (threads == 1 and _native_on and a.dtype == np.float32 and b.dtype == np.float32 and b.shape[-2] == k
+    # The path depends on the shape alone, never on the thread count or the load, so
+    # that a product gives the same bits at 1 and 2 threads, split or not: products the
+    # BLAS path never splits (under 2 * SPLIT_MIN) and large enough for the compiled
+    # pool to split go to the kernel, as do smaller ones where it beats BLAS alone.
+    # Larger products keep the BLAS path's split, faster there (docs/design.md).
+    if (_native_on and work < 2 * SPLIT_MIN and a.dtype == np.float32 and b.dtype == np.float32
+            and b.shape[-2] == k
             and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,) and bias.flags.c_contiguous))
             and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous
-                                 and out.shape == batch_shape + (m, n)))):
-        # Products the BLAS path keeps on one thread: the kernel whenever the compiled
-        # pool would split it (spare CPUs, enough work), since BLAS blocks do not run
-        # side by side; unsplit, only where it beats BLAS alone. Larger products keep
-        # the BLAS path's split, faster there (docs/design.md).
-        split = _pool_threads() > 1 and _native.threads_for(work) > 1 and not parallel.in_serial()
-        if split or native_wins_alone(m, n, k, work):
-            return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split)
+                                 and out.shape == batch_shape + (m, n)))
+            and (work >= _native.split_min() or native_wins_alone(m, n, k, work))):
+        split = not parallel.in_serial() and _pool_threads() > 1  # the kernel asks the load check
+        return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split)
+    threads = 1 if parallel.in_serial() else plan(m, n, k, batch)
     if threads == 1:
         return _with_bias(np.matmul(a, b, out=out), bias)
     if out is None:
