@@ -31,6 +31,9 @@ def test_every_variable_is_read_through_config_and_documented():
         assert not re.search(r"environ[^\n]*TALLOW_|getenv\([^\n]*TALLOW_", text), path
         for name in re.findall(r"config\.\w+\(\s*\"(TALLOW_\w+)\"", text):
             assert name in config.VARIABLES, (path, name)
+        # a name kept in a constant (ENV_X = "TALLOW_...") is read through config too
+        for name in re.findall(r"[\"'](TALLOW_[A-Z0-9_]+)[\"']", text):
+            assert name in config.VARIABLES, (path, name)
     design = (SRC.parent.parent / "docs" / "design.md").read_text()
     for name in config.VARIABLES:
         assert f"`{name}`" in design, f"{name} missing from docs/design.md's table"
@@ -97,3 +100,25 @@ def test_dequantize_all_follows_the_variable_at_qmatmul_creation():
                PYTHONPATH=str(SRC.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "dequantized", out.stderr
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("scalar", "scalar"), (" AVX2 ", "avx2"), ("avx512vnni", "avx512vnni"), (None, None),
+])
+def test_choice_values(value, expected):
+    assert _quiet(config.choice, "TALLOW_NATIVE_ISA", ("scalar", "avx2", "avx512vnni"), None, value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "sse", "avx-2"])
+def test_choice_invalid_warns_and_takes_the_default(value):
+    with pytest.warns(RuntimeWarning, match="TALLOW_NATIVE_ISA=.* is not one of scalar, avx2"):
+        assert config.choice("TALLOW_NATIVE_ISA", ("scalar", "avx2"), None, value) is None
+
+
+def test_no_native_is_a_flag(monkeypatch):
+    from tallow.backends.cpu import native
+
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+    assert native.disabled() and not native.available()
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "off")
+    assert not native.disabled()

@@ -4,6 +4,8 @@
 |---|---|---|---|---|
 | ``TALLOW_NUM_THREADS`` | count | detected | first use of the CPU thread setting | threads of the CPU backend (split float products, element-wise splits, quantized matmul; BLAS itself stays on one) |
 | ``TALLOW_NO_NUMBA`` | flag | off | each quantized matmul, fused GELU and residual LayerNorm | use the NumPy kernels instead of the compiled (numba) ones |
+| ``TALLOW_NO_NATIVE`` | flag | off | each use of the C kernels | use the numba / NumPy paths instead of tallow's compiled C kernels (quantized products, convolution and pooling passes, decode steps) |
+| ``TALLOW_NATIVE_ISA`` | choice: ``scalar``, ``avx2``, ``avx512vnni`` | the CPU's widest | first use of the C kernels | narrow the instruction set the C kernels use (``scalar``: the portable C loops) |
 | ``TALLOW_DEQUANTIZE_ALL`` | flag | off | each ``QMatMul`` made | multiply quantized weights as dequantized f32 matrices (candle's ``CANDLE_DEQUANTIZE_ALL``) |
 | ``TALLOW_NO_NATIVE_GEMM`` | flag | off | import of the CPU matmul (``gemm.py``) | multiply f32 matrices with NumPy's BLAS instead of tallow's own compiled kernel |
 | ``TALLOW_SPLIT_WHEN_BUSY`` | flag | off | import of the compiled kernels | split decode products across threads even when the machine has no CPU to spare (a process at real-time priority or on reserved cores) |
@@ -16,6 +18,7 @@ The kinds, the same for every variable:
 
 * **flag**: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (any case);
 * **count**: plain ASCII digits (``1_0``, ``2.5``, ``-1`` are not counts);
+* **choice**: one of the listed words (any case);
 * **size**: a number of bytes with an optional ``K``/``M``/``G`` suffix (powers of
   1024; ``1.5G``, ``512KB``, ``3MiB`` are sizes).
 
@@ -35,7 +38,7 @@ VARIABLES = (
     "TALLOW_NUM_THREADS", "TALLOW_NO_NUMBA", "TALLOW_DEQUANTIZE_ALL", "TALLOW_SPLIT_WHEN_BUSY",
     "TALLOW_NO_NATIVE_GEMM",
     "TALLOW_GPU_OPS_PER_SUBMIT", "TALLOW_GPU_CACHE_LIMIT", "TALLOW_GPU_CHECK_INDICES",
-    "TALLOW_HEAP_PAD",
+    "TALLOW_HEAP_PAD", "TALLOW_NO_NATIVE", "TALLOW_NATIVE_ISA",
 )
 
 _TRUE = ("1", "true", "yes", "on")
@@ -110,3 +113,17 @@ def size(name: str, default: int, value=FROM_ENV) -> int:
                  f"the default {default}")
         return default
     return int(float(m.group(1)) * _UNITS.get(m.group(2), 1))
+
+
+def choice(name: str, options: tuple, default=None, value=FROM_ENV):
+    """A choice variable: one of ``options`` (lower case; the value compared in any
+    case), or ``default`` when unset or invalid."""
+    raw = _raw(name, value)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text in options:
+        return text
+    _invalid(name, raw, f"one of {', '.join(options)}",
+             "the default" if default is None else f"the default {default}")
+    return default

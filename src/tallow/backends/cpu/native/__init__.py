@@ -21,11 +21,11 @@ values as bytes: 1.3x), the last two with Q8K activations.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
+from .... import config
 from ....quantized.blocks import as_bytes, byte_blocks
 from .. import pieces
 from ....quantized.types import ggml_type
@@ -43,13 +43,12 @@ try:  # the compiled kernels' worker pool (_workers.c): without it they run on t
 except ImportError:  # pragma: no cover - not built
     _workers = None
 else:
-    from .... import config
-
     # By default a product is split only while the machine has a CPU to spare for it.
     _workers.set_load_check(not config.flag("TALLOW_SPLIT_WHEN_BUSY", False))
 
 ENV_DISABLE = "TALLOW_NO_NATIVE"
 ENV_ISA = "TALLOW_NATIVE_ISA"
+ISAS = ("scalar", "avx2", "avx512vnni")
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
 QK = 32
 SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4K", "Q6K")
@@ -59,8 +58,14 @@ _isa_checked = False
 
 
 def disabled() -> bool:
-    """``TALLOW_NO_NATIVE`` set to anything but "" or "0"."""
-    return os.environ.get(ENV_DISABLE, "") not in ("", "0")
+    """Whether ``TALLOW_NO_NATIVE`` turns the C kernels off (read at each call, so a
+    test or a bench can switch paths)."""
+    return config.flag(ENV_DISABLE, False)
+
+
+def isa_wanted():
+    """``TALLOW_NATIVE_ISA``'s instruction set, or None for the CPU's widest."""
+    return config.choice(ENV_ISA, ISAS)
 
 
 def available() -> bool:
@@ -69,7 +74,7 @@ def available() -> bool:
     if _kernels is None or disabled():
         return False
     if not _isa_checked:
-        want = os.environ.get(ENV_ISA, "")
+        want = isa_wanted()
         if want:
             try:
                 _kernels.set_isa(want)
