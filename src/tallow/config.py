@@ -7,7 +7,7 @@
 | ``TALLOW_NO_NATIVE`` | flag | off | each use of the C kernels | use the numba / NumPy paths instead of tallow's compiled C kernels (quantized products, convolution and pooling passes, decode steps) |
 | ``TALLOW_NATIVE_ISA`` | choice: ``scalar``, ``avx2``, ``avx512vnni`` | the CPU's widest | first use of the C kernels | narrow the instruction set the C kernels use (``scalar``: the portable C loops) |
 | ``TALLOW_DEQUANTIZE_ALL`` | flag | off | each ``QMatMul`` made | multiply quantized weights as dequantized f32 matrices (candle's ``CANDLE_DEQUANTIZE_ALL``) |
-| ``TALLOW_NO_NATIVE_GEMM`` | flag | off | import of the CPU matmul (``gemm.py``) | multiply f32 matrices with NumPy's BLAS instead of tallow's own compiled kernel |
+| ``TALLOW_NO_NATIVE_GEMM`` | flag | off | first float product of the process (``gemm.py``) | multiply f32 matrices with NumPy's BLAS instead of tallow's own compiled kernel |
 | ``TALLOW_SPLIT_WHEN_BUSY`` | flag | off | import of the compiled kernels | split decode products across threads even when the machine has no CPU to spare (a process at real-time priority or on reserved cores) |
 | ``TALLOW_GPU_OPS_PER_SUBMIT`` | count (0 means 1) | 50 | each GPU device made | GPU ops encoded per queue submission |
 | ``TALLOW_GPU_CACHE_LIMIT`` | size | 1G | each GPU device made | bytes of idle buffers the GPU pool keeps |

@@ -34,8 +34,6 @@ not running (and the spinning workers take the time the others need): docs/desig
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ... import config
@@ -62,13 +60,13 @@ _native_on = None  # None: not loaded yet
 def _load_native() -> None:
     global _native, _workers, _native_on
     try:
-        from .native import ENV_ISA, _gemm, _workers as workers, disabled
+        from .native import _gemm, _workers as workers, disabled, isa_wanted
     except ImportError:  # pragma: no cover - exercised on machines without a compiler
         _native_on = False
         return
     _native, _workers = _gemm, workers
     _native_on = not (config.flag(ENV_DISABLE, False) or disabled())
-    if os.environ.get(ENV_ISA, "") == "scalar":
+    if isa_wanted() == "scalar":
         _gemm.set_simd(False)  # the portable kernel, as on a CPU without AVX2+FMA
 
 
