@@ -24,8 +24,6 @@ function.
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 
 from .. import dtype as dt
@@ -37,35 +35,10 @@ _FLOATS = (dt.f32, dt.f64)
 _NATIVE_CLS = "CpuStorage"
 
 
-def _gemm_takes(name) -> bool:
-    try:
-        return name in inspect.signature(gemm.matmul).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _product():
-    """``product(a, b, out, bias)``: ``a @ b (+ bias)`` as the eager kernels compute it
-    through ``gemm.matmul``: into ``out`` where ``gemm.matmul`` takes one (else its own
-    new array), the bias added by ``gemm.matmul`` where it takes one (else added after,
-    as eager ``linear`` does)."""
-    mm = gemm.matmul
-    if _gemm_takes("out") and _gemm_takes("bias"):
-        def product(a, b, out, bias):
-            return mm(a, b, out=out, bias=bias)
-    elif _gemm_takes("out"):
-        def product(a, b, out, bias):
-            y = mm(a, b, out=out)
-            if bias is not None:
-                y += bias
-            return y
-    else:
-        def product(a, b, out, bias):
-            y = mm(a, b)
-            if bias is not None:
-                y += bias
-            return y
-    return product
+def _product(a, b, out, bias):
+    """``a @ b (+ bias)`` as the eager kernels compute it: ``gemm.matmul``, into ``out``
+    when one is planned, the bias added by ``gemm.matmul`` as eager ``linear`` does."""
+    return gemm.matmul(a, b, out=out, bias=bias)
 
 
 class Lowering:
@@ -77,8 +50,7 @@ class Lowering:
         self._slots = slots
         self._returned = returned
         self._adopt = CpuStorage.adopt
-        self._product = _product()
-        self._gemm_out = _gemm_takes("out")
+        self._product = _product
 
     # -- helpers -----------------------------------------------------------------
     def _float_slot(self, ref):
@@ -120,7 +92,7 @@ class Lowering:
         if wst[1] != 1 and wst[0] != 1:
             return None
         shape = (lay.shape[0], wl.shape[0])
-        planned = self._planned(call, shape, dtype) if self._gemm_out else None
+        planned = self._planned(call, shape, dtype)
         product, wrap = self._product, self._adopt
         out_arr = None if planned is None else planned.arr
 
@@ -152,7 +124,7 @@ class Lowering:
             # One lhs row: a matrix-vector product, whose sums BLAS orders differently
             # for a transposed rhs than for the row-major copy eager mode may use.
             return None
-        planned = self._planned(call, shape, dtype) if self._gemm_out else None
+        planned = self._planned(call, shape, dtype)
         product, wrap = self._product, self._adopt
         out_arr = None if planned is None else planned.arr
 
