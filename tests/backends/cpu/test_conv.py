@@ -59,8 +59,7 @@ def cpu_path(compiled=True, batched=False, split=False, native_c=True, direct=Fa
             mp.setitem(cpu_conv._NATIVE, "checked", True)
             mp.setitem(cpu_conv._NATIVE, "module", None)
         if not compiled:
-            mp.setitem(cpu_conv._KERNELS, "checked", True)
-            mp.setitem(cpu_conv._KERNELS, "module", None)
+            mp.setattr(cpu_conv, "_compiled", lambda: None)  # the NumPy path
         mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
         mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
         mp.setattr(cpu_conv, "DIRECT_ROWS", 10**9 if direct else 0)

@@ -36,10 +36,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ... import config
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
-from . import gemm, parallel
+from . import gemm, numba_kernels, parallel
 from .threads import CONFIG
 
 
@@ -65,19 +64,7 @@ def _out(s, y, dtype):
 
 def _compiled():
     """The numba kernels module, or None (numba missing, broken or disabled)."""
-    if _KERNELS["checked"] is False:
-        _KERNELS["checked"] = True
-        if not config.flag("TALLOW_NO_NUMBA", False):
-            try:
-                from . import conv_kernels
-
-                _KERNELS["module"] = conv_kernels
-            except Exception:  # numba missing or broken: the NumPy paths serve
-                _KERNELS["module"] = None
-    return _KERNELS["module"]
-
-
-_KERNELS = {"checked": False, "module": None}
+    return numba_kernels.load("conv_kernels")
 
 
 def _native(*arrays):

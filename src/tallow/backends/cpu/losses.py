@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import config
 from ... import dtype as dt
+from . import numba_kernels
 
 _HALF = (dt.f16, dt.bf16)
 
@@ -79,19 +79,7 @@ _NO_GRAD = np.empty((1, 1), np.float32)
 
 def _compiled():
     """The numba kernel module, or None (numba missing, broken or disabled)."""
-    if not _KERNELS["checked"]:
-        _KERNELS["checked"] = True
-        if not config.flag("TALLOW_NO_NUMBA", False):
-            try:
-                from . import loss_kernels
-
-                _KERNELS["module"] = loss_kernels
-            except Exception:  # numba missing or broken: the NumPy path serves
-                _KERNELS["module"] = None
-    return _KERNELS["module"]
-
-
-_KERNELS = {"checked": False, "module": None}
+    return numba_kernels.load("loss_kernels")
 
 
 def _finish(s, loss, grad, widened, dtype):
