@@ -426,14 +426,19 @@ def _pool_geometry(x, kernel, stride):
     return (b * c, h, w, kernel[0], kernel[1], stride[0], stride[1])
 
 
+def _native_pool(kernel_fn, x, kernel, stride, oh, ow):
+    """A pooling pass of the compiled module over ``x``'s planes, into a new array."""
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+    kernel_fn(x, out, *_pool_geometry(x, kernel, stride))
+    return out
+
+
 def _max_pool(x, kernel, stride):
     oh, ow = _pool_size(x, kernel, stride)
     native = _native(x)
     if native is not None:
-        x = np.ascontiguousarray(x)
-        out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
-        native.max_pool2d(x, out, *_pool_geometry(x, kernel, stride))
-        return out
+        return _native_pool(native.max_pool2d, x, kernel, stride, oh, ow)
     kernels = _pool_kernels(x)
     if kernels is not None:
         out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
@@ -452,10 +457,7 @@ def _avg_pool(x, kernel, stride):
     oh, ow = _pool_size(x, kernel, stride)
     native = _native(x)
     if native is not None:
-        x = np.ascontiguousarray(x)
-        out = np.empty(x.shape[:2] + (oh, ow), x.dtype)
-        native.avg_pool2d(x, out, *_pool_geometry(x, kernel, stride))
-        return out
+        return _native_pool(native.avg_pool2d, x, kernel, stride, oh, ow)
     scale = x.dtype.type(1.0 / (kernel[0] * kernel[1]))
     kernels = _pool_kernels(x)
     if kernels is not None:
