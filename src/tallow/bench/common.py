@@ -4,7 +4,11 @@ Machines are noisy and first runs pay warm-up (allocator, thread pools, caches),
 so the candidates take turns, and the median of each one's repeats is reported.
 Each turn starts with one untimed call: what the previous candidate left behind
 (freed memory handed back to the system, cold caches) is paid there, not by
-whichever candidate happens to follow it.
+whichever candidate happens to follow it. With more than one thread, each turn
+also starts after a pause (``SETTLE_S``) in which the previous candidate's idle
+threads go to sleep: PyTorch's OpenMP workers spin for about 10 ms after each of
+its calls, and a spinning thread holds a core the next candidate's threads need
+(on two cores a split of tallow's then ran slower than no split at all).
 """
 
 from __future__ import annotations
@@ -18,6 +22,19 @@ import sys
 import time
 
 
+# Longer than the ~10 ms PyTorch's (libgomp's) idle workers spin before sleeping.
+SETTLE_S = 0.015
+
+
+def settle() -> None:
+    """Let the previous candidate's idle threads go to sleep (with more than one
+    thread; one thread leaves no workers behind)."""
+    from ..utils import get_num_threads
+
+    if get_num_threads() > 1:
+        time.sleep(SETTLE_S)
+
+
 def alternate(candidates: dict, repeats: int = 5, number: int = 1) -> dict:
     """{name: median seconds per call} for callables timed in turns."""
     times = {name: [] for name in candidates}
@@ -26,6 +43,7 @@ def alternate(candidates: dict, repeats: int = 5, number: int = 1) -> dict:
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             fn = candidates[name]
+            settle()
             fn()
             t0 = time.perf_counter()
             for _ in range(number):
@@ -169,6 +187,7 @@ def by_threads(fn, thread_counts, repeats: int = 5, number: int = 1) -> dict:
         for r in range(repeats):
             for t in counts[r % len(counts):] + counts[:r % len(counts)]:
                 set_num_threads(t)
+                settle()
                 fn()
                 t0 = time.perf_counter()
                 for _ in range(number):

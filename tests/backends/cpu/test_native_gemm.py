@@ -267,6 +267,7 @@ def test_the_blas_path_stays_reachable(monkeypatch):
     (((64, 256), (256, 256)), True), (((256, 64), (64, 256)), True),
     (((16, 27), (27, 5000)), True),  # thin, but splittable: the kernel at any thread count
     (((4, 9), (9, 30)), False), (((64, 64), (64, 63)), False),  # tiny: BLAS
+    (((64, 576), (576, 2048)), True),  # a convolution layer's: the kernel's split
     (((256, 2304), (2304, 49)), False), (((1024, 1024), (1024, 1024)), False),  # the BLAS path's split
 ])
 def test_the_path_depends_on_the_shape_alone(monkeypatch, shape, native_expected):
@@ -301,9 +302,29 @@ def test_products_the_blas_path_splits_stay_there(two_threads, monkeypatch):
     jobs = W.stats()["jobs"]
     np.testing.assert_array_equal(gemm.matmul(*small), np.full((64, 256), 256, F))
     assert not calls and W.stats()["jobs"] == jobs + 1
-    large = np.ones((512, 512), F), np.ones((512, 512), F)  # the BLAS path's own split
-    np.testing.assert_array_equal(gemm.matmul(*large), np.full((512, 512), 512, F))
-    assert len(calls) >= 2
+    for m, k, n in [(640, 640, 640), (16384, 64, 32)]:  # past NATIVE_MAX; thin (32 columns)
+        calls.clear()
+        large = np.ones((m, k), F), np.ones((k, n), F)  # the BLAS path's own split
+        np.testing.assert_array_equal(gemm.matmul(*large), np.full((m, n), k, F))
+        assert len(calls) >= 2
+
+
+def test_convolution_sized_products_go_to_the_kernel_and_split(two_threads, monkeypatch):
+    """From 2 * SPLIT_MIN to NATIVE_MAX, wide products (a convolution layer's) take the
+    kernel's split, not the BLAS path's."""
+    monkeypatch.undo()  # the real rule
+    calls = []
+    real = np.matmul
+    monkeypatch.setattr(gemm.np, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((1, 64, 576)).astype(F)  # a kernel, broadcast over the batch
+    b = rng.standard_normal((4, 576, 512)).astype(F)  # im2col columns of 4 images
+    assert 4 * 64 * 576 * 512 >= 2 * gemm.SPLIT_MIN
+    jobs = W.stats()["jobs"]
+    got = gemm.matmul(a, b)
+    assert not calls and W.stats()["jobs"] == jobs + 1
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
 def test_f64_and_mixed_products_use_blas():

@@ -7,10 +7,12 @@ compiled worker pool (a hand-off of a few microseconds) only while the machine
 has a CPU to spare. Its results are bit-identical at any thread count, and the
 choice of path depends on the shape alone: it takes the products the BLAS path
 below never splits (under ``2 * SPLIT_MIN`` multiply-adds) that are large enough
-for its pool to split (``_gemm.split_min()``, 2^18), and smaller ones where it
-measured at least as fast as NumPy's OpenBLAS (:func:`native_wins_alone`). Larger
-products keep the BLAS path's split, which measured faster for them
-(docs/design.md, "Thread policy", has the figures).
+for its pool to split (``_gemm.split_min()``, 2^18), smaller ones where it
+measured at least as fast as NumPy's OpenBLAS (:func:`native_wins_alone`), and,
+up to 2^27, the wide ones the BLAS path would split (:func:`native_splits_better`:
+a convolution layer's products, where the kernel's split scaled better). Thin and
+larger products keep the BLAS path's split (docs/design.md, "Thread policy", has
+the figures).
 
 Other products (f64, f16/bf16 widened by the callers to f32 aside, a missing
 native module, ``TALLOW_NO_NATIVE_GEMM``) take the BLAS path. OpenBLAS's worker
@@ -165,6 +167,16 @@ def native_wins_alone(m: int, n: int, k: int, work: int) -> bool:
     return m >= NATIVE_MIN_ROWS and n >= NATIVE_MIN_COLS and k <= NATIVE_MAX_K and work <= NATIVE_MAX
 
 
+def native_splits_better(m: int, n: int, work: int) -> bool:
+    """Whether a product the BLAS path would split (from ``2 * SPLIT_MIN`` multiply-adds)
+    goes to the native kernel instead: at least 48 rows and 64 columns, up to
+    ``NATIVE_MAX`` (the products of convolution layers). On one thread the kernel takes
+    1.0-1.15x OpenBLAS's time there; split, 0.5-0.75x of it, where the BLAS path's
+    split over Python threads reached 0.75-1.0x beside the rest of a convolution
+    (docs/design.md, "Thread policy"). Thin and larger products keep the BLAS path."""
+    return m >= NATIVE_MIN_ROWS and n >= NATIVE_MIN_COLS and work <= NATIVE_MAX
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
            bias: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(a, b)`` for float arrays (``+ bias``, a row of ``n`` values, when
@@ -192,7 +204,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     # BLAS path never splits (under 2 * SPLIT_MIN) and large enough for the compiled
     # pool to split go to the kernel, as do smaller ones where it beats BLAS alone.
     # Larger products keep the BLAS path's split, faster there (docs/design.md).
-    if (_native_on and work < 2 * SPLIT_MIN and a.dtype == np.float32 and b.dtype == np.float32
+    if (_native_on and (work < 2 * SPLIT_MIN or native_splits_better(m, n, work))
+            and a.dtype == np.float32 and b.dtype == np.float32
             and b.shape[-2] == k
             and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,) and bias.flags.c_contiguous))
             and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous
