@@ -15,10 +15,12 @@ strided adds do the same work more slowly.
 Layout choices (also in docs/design.md, "The CPU backend"):
 
 * forward: one product per image, ``kernel[g] (co/g, cg*kh*kw) @ cols[b, g]``, so
-  the output comes out in NCHW with no transposed copy; when an image has few
-  output positions, one product over the whole batch (columns laid out
-  ``(rows, batch, positions)``) beats many small ones, at the cost of one copy
-  of the output;
+  the output comes out in NCHW with no transposed copy (one batched call of the
+  native kernel); when an image has few output positions and the product goes to
+  BLAS, one product over the whole batch (columns laid out ``(rows, batch,
+  positions)``) beats many small ones, at the cost of one copy of the output;
+* stride-1 3x3 kernels between layers of 16+ channels: Winograd F(2x2, 3x3)
+  (``winograd.py``), 2.25x fewer multiply-adds and no im2col;
 * 1x1 kernels without padding skip im2col: the input (strided for stride 2) is the
   column matrix;
 * kernel gradient: one product over the whole batch, ``grad (co/g, b*oh*ow) @
@@ -38,14 +40,16 @@ from numpy.lib.stride_tricks import as_strided
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
-from . import gemm, numba_kernels, parallel
+from . import gemm, numba_kernels, parallel, winograd
 from .threads import CONFIG
 
 
 _HALF = (dt.f16, dt.bf16)
 
 # Below this many output positions per image, one product over the whole batch is
-# faster than a product per image (BLAS's per-call cost and thin matrices).
+# faster than a product per image on BLAS (its per-call cost and thin matrices); the
+# native kernel takes a batch of per-image products in one call, so where it runs them
+# (gemm.native_takes) the per-image layout stays, without the transposed copies.
 SMALL_IMAGE = 256
 # Up to this many column rows (c_in * kh * kw), a kernel gradient is a product per image.
 FEW_ROWS = 64
@@ -73,9 +77,11 @@ def _native(*arrays):
     if _NATIVE["checked"] is False:
         _NATIVE["checked"] = True
         try:
-            from .native import _conv
+            from .native import _conv, isa_wanted
 
             _NATIVE["module"] = _conv
+            if isa_wanted() == "scalar":
+                _conv.set_simd(False)  # the portable loops, as on a CPU without AVX2+FMA
         except ImportError:  # not built: the numba and NumPy paths serve
             _NATIVE["module"] = None
     mod = _NATIVE["module"]
@@ -194,9 +200,11 @@ def _conv2d(x, k, pad, stride, dil, groups):
         native.direct(x, np.ascontiguousarray(k), y, co,
                       *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
         return y
+    if winograd.applies(x, k, pad, stride, dil, groups):
+        return winograd.conv2d(x, k, pad)
     kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
-    if b == 1 or oh * ow >= SMALL_IMAGE:
+    if b == 1 or oh * ow >= SMALL_IMAGE or gemm.native_takes(co // groups, oh * ow, cg * kh * kw, b * groups):
         if pointwise:
             cols = _pointwise_input(x, stride).reshape(b, groups, cg, oh * ow)
         else:
@@ -229,15 +237,20 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     native = _native(x, k)
     if (stride == (1, 1) and out_pad == (0, 0) and pad[0] <= dil[0] * (kh - 1)
-            and pad[1] <= dil[1] * (kw - 1) and _direct(native, groups, False, rows, ci)):
+            and pad[1] <= dil[1] * (kw - 1) and groups == 1):
         # Stride 1: the convolution of x with the flipped, transposed kernel under the
         # complementary padding; for few output channels (a first layer's input
-        # gradient) the direct kernel needs no column buffer and no scatter.
-        flipped = np.ascontiguousarray(k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        # gradient) the direct kernel needs no column buffer and no scatter, and a
+        # 3x3 kernel between wider layers goes to Winograd's products.
         cpad = (dil[0] * (kh - 1) - pad[0], dil[1] * (kw - 1) - pad[1])
-        y = np.empty((b, co, oh, ow), np.float32)
-        native.direct(x, flipped, y, co, *_geometry(b, ci, h, w, kh, kw, (1, 1), cpad, dil, oh, ow))
-        return y
+        if _direct(native, groups, False, rows, ci):
+            flipped = np.ascontiguousarray(k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+            y = np.empty((b, co, oh, ow), np.float32)
+            native.direct(x, flipped, y, co, *_geometry(b, ci, h, w, kh, kw, (1, 1), cpad, dil, oh, ow))
+            return y
+        flipped = k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
+        if winograd.applies(x, flipped, cpad, (1, 1), dil, 1):
+            return winograd.conv2d(x, flipped, cpad)
     kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     CONFIG.apply()
     if _is_pointwise(kh, kw, pad) and stride == (1, 1):
@@ -247,7 +260,7 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
         if (oh, ow) != (h, w):
             y = np.pad(y, ((0, 0), (0, 0), (0, oh - h), (0, ow - w)))
         return y
-    if b == 1 or pos >= SMALL_IMAGE:
+    if b == 1 or pos >= SMALL_IMAGE or gemm.native_takes(rows, pos, cig, b * groups):
         cols = gemm.matmul(kern_t, x.reshape(b, groups, cig, pos))  # (b, g, rows, pos)
         sb, sr = groups * rows * pos, pos
     else:

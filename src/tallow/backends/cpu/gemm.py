@@ -177,6 +177,27 @@ def native_splits_better(m: int, n: int, work: int) -> bool:
     return m >= NATIVE_MIN_ROWS and n >= NATIVE_MIN_COLS and work <= NATIVE_MAX
 
 
+def _native_shape(m: int, n: int, k: int, work: int) -> bool:
+    # The path depends on the shape alone, never on the thread count or the load, so
+    # that a product gives the same bits at 1 and 2 threads, split or not: products the
+    # BLAS path never splits (under 2 * SPLIT_MIN) and large enough for the compiled
+    # pool to split go to the kernel, as do smaller ones where it beats BLAS alone, and
+    # the wide ones of convolution layers up to NATIVE_MAX. Thin and larger products
+    # keep the BLAS path's split, faster there (docs/design.md).
+    if work >= 2 * SPLIT_MIN:
+        return native_splits_better(m, n, work)
+    return work >= _native.split_min() or native_wins_alone(m, n, k, work)
+
+
+def native_takes(m: int, n: int, k: int, batch: int = 1) -> bool:
+    """Whether an f32 ``batch`` x (m, k) @ (k, n) product runs on the native kernel
+    (callers choose their layout by it: a batch of per-image products needs no
+    transposed copies there, where BLAS wants one product over the batch)."""
+    if _native_on is None:
+        _load_native()
+    return bool(_native_on) and _native_shape(m, n, k, batch * m * n * k)
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
            bias: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(a, b)`` for float arrays (``+ bias``, a row of ``n`` values, when
@@ -199,18 +220,11 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     if _native_on is None:
         _load_native()
     work = batch * m * n * k
-    # The path depends on the shape alone, never on the thread count or the load, so
-    # that a product gives the same bits at 1 and 2 threads, split or not: products the
-    # BLAS path never splits (under 2 * SPLIT_MIN) and large enough for the compiled
-    # pool to split go to the kernel, as do smaller ones where it beats BLAS alone.
-    # Larger products keep the BLAS path's split, faster there (docs/design.md).
-    if (_native_on and (work < 2 * SPLIT_MIN or native_splits_better(m, n, work))
-            and a.dtype == np.float32 and b.dtype == np.float32
-            and b.shape[-2] == k
+    if (_native_on and a.dtype == np.float32 and b.dtype == np.float32 and b.shape[-2] == k
             and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,) and bias.flags.c_contiguous))
             and (out is None or (out.dtype == np.float32 and out.flags.c_contiguous
                                  and out.shape == batch_shape + (m, n)))
-            and (work >= _native.split_min() or native_wins_alone(m, n, k, work))):
+            and _native_shape(m, n, k, work)):
         split = not parallel.in_serial() and _pool_threads() > 1  # the kernel asks the load check
         return _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split)
     threads = 1 if parallel.in_serial() else plan(m, n, k, batch)

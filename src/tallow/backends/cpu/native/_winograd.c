@@ -1,0 +1,397 @@
+/* Winograd F(2x2, 3x3) transforms for stride-1 3x3 convolutions of f32 NCHW images.
+ *
+ * A 3x3 convolution computed on 2x2 output tiles needs 16 products per tile and
+ * channel pair instead of 36 (Lavin & Gray, "Fast Algorithms for Convolutional
+ * Neural Networks", 2015): with U = G g G^T (the kernel, 4x4 per channel pair),
+ * V = B^T d B (each 4x4 input tile) and Y = A^T M A, where for each of the 16
+ * positions xi M[xi] = U[xi] @ V[xi] is one matrix product over the input channels.
+ * The products are tallow's f32 GEMM (batched over xi, split over the pool); this
+ * module does the three transforms:
+ *
+ *  - kernel_transform(k, u, co, ci): k (co, ci, 3, 3) -> u (16, co, ci);
+ *  - input_transform(x, v, nb, nc, h, w, ph, pw, th, tw): x (nb, nc, h, w) ->
+ *    v (16, nc, T), T = nb * th * tw tiles, tile t = (b * th + ty) * tw + tx reading
+ *    input rows 2ty - ph .. +3 and columns 2tx - pw .. +3, zero outside the image;
+ *  - output_transform(m, y, nb, nco, oh, ow, th, tw): m (16, nco, T) -> y (nb, nco,
+ *    oh, ow), the tiles past oh / ow cropped.
+ *
+ * The input and output transforms only add and subtract; units are image planes,
+ * each written by one thread in a fixed order, so results are bit-identical at any
+ * thread count.  The loops run over a row of tiles at a time (contiguous in every
+ * plane), compiled twice: for the baseline instruction set and with AVX2 enabled,
+ * chosen at run time.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "_workers.h"
+
+static int use_avx2 = 0;
+
+static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        out[i] = PyLong_AsLongLong(args[start + i]);
+        if (out[i] == -1 && PyErr_Occurred()) return 0;
+        if (out[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "winograd: negative size");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    int64_t nb, nc, h, w, ph, pw, oh, ow, th, tw;
+    const float *src;
+    float *dst;
+    _Atomic int *failed; /* set when a chunk could not allocate its scratch rows */
+} wg_job;
+
+/* ------------------------------------------------------------------ kernel: U = G g G^T */
+/* G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]].  KBLOCK input channels at a
+ * time into a local block, copied out as 16 runs: written straight to the 16 planes
+ * (4 KiB-aliased when co * ci is a multiple of 1024) a 256x256 kernel took 2.5 ms. */
+#define KBLOCK 64
+static inline __attribute__((always_inline)) void kernel_rows(const float *k, float *u, int64_t co, int64_t ci,
+                                                               int64_t o) {
+    const int64_t plane = co * ci;
+    float blk[16][KBLOCK];
+    for (int64_t c0 = 0; c0 < ci; c0 += KBLOCK) {
+        const int64_t n = ci - c0 < KBLOCK ? ci - c0 : KBLOCK;
+        const float *src = k + (o * ci + c0) * 9;
+        for (int r = 0; r < 3; r++) {
+            /* g G^T for kernel row r: (a, (a + b + d) / 2, (a - b + d) / 2, d) */
+            float h0[KBLOCK], h1[KBLOCK], h2[KBLOCK], h3[KBLOCK];
+#pragma GCC ivdep
+            for (int64_t c = 0; c < n; c++) {
+                float a = src[c * 9 + 3 * r], b = src[c * 9 + 3 * r + 1], d = src[c * 9 + 3 * r + 2];
+                h0[c] = a;
+                h1[c] = 0.5f * (a + b + d);
+                h2[c] = 0.5f * (a - b + d);
+                h3[c] = d;
+            }
+            /* G (g G^T): row r of the kernel feeds output rows 0 (r = 0), 1 and 2 (all), 3 (r = 2) */
+            float *hs[4] = {h0, h1, h2, h3};
+            for (int q = 0; q < 4; q++) {
+                const float *h = hs[q];
+                float *u0 = blk[q], *u1 = blk[4 + q], *u2 = blk[8 + q], *u3 = blk[12 + q];
+#pragma GCC ivdep
+                for (int64_t c = 0; c < n; c++) {
+                    float v = h[c];
+                    if (r == 0) {
+                        u0[c] = v;
+                        u1[c] = v;
+                        u2[c] = v;
+                    } else if (r == 1) {
+                        u1[c] = u1[c] + v;
+                        u2[c] = u2[c] - v;
+                    } else {
+                        u1[c] = 0.5f * (u1[c] + v);
+                        u2[c] = 0.5f * (u2[c] + v);
+                        u3[c] = v;
+                    }
+                }
+            }
+        }
+        for (int xi = 0; xi < 16; xi++) memcpy(u + xi * plane + o * ci + c0, blk[xi], (size_t)n * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------------ input: V = B^T d B */
+/* B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
+ * A plane (b, c) at a time: its zero-padded rows are copied split into even and odd
+ * columns (tile tx reads even columns tx, tx + 1 and odd ones tx, tx + 1), so every
+ * loop below is unit-stride; the plane's 16 outputs are gathered in scratch and
+ * copied out as 16 runs of th * tw floats (16 interleaved narrow streams, 4 KiB-
+ * aliased when the planes are a multiple of 4 KiB apart, ran 2-3x slower). */
+static inline int64_t input_scratch_floats(const wg_job *j) {
+    int64_t half = j->tw + 1;
+    return (2 * j->th + 2) * 2 * half + 8 * half + 16 * j->th * j->tw;
+}
+
+static inline __attribute__((always_inline)) void input_plane(const wg_job *j, int64_t u, float *scratch) {
+    const int64_t b = u / j->nc, c = u % j->nc, th = j->th, tw = j->tw, half = tw + 1;
+    const int64_t tiles = j->nb * th * tw, plane = j->nc * tiles, rows = 2 * th + 2;
+    const float *img = j->src + u * j->h * j->w;
+    float *even = scratch, *odd = even + rows * half, *t = odd + rows * half, *out = t + 8 * half;
+    /* padded row y (input row y - ph), column x (input column x - pw): even[y][x / 2] or odd */
+    for (int64_t y = 0; y < rows; y++) {
+        float *e = even + y * half, *o = odd + y * half;
+        int64_t iy = y - j->ph;
+        if (iy < 0 || iy >= j->h) {
+            memset(e, 0, (size_t)half * sizeof(float));
+            memset(o, 0, (size_t)half * sizeof(float));
+            continue;
+        }
+        const float *src = img + iy * j->w - j->pw;
+        /* [xa, xb): both columns 2x and 2x + 1 inside the image; the edges test each */
+        int64_t xa = (j->pw + 1) / 2, xb = (j->w + j->pw - 1) / 2;
+        if (xb > half) xb = half;
+        if (xa > xb) xa = xb;
+        for (int64_t x = 0; x < half; x++) {
+            if (x == xa) x = xb;
+            if (x >= half) break;
+            int64_t c0 = 2 * x, c1 = 2 * x + 1;
+            e[x] = c0 >= j->pw && c0 - j->pw < j->w ? src[c0] : 0.0f;
+            o[x] = c1 >= j->pw && c1 - j->pw < j->w ? src[c1] : 0.0f;
+        }
+#pragma GCC ivdep
+        for (int64_t x = xa; x < xb; x++) {
+            e[x] = src[2 * x];
+            o[x] = src[2 * x + 1];
+        }
+    }
+    for (int64_t ty = 0; ty < th; ty++) {
+        const float *e0 = even + 2 * ty * half, *e1 = e0 + half, *e2 = e1 + half, *e3 = e2 + half;
+        const float *o0 = odd + 2 * ty * half, *o1 = o0 + half, *o2 = o1 + half, *o3 = o2 + half;
+        float *te[4], *to[4];
+        for (int i = 0; i < 4; i++) {
+            te[i] = t + i * half;
+            to[i] = t + (4 + i) * half;
+        }
+#pragma GCC ivdep
+        for (int64_t x = 0; x < half; x++) { /* B^T d: down the four rows */
+            te[0][x] = e0[x] - e2[x];
+            te[1][x] = e1[x] + e2[x];
+            te[2][x] = e2[x] - e1[x];
+            te[3][x] = e1[x] - e3[x];
+            to[0][x] = o0[x] - o2[x];
+            to[1][x] = o1[x] + o2[x];
+            to[2][x] = o2[x] - o1[x];
+            to[3][x] = o1[x] - o3[x];
+        }
+        for (int i = 0; i < 4; i++) { /* (B^T d) B: across, columns (e[x], o[x], e[x+1], o[x+1]) */
+            const float *e = te[i], *o = to[i];
+            float *v0 = out + (4 * i) * th * tw + ty * tw, *v1 = v0 + th * tw, *v2 = v1 + th * tw, *v3 = v2 + th * tw;
+#pragma GCC ivdep
+            for (int64_t x = 0; x < tw; x++) {
+                v0[x] = e[x] - e[x + 1];
+                v1[x] = o[x] + e[x + 1];
+                v2[x] = e[x + 1] - o[x];
+                v3[x] = o[x] - o[x + 1];
+            }
+        }
+    }
+    float *dst = j->dst + c * tiles + b * th * tw;
+    for (int xi = 0; xi < 16; xi++)
+        memcpy(dst + xi * plane, out + xi * th * tw, (size_t)(th * tw) * sizeof(float));
+}
+
+/* ------------------------------------------------------------------ output: Y = A^T M A */
+/* A^T = [[1, 1, 1, 0], [0, 1, -1, -1]].  scratch: a row of tiles' four outputs (4 * tw)
+ * and two output rows (4 * tw). */
+static inline int64_t output_scratch_floats(const wg_job *j) { return 8 * j->tw; }
+
+static inline __attribute__((always_inline)) void output_plane(const wg_job *j, int64_t u, float *scratch) {
+    const int64_t b = u / j->nc, o = u % j->nc, tw = j->tw, tiles = j->nb * j->th * tw, plane = j->nc * tiles;
+    float *img = j->dst + u * j->oh * j->ow;
+    float *y00 = scratch, *y01 = y00 + tw, *y10 = y01 + tw, *y11 = y10 + tw, *r0 = y11 + tw, *r1 = r0 + 2 * tw;
+    for (int64_t ty = 0; ty < j->th; ty++) {
+        const float *m = j->src + o * tiles + (b * j->th + ty) * tw;
+        const float *m0 = m, *m1 = m + plane, *m2 = m + 2 * plane, *m3 = m + 3 * plane;
+        const float *m4 = m + 4 * plane, *m5 = m + 5 * plane, *m6 = m + 6 * plane, *m7 = m + 7 * plane;
+        const float *m8 = m + 8 * plane, *m9 = m + 9 * plane, *m10 = m + 10 * plane, *m11 = m + 11 * plane;
+        const float *m12 = m + 12 * plane, *m13 = m + 13 * plane, *m14 = m + 14 * plane, *m15 = m + 15 * plane;
+#pragma GCC ivdep
+        for (int64_t x = 0; x < tw; x++) {
+            /* A^T M: rows 0 + 1 + 2 and 1 - 2 - 3, per column q */
+            float s00 = m0[x] + m4[x] + m8[x], s01 = m1[x] + m5[x] + m9[x];
+            float s02 = m2[x] + m6[x] + m10[x], s03 = m3[x] + m7[x] + m11[x];
+            float s10 = m4[x] - m8[x] - m12[x], s11 = m5[x] - m9[x] - m13[x];
+            float s12 = m6[x] - m10[x] - m14[x], s13 = m7[x] - m11[x] - m15[x];
+            y00[x] = s00 + s01 + s02;
+            y01[x] = s01 - s02 - s03;
+            y10[x] = s10 + s11 + s12;
+            y11[x] = s11 - s12 - s13;
+        }
+#pragma GCC ivdep
+        for (int64_t x = 0; x < tw; x++) {
+            r0[2 * x] = y00[x];
+            r0[2 * x + 1] = y01[x];
+            r1[2 * x] = y10[x];
+            r1[2 * x + 1] = y11[x];
+        }
+        memcpy(img + 2 * ty * j->ow, r0, (size_t)j->ow * sizeof(float));
+        if (2 * ty + 1 < j->oh) memcpy(img + (2 * ty + 1) * j->ow, r1, (size_t)j->ow * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------------ the two builds */
+static void kernel_task_base(void *p, int64_t lo, int64_t hi) {
+    const wg_job *j = (const wg_job *)p;
+    for (int64_t o = lo; o < hi; o++) kernel_rows(j->src, j->dst, j->nb, j->nc, o);
+}
+
+static void input_task_base(void *p, int64_t lo, int64_t hi) {
+    const wg_job *j = (const wg_job *)p;
+    float *scratch = (float *)malloc((size_t)input_scratch_floats(j) * sizeof(float));
+    if (!scratch) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t u = lo; u < hi; u++) input_plane(j, u, scratch);
+    free(scratch);
+}
+
+static void output_task_base(void *p, int64_t lo, int64_t hi) {
+    const wg_job *j = (const wg_job *)p;
+    float *scratch = (float *)malloc((size_t)output_scratch_floats(j) * sizeof(float));
+    if (!scratch) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t u = lo; u < hi; u++) output_plane(j, u, scratch);
+    free(scratch);
+}
+
+#ifdef TALLOW_X86
+static AVX2 void kernel_task_avx2(void *p, int64_t lo, int64_t hi) {
+    const wg_job *j = (const wg_job *)p;
+    for (int64_t o = lo; o < hi; o++) kernel_rows(j->src, j->dst, j->nb, j->nc, o);
+}
+
+static AVX2 void input_task_avx2(void *p, int64_t lo, int64_t hi) {
+    const wg_job *j = (const wg_job *)p;
+    float *scratch = (float *)malloc((size_t)input_scratch_floats(j) * sizeof(float));
+    if (!scratch) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t u = lo; u < hi; u++) input_plane(j, u, scratch);
+    free(scratch);
+}
+
+static AVX2 void output_task_avx2(void *p, int64_t lo, int64_t hi) {
+    const wg_job *j = (const wg_job *)p;
+    float *scratch = (float *)malloc((size_t)output_scratch_floats(j) * sizeof(float));
+    if (!scratch) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t u = lo; u < hi; u++) output_plane(j, u, scratch);
+    free(scratch);
+}
+#endif
+
+enum { KERNEL, INPUT, OUTPUT };
+
+static tallow_task_fn task_of(int kind) {
+#ifdef TALLOW_X86
+    if (use_avx2) return kind == KERNEL ? kernel_task_avx2 : kind == INPUT ? input_task_avx2 : output_task_avx2;
+#endif
+    return kind == KERNEL ? kernel_task_base : kind == INPUT ? input_task_base : output_task_base;
+}
+
+/* ------------------------------------------------------------------ Python */
+/* Runs one transform: checks the two buffers' sizes (floats), then the task over
+ * `units` with the GIL released; MemoryError if a chunk could not get its scratch. */
+static PyObject *run(PyObject *src, PyObject *dst, int64_t src_floats, int64_t dst_floats, int kind, wg_job *j,
+                     int64_t units, int64_t grain) {
+    buf_t b[2];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    _Atomic int failed = 0;
+    if (get_buf(src, &b[0], 0, src_floats * 4, "winograd source") &&
+        get_buf(dst, &b[1], 1, dst_floats * 4, "winograd destination")) {
+        j->src = (const float *)b[0].view.buf;
+        j->dst = (float *)b[1].view.buf;
+        j->failed = &failed;
+        tallow_task_fn fn = task_of(kind);
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(fn, j, units, grain < 1 ? 1 : grain, (src_floats + dst_floats) * 4);
+        Py_END_ALLOW_THREADS
+        if (atomic_load(&failed)) {
+            PyErr_NoMemory();
+        } else {
+            Py_INCREF(Py_None);
+            res = Py_None;
+        }
+    }
+    release(b, 2);
+    return res;
+}
+
+/* kernel_transform(k, u, co, ci) */
+static PyObject *py_kernel_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[2];
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "kernel_transform takes 4 arguments");
+    if (!ints(args, 2, 2, a)) return NULL;
+    wg_job j = {0};
+    j.nb = a[0]; /* co */
+    j.nc = a[1]; /* ci */
+    return run(args[0], args[1], a[0] * a[1] * 9, 16 * a[0] * a[1], KERNEL, &j, a[0], 4096 / (a[1] * 25 + 1));
+}
+
+/* input_transform(x, v, nb, nc, h, w, ph, pw, th, tw) */
+static PyObject *py_input_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[8];
+    if (nargs != 10) return PyErr_Format(PyExc_TypeError, "input_transform takes 10 arguments");
+    if (!ints(args, 2, 8, a)) return NULL;
+    wg_job j = {a[0], a[1], a[2], a[3], a[4], a[5], 0, 0, a[6], a[7], NULL, NULL, NULL};
+    if (j.th < (j.h + 2 * j.ph - 2 + 1) / 2 || j.tw < (j.w + 2 * j.pw - 2 + 1) / 2)
+        return PyErr_Format(PyExc_ValueError, "input_transform: too few tiles for the output");
+    int64_t tiles = j.nb * j.th * j.tw;
+    return run(args[0], args[1], j.nb * j.nc * j.h * j.w, 16 * j.nc * tiles, INPUT, &j, j.nb * j.nc,
+               4096 / (16 * j.th * j.tw + 1));
+}
+
+/* output_transform(m, y, nb, nco, oh, ow, th, tw) */
+static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[6];
+    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "output_transform takes 8 arguments");
+    if (!ints(args, 2, 6, a)) return NULL;
+    wg_job j = {a[0], a[1], 0, 0, 0, 0, a[2], a[3], a[4], a[5], NULL, NULL, NULL};
+    if (2 * j.th < j.oh || 2 * j.tw < j.ow)
+        return PyErr_Format(PyExc_ValueError, "output_transform: too few tiles for the output");
+    int64_t tiles = j.nb * j.th * j.tw;
+    return run(args[0], args[1], 16 * j.nc * tiles, j.nb * j.nc * j.oh * j.ow, OUTPUT, &j, j.nb * j.nc,
+               4096 / (16 * j.th * j.tw + 1));
+}
+
+static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+#ifdef TALLOW_X86
+    if (on && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
+    use_avx2 = on;
+#else
+    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_simd(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(use_avx2);
+}
+
+#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
+static PyMethodDef methods[] = {
+    {"kernel_transform", FC(py_kernel_transform), "k (co, ci, 3, 3) -> G k G^T as (16, co, ci), f32."},
+    {"input_transform", FC(py_input_transform), "Input tiles B^T d B as (16, nc, tiles), f32."},
+    {"output_transform", FC(py_output_transform), "A^T m A of (16, nco, tiles) into f32 NCHW output."},
+    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
+    {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_winograd",
+                                       "Winograd F(2x2, 3x3) transforms of tallow's CPU convolutions.", -1,
+                                       methods};
+
+PyMODINIT_FUNC PyInit__winograd(void) {
+#ifdef TALLOW_X86
+    use_avx2 = cpu_has_avx2();
+#endif
+    tallow_pool_import();
+    return PyModule_Create(&moduledef);
+}

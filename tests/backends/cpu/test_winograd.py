@@ -1,0 +1,189 @@
+"""Winograd F(2x2, 3x3) convolutions against PyTorch (float64), values and gradients.
+
+The transforms are drawn over odd and even output sizes (cropped last tiles),
+padding 0-2 on each side, batches and channel counts, with the rule's thresholds
+lowered so that small shapes take the path; the AVX2 and baseline builds of the
+transforms and one against two threads give the same bits; the rule sends only
+stride-1, undilated, ungrouped 3x3 f32 convolutions with enough channels and tiles.
+"""
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tallow as tl
+from tallow.backends.cpu import conv as cpu_conv
+from tallow.backends.cpu import native, winograd
+
+W = winograd._module()
+pytestmark = pytest.mark.skipif(W is None, reason="the native Winograd transforms are not built")
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@contextlib.contextmanager
+def every_size():
+    """Winograd for any channel and tile count (the rule's thresholds at 1)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(winograd, "MIN_CHANNELS", 1)
+        mp.setattr(winograd, "MIN_TILES", 1)
+        yield
+
+
+def _reference(op, x, k, **kw):
+    return getattr(F, op)(torch.from_numpy(x).double(), torch.from_numpy(k).double(), **kw).numpy()
+
+
+def _close(got, want):
+    """Within a few float32 rounding steps of the float64 result's scale."""
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * scale * 9)
+
+
+@given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 6), h=st.integers(1, 9),
+       w=st.integers(1, 9), ph=st.integers(0, 2), pw=st.integers(0, 2), seed=st.integers(0, 999))
+@SETTINGS
+def test_transforms_match_a_direct_convolution(b, c, co, h, w, ph, pw, seed):
+    if h + 2 * ph < 3 or w + 2 * pw < 3:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    k = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
+    _close(winograd.conv2d(x, k, (ph, pw)), _reference("conv2d", x, k, padding=(ph, pw)))
+
+
+@pytest.mark.parametrize("shape,pad", [((2, 16, 16, 17, 13), (1, 1)), ((1, 32, 24, 9, 16), (0, 2)),
+                                       ((3, 20, 16, 12, 12), (2, 0))])
+def test_conv2d_and_its_gradients_through_the_winograd_path(shape, pad, monkeypatch):
+    """conv2d forward (Winograd), the input gradient (a stride-1 transposed convolution:
+    Winograd with the flipped kernel) and the kernel gradient, against PyTorch."""
+    b, c, co, h, w = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    k = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
+    calls = []
+    real = winograd.conv2d
+    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
+    with every_size():
+        tx, tk = tl.Var(x), tl.Var(k)
+        out = tx.conv2d(tk, padding=pad)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        grads = (out * tl.Tensor(g)).sum_all().backward()
+    assert calls == [(co, c, 3, 3), (c, co, 3, 3)]  # forward, and the input gradient
+    px = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
+    ref = F.conv2d(px, pk, padding=pad)
+    (ref * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    _close(out.numpy(), ref.detach().numpy())
+    _close(grads[tx].numpy(), px.grad.numpy())
+    np.testing.assert_allclose(grads[tk].numpy(), pk.grad.numpy(), rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_a_stride_1_transposed_convolution_goes_to_winograd(pad, monkeypatch):
+    rng = np.random.default_rng(pad)
+    x = rng.standard_normal((2, 24, 11, 14)).astype(np.float32)
+    k = rng.standard_normal((24, 20, 3, 3)).astype(np.float32)  # (c_in, c_out, 3, 3)
+    calls = []
+    real = winograd.conv2d
+    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(1) or real(*a))
+    with every_size():
+        y = tl.Tensor(x).conv_transpose2d(tl.Tensor(k), padding=pad).numpy()
+    assert calls
+    _close(y, _reference("conv_transpose2d", x, k, padding=pad))
+
+
+def test_the_rule(monkeypatch):
+    f32 = np.float32
+    x, k = np.zeros((8, 64, 16, 16), f32), np.zeros((64, 64, 3, 3), f32)
+    assert winograd.applies(x, k, (1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies(x, k, (1, 1), (2, 2), (1, 1), 1)  # stride 2
+    assert not winograd.applies(x, k, (1, 1), (1, 1), (2, 2), 1)  # dilation
+    assert not winograd.applies(x, np.zeros((64, 32, 3, 3), f32), (1, 1), (1, 1), (1, 1), 2)  # groups
+    assert not winograd.applies(x.astype(np.float64), k.astype(np.float64), (1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies(x, np.zeros((64, 64, 5, 5), f32), (2, 2), (1, 1), (1, 1), 1)
+    assert not winograd.applies(np.zeros((8, 8, 16, 16), f32), np.zeros((64, 8, 3, 3), f32),
+                                (1, 1), (1, 1), (1, 1), 1)  # few input channels: the direct kernel
+    assert not winograd.applies(np.zeros((1, 256, 7, 7), f32), np.zeros((256, 256, 3, 3), f32),
+                                (1, 1), (1, 1), (1, 1), 1)  # 16 tiles: the kernel transform would not pay
+    monkeypatch.setattr(native, "disabled", lambda: True)
+    assert not winograd.applies(x, k, (1, 1), (1, 1), (1, 1), 1)
+
+
+def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 32, 15, 18)).astype(np.float32)
+    k = rng.standard_normal((40, 32, 3, 3)).astype(np.float32)
+    results = []
+    w = native._workers
+    before, simd, min_bytes = tl.utils.get_num_threads(), W.simd(), w.min_bytes()
+    try:
+        for build in sorted({False, simd}):  # the baseline build, and AVX2 where the CPU has it
+            W.set_simd(build)
+            for threads in (1, 2):
+                tl.utils.set_num_threads(threads)
+                native.sync_threads()
+                w.set_min_bytes(0)
+                w.set_load_check(False)
+                results.append(winograd.conv2d(x, k, (1, 1)))
+    finally:
+        W.set_simd(simd)
+        w.set_load_check(True)
+        w.set_min_bytes(min_bytes)
+        tl.utils.set_num_threads(before)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    _close(results[0], _reference("conv2d", x, k, padding=1))
+
+
+def test_bad_buffers_are_refused_before_any_write():
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    v = np.full((16, 2, 3), 7.0, np.float32)  # room for 3 tiles; a 4x4 image padded by 1 has 4
+    with pytest.raises(ValueError):
+        W.input_transform(x, v, 1, 2, 4, 4, 1, 1, 2, 2)
+    with pytest.raises(ValueError, match="too few tiles"):
+        W.input_transform(x, np.zeros((16, 2, 1), np.float32), 1, 2, 4, 4, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="too few tiles"):
+        W.output_transform(np.zeros((16, 2, 1), np.float32), np.zeros((1, 2, 4, 4), np.float32), 1, 2, 4, 4, 1, 1)
+    with pytest.raises(ValueError):
+        W.kernel_transform(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 1), np.float32), 2, 2)
+    with pytest.raises(TypeError):
+        W.kernel_transform(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 2), np.float32), 2)
+    assert np.all(v == 7.0)
+
+
+def test_large_layers_take_the_path_by_default(monkeypatch):
+    """A VGG-like layer: the real thresholds send it here; values match PyTorch."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 64, 16, 16)).astype(np.float32)
+    k = rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05
+    calls = []
+    real = winograd.conv2d
+    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(1) or real(*a))
+    y = cpu_conv._conv2d(x, k, (1, 1), (1, 1), (1, 1), 1)
+    assert calls
+    _close(y, _reference("conv2d", x, k, padding=1))
+
+
+def test_native_isa_scalar_picks_the_baseline_builds():
+    """TALLOW_NATIVE_ISA=scalar: the transforms and the convolution passes use their
+    portable loops, and the results still match."""
+    code = (
+        "import numpy as np, tallow as tl\n"
+        "from tallow.backends.cpu import conv, winograd\n"
+        "x = np.ones((2, 16, 16, 16), np.float32); k = np.ones((16, 16, 3, 3), np.float32)\n"
+        "assert winograd.applies(x, k, (1, 1), (1, 1), (1, 1), 1)\n"
+        "y = conv._conv2d(x, k, (1, 1), (1, 1), (1, 1), 1)\n"
+        "assert y[0, 0, 5, 5] == 144 and y[0, 0, 0, 0] == 64, (y[0, 0, 5, 5], y[0, 0, 0, 0])\n"
+        "print(winograd._module().simd(), conv._native(x).simd())\n")
+    env = dict(os.environ, TALLOW_NATIVE_ISA="scalar")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
