@@ -61,9 +61,13 @@ def cpu_path(compiled=True, batched=False, split=False, native_c=True, direct=Fa
         if not compiled:
             mp.setattr(cpu_conv, "_compiled", lambda: None)  # the NumPy path
         mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
+        if batched:  # one product over the batch, even where the native kernel would take per-image ones
+            mp.setattr(cpu_conv.gemm, "native_takes", lambda *shape: False)
         mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
         mp.setattr(cpu_conv, "DIRECT_ROWS", 10**9 if direct else 0)
         mp.setattr(cpu_conv, "DIRECT_MAX_CO", 10**9 if direct else 0)
+        mp.setattr(cpu_conv, "DIRECT_GRAD_ROWS", 10**9 if direct else 0)
+        mp.setattr(cpu_conv, "DIRECT_T_MIN_CO", 1 if direct else 10**9)
         if split:  # two batch ranges on two threads, even on a one-CPU machine
             mp.setattr(parallel, "worth_splitting", lambda shape: shape[0] >= 2)
             mp.setattr(cpu_conv.CONFIG, "get", lambda: 2)

@@ -107,10 +107,19 @@ DIRECT_ROWS = 80
 DIRECT_MAX_CO = 64
 
 
-def _direct(native, groups, pointwise, rows, co):
+# The direct kernel gradient: only up to this many column rows (1-3 input channels
+# under a 3x3 kernel); from 8 channels (72 rows) im2col and a product took 0.7x its time.
+DIRECT_GRAD_ROWS = 32
+# A stride-1 transposed convolution runs as the direct one only with at least this many
+# output channels: the direct kernel computes blocks of 4 or 6 channels, so 1-3 waste
+# most of each block (a 1- or 3-channel input gradient took 1.2-1.7x im2col's time).
+DIRECT_T_MIN_CO = 8
+
+
+def _direct(native, groups, pointwise, rows, co, max_rows=None):
     """Whether a convolution (or its kernel gradient) runs as a direct one."""
-    return (native is not None and groups == 1 and not pointwise and rows <= DIRECT_ROWS
-            and co <= DIRECT_MAX_CO)
+    return (native is not None and groups == 1 and not pointwise
+            and rows <= (DIRECT_ROWS if max_rows is None else max_rows) and co <= DIRECT_MAX_CO)
 
 
 def _geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow):
@@ -243,7 +252,7 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
         # gradient) the direct kernel needs no column buffer and no scatter, and a
         # 3x3 kernel between wider layers goes to Winograd's products.
         cpad = (dil[0] * (kh - 1) - pad[0], dil[1] * (kw - 1) - pad[1])
-        if _direct(native, groups, False, rows, ci):
+        if _direct(native, groups, False, rows, ci) and co >= DIRECT_T_MIN_CO:
             flipped = np.ascontiguousarray(k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
             y = np.empty((b, co, oh, ow), np.float32)
             native.direct(x, flipped, y, co, *_geometry(b, ci, h, w, kh, kw, (1, 1), cpad, dil, oh, ow))
@@ -301,7 +310,7 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     g = g[:, :, :oh, :ow]
     pointwise = _is_pointwise(kh, kw, pad)
-    if _direct(native, groups, pointwise, c * kh * kw, co) and native.simd():
+    if _direct(native, groups, pointwise, c * kh * kw, co, DIRECT_GRAD_ROWS) and native.simd():
         gk = np.empty(k_shape, np.float32)
         native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
                            *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
