@@ -268,7 +268,8 @@ def test_the_blas_path_stays_reachable(monkeypatch):
     (((16, 27), (27, 5000)), True),  # thin, but splittable: the kernel at any thread count
     (((4, 9), (9, 30)), False), (((64, 64), (64, 63)), False),  # tiny: BLAS
     (((64, 576), (576, 2048)), True),  # a convolution layer's: the kernel's split
-    (((256, 2304), (2304, 49)), False), (((1024, 1024), (1024, 1024)), False),  # the BLAS path's split
+    (((256, 2304), (2304, 49)), True),  # a 7x7 image's 49 columns: computed transposed
+    (((16384, 64), (64, 32)), False), (((1024, 1024), (1024, 1024)), False),  # the BLAS path's split
 ])
 def test_the_path_depends_on_the_shape_alone(monkeypatch, shape, native_expected):
     """The same path at 1 and 2 threads, split or not (so the kernel's bits)."""
@@ -376,3 +377,36 @@ def test_concurrent_callers_get_their_own_results(two_threads):
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_narrow_tall_products_are_computed_transposed(monkeypatch, batch):
+    """48-63 columns and 64+ rows from 2 * SPLIT_MIN: the kernel computes (B^T A^T)^T
+    (its 6-row tiles fit 49 rows better than 16-column panels fit 49 columns); the
+    values, a bias and an ``out`` array as on the ordinary path, the same bits at 1
+    and 2 threads."""
+    monkeypatch.undo()  # the real rule
+    monkeypatch.setattr(gemm, "SPLIT_MIN", 1 << 14)  # small operands past the threshold
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal(batch + (96, 80)).astype(F)
+    b = rng.standard_normal(batch + (80, 49)).astype(F)[..., ::-1, :]  # a reversed view too
+    bias = rng.standard_normal(49).astype(F)
+    assert gemm._narrow_and_tall(96, 49) and gemm.native_takes(96, 49, 80, max(1, int(np.prod(batch))))
+    calls = []
+    real = G.gemm
+    monkeypatch.setattr(G, "gemm", lambda a_, b_, c_, *rest: calls.append(c_.shape) or real(a_, b_, c_, *rest))
+    before = tl.utils.get_num_threads()
+    results = []
+    try:
+        for threads in sorted({1, min(2, len(os.sched_getaffinity(0)))}):
+            tl.utils.set_num_threads(threads)
+            out = np.full(batch + (96, 49), np.nan, F)
+            results.append(gemm.matmul(a, b, out=out, bias=bias))
+            assert results[-1] is out
+    finally:
+        tl.utils.set_num_threads(before)
+    assert calls and all(shape[-2:] == (49, 96) for shape in calls)  # the transposed product
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64)) + bias
+    np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-4)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])

@@ -130,8 +130,23 @@ def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split):
         c = out.reshape(batch, m, n)
     else:
         c = out
+    if _narrow_and_tall(m, n):
+        # Too narrow for the kernel's 16-column panels (a 7x7 image's 49 positions use
+        # 77% of four) but tall: computed as (B^T A^T)^T, whose 49 rows fill 6-row
+        # tiles, then transposed into place (m * n values against m * n * k products).
+        ct = np.empty(c.shape[:-2] + (n, m), np.float32)
+        _native.gemm(b.swapaxes(-1, -2), a.swapaxes(-1, -2), ct, False, None, split)
+        np.copyto(c, ct.swapaxes(-1, -2))
+        if bias is not None:
+            c += bias
+        return out
     _native.gemm(a, b, c, False, bias, split)
     return out
+
+
+def _narrow_and_tall(m: int, n: int) -> bool:
+    """Whether the kernel computes a product transposed (see ``native_splits_better``)."""
+    return n < NATIVE_MIN_COLS and n >= NATIVE_MIN_ROWS and m >= NATIVE_MIN_COLS
 
 
 def _pool_threads() -> int:
@@ -169,12 +184,14 @@ def native_wins_alone(m: int, n: int, k: int, work: int) -> bool:
 
 def native_splits_better(m: int, n: int, work: int) -> bool:
     """Whether a product the BLAS path would split (from ``2 * SPLIT_MIN`` multiply-adds)
-    goes to the native kernel instead: at least 48 rows and 64 columns, up to
-    ``NATIVE_MAX`` (the products of convolution layers). On one thread the kernel takes
-    1.0-1.15x OpenBLAS's time there; split, 0.5-0.75x of it, where the BLAS path's
-    split over Python threads reached 0.75-1.0x beside the rest of a convolution
-    (docs/design.md, "Thread policy"). Thin and larger products keep the BLAS path."""
-    return m >= NATIVE_MIN_ROWS and n >= NATIVE_MIN_COLS and work <= NATIVE_MAX
+    goes to the native kernel instead: at least 48 rows and 64 columns, or 48-63
+    columns and 64+ rows (computed transposed), up to ``NATIVE_MAX`` (the products of
+    convolution layers). On one thread the kernel takes 1.0-1.15x OpenBLAS's time
+    there; split, 0.5-0.75x of it, where the BLAS path's split over Python threads
+    reached 0.75-1.0x beside the rest of a convolution, or more than one thread's
+    time (docs/design.md, "Thread policy"). Thinner and larger products keep the BLAS
+    path."""
+    return ((m >= NATIVE_MIN_ROWS and n >= NATIVE_MIN_COLS) or _narrow_and_tall(m, n)) and work <= NATIVE_MAX
 
 
 def _native_shape(m: int, n: int, k: int, work: int) -> bool:

@@ -296,7 +296,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     /* A is packed only when its rows do not stay in L2 between the column panels (more
      * than MC rows and 256 KiB per K chunk); a unit of a split would otherwise repack
      * the whole of a small A once per column block. */
-    const int pack_rows = i1 - i0 > MC && (i1 - i0) * kc > PACK_A_MIN;
+    const int pack_rows = (i1 - i0 > MC && (i1 - i0) * kc > PACK_A_MIN) || (j->csa != 1 && nc >= 4 * NR);
     /* Few rows: B is read in place (rows contiguous) rather than packed for so little reuse;
      * only a last partial panel is packed (a full-width read would pass the row's end). */
     const int direct_b = j->csb == 1 && i1 - i0 <= direct_b_rows && rows_spread_in_l1(j->rsb * 4, kc);
