@@ -294,10 +294,15 @@ static void sample_load(void) {
     long ours = 1 + (nworkers - atomic_load(&sleepers));
     double others = running > ours ? (double)(running - ours) : 0.0;
     others_avg = 0.75 * others_avg + 0.25 * others;
-    /* hysteresis: contended from half a task over the spare CPUs, free again below a quarter */
+    /* hysteresis: contended from three quarters of a task over the spare CPUs (a
+     * CPU-bound process, always runnable, gets there in five samples), free again below
+     * half a task.  Short-lived system tasks (kernel threads, agents), runnable in a
+     * third of the samples on an otherwise idle 2-CPU machine, stay under it: with the
+     * thresholds at a half and a quarter they kept half of the 2-thread splits on one
+     * thread. */
     double spare = (double)(ncpus - want);
     int was = atomic_load(&contended);
-    atomic_store(&contended, was ? others_avg > spare + 0.25 : others_avg > spare + 0.5);
+    atomic_store(&contended, was ? others_avg > spare + 0.5 : others_avg > spare + 0.75);
 }
 
 static int pool_worth(int64_t bytes) {
