@@ -2,13 +2,13 @@
 
 Machines are noisy and first runs pay warm-up (allocator, thread pools, caches),
 so the candidates take turns, and the median of each one's repeats is reported.
-Each turn starts with one untimed call: what the previous candidate left behind
-(freed memory handed back to the system, cold caches) is paid there, not by
-whichever candidate happens to follow it. With more than one thread, each turn
-also starts after a pause (``SETTLE_S``) in which the previous candidate's idle
-threads go to sleep: PyTorch's OpenMP workers spin for about 10 ms after each of
-its calls, and a spinning thread holds a core the next candidate's threads need
-(on two cores a split of tallow's then ran slower than no split at all).
+Each turn starts with untimed calls for at least ``WARM_S`` (one call at least):
+what the previous candidate left behind is paid there, not by whichever candidate
+happens to follow it: freed memory handed back to the system, cold caches, idle
+cores that take a while to come back up (on a virtual machine the first steps
+after a 15 ms idle ran 1.2-1.8x slower), and other threads still spinning
+(PyTorch's OpenMP workers spin for about 10 ms after each of its calls, holding a
+core the next candidate's threads need).
 """
 
 from __future__ import annotations
@@ -23,16 +23,15 @@ import time
 
 
 # Longer than the ~10 ms PyTorch's (libgomp's) idle workers spin before sleeping.
-SETTLE_S = 0.015
+WARM_S = 0.012
 
 
-def settle() -> None:
-    """Let the previous candidate's idle threads go to sleep (with more than one
-    thread; one thread leaves no workers behind)."""
-    from ..utils import get_num_threads
-
-    if get_num_threads() > 1:
-        time.sleep(SETTLE_S)
+def warm(fn) -> None:
+    """Call ``fn`` untimed until ``WARM_S`` has passed (once at least)."""
+    t0 = time.perf_counter()
+    fn()
+    while time.perf_counter() - t0 < WARM_S:
+        fn()
 
 
 def alternate(candidates: dict, repeats: int = 5, number: int = 1) -> dict:
@@ -43,8 +42,7 @@ def alternate(candidates: dict, repeats: int = 5, number: int = 1) -> dict:
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             fn = candidates[name]
-            settle()
-            fn()
+            warm(fn)
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()
@@ -187,8 +185,7 @@ def by_threads(fn, thread_counts, repeats: int = 5, number: int = 1) -> dict:
         for r in range(repeats):
             for t in counts[r % len(counts):] + counts[:r % len(counts)]:
                 set_num_threads(t)
-                settle()
-                fn()
+                warm(fn)
                 t0 = time.perf_counter()
                 for _ in range(number):
                     fn()

@@ -30,7 +30,7 @@ import numpy as np
 
 import tallow as tl
 
-from .common import have_torch, ratio, set_threads, settle, table, write_json
+from .common import have_torch, ratio, set_threads, table, write_json
 
 N_SENTENCES = 512
 BATCH = 32
@@ -152,7 +152,6 @@ def _rounds(cands, texts, repeats):
     names = list(cands)
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            settle()
             t0 = time.perf_counter()
             cands[name](texts)
             times[name].append(time.perf_counter() - t0)
