@@ -145,7 +145,8 @@ def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split):
 
 
 def _narrow_and_tall(m: int, n: int) -> bool:
-    """Whether the kernel computes a product transposed (see ``native_splits_better``)."""
+    """Whether the kernel computes a product transposed, ``(B^T A^T)^T``: 48-63
+    columns (a 7x7 image's 49 positions) and at least 64 rows."""
     return n < NATIVE_MIN_COLS and n >= NATIVE_MIN_ROWS and m >= NATIVE_MIN_COLS
 
 
