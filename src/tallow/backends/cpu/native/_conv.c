@@ -27,14 +27,6 @@
 
 static int use_avx2 = 0;
 
-static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
-    for (Py_ssize_t i = 0; i < count; i++) {
-        out[i] = PyLong_AsLongLong(args[start + i]);
-        if (out[i] == -1 && PyErr_Occurred()) return 0;
-    }
-    return 1;
-}
-
 /* ------------------------------------------------------------------ geometry */
 /* A convolution window walk: images nc x h x w, an oh x ow grid of windows of
  * kh x kw taps, strides, padding and dilation. */
@@ -57,7 +49,7 @@ static inline void valid_cols(const geom_t *g, int64_t kj, int64_t *j0, int64_t 
 
 static int parse_geom(PyObject *const *args, Py_ssize_t start, geom_t *g) {
     int64_t a[14];
-    if (!ints(args, start, 14, a)) return 0;
+    if (!parse_ints(args, start, 14, a)) return 0;
     geom_t t = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13]};
     for (int i = 0; i < 14; i++)
         if (a[i] < 0 || (i >= 4 && i <= 7 && a[i] < 1) || (i >= 10 && i <= 11 && a[i] < 1)) {
@@ -213,29 +205,21 @@ static inline int64_t cols_scratch_floats(const geom_t *g) {
     return g->sh > 1 || g->sw > 1 ? phase_floats(g) : 0;
 }
 
-#define COLS_TASKS(SUFFIX, ATTR)                                                                 \
-    static ATTR void im2col_task##SUFFIX(void *p, int64_t lo, int64_t hi) {                      \
-        const cols_job *jb = (const cols_job *)p;                                                \
-        int64_t n = cols_scratch_floats(&jb->g);                                                 \
-        float *phases = n ? (float *)malloc((size_t)n * sizeof(float)) : NULL;                   \
-        if (n && !phases) {                                                                      \
-            atomic_store(jb->failed, 1);                                                         \
-            return;                                                                              \
-        }                                                                                        \
-        for (int64_t u = lo; u < hi; u++) im2col_plane(jb, u, phases);                           \
-        free(phases);                                                                            \
-    }                                                                                            \
-    static ATTR void col2im_task##SUFFIX(void *p, int64_t lo, int64_t hi) {                      \
-        const cols_job *jb = (const cols_job *)p;                                                \
-        int64_t n = cols_scratch_floats(&jb->g);                                                 \
-        float *phases = n ? (float *)malloc((size_t)n * sizeof(float)) : NULL;                   \
-        if (n && !phases) {                                                                      \
-            atomic_store(jb->failed, 1);                                                         \
-            return;                                                                              \
-        }                                                                                        \
-        for (int64_t u = lo; u < hi; u++) col2im_plane(jb, u, phases);                           \
-        free(phases);                                                                            \
+#define COLS_TASK(NAME, ATTR, per_plane)                                                          \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const cols_job *jb = (const cols_job *)p;                                                 \
+        int64_t n = cols_scratch_floats(&jb->g);                                                  \
+        float *phases = n ? (float *)malloc((size_t)n * sizeof(float)) : NULL;                    \
+        if (n && !phases) {                                                                       \
+            atomic_store(jb->failed, 1);                                                          \
+            return;                                                                               \
+        }                                                                                         \
+        for (int64_t u = lo; u < hi; u++) per_plane(jb, u, phases);                               \
+        free(phases);                                                                             \
     }
+#define COLS_TASKS(SUFFIX, ATTR)                                                                  \
+    COLS_TASK(im2col_task##SUFFIX, ATTR, im2col_plane)                                            \
+    COLS_TASK(col2im_task##SUFFIX, ATTR, col2im_plane)
 
 /* (no-tree-loop-distribute-patterns: the row copies stay loops; as memcpy calls, rows
  * of 8-32 floats spent more in the call than in the copy) */
@@ -258,7 +242,7 @@ static PyObject *cols_call(PyObject *const *args, Py_ssize_t nargs, int adjoint)
     if (nargs != 18) return PyErr_Format(PyExc_TypeError, "%s takes 18 arguments", name);
     cols_job jb;
     int64_t s[2];
-    if (!ints(args, 2, 2, s) || !parse_geom(args, 4, &jb.g)) return NULL;
+    if (!parse_ints(args, 2, 2, s) || !parse_geom(args, 4, &jb.g)) return NULL;
     jb.sb = s[0];
     jb.sr = s[1];
     const geom_t *g = &jb.g;
@@ -485,7 +469,7 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     (void)self;
     if (nargs != 18) return PyErr_Format(PyExc_TypeError, "direct takes 18 arguments");
     direct_job jb;
-    if (!ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
+    if (!parse_ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
     const geom_t *g = &jb.g;
     if (jb.co < 1 || g->nc * g->kh * g->kw > (1 << 16))
         return PyErr_Format(PyExc_ValueError, "direct: bad channel counts");
@@ -621,7 +605,7 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
     (void)self;
     if (nargs != 18) return PyErr_Format(PyExc_TypeError, "kernel_grad takes 18 arguments");
     kgrad_job jb;
-    if (!ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
+    if (!parse_ints(args, 3, 1, &jb.co) || !parse_geom(args, 4, &jb.g)) return NULL;
     const geom_t *g = &jb.g;
     if (jb.co < 1) return PyErr_Format(PyExc_ValueError, "kernel_grad: bad channel counts");
     if (!use_avx2) return PyErr_Format(PyExc_ValueError, "kernel_grad: needs the AVX2 kernels");
@@ -880,7 +864,7 @@ static PyObject *pool_call(PyObject *const *args, Py_ssize_t nargs, int kind) {
     int narr = kind == MAX_BWD ? 3 : 2;
     if (nargs != narr + 7) return PyErr_Format(PyExc_TypeError, "pooling takes %d arguments", narr + 7);
     int64_t a[7];
-    if (!ints(args, narr, 7, a)) return NULL;
+    if (!parse_ints(args, narr, 7, a)) return NULL;
     pool_job j;
     memset(&j, 0, sizeof j);
     j.planes = a[0], j.h = a[1], j.w = a[2], j.kh = a[3], j.kw = a[4], j.sh = a[5], j.sw = a[6];
@@ -941,24 +925,7 @@ static PyObject *py_avg_pool2d_backward(PyObject *self, PyObject *const *args, P
     return pool_call(args, nargs, AVG_BWD);
 }
 
-static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
-    (void)self;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
-#ifdef TALLOW_X86
-    if (on && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
-    use_avx2 = on;
-#else
-    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
-#endif
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_simd(PyObject *self, PyObject *noargs) {
-    (void)self;
-    (void)noargs;
-    return PyBool_FromLong(use_avx2);
-}
+TALLOW_SIMD_SWITCH(use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {

@@ -500,24 +500,7 @@ static PyObject *py_f16_to_f32(PyObject *self, PyObject *const *args, Py_ssize_t
     return res;
 }
 
-static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
-    (void)self;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
-#ifdef TALLOW_X86
-    if (on && !cpu_has_avx2())
-        return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
-    use_avx2 = on;
-#else
-    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
-#endif
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_simd(PyObject *self, PyObject *noargs) {
-    (void)self; (void)noargs;
-    return PyBool_FromLong(use_avx2);
-}
+TALLOW_SIMD_SWITCH(use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {

@@ -17,9 +17,9 @@
  *
  * The input and output transforms only add and subtract; units are image planes,
  * each written by one thread in a fixed order, so results are bit-identical at any
- * thread count.  The loops run over a row of tiles at a time (contiguous in every
- * plane), compiled twice: for the baseline instruction set and with AVX2 enabled,
- * chosen at run time.
+ * thread count.  The loops run over whole rows of tiles (contiguous in every plane),
+ * compiled twice: for the baseline instruction set and with AVX2 enabled, chosen at
+ * run time.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,10 +33,10 @@
 
 static int use_avx2 = 0;
 
+/* Sizes: parse_ints, none negative. */
 static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
+    if (!parse_ints(args, start, count, out)) return 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        out[i] = PyLong_AsLongLong(args[start + i]);
-        if (out[i] == -1 && PyErr_Occurred()) return 0;
         if (out[i] < 0) {
             PyErr_SetString(PyExc_ValueError, "winograd: negative size");
             return 0;
@@ -222,60 +222,33 @@ static inline __attribute__((always_inline)) void output_plane(const wg_job *j, 
 }
 
 /* ------------------------------------------------------------------ the two builds */
-static void kernel_task_base(void *p, int64_t lo, int64_t hi) {
-    const wg_job *j = (const wg_job *)p;
-    for (int64_t o = lo; o < hi; o++) kernel_rows(j->src, j->dst, j->nb, j->nc, o);
-}
-
-static void input_task_base(void *p, int64_t lo, int64_t hi) {
-    const wg_job *j = (const wg_job *)p;
-    float *scratch = (float *)malloc((size_t)input_scratch_floats(j) * sizeof(float));
-    if (!scratch) {
-        atomic_store(j->failed, 1);
-        return;
+/* A task over units [lo, hi) of `per_unit`, with `floats` of scratch per chunk (none: 0). */
+#define PLANE_TASK(NAME, ATTR, per_unit, floats)                                                  \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const wg_job *j = (const wg_job *)p;                                                      \
+        int64_t n = floats;                                                                       \
+        float *scratch = n ? (float *)malloc((size_t)n * sizeof(float)) : NULL;                   \
+        if (n && !scratch) {                                                                      \
+            atomic_store(j->failed, 1);                                                           \
+            return;                                                                               \
+        }                                                                                         \
+        for (int64_t u = lo; u < hi; u++) per_unit(j, u, scratch);                                \
+        free(scratch);                                                                            \
     }
-    for (int64_t u = lo; u < hi; u++) input_plane(j, u, scratch);
-    free(scratch);
+
+static inline __attribute__((always_inline)) void kernel_unit(const wg_job *j, int64_t o, float *unused) {
+    (void)unused;
+    kernel_rows(j->src, j->dst, j->nb, j->nc, o); /* nb, nc: c_out, c_in */
 }
 
-static void output_task_base(void *p, int64_t lo, int64_t hi) {
-    const wg_job *j = (const wg_job *)p;
-    float *scratch = (float *)malloc((size_t)output_scratch_floats(j) * sizeof(float));
-    if (!scratch) {
-        atomic_store(j->failed, 1);
-        return;
-    }
-    for (int64_t u = lo; u < hi; u++) output_plane(j, u, scratch);
-    free(scratch);
-}
+#define BUILD(SUFFIX, ATTR)                                                                       \
+    PLANE_TASK(kernel_task##SUFFIX, ATTR, kernel_unit, 0)                                         \
+    PLANE_TASK(input_task##SUFFIX, ATTR, input_plane, input_scratch_floats(j))                    \
+    PLANE_TASK(output_task##SUFFIX, ATTR, output_plane, output_scratch_floats(j))
 
+BUILD(_base, )
 #ifdef TALLOW_X86
-static AVX2 void kernel_task_avx2(void *p, int64_t lo, int64_t hi) {
-    const wg_job *j = (const wg_job *)p;
-    for (int64_t o = lo; o < hi; o++) kernel_rows(j->src, j->dst, j->nb, j->nc, o);
-}
-
-static AVX2 void input_task_avx2(void *p, int64_t lo, int64_t hi) {
-    const wg_job *j = (const wg_job *)p;
-    float *scratch = (float *)malloc((size_t)input_scratch_floats(j) * sizeof(float));
-    if (!scratch) {
-        atomic_store(j->failed, 1);
-        return;
-    }
-    for (int64_t u = lo; u < hi; u++) input_plane(j, u, scratch);
-    free(scratch);
-}
-
-static AVX2 void output_task_avx2(void *p, int64_t lo, int64_t hi) {
-    const wg_job *j = (const wg_job *)p;
-    float *scratch = (float *)malloc((size_t)output_scratch_floats(j) * sizeof(float));
-    if (!scratch) {
-        atomic_store(j->failed, 1);
-        return;
-    }
-    for (int64_t u = lo; u < hi; u++) output_plane(j, u, scratch);
-    free(scratch);
-}
+BUILD(_avx2, AVX2)
 #endif
 
 enum { KERNEL, INPUT, OUTPUT };
@@ -356,24 +329,7 @@ static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_s
                4096 / (16 * j.th * j.tw + 1));
 }
 
-static PyObject *py_set_simd(PyObject *self, PyObject *arg) {
-    (void)self;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
-#ifdef TALLOW_X86
-    if (on && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
-    use_avx2 = on;
-#else
-    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
-#endif
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_simd(PyObject *self, PyObject *noargs) {
-    (void)self;
-    (void)noargs;
-    return PyBool_FromLong(use_avx2);
-}
+TALLOW_SIMD_SWITCH(use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {

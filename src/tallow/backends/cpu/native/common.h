@@ -1,6 +1,7 @@
-/* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c): the CPU
- * feature checks, the exact f16 -> f32 conversion of the scalar code, and the
- * buffer-protocol wrappers every entry point validates its arrays with.
+/* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c, _conv.c,
+ * _gemm.c, _winograd.c): the CPU feature checks and the Python switch between a
+ * module's SIMD and baseline builds, the exact f16 -> f32 conversion of the scalar
+ * code, and the buffer-protocol wrappers every entry point validates its arrays with.
  * Include after Python.h. */
 #ifndef TALLOW_NATIVE_COMMON_H
 #define TALLOW_NATIVE_COMMON_H
@@ -39,6 +40,31 @@ static inline int cpu_has_avx512vnni(void) {
 #endif
 }
 
+/* ------------------------------------------------------------------ the SIMD switch */
+/* set_simd(on) / simd() of a module whose SIMD functions are chosen by `flag` (its
+ * use_avx2): on asks for the AVX2 builds, which this CPU must support. */
+#ifdef TALLOW_X86
+#define TALLOW_SIMD_CHECK(on)                                                                         \
+    if ((on) && !cpu_has_avx2()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX2/FMA/F16C");
+#else
+#define TALLOW_SIMD_CHECK(on)                                                                         \
+    if (on) return PyErr_Format(PyExc_ValueError, "no SIMD kernels for this CPU");
+#endif
+#define TALLOW_SIMD_SWITCH(flag)                                                                      \
+    static PyObject *py_set_simd(PyObject *self, PyObject *arg) {                                     \
+        (void)self;                                                                                   \
+        int on = PyObject_IsTrue(arg);                                                                \
+        if (on < 0) return NULL;                                                                      \
+        TALLOW_SIMD_CHECK(on)                                                                         \
+        flag = on;                                                                                    \
+        Py_RETURN_NONE;                                                                               \
+    }                                                                                                 \
+    static PyObject *py_simd(PyObject *self, PyObject *noargs) {                                      \
+        (void)self;                                                                                   \
+        (void)noargs;                                                                                 \
+        return PyBool_FromLong(flag);                                                                 \
+    }
+
 /* ------------------------------------------------------------------ f16 -> f32 */
 static inline float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -59,6 +85,16 @@ static inline float half_to_float(uint16_t h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
+}
+
+/* ------------------------------------------------------------------ arguments */
+/* args[start .. start + count) as int64 into out; 0 with an exception set. */
+static inline int parse_ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        out[i] = PyLong_AsLongLong(args[start + i]);
+        if (out[i] == -1 && PyErr_Occurred()) return 0;
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------------ buffers */
