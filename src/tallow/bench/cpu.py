@@ -32,8 +32,8 @@ import numpy as np
 
 import tallow as tl
 
-from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, set_threads,
-                     table, with_blas_threads, write_json)
+from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, set_quick,
+                     set_threads, table, with_blas_threads, write_json)
 from .compile import bench_compile
 from .embed import bench_embed
 from .train import bench_train
@@ -265,6 +265,7 @@ def bench_overhead(repeats, chain=5000, threads=(1, 2)):
 def run(args) -> int:
     quick = getattr(args, "quick", False)
     repeats = args.repeats or (3 if quick else 7)
+    set_quick(quick)
     default_threads = tl.utils.get_num_threads()
     print(f"threads: {default_threads} ({tl.utils.num_threads_rule()}); "
           f"processor: {tl.cpu.info()['name']}")
