@@ -1,4 +1,5 @@
-"""Winograd F(2x2, 3x3) convolutions against PyTorch (float64), values and gradients.
+"""Winograd F(2x2, 3x3) (and F(2, 3) for 1x3 kernels: 1-D convolutions) against
+PyTorch (float64), values and gradients.
 
 The transforms are drawn over odd and even output sizes (cropped last tiles),
 padding 0-2 on each side, batches and channel counts, with the rule's thresholds
@@ -100,6 +101,44 @@ def test_a_stride_1_transposed_convolution_goes_to_winograd(pad, monkeypatch):
     _close(y, _reference("conv_transpose2d", x, k, padding=pad))
 
 
+@given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 6), h=st.integers(1, 3),
+       w=st.integers(1, 12), pw=st.integers(0, 2), seed=st.integers(0, 999))
+@SETTINGS
+def test_row_transforms_match_a_direct_convolution(b, c, co, h, w, pw, seed):
+    """1x3 kernels: F(2, 3) along each row, odd and even widths, padding 0-2."""
+    if w + 2 * pw < 3:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    k = rng.standard_normal((co, c, 1, 3)).astype(np.float32)
+    _close(winograd.conv2d(x, k, (0, pw)), _reference("conv2d", x, k, padding=(0, pw)))
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_conv1d_and_its_gradients_through_the_winograd_path(pad, monkeypatch):
+    """conv1d forward and its input gradient (a stride-1 transposed convolution) go to
+    F(2, 3); values and both gradients against PyTorch."""
+    rng = np.random.default_rng(30 + pad)
+    x = rng.standard_normal((3, 32, 41)).astype(np.float32)  # 96 column rows: past the direct kernel's
+    k = rng.standard_normal((40, 32, 3)).astype(np.float32)
+    calls = []
+    real = winograd.conv2d
+    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
+    with every_size():
+        tx, tk = tl.Var(x), tl.Var(k)
+        out = tx.conv1d(tk, padding=pad)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        grads = (out * tl.Tensor(g)).sum_all().backward()
+    assert calls == [(40, 32, 1, 3), (32, 40, 1, 3)]
+    px = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
+    ref = F.conv1d(px, pk, padding=pad)
+    (ref * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    _close(out.numpy(), ref.detach().numpy())
+    _close(grads[tx].numpy(), px.grad.numpy())
+    np.testing.assert_allclose(grads[tk].numpy(), pk.grad.numpy(), rtol=2e-4, atol=2e-4)
+
+
 def test_the_rule(monkeypatch):
     f32 = np.float32
     x, k = np.zeros((8, 64, 16, 16), f32), np.zeros((64, 64, 3, 3), f32)
@@ -113,6 +152,10 @@ def test_the_rule(monkeypatch):
                                 (1, 1), (1, 1), (1, 1), 1)  # few input channels: the direct kernel
     assert not winograd.applies(np.zeros((1, 256, 7, 7), f32), np.zeros((256, 256, 3, 3), f32),
                                 (1, 1), (1, 1), (1, 1), 1)  # 16 tiles: the kernel transform would not pay
+    row, k13 = np.zeros((16, 64, 1, 256), f32), np.zeros((64, 64, 1, 3), f32)
+    assert winograd.applies(row, k13, (0, 1), (1, 1), (1, 1), 1)  # a 1-D convolution
+    assert not winograd.applies(row, k13, (1, 1), (1, 1), (1, 1), 1)  # rows of padding
+    assert not winograd.applies(x, np.zeros((64, 64, 3, 1), f32), (1, 0), (1, 1), (1, 1), 1)  # 3x1
     monkeypatch.setattr(native, "disabled", lambda: True)
     assert not winograd.applies(x, k, (1, 1), (1, 1), (1, 1), 1)
 
@@ -156,7 +199,14 @@ def test_bad_buffers_are_refused_before_any_write():
         W.kernel_transform(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 1), np.float32), 2, 2)
     with pytest.raises(TypeError):
         W.kernel_transform(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 2), np.float32), 2)
-    assert np.all(v == 7.0)
+    with pytest.raises(ValueError, match="too few tiles"):
+        W.input_transform_row(x, np.zeros((4, 2, 4), np.float32), 1, 2, 4, 4, 1, 1)
+    with pytest.raises(ValueError, match="too few tiles"):
+        W.output_transform_row(np.zeros((4, 2, 4), np.float32), np.zeros((1, 2, 4, 4), np.float32), 1, 2, 4, 4, 1)
+    vr = np.full((4, 2, 7), 7.0, np.float32)  # 4 rows x 2 tiles need 8 per channel and position
+    with pytest.raises(ValueError):
+        W.input_transform_row(x, vr, 1, 2, 4, 4, 1, 2)
+    assert np.all(v == 7.0) and np.all(vr == 7.0)
 
 
 def test_large_layers_take_the_path_by_default(monkeypatch):

@@ -14,6 +14,9 @@ multiply-adds. Its rounding differs from the direct sum by a few units in the la
 place of the largest terms (the transforms add and subtract before multiplying):
 relative errors of 1e-7 to 1e-6 against a float64 reference, as im2col's.
 
+A 1x3 kernel (a 1-D convolution is one of height 1) uses F(2, 3) along each row
+in the same way: 4 positions, 1.5x fewer multiply-adds than im2col's product.
+
 Used (``applies``) for f32 with the C extension, groups 1, dilation 1, at least
 ``MIN_CHANNELS`` input and output channels (fewer go to the direct kernel) and at
 least ``MIN_TILES`` output tiles: the kernel transform costs c_out * c_in * 16
@@ -62,35 +65,51 @@ def _tiles(oh, ow):
     return (oh + 1) // 2, (ow + 1) // 2
 
 
+def _row_kernel(k, pad) -> bool:
+    """A 1x3 kernel without padding rows (a 1-D convolution): F(2, 3) along each row."""
+    return k.shape[2:] == (1, 3) and pad[0] == 0
+
+
 def applies(x, k, pad, stride, dil, groups) -> bool:
-    """Whether the convolution of ``x`` (b, c, h, w) with ``k`` (c_out, c, kh, kw) runs here."""
-    if (x.dtype != np.float32 or k.dtype != np.float32 or k.shape[2:] != (3, 3) or stride != (1, 1)
-            or dil != (1, 1) or groups != 1):
+    """Whether the convolution of ``x`` (b, c, h, w) with ``k`` (c_out, c, kh, kw) runs here:
+    3x3 kernels, and 1x3 ones without row padding (a 1-D convolution)."""
+    if (x.dtype != np.float32 or k.dtype != np.float32 or stride != (1, 1) or dil != (1, 1) or groups != 1
+            or not (k.shape[2:] == (3, 3) or _row_kernel(k, pad))):
         return False
     b, c, h, w = x.shape
     if c < MIN_CHANNELS or k.shape[0] < MIN_CHANNELS:
         return False
-    oh, ow = h + 2 * pad[0] - 2, w + 2 * pad[1] - 2
+    oh, ow = h + 2 * pad[0] - k.shape[2] + 1, w + 2 * pad[1] - 2
     if oh < 1 or ow < 1:
         return False
-    th, tw = _tiles(oh, ow)
+    th, tw = (oh, (ow + 1) // 2) if k.shape[2] == 1 else _tiles(oh, ow)
     return b * th * tw >= MIN_TILES and _module() is not None
 
 
 def conv2d(x, k, pad):
-    """``x`` (b, c, h, w) convolved with ``k`` (c_out, c, 3, 3), stride 1, ``pad``
-    (rows, columns) zeros around each image; f32 arrays, ``applies`` checked."""
+    """``x`` (b, c, h, w) convolved with ``k`` (c_out, c, 3, 3) or (c_out, c, 1, 3),
+    stride 1, ``pad`` (rows, columns) zeros around each image; f32 arrays, ``applies``
+    checked."""
     mod = _module()
     b, c, h, w = x.shape
     co = k.shape[0]
+    x, k = np.ascontiguousarray(x), np.ascontiguousarray(k)
+    if k.shape[2] == 1:  # 1x3: 4 positions, tiles of one row
+        ow = w + 2 * pad[1] - 2
+        tw = (ow + 1) // 2
+        u = np.empty((4, co, c), np.float32)
+        mod.kernel_transform_row(k, u, co, c)
+        v = np.empty((4, c, b * h * tw), np.float32)
+        mod.input_transform_row(x, v, b, c, h, w, pad[1], tw)
+        y = np.empty((b, co, h, ow), np.float32)
+        mod.output_transform_row(gemm.matmul(u, v), y, b, co, h, ow, tw)
+        return y
     oh, ow = h + 2 * pad[0] - 2, w + 2 * pad[1] - 2
     th, tw = _tiles(oh, ow)
-    tiles = b * th * tw
     u = np.empty((16, co, c), np.float32)
-    mod.kernel_transform(np.ascontiguousarray(k), u, co, c)
-    v = np.empty((16, c, tiles), np.float32)
-    mod.input_transform(np.ascontiguousarray(x), v, b, c, h, w, pad[0], pad[1], th, tw)
-    m = gemm.matmul(u, v)
+    mod.kernel_transform(k, u, co, c)
+    v = np.empty((16, c, b * th * tw), np.float32)
+    mod.input_transform(x, v, b, c, h, w, pad[0], pad[1], th, tw)
     y = np.empty((b, co, oh, ow), np.float32)
-    mod.output_transform(m, y, b, co, oh, ow, th, tw)
+    mod.output_transform(gemm.matmul(u, v), y, b, co, oh, ow, th, tw)
     return y

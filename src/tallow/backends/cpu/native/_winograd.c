@@ -13,7 +13,10 @@
  *    v (16, nc, T), T = nb * th * tw tiles, tile t = (b * th + ty) * tw + tx reading
  *    input rows 2ty - ph .. +3 and columns 2tx - pw .. +3, zero outside the image;
  *  - output_transform(m, y, nb, nco, oh, ow, th, tw): m (16, nco, T) -> y (nb, nco,
- *    oh, ow), the tiles past oh / ow cropped.
+ *    oh, ow), the tiles past oh / ow cropped;
+ *  - the same three for 1x3 kernels (a 1-D convolution), F(2, 3) along each row:
+ *    kernel_transform_row, input_transform_row(x, v, nb, nc, h, w, pw, tw) and
+ *    output_transform_row(m, y, nb, nco, h, ow, tw), 4 positions, T = nb * h * tw.
  *
  * The input and output transforms only add and subtract; units are image planes,
  * each written by one thread in a fixed order, so results are bit-identical at any
@@ -109,6 +112,35 @@ static inline __attribute__((always_inline)) void kernel_rows(const float *k, fl
  * loop below is unit-stride; the plane's 16 outputs are gathered in scratch and
  * copied out as 16 runs of th * tw floats (16 interleaved narrow streams, 4 KiB-
  * aliased when the planes are a multiple of 4 KiB apart, ran 2-3x slower). */
+/* One zero-padded image row (NULL: a row of padding) split into its even and odd
+ * columns: padded column x (image column x - pw) lands in e[x / 2] or o[x / 2]; half
+ * values each. */
+static inline __attribute__((always_inline)) void split_row(const float *row, int64_t w, int64_t pw, int64_t half,
+                                                             float *e, float *o) {
+    if (!row) {
+        memset(e, 0, (size_t)half * sizeof(float));
+        memset(o, 0, (size_t)half * sizeof(float));
+        return;
+    }
+    const float *src = row - pw;
+    /* [xa, xb): both columns 2x and 2x + 1 inside the image; the edges test each */
+    int64_t xa = (pw + 1) / 2, xb = (w + pw - 1) / 2;
+    if (xb > half) xb = half;
+    if (xa > xb) xa = xb;
+    for (int64_t x = 0; x < half; x++) {
+        if (x == xa) x = xb;
+        if (x >= half) break;
+        int64_t c0 = 2 * x, c1 = 2 * x + 1;
+        e[x] = c0 >= pw && c0 - pw < w ? src[c0] : 0.0f;
+        o[x] = c1 >= pw && c1 - pw < w ? src[c1] : 0.0f;
+    }
+#pragma GCC ivdep
+    for (int64_t x = xa; x < xb; x++) {
+        e[x] = src[2 * x];
+        o[x] = src[2 * x + 1];
+    }
+}
+
 static inline int64_t input_scratch_floats(const wg_job *j) {
     int64_t half = j->tw + 1;
     return (2 * j->th + 2) * 2 * half + 8 * half + 16 * j->th * j->tw;
@@ -121,30 +153,9 @@ static inline __attribute__((always_inline)) void input_plane(const wg_job *j, i
     float *even = scratch, *odd = even + rows * half, *t = odd + rows * half, *out = t + 8 * half;
     /* padded row y (input row y - ph), column x (input column x - pw): even[y][x / 2] or odd */
     for (int64_t y = 0; y < rows; y++) {
-        float *e = even + y * half, *o = odd + y * half;
         int64_t iy = y - j->ph;
-        if (iy < 0 || iy >= j->h) {
-            memset(e, 0, (size_t)half * sizeof(float));
-            memset(o, 0, (size_t)half * sizeof(float));
-            continue;
-        }
-        const float *src = img + iy * j->w - j->pw;
-        /* [xa, xb): both columns 2x and 2x + 1 inside the image; the edges test each */
-        int64_t xa = (j->pw + 1) / 2, xb = (j->w + j->pw - 1) / 2;
-        if (xb > half) xb = half;
-        if (xa > xb) xa = xb;
-        for (int64_t x = 0; x < half; x++) {
-            if (x == xa) x = xb;
-            if (x >= half) break;
-            int64_t c0 = 2 * x, c1 = 2 * x + 1;
-            e[x] = c0 >= j->pw && c0 - j->pw < j->w ? src[c0] : 0.0f;
-            o[x] = c1 >= j->pw && c1 - j->pw < j->w ? src[c1] : 0.0f;
-        }
-#pragma GCC ivdep
-        for (int64_t x = xa; x < xb; x++) {
-            e[x] = src[2 * x];
-            o[x] = src[2 * x + 1];
-        }
+        split_row(iy >= 0 && iy < j->h ? img + iy * j->w : NULL, j->w, j->pw, half, even + y * half,
+                  odd + y * half);
     }
     for (int64_t ty = 0; ty < th; ty++) {
         const float *e0 = even + 2 * ty * half, *e1 = e0 + half, *e2 = e1 + half, *e3 = e2 + half;
@@ -221,6 +232,64 @@ static inline __attribute__((always_inline)) void output_plane(const wg_job *j, 
     }
 }
 
+/* ------------------------------------------------------------------ 1x3 kernels: F(2, 3) per row */
+/* A 1x3 kernel (a 1-D convolution is one of height 1) convolves each image row on its
+ * own: tiles of 2 outputs from 4 inputs, 4 positions (U = G g, V = B^T d, Y = A^T m,
+ * the same matrices in one dimension), tile t = (b * h + y) * tw + tx. */
+static inline __attribute__((always_inline)) void kernel_row_1x3(const float *k, float *u, int64_t co, int64_t ci,
+                                                                  int64_t o) {
+    const int64_t plane = co * ci;
+    float *u0 = u + o * ci, *u1 = u0 + plane, *u2 = u1 + plane, *u3 = u2 + plane;
+    const float *src = k + o * ci * 3;
+#pragma GCC ivdep
+    for (int64_t c = 0; c < ci; c++) {
+        float a = src[3 * c], b = src[3 * c + 1], d = src[3 * c + 2];
+        u0[c] = a;
+        u1[c] = 0.5f * (a + b + d);
+        u2[c] = 0.5f * (a - b + d);
+        u3[c] = d;
+    }
+}
+
+static inline int64_t input_row_scratch_floats(const wg_job *j) { return 2 * (j->tw + 1) + 4 * j->h * j->tw; }
+
+static inline __attribute__((always_inline)) void input_plane_1x3(const wg_job *j, int64_t u, float *scratch) {
+    const int64_t b = u / j->nc, c = u % j->nc, h = j->h, tw = j->tw, half = tw + 1;
+    const int64_t tiles = j->nb * h * tw, plane = j->nc * tiles;
+    const float *img = j->src + u * h * j->w;
+    float *e = scratch, *o = e + half, *out = o + half;
+    for (int64_t y = 0; y < h; y++) {
+        split_row(img + y * j->w, j->w, j->pw, half, e, o);
+        float *v0 = out + y * tw, *v1 = v0 + h * tw, *v2 = v1 + h * tw, *v3 = v2 + h * tw;
+#pragma GCC ivdep
+        for (int64_t x = 0; x < tw; x++) {
+            v0[x] = e[x] - e[x + 1];
+            v1[x] = o[x] + e[x + 1];
+            v2[x] = e[x + 1] - o[x];
+            v3[x] = o[x] - o[x + 1];
+        }
+    }
+    float *dst = j->dst + c * tiles + b * h * tw;
+    for (int xi = 0; xi < 4; xi++) memcpy(dst + xi * plane, out + xi * h * tw, (size_t)(h * tw) * sizeof(float));
+}
+
+static inline int64_t output_row_scratch_floats(const wg_job *j) { return 2 * j->tw; }
+
+static inline __attribute__((always_inline)) void output_plane_1x3(const wg_job *j, int64_t u, float *scratch) {
+    const int64_t b = u / j->nc, o = u % j->nc, h = j->oh, tw = j->tw, tiles = j->nb * h * tw;
+    const int64_t plane = j->nc * tiles;
+    float *img = j->dst + u * h * j->ow;
+    for (int64_t y = 0; y < h; y++) {
+        const float *m0 = j->src + o * tiles + (b * h + y) * tw, *m1 = m0 + plane, *m2 = m1 + plane, *m3 = m2 + plane;
+#pragma GCC ivdep
+        for (int64_t x = 0; x < tw; x++) {
+            scratch[2 * x] = m0[x] + m1[x] + m2[x];
+            scratch[2 * x + 1] = m1[x] - m2[x] - m3[x];
+        }
+        memcpy(img + y * j->ow, scratch, (size_t)j->ow * sizeof(float));
+    }
+}
+
 /* ------------------------------------------------------------------ the two builds */
 /* A task over units [lo, hi) of `per_unit`, with `floats` of scratch per chunk (none: 0). */
 #define PLANE_TASK(NAME, ATTR, per_unit, floats)                                                  \
@@ -241,23 +310,35 @@ static inline __attribute__((always_inline)) void kernel_unit(const wg_job *j, i
     kernel_rows(j->src, j->dst, j->nb, j->nc, o); /* nb, nc: c_out, c_in */
 }
 
+static inline __attribute__((always_inline)) void kernel_row_unit(const wg_job *j, int64_t o, float *unused) {
+    (void)unused;
+    kernel_row_1x3(j->src, j->dst, j->nb, j->nc, o);
+}
+
 #define BUILD(SUFFIX, ATTR)                                                                       \
     PLANE_TASK(kernel_task##SUFFIX, ATTR, kernel_unit, 0)                                         \
     PLANE_TASK(input_task##SUFFIX, ATTR, input_plane, input_scratch_floats(j))                    \
-    PLANE_TASK(output_task##SUFFIX, ATTR, output_plane, output_scratch_floats(j))
+    PLANE_TASK(output_task##SUFFIX, ATTR, output_plane, output_scratch_floats(j))                 \
+    PLANE_TASK(kernel_row_task##SUFFIX, ATTR, kernel_row_unit, 0)                                 \
+    PLANE_TASK(input_row_task##SUFFIX, ATTR, input_plane_1x3, input_row_scratch_floats(j))        \
+    PLANE_TASK(output_row_task##SUFFIX, ATTR, output_plane_1x3, output_row_scratch_floats(j))
 
 BUILD(_base, )
 #ifdef TALLOW_X86
 BUILD(_avx2, AVX2)
 #endif
 
-enum { KERNEL, INPUT, OUTPUT };
+enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW };
 
 static tallow_task_fn task_of(int kind) {
+    static const tallow_task_fn base[] = {kernel_task_base,     input_task_base,     output_task_base,
+                                          kernel_row_task_base, input_row_task_base, output_row_task_base};
 #ifdef TALLOW_X86
-    if (use_avx2) return kind == KERNEL ? kernel_task_avx2 : kind == INPUT ? input_task_avx2 : output_task_avx2;
+    static const tallow_task_fn avx2[] = {kernel_task_avx2,     input_task_avx2,     output_task_avx2,
+                                          kernel_row_task_avx2, input_row_task_avx2, output_row_task_avx2};
+    if (use_avx2) return avx2[kind];
 #endif
-    return kind == KERNEL ? kernel_task_base : kind == INPUT ? input_task_base : output_task_base;
+    return base[kind];
 }
 
 /* ------------------------------------------------------------------ Python */
@@ -331,11 +412,53 @@ static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_s
 
 TALLOW_SIMD_SWITCH(use_avx2)
 
+/* kernel_transform_row(k, u, co, ci): k (co, ci, 1, 3) -> u (4, co, ci) */
+static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[2];
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "kernel_transform_row takes 4 arguments");
+    if (!ints(args, 2, 2, a)) return NULL;
+    wg_job j = {0};
+    j.nb = a[0]; /* co */
+    j.nc = a[1]; /* ci */
+    return run(args[0], args[1], a[0] * a[1] * 3, 4 * a[0] * a[1], KERNEL_ROW, &j, a[0], 4096 / (a[1] * 8 + 1));
+}
+
+/* input_transform_row(x, v, nb, nc, h, w, pw, tw): x (nb, nc, h, w) -> v (4, nc, nb * h * tw) */
+static PyObject *py_input_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[6];
+    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "input_transform_row takes 8 arguments");
+    if (!ints(args, 2, 6, a)) return NULL;
+    wg_job j = {a[0], a[1], a[2], a[3], 0, a[4], 0, 0, a[2], a[5], NULL, NULL, NULL};
+    if (j.tw < (j.w + 2 * j.pw - 2 + 1) / 2)
+        return PyErr_Format(PyExc_ValueError, "input_transform_row: too few tiles for the output");
+    int64_t tiles = j.nb * j.h * j.tw;
+    return run(args[0], args[1], j.nb * j.nc * j.h * j.w, 4 * j.nc * tiles, INPUT_ROW, &j, j.nb * j.nc,
+               4096 / (4 * j.h * j.tw + 1));
+}
+
+/* output_transform_row(m, y, nb, nco, h, ow, tw): m (4, nco, nb * h * tw) -> y (nb, nco, h, ow) */
+static PyObject *py_output_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[5];
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "output_transform_row takes 7 arguments");
+    if (!ints(args, 2, 5, a)) return NULL;
+    wg_job j = {a[0], a[1], 0, 0, 0, 0, a[2], a[3], a[2], a[4], NULL, NULL, NULL};
+    if (2 * j.tw < j.ow) return PyErr_Format(PyExc_ValueError, "output_transform_row: too few tiles for the output");
+    int64_t tiles = j.nb * j.oh * j.tw;
+    return run(args[0], args[1], 4 * j.nc * tiles, j.nb * j.nc * j.oh * j.ow, OUTPUT_ROW, &j, j.nb * j.nc,
+               4096 / (4 * j.oh * j.tw + 1));
+}
+
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"kernel_transform", FC(py_kernel_transform), "k (co, ci, 3, 3) -> G k G^T as (16, co, ci), f32."},
     {"input_transform", FC(py_input_transform), "Input tiles B^T d B as (16, nc, tiles), f32."},
     {"output_transform", FC(py_output_transform), "A^T m A of (16, nco, tiles) into f32 NCHW output."},
+    {"kernel_transform_row", FC(py_kernel_transform_row), "k (co, ci, 1, 3) -> G k as (4, co, ci), f32."},
+    {"input_transform_row", FC(py_input_transform_row), "Row tiles B^T d as (4, nc, tiles), f32."},
+    {"output_transform_row", FC(py_output_transform_row), "A^T m of (4, nco, tiles) into f32 NCHW output."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
     {NULL, NULL, 0, NULL}};
