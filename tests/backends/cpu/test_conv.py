@@ -349,6 +349,19 @@ def test_direct_convolution_without_simd_matches_torch():
         mod.set_simd(before)
 
 
+@pytest.mark.skipif(not HAVE_NATIVE, reason="the native convolution passes are not built")
+@pytest.mark.parametrize("stride", [1, 2])
+def test_direct_convolution_of_an_image_too_large_for_its_padded_planes(stride):
+    """An image whose padded planes pass the scratch limit (over 2^20 floats): the direct
+    convolution copies each output row's input rows instead; values as PyTorch's."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 1, 1100, 1000)).astype(np.float32)
+    k = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    y = cpu_conv._conv2d(x, k, (1, 1), (stride, stride), (1, 1), 1)
+    ref = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), stride=stride, padding=1)
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_no_native_variable_turns_the_native_passes_off(monkeypatch):
     x = np.zeros((1, 1, 4, 4), np.float32)
     monkeypatch.setenv("TALLOW_NO_NATIVE", "1")

@@ -111,9 +111,9 @@ DIRECT_MAX_CO = 64
 # under a 3x3 kernel); from 8 channels (72 rows) im2col and a product took 0.7x its time.
 DIRECT_GRAD_ROWS = 32
 # A stride-1 transposed convolution runs as the direct one only with at least this many
-# output channels: the direct kernel computes blocks of 4 or 6 channels, so 1-3 waste
-# most of each block (a 1- or 3-channel input gradient took 1.2-1.7x im2col's time).
-DIRECT_T_MIN_CO = 8
+# output channels: the direct kernel computes blocks of 4 or 6 channels, and a 1-channel
+# input gradient wastes three quarters of each (1.1x im2col's time; 3 channels: 0.8x).
+DIRECT_T_MIN_CO = 3
 
 
 def _direct(native, groups, pointwise, rows, co, max_rows=None):
