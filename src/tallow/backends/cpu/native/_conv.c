@@ -537,6 +537,10 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
         jb.out = (float *)b[2].view.buf;
         int64_t row_macs = jb.co * taps * g->ow;
         int64_t grain = 16384 / (row_macs + 1);
+        /* planes mode: each chunk copies the planes of every image it touches, so chunks
+         * are a few per thread (as long as possible), not a few rows each */
+        int64_t per_chunk = g->nb * g->oh / (4 * tallow_pool_threads());
+        if (jb.hp && per_chunk > grain) grain = per_chunk;
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(direct_task, &jb, g->nb * g->oh, grain < 1 ? 1 : grain, g->nb * g->oh * row_macs);
         Py_END_ALLOW_THREADS
