@@ -305,6 +305,7 @@ typedef struct {
     int64_t hp;    /* padded rows per input plane held in scratch (planes mode), else 0 */
     int64_t *tap_off; /* per tap (ci, ki, kj): where its inputs start in the scratch rows */
     float *kpack;     /* the kernel per block of channels, [tap][channel in block] */
+    _Atomic int *failed; /* set when a chunk could not allocate its scratch */
 } direct_job;
 
 /* The channel blocks direct_row_avx2 walks: six while more than four channels remain,
@@ -454,7 +455,10 @@ static void direct_task(void *p, int64_t lo, int64_t hi) {
     /* scratch rows plus one accumulator row (at least 16 floats) */
     size_t accn = (size_t)(g->ow > 16 ? g->ow : 16);
     float *scratch = (float *)malloc((nrows + accn) * sizeof(float));
-    if (!scratch) return; /* cannot happen for the sizes the caller allows */
+    if (!scratch) {
+        atomic_store(jb->failed, 1);
+        return;
+    }
     float *acc = scratch + nrows;
     int64_t filled = -1; /* the image whose planes are in scratch */
     for (int64_t u = lo; u < hi; u++) {
@@ -541,11 +545,17 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
          * are a few per thread (as long as possible), not a few rows each */
         int64_t per_chunk = g->nb * g->oh / (4 * tallow_pool_threads());
         if (jb.hp && per_chunk > grain) grain = per_chunk;
+        _Atomic int failed = 0;
+        jb.failed = &failed;
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(direct_task, &jb, g->nb * g->oh, grain < 1 ? 1 : grain, g->nb * g->oh * row_macs);
         Py_END_ALLOW_THREADS
-        Py_INCREF(Py_None);
-        res = Py_None;
+        if (atomic_load(&failed)) {
+            PyErr_NoMemory();
+        } else {
+            Py_INCREF(Py_None);
+            res = Py_None;
+        }
     }
     release(b, 3);
     PyMem_Free(jb.tap_off);
@@ -567,6 +577,7 @@ typedef struct {
     const float *x, *gr;
     float *gk;
     int64_t co, plen;
+    _Atomic int *failed; /* set when a chunk could not allocate its rows */
 } kgrad_job;
 
 #define KG_CO 3
@@ -586,7 +597,10 @@ AVX2 static void kgrad_task(void *p, int64_t lo, int64_t hi) {
     int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, ncb = (co + KG_CO - 1) / KG_CO;
     int64_t taps = g->nc * g->kh * g->kw;
     float *rows = (float *)malloc((size_t)(sw * plen + ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
-    if (!rows) return; /* cannot happen for the sizes the caller allows */
+    if (!rows) {
+        atomic_store(jb->failed, 1);
+        return;
+    }
     float *sums = rows + sw * plen;
     int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t u = lo; u < hi; u++) {
@@ -663,14 +677,20 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
         jb.x = (const float *)b[0].view.buf;
         jb.gr = (const float *)b[1].view.buf;
         jb.gk = (float *)b[2].view.buf;
+        _Atomic int failed = 0;
+        jb.failed = &failed;
 #ifdef TALLOW_X86
         int64_t units = g->nc * g->kh * ((g->kw + KG_TAPS - 1) / KG_TAPS);
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
         Py_END_ALLOW_THREADS
 #endif
-        Py_INCREF(Py_None);
-        res = Py_None;
+        if (atomic_load(&failed)) {
+            PyErr_NoMemory();
+        } else {
+            Py_INCREF(Py_None);
+            res = Py_None;
+        }
     }
     release(b, 3);
     return res;
