@@ -2,12 +2,14 @@
  * tallow's worker pool (_workers.h):
  *
  *  - im2col / col2im with the padding, stride and dilation handled in the gather
- *    (no padded copy of the images, no padded output to crop): units are image
- *    planes (b, c), so every unit writes its own columns or its own output plane;
+ *    (no padded copy of the images, no padded output to crop; strided windows go
+ *    through the image's phase planes): units are image planes (b, c), so every
+ *    unit writes its own columns or its own output plane;
  *  - a direct convolution for layers whose columns would be short (a first layer's
  *    1-16 input channels): no column matrix at all, each output row computed from
- *    the input rows it reads, copied once into zero-padded scratch rows (one per
- *    stride phase); units are output rows (b, y);
+ *    the input rows it reads, which a chunk copies once per image into zero-padded
+ *    scratch rows (one per stride phase); units are output rows (b, y);
+ *  - the direct kernel gradient of the same layers; units are input-row taps;
  *  - max / average pooling forward and backward; units are planes.
  *
  * Every unit is computed by one thread in a fixed order, and units never write the
