@@ -66,7 +66,6 @@ def cpu_path(compiled=True, batched=False, split=False, native_c=True, direct=Fa
         mp.setattr(cpu_conv, "FEW_ROWS", 0 if batched else 10**9)
         mp.setattr(cpu_conv, "DIRECT_ROWS", 10**9 if direct else 0)
         mp.setattr(cpu_conv, "DIRECT_MAX_CO", 10**9 if direct else 0)
-        mp.setattr(cpu_conv, "DIRECT_GRAD_ROWS", 10**9 if direct else 0)
         mp.setattr(cpu_conv, "DIRECT_T_MIN_CO", 1 if direct else 10**9)
         if split:  # two batch ranges on two threads, even on a one-CPU machine
             mp.setattr(parallel, "worth_splitting", lambda shape: shape[0] >= 2)

@@ -107,19 +107,16 @@ DIRECT_ROWS = 80
 DIRECT_MAX_CO = 64
 
 
-# The direct kernel gradient: only up to this many column rows (1-3 input channels
-# under a 3x3 kernel); from 8 channels (72 rows) im2col and a product took 0.7x its time.
-DIRECT_GRAD_ROWS = 32
 # A stride-1 transposed convolution runs as the direct one only with at least this many
 # output channels: the direct kernel computes blocks of 4 or 6 channels, and a 1-channel
 # input gradient wastes three quarters of each (1.1x im2col's time; 3 channels: 0.8x).
 DIRECT_T_MIN_CO = 3
 
 
-def _direct(native, groups, pointwise, rows, co, max_rows=None):
+def _direct(native, groups, pointwise, rows, co):
     """Whether a convolution (or its kernel gradient) runs as a direct one."""
-    return (native is not None and groups == 1 and not pointwise
-            and rows <= (DIRECT_ROWS if max_rows is None else max_rows) and co <= DIRECT_MAX_CO)
+    return (native is not None and groups == 1 and not pointwise and rows <= DIRECT_ROWS
+            and co <= DIRECT_MAX_CO)
 
 
 def _geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow):
@@ -310,7 +307,7 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     g = g[:, :, :oh, :ow]
     pointwise = _is_pointwise(kh, kw, pad)
-    if _direct(native, groups, pointwise, c * kh * kw, co, DIRECT_GRAD_ROWS) and native.simd():
+    if _direct(native, groups, pointwise, c * kh * kw, co) and native.simd():
         gk = np.empty(k_shape, np.float32)
         native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
                            *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))

@@ -569,11 +569,12 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
 /* gk[co, ci, ki, kj] = sum over (b, y, x) of g[b, co, y, x] * x[b, ci, y*sh - ph + ki*dh,
  * x*sw - pw + kj*dw]: a convolution's kernel gradient without a column matrix, for the
  * same few-channel layers as the direct convolution.  One unit is one input-row tap
- * (ci, ki) and up to three kj: for every (b, y) its input row is copied once into the
- * zero-padded phase rows, then every block of three output channels multiplies eight
- * columns of the gradient with the three taps' inputs into nine vector sums, kept in
- * memory between rows.  The sums run over (b, y, x) in order and are reduced lane by
- * lane at the end, the same at any thread count. */
+ * (ci, ki) and up to three kj: for every image its input rows (one per output row y)
+ * are copied once into zero-padded phase rows, then every block of three output
+ * channels multiplies eight columns of the gradient with the three taps' inputs into
+ * nine vector sums, kept in registers over the image's rows.  The sums run over
+ * (b, y, x) in order and are reduced lane by lane at the end, the same at any thread
+ * count. */
 typedef struct {
     geom_t g;
     const float *x, *gr;
@@ -598,12 +599,15 @@ AVX2 static void kgrad_task(void *p, int64_t lo, int64_t hi) {
     int64_t sw = g->sw, plen = jb->plen, ow = g->ow, co = jb->co;
     int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, ncb = (co + KG_CO - 1) / KG_CO;
     int64_t taps = g->nc * g->kh * g->kw;
-    float *rows = (float *)malloc((size_t)(sw * plen + ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
+    /* an image's input rows for this tap row (one per output row, sw phases each),
+     * then the sums */
+    size_t rows_floats = (size_t)(g->oh * sw * plen);
+    float *rows = (float *)malloc((rows_floats + (size_t)(ncb * KG_CO * KG_TAPS * 8)) * sizeof(float));
     if (!rows) {
         atomic_store(jb->failed, 1);
         return;
     }
-    float *sums = rows + sw * plen;
+    float *sums = rows + rows_floats;
     int32_t lanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t u = lo; u < hi; u++) {
         int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
@@ -613,41 +617,53 @@ AVX2 static void kgrad_task(void *p, int64_t lo, int64_t hi) {
             int64_t kj = tb * KG_TAPS + (t < nt ? t : 0), d = kj * g->dw;
             off[t] = (d % sw) * plen + d / sw;
         }
+        /* the output rows whose input row is inside the image: [y0, y1) */
+        int64_t y0 = 0, y1 = g->oh;
+        while (y0 < y1 && y0 * g->sh - g->ph + ki * g->dh < 0) y0++;
+        while (y1 > y0 && (y1 - 1) * g->sh - g->ph + ki * g->dh >= g->h) y1--;
         memset(sums, 0, (size_t)(ncb * KG_CO * KG_TAPS * 8) * sizeof(float));
-        for (int64_t b = 0; b < g->nb; b++)
-            for (int64_t y = 0; y < g->oh; y++) {
+        for (int64_t b = 0; b < g->nb; b++) {
+            /* every output row's input row copied once per image (a row of padding adds
+             * nothing and is skipped), then each channel block's nine sums stay in
+             * registers over all the rows: the same sums, in the same order, as adding
+             * row by row */
+            for (int64_t y = y0; y < y1; y++) {
+                float *pr = rows + y * sw * plen;
+                memset(pr, 0, (size_t)(sw * plen) * sizeof(float));
                 int64_t rr = y * g->sh - g->ph + ki * g->dh;
-                if (rr < 0 || rr >= g->h) continue; /* a row of padding adds nothing */
-                memset(rows, 0, (size_t)(sw * plen) * sizeof(float));
-                phase_row(rows, jb->x + ((b * g->nc + ci) * g->h + rr) * g->w, g->w, g->pw, sw, plen);
-                for (int64_t cb = 0; cb < ncb; cb++) {
-                    const float *gp[KG_CO];
-                    for (int q = 0; q < KG_CO; q++) {
-                        int64_t o = cb * KG_CO + q < co ? cb * KG_CO + q : cb * KG_CO;
-                        gp[q] = jb->gr + ((b * co + o) * g->oh + y) * ow;
-                    }
-                    float *sp = sums + cb * KG_CO * KG_TAPS * 8;
-                    __m256 a[KG_CO * KG_TAPS];
-                    for (int q = 0; q < KG_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+                phase_row(pr, jb->x + ((b * g->nc + ci) * g->h + rr) * g->w, g->w, g->pw, sw, plen);
+            }
+            for (int64_t cb = 0; cb < ncb; cb++) {
+                const float *gp[KG_CO];
+                for (int q = 0; q < KG_CO; q++) {
+                    int64_t o = cb * KG_CO + q < co ? cb * KG_CO + q : cb * KG_CO;
+                    gp[q] = jb->gr + (b * co + o) * g->oh * ow;
+                }
+                float *sp = sums + cb * KG_CO * KG_TAPS * 8;
+                __m256 a[KG_CO * KG_TAPS];
+                for (int q = 0; q < KG_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+                for (int64_t y = y0; y < y1; y++) {
+                    const float *pr = rows + y * sw * plen;
                     for (int64_t x0 = 0; x0 < ow; x0 += 8) {
                         int64_t n = ow - x0 < 8 ? ow - x0 : 8;
                         /* a last partial block: the lanes past the row read nothing */
                         __m256i m = _mm256_loadu_si256((const __m256i *)(lanes + 8 - n));
                         __m256 gv[KG_CO], v[KG_TAPS];
                         if (n == 8) {
-                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_loadu_ps(gp[q] + x0);
-                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_loadu_ps(rows + off[t] + x0);
+                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_loadu_ps(gp[q] + y * ow + x0);
+                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_loadu_ps(pr + off[t] + x0);
                         } else {
-                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_maskload_ps(gp[q] + x0, m);
-                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_maskload_ps(rows + off[t] + x0, m);
+                            for (int q = 0; q < KG_CO; q++) gv[q] = _mm256_maskload_ps(gp[q] + y * ow + x0, m);
+                            for (int t = 0; t < KG_TAPS; t++) v[t] = _mm256_maskload_ps(pr + off[t] + x0, m);
                         }
                         for (int q = 0; q < KG_CO; q++)
                             for (int t = 0; t < KG_TAPS; t++)
                                 a[q * KG_TAPS + t] = _mm256_fmadd_ps(gv[q], v[t], a[q * KG_TAPS + t]);
                     }
-                    for (int q = 0; q < KG_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
                 }
+                for (int q = 0; q < KG_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
             }
+        }
         for (int64_t o = 0; o < co; o++)
             for (int64_t t = 0; t < nt; t++) {
                 const float *sp = sums + ((o / KG_CO) * KG_CO * KG_TAPS + (o % KG_CO) * KG_TAPS + t) * 8;
