@@ -293,7 +293,11 @@ static void sample_load(void) {
     long running = strtol(p, NULL, 10);
     long ours = 1 + (nworkers - atomic_load(&sleepers));
     double others = running > ours ? (double)(running - ours) : 0.0;
-    others_avg = 0.75 * others_avg + 0.25 * others;
+    /* A sample without other tasks halves the average: a CPU-bound process shows in
+     * every sample, while a transient one (a short job, another library's workers
+     * spinning for a few milliseconds after its call) is gone, and the splits resume
+     * one sample later rather than three. */
+    others_avg = others > 0.0 ? 0.75 * others_avg + 0.25 * others : 0.5 * others_avg;
     /* hysteresis: contended from three quarters of a task over the spare CPUs (a
      * CPU-bound process, always runnable, gets there in five samples), free again below
      * half a task.  Short-lived system tasks (kernel threads, agents), runnable in a
