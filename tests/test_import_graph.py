@@ -11,6 +11,7 @@ import ast
 import pathlib
 
 import pytest
+from support.source_tree import parse_file
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "tallow"
 
@@ -55,7 +56,7 @@ def _target(module, path, node):
 
 
 def _imports(module, path, local):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_file(path)
     nodes = tree.body if not local else [
         n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
         for n in ast.walk(f)]

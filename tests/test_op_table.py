@@ -10,6 +10,7 @@ from tallow import backprop
 from tallow.backends import base
 from tallow.backends.cpu import elementwise as cpu_elementwise
 from tallow.op import BINARY_OPS, CMP_OPS, INT_UNARY_OPS, OPS, UNARY_OPS, gpu_codes, wgsl_constants
+from support.source_tree import parse_file
 
 SRC = pathlib.Path(tl.__file__).parent
 WGSL = SRC / "backends" / "gpu" / "wgsl"
@@ -19,7 +20,7 @@ def _recorded_literal_names():
     """Op names recorded with a literal string: ``record1("x", ...)``, ``Op("x", ...)``..."""
     names = set()
     for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id in ("Op", "record", "record1", "record2") and node.args
                     and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):

@@ -11,6 +11,7 @@ import inspect
 import pytest
 
 from tallow.backends.base import BackendDevice, BackendStorage
+from support.source_tree import parse_file
 
 # Ops a backend may leave out: the front end composes them (fused ops, backward
 # kernels) or falls back to dequantized weights (quantized ops).
@@ -111,7 +112,7 @@ def _backend_import_graph():
         name = ".".join(parts)
         here = parts if is_pkg else parts[:-1]
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.ImportFrom):
                 base = here[: len(here) - node.level + 1] if node.level else []
                 mod = ".".join(base + (node.module.split(".") if node.module else []))
