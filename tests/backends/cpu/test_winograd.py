@@ -48,6 +48,34 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * scale * 9)
 
 
+def _spy(monkeypatch):
+    """The kernel shapes ``winograd.conv2d`` is called with, from now on."""
+    calls = []
+    real = winograd.conv2d
+    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
+    return calls
+
+
+def _check_with_gradients(op, x, k, pad, rng, monkeypatch):
+    """``op`` forward and backward through autograd (Winograd for any size) against
+    PyTorch in float64: values, input and kernel gradients. Returns the kernel shapes
+    the Winograd path saw."""
+    calls = _spy(monkeypatch)
+    with every_size():
+        tx, tk = tl.Var(x), tl.Var(k)
+        out = getattr(tx, op)(tk, padding=pad)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        grads = (out * tl.Tensor(g)).sum_all().backward()
+    px = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
+    ref = getattr(F, op)(px, pk, padding=pad)
+    (ref * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    _close(out.numpy(), ref.detach().numpy())
+    _close(grads[tx].numpy(), px.grad.numpy())
+    np.testing.assert_allclose(grads[tk].numpy(), pk.grad.numpy(), rtol=2e-4, atol=2e-4)
+    return calls
+
+
 @given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 6), h=st.integers(1, 9),
        w=st.integers(1, 9), ph=st.integers(0, 2), pw=st.integers(0, 2), seed=st.integers(0, 999))
 @SETTINGS
@@ -69,22 +97,8 @@ def test_conv2d_and_its_gradients_through_the_winograd_path(shape, pad, monkeypa
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal((b, c, h, w)).astype(np.float32)
     k = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
-    calls = []
-    real = winograd.conv2d
-    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
-    with every_size():
-        tx, tk = tl.Var(x), tl.Var(k)
-        out = tx.conv2d(tk, padding=pad)
-        g = rng.standard_normal(out.shape).astype(np.float32)
-        grads = (out * tl.Tensor(g)).sum_all().backward()
+    calls = _check_with_gradients("conv2d", x, k, pad, rng, monkeypatch)
     assert calls == [(co, c, 3, 3), (c, co, 3, 3)]  # forward, and the input gradient
-    px = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
-    ref = F.conv2d(px, pk, padding=pad)
-    (ref * torch.from_numpy(g.astype(np.float64))).sum().backward()
-    _close(out.numpy(), ref.detach().numpy())
-    _close(grads[tx].numpy(), px.grad.numpy())
-    np.testing.assert_allclose(grads[tk].numpy(), pk.grad.numpy(), rtol=2e-4, atol=2e-4)
 
 
 @pytest.mark.parametrize("pad", [0, 1, 2])
@@ -92,9 +106,7 @@ def test_a_stride_1_transposed_convolution_goes_to_winograd(pad, monkeypatch):
     rng = np.random.default_rng(pad)
     x = rng.standard_normal((2, 24, 11, 14)).astype(np.float32)
     k = rng.standard_normal((24, 20, 3, 3)).astype(np.float32)  # (c_in, c_out, 3, 3)
-    calls = []
-    real = winograd.conv2d
-    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(1) or real(*a))
+    calls = _spy(monkeypatch)
     with every_size():
         y = tl.Tensor(x).conv_transpose2d(tl.Tensor(k), padding=pad).numpy()
     assert calls
@@ -121,22 +133,8 @@ def test_conv1d_and_its_gradients_through_the_winograd_path(pad, monkeypatch):
     rng = np.random.default_rng(30 + pad)
     x = rng.standard_normal((3, 32, 41)).astype(np.float32)  # 96 column rows: past the direct kernel's
     k = rng.standard_normal((40, 32, 3)).astype(np.float32)
-    calls = []
-    real = winograd.conv2d
-    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
-    with every_size():
-        tx, tk = tl.Var(x), tl.Var(k)
-        out = tx.conv1d(tk, padding=pad)
-        g = rng.standard_normal(out.shape).astype(np.float32)
-        grads = (out * tl.Tensor(g)).sum_all().backward()
+    calls = _check_with_gradients("conv1d", x, k, pad, rng, monkeypatch)
     assert calls == [(40, 32, 1, 3), (32, 40, 1, 3)]
-    px = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
-    ref = F.conv1d(px, pk, padding=pad)
-    (ref * torch.from_numpy(g.astype(np.float64))).sum().backward()
-    _close(out.numpy(), ref.detach().numpy())
-    _close(grads[tx].numpy(), px.grad.numpy())
-    np.testing.assert_allclose(grads[tk].numpy(), pk.grad.numpy(), rtol=2e-4, atol=2e-4)
 
 
 def test_the_rule(monkeypatch):
@@ -214,9 +212,7 @@ def test_large_layers_take_the_path_by_default(monkeypatch):
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 64, 16, 16)).astype(np.float32)
     k = rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05
-    calls = []
-    real = winograd.conv2d
-    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(1) or real(*a))
+    calls = _spy(monkeypatch)
     y = cpu_conv._conv2d(x, k, (1, 1), (1, 1), (1, 1), 1)
     assert calls
     _close(y, _reference("conv2d", x, k, padding=1))
