@@ -270,12 +270,7 @@ static PyObject *cols_call(PyObject *const *args, Py_ssize_t nargs, int adjoint)
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(fn, &jb, units, plane_grain(g->kh * g->kw * pos), need + img);
         Py_END_ALLOW_THREADS
-        if (atomic_load(&failed)) {
-            PyErr_NoMemory();
-        } else {
-            Py_INCREF(Py_None);
-            res = Py_None;
-        }
+        res = none_or_no_memory(atomic_load(&failed));
     }
     release(b, 2);
     return res;
@@ -552,12 +547,7 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(direct_task, &jb, g->nb * g->oh, grain < 1 ? 1 : grain, g->nb * g->oh * row_macs);
         Py_END_ALLOW_THREADS
-        if (atomic_load(&failed)) {
-            PyErr_NoMemory();
-        } else {
-            Py_INCREF(Py_None);
-            res = Py_None;
-        }
+        res = none_or_no_memory(atomic_load(&failed));
     }
     release(b, 3);
     PyMem_Free(jb.tap_off);
@@ -703,12 +693,7 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
         tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
         Py_END_ALLOW_THREADS
 #endif
-        if (atomic_load(&failed)) {
-            PyErr_NoMemory();
-        } else {
-            Py_INCREF(Py_None);
-            res = Py_None;
-        }
+        res = none_or_no_memory(atomic_load(&failed));
     }
     release(b, 3);
     return res;

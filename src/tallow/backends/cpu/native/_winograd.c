@@ -359,27 +359,30 @@ static PyObject *run(PyObject *src, PyObject *dst, int64_t src_floats, int64_t d
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(fn, j, units, grain < 1 ? 1 : grain, (src_floats + dst_floats) * 4);
         Py_END_ALLOW_THREADS
-        if (atomic_load(&failed)) {
-            PyErr_NoMemory();
-        } else {
-            Py_INCREF(Py_None);
-            res = Py_None;
-        }
+        res = none_or_no_memory(atomic_load(&failed));
     }
     release(b, 2);
     return res;
 }
 
-/* kernel_transform(k, u, co, ci) */
-static PyObject *py_kernel_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+/* kernel_transform(k, u, co, ci) and kernel_transform_row: k (co, ci, 3, 3) -> u (16, co,
+ * ci), or k (co, ci, 1, 3) -> u (4, co, ci). */
+static PyObject *kernel_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     int64_t a[2];
-    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "kernel_transform takes 4 arguments");
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "%s takes 4 arguments", row ? "kernel_transform_row" : "kernel_transform");
     if (!ints(args, 2, 2, a)) return NULL;
     wg_job j = {0};
     j.nb = a[0]; /* co */
     j.nc = a[1]; /* ci */
-    return run(args[0], args[1], a[0] * a[1] * 9, 16 * a[0] * a[1], KERNEL, &j, a[0], 4096 / (a[1] * 25 + 1));
+    int64_t taps = row ? 3 : 9, positions = row ? 4 : 16;
+    return run(args[0], args[1], a[0] * a[1] * taps, positions * a[0] * a[1], row ? KERNEL_ROW : KERNEL, &j, a[0],
+               4096 / (a[1] * (taps + positions) + 1));
+}
+
+static PyObject *py_kernel_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return kernel_call(args, nargs, 0);
 }
 
 /* input_transform(x, v, nb, nc, h, w, ph, pw, th, tw) */
@@ -412,16 +415,9 @@ static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_s
 
 TALLOW_SIMD_SWITCH(use_avx2)
 
-/* kernel_transform_row(k, u, co, ci): k (co, ci, 1, 3) -> u (4, co, ci) */
 static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    int64_t a[2];
-    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "kernel_transform_row takes 4 arguments");
-    if (!ints(args, 2, 2, a)) return NULL;
-    wg_job j = {0};
-    j.nb = a[0]; /* co */
-    j.nc = a[1]; /* ci */
-    return run(args[0], args[1], a[0] * a[1] * 3, 4 * a[0] * a[1], KERNEL_ROW, &j, a[0], 4096 / (a[1] * 8 + 1));
+    return kernel_call(args, nargs, 1);
 }
 
 /* input_transform_row(x, v, nb, nc, h, w, pw, tw): x (nb, nc, h, w) -> v (4, nc, nb * h * tw) */

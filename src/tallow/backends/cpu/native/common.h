@@ -97,6 +97,14 @@ static inline int parse_ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t
     return 1;
 }
 
+/* ------------------------------------------------------------------ results */
+/* An entry point's return after its task ran: MemoryError if a chunk could not get its
+ * scratch (`failed`), else None. */
+static inline PyObject *none_or_no_memory(int failed) {
+    if (failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ buffers */
 typedef struct {
     Py_buffer view;
