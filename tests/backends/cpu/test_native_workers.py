@@ -308,3 +308,34 @@ def test_the_load_check_follows_the_runnable_count(pool, tmp_path):
     finally:
         pool.set_load_file("/proc/loadavg")
     assert counts.min() == counts.max() == 3 * 35
+
+
+def test_tasks_runnable_in_every_other_sample_leave_the_splits_on(pool, tmp_path):
+    """Other tasks runnable in half of the samples (short-lived ones: kernel threads,
+    another library's workers spinning for a few milliseconds after its call) do not
+    stop the splits; the same tasks runnable in every sample do."""
+    fake = tmp_path / "loadavg"
+    spare = len(os.sched_getaffinity(0)) - 2
+    busy = 1 + spare + 1  # the caller, as many others as spare CPUs, and one more
+    stats = pool.stats()
+    pool.set_threads(2)
+    pool.set_load_check(True)
+    pool.set_spin(0, stats["caller_spin_us"])  # the worker asleep at every sample: the caller is all of ours
+    counts = np.zeros(256, np.uint32)
+
+    def sample(running):
+        fake.write_text(f"0.00 0.00 0.00 {running}/300 4242\n")
+        pool.cover(counts, 256, 1, 0, 1, 1 << 20)  # the check samples the file as the job starts
+        time.sleep(0.011)
+
+    try:
+        pool.set_load_file(str(fake))
+        for i in range(40):
+            sample(busy if i % 2 == 0 else 1)
+            assert not pool.load()[0], (i, pool.load())
+        for _ in range(30):
+            sample(busy)
+        assert pool.load()[0], pool.load()
+    finally:
+        pool.set_load_file("/proc/loadavg")
+        pool.set_spin(stats["worker_spin_us"], stats["caller_spin_us"])
