@@ -502,21 +502,21 @@ def _matmul(op, a, out, g):
 
 @rule("linear")
 def _linear(op, a, out, g):
-    # y = x @ w.T (+ b), x (m, k), w (n, k): each gradient is row-major as it comes.
+    # y = x @ w.T (+ b), x (m, k), w (n, k): the three gradients in one backend call
+    # (two products and a column sum, as PyTorch's addmm), each row-major as it comes.
     x, w = a[0], a[1]
     tracked = op.args
-    gx = g.matmul(w) if tracked[0]._track else None
-    gw = g.t().matmul(x) if tracked[1]._track else None
-    if len(a) == 2:
-        return [gx, gw]
-    return [gx, gw, _sum_rows(g) if tracked[2]._track else None]
-
-
-def _sum_rows(g):
-    """``g.sum(0)`` of a 2-D float gradient (a bias's): the one backend reduction,
-    without the argument handling and the squeeze of the public op."""
-    kept = g._reduce("sum", (0,), "sum")
-    return Tensor._wrap(kept._storage, Layout.contiguous_of((g._layout.shape[1],)))
+    with_bias = len(a) == 3
+    wanted = (tracked[0]._track, tracked[1]._track, with_bias and tracked[2]._track)
+    gx, gw, gb = x._storage.linear_backward(x._layout, w._storage, w._layout,
+                                            g._storage, g._layout, wanted)
+    (m, k), n = x._layout.shape, w._layout.shape[0]
+    wrap, contig = Tensor._wrap, Layout.contiguous_of
+    grads = [None if gx is None else wrap(gx, contig((m, k))),
+             None if gw is None else wrap(gw, contig((n, k)))]
+    if with_bias:
+        grads.append(None if gb is None else wrap(gb, contig((n,))))
+    return grads
 
 
 @rule("log_softmax")

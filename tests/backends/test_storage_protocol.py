@@ -21,8 +21,8 @@ OPTIONAL_STORAGE = {
     "dequantize", "prepare_qweight", "qmatmul_t",
     "conv2d_kernel_grad", "max_pool2d_backward", "avg_pool2d_backward",
     "cross_entropy_ids", "relu_backward",
-    # has a composed default in the protocol; a backend may write it in place
-    "add_scaled_inplace",
+    # have a composed default in the protocol
+    "add_scaled_inplace", "linear_backward",
 }
 OPTIONAL_DEVICE = {"synchronize", "supports_dtype", "check_dtype", "qmatmul_path"}
 

@@ -333,6 +333,21 @@ class BackendStorage:
         """``x @ weight.T + bias`` for x ``(..., k)``, weight ``(n, k)``, bias ``(n,)`` or None."""
         raise NotImplementedError
 
+    def linear_backward(self, layout, weight, weight_layout, grad, grad_layout, wanted):
+        """The gradients of ``linear`` at x (this storage, ``(m, k)``) and ``weight``
+        (``(n, k)``) from the output's ``grad`` (``(m, n)``): ``(grad @ weight, grad^T @
+        x, grad summed over its rows)``, storages of ``(m, k)``, ``(n, k)`` and ``(n,)``
+        elements, each None where ``wanted`` (three bools) says it is not needed.
+
+        This default makes the backend calls of the composed rule (``g.matmul(w)``,
+        ``g.t().matmul(x)``, ``g.sum(0)``), so the results are that rule's bits; what it
+        saves is the Tensor layer around each of them."""
+        want_x, want_w, want_b = wanted
+        gx = grad.matmul(grad_layout, weight, weight_layout) if want_x else None
+        gw = grad.matmul(grad_layout.transpose(0, 1), self, layout) if want_w else None
+        gb = grad.reduce("sum", grad_layout, (0,)) if want_b else None
+        return gx, gw, gb
+
     def relu_backward(self, layout, grad, grad_layout):
         """ReLU's gradient at x (this storage): ``grad`` where x > 0, else 0 (``grad *
         (x > 0)`` in grad's dtype, as the composed rule computes it), contiguous of x's

@@ -4,7 +4,7 @@ A replay calls the recorded backend functions, which work as eager mode needs th
 to: each makes a new array for its result and wraps it in a new storage, and checks
 and normalises the layouts it is given. In a replay the layouts, dtypes and shapes
 are fixed by the recording, so for the calls a dense-layer training step makes
-(``linear``, ``matmul``, ``relu`` and its backward, sums over dims, the
+(``linear`` and its backward, ``matmul``, ``relu`` and its backward, sums over dims, the
 optimiser's ``add_scaled_inplace``) the plan builds a kernel that was specialised once:
 
 * the result of a call whose value the caller never sees (every intermediate: the
@@ -66,6 +66,12 @@ class Lowering:
             return None
         return self._adopt(np.empty(shape, dtype.np), dtype)
 
+    def _planned_slot(self, slot, shape, dtype):
+        """``_planned`` for one result of a call that makes several."""
+        if slot is None or slot in self._returned:
+            return None
+        return self._adopt(np.empty(shape, dtype.np), dtype)
+
     def kernel(self, call):
         if call.owner != "storage" or self._float_slot(call.recv) is None:
             return None
@@ -105,6 +111,48 @@ class Lowering:
             return planned
 
         return linear
+
+    def _k_linear_backward(self, call):
+        lay, w, wl, g, gl, wanted = call.args
+        recv = self._slots[call.recv.slot]
+        dtype = recv.dtype
+        ws, gs = self._float_slot(w), self._float_slot(g)
+        if ws is None or gs is None or ws.dtype is not dtype or gs.dtype is not dtype:
+            return None
+        for l in (lay, wl, gl):  # operands BLAS takes as they are (see _k_matmul)
+            st = l.stride
+            if len(st) != 2 or (st[-1] != 1 and st[-2] != 1):
+                return None
+        if gl.stride[0] == 0 and gl.shape[0] > 1:
+            return None  # a broadcast gradient: the eager sum's copies path
+        (m, k), n = lay.shape, wl.shape[0]
+        slots = call.out
+        want_x, want_w, want_b = wanted
+        out_x = self._planned_slot(slots[0], (m, k), dtype) if want_x else None
+        out_w = self._planned_slot(slots[1], (n, k), dtype) if want_w else None
+        out_b = self._planned_slot(slots[2], (1, n), dtype) if want_b else None
+        product, wrap, npd = self._product, self._adopt, dtype.np
+
+        def result(arr, planned):
+            if planned is None:
+                return wrap(arr, dtype)
+            if getattr(planned, "_ws", None) is not None:
+                planned.mark_written()
+            return planned
+
+        def linear_backward(s, lay, w, wl, g, gl, wanted):
+            G = g.view(gl)
+            gx = gw = gb = None
+            if want_x:
+                gx = result(product(G, w.view(wl), None if out_x is None else out_x.arr, None), out_x)
+            if want_w:
+                gw = result(product(G.T, s.view(lay), None if out_w is None else out_w.arr, None), out_w)
+            if want_b:
+                gb = result(np.add.reduce(G, axis=(0,), dtype=npd, keepdims=True,
+                                          out=None if out_b is None else out_b.arr), out_b)
+            return gx, gw, gb
+
+        return linear_backward
 
     def _k_matmul(self, call):
         lay, rhs, rl = call.args

@@ -169,7 +169,9 @@ class Recording:
             if id(out) in self.slot_of:
                 return None  # the op returned a storage the trace already has (itself)
             return self._new_slot("produced", out, call=call_no)
-        if isinstance(out, (tuple, list)) and all(isinstance(o, BackendStorage) for o in out):
+        if isinstance(out, (tuple, list)) and all(o is None or isinstance(o, BackendStorage)
+                                                  for o in out):
+            # (None: a result the op was asked not to make.)
             return tuple(self._result(o, what, call_no) for o in out)
         raise CaptureError(
             f"compile: the op '{what}' returns a Python value ({type(out).__name__}), which a "

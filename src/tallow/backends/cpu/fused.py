@@ -16,7 +16,9 @@ import numpy as np
 
 from ... import config
 from ... import dtype as dt
+from ..base import BackendStorage
 from . import gemm, parallel
+from .matmul import float_operands
 from .threads import CONFIG
 
 
@@ -24,6 +26,7 @@ from .threads import CONFIG
 # long enough that two threads rarely wait on each other for the GIL.
 CHUNK = 1 << 17
 _HALF = (dt.f16, dt.bf16)
+_FLOAT = (dt.f32, dt.f64)
 
 
 def _compute_dtype(dtype):
@@ -461,6 +464,30 @@ class CpuFused:
         out = np.empty(x.shape, x.dtype)
         np.multiply(grad.view(grad_layout), x > 0, out=out)
         return self._wrap(out, dtype)
+
+    def linear_backward(self, layout, weight, weight_layout, grad, grad_layout, wanted):
+        """The protocol default's two products and column sum, by the same NumPy and
+        kernel calls on the same operands (so the same bits), for f32/f64 without its
+        storage round trips: one backend call per Linear layer of a backward pass."""
+        dtype = self.dtype
+        g = grad.view(grad_layout)
+        if dtype not in _FLOAT or grad.dtype is not dtype or weight.dtype is not dtype \
+                or (g.strides[0] == 0 and g.shape[0] > 1):  # a broadcast grad: the sum's copies path
+            return BackendStorage.linear_backward(self, layout, weight, weight_layout, grad,
+                                                  grad_layout, wanted)
+        if CONFIG._applied is None:
+            CONFIG.apply()
+        want_x, want_w, want_b = wanted
+        wrap = self._wrap
+        gx = gw = gb = None
+        if want_x:
+            gx = wrap(gemm.matmul(*float_operands(g, weight, weight_layout, weight.view(weight_layout))), dtype)
+        if want_w:
+            gw = wrap(gemm.matmul(*float_operands(g.T, self, layout, self.view(layout))), dtype)
+        if want_b:
+            # np.sum's own call (the reduce kernel's), without its Python wrapper.
+            gb = wrap(np.add.reduce(g, axis=(0,), dtype=dtype.np, keepdims=True), dtype)
+        return gx, gw, gb
 
     def linear(self, layout, weight, weight_layout, bias, bias_layout):
         """``x @ w.T + b`` for x (..., k), w (n, k), b (n,) or None: one GEMM, bias added in place."""

@@ -75,11 +75,19 @@ class CpuMatmul:
             out = gemm.matmul(a.astype(np.float32), b.astype(np.float32))
             return self._wrap(out.astype(dtype.np), dtype)
         if dtype.is_float:
-            k = a.shape[-1]
-            b = _rhs_operand(rhs, rhs_layout, b, a.size // k if k else 0)
-            if a.strides[-1] != a.itemsize:
-                a = _blas_ready(a)
-            if b.strides[-1] != b.itemsize:
-                b = _blas_ready(b)
-            return self._wrap(gemm.matmul(a, b), dtype)
+            return self._wrap(gemm.matmul(*float_operands(a, rhs, rhs_layout, b)), dtype)
         return self._wrap(np.matmul(a, b), dtype)
+
+
+def float_operands(a, rhs, rhs_layout, b):
+    """The arrays a float product ``a @ b`` hands to ``gemm.matmul`` (``b`` the view of
+    ``rhs`` at ``rhs_layout``): each as BLAS takes it, a transposed rhs maybe its cached
+    row-major copy. Every f32/f64 product of the backend goes through here, so one
+    product gives the same bits on every path that makes it."""
+    k = a.shape[-1]
+    b = _rhs_operand(rhs, rhs_layout, b, a.size // k if k else 0)
+    if a.strides[-1] != a.itemsize:
+        a = _blas_ready(a)
+    if b.strides[-1] != b.itemsize:
+        b = _blas_ready(b)
+    return a, b
