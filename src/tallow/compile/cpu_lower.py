@@ -15,10 +15,11 @@ optimiser's ``add_scaled_inplace``) the plan builds a kernel that was specialise
   repeated; what may change between replays (the argument storages) is read
   through the recorded layouts as before.
 
-Each kernel runs the same NumPy functions on the same operands as the eager kernel
+Each kernel runs the same functions on the same operands as the eager kernel
 (``gemm.matmul`` for the products, ``np.maximum`` against the same zero array for
-ReLU, ``np.sum`` with the same accumulator), so results are bit-identical; only the
-destination differs. Calls with any other dtype, layout or op keep the recorded
+ReLU, ``np.sum``'s reduction with the same accumulator, the one-pass kernels of
+``backends/cpu/onepass.py`` for ReLU's gradient and the update), so results are
+bit-identical; only the destination differs. Calls with any other dtype, layout or op keep the recorded
 function.
 """
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtype as dt
-from ..backends.cpu import gemm
+from ..backends.cpu import gemm, onepass
 from ..backends.cpu.elementwise import _ZEROS_MAX, _zeros_like
 from .recorder import Ref
 
@@ -221,6 +222,17 @@ class Lowering:
         if planned is None:
             return None
         out_arr = planned.arr
+        kernels = onepass.module()
+        if kernels is not None and lay.contiguous and gl.contiguous:
+            relu_grad = kernels.relu_grad  # the eager kernel's one pass
+
+            def relu_backward(s, lay, grad, gl):
+                relu_grad(s.view(lay), grad.view(gl), out_arr)
+                if getattr(planned, "_ws", None) is not None:
+                    planned.mark_written()
+                return planned
+
+            return relu_backward
         mask = np.empty(lay.shape, bool)
 
         def relu_backward(s, lay, grad, gl):
@@ -263,6 +275,15 @@ class Lowering:
         ss = self._float_slot(src)
         if ss is None or ss.dtype is not dtype or tuple(sl.shape) != tuple(lay.shape):
             return None
+        kernels = onepass.module()
+        if kernels is not None and lay.contiguous and sl.contiguous:
+            add = kernels.add_scaled  # the eager kernel's one pass
+
+            def add_scaled(s, lay, src, sl, _alpha):
+                add(s.view(lay), src.view(sl), alpha)
+                s.mark_written()
+
+            return add_scaled
         tmp = np.empty(lay.shape, dtype.np)
         a = dtype.np.type(alpha)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import BackendStorage
-from . import parallel
+from . import onepass, parallel
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -31,6 +31,11 @@ class CpuCopy:
         if self.dtype.np not in _NATIVE:  # f16/bf16: the composed default, in f32 steps
             return BackendStorage.add_scaled_inplace(self, layout, src, src_layout, alpha)
         dst = self.view(layout)
-        # The same two roundings as ``dst + src * alpha``, with no new buffer for the sum.
-        np.add(dst, np.multiply(src.view(src_layout), dst.dtype.type(alpha)), out=dst)
+        s = src.view(src_layout)
+        kernels = onepass.module()
+        if kernels is not None and onepass.takes(dst, s):
+            kernels.add_scaled(dst, s, alpha)  # one pass, the same two roundings
+        else:
+            # The same two roundings as ``dst + src * alpha``, with no new buffer for the sum.
+            np.add(dst, np.multiply(s, dst.dtype.type(alpha)), out=dst)
         self.mark_written()

@@ -17,7 +17,7 @@ import numpy as np
 from ... import config
 from ... import dtype as dt
 from ..base import BackendStorage
-from . import gemm, parallel
+from . import gemm, onepass, parallel
 from .matmul import float_operands
 from .threads import CONFIG
 
@@ -461,8 +461,13 @@ class CpuFused:
                 or layout.count >= parallel.MIN_ELEMENTS:
             raise NotImplementedError
         x = self.view(layout)
+        g = grad.view(grad_layout)
         out = np.empty(x.shape, x.dtype)
-        np.multiply(grad.view(grad_layout), x > 0, out=out)
+        kernels = onepass.module()
+        if kernels is not None and onepass.takes(x, g):
+            kernels.relu_grad(x, g, out)  # one pass, the same products
+        else:
+            np.multiply(g, x > 0, out=out)
         return self._wrap(out, dtype)
 
     def linear_backward(self, layout, weight, weight_layout, grad, grad_layout, wanted):
