@@ -1,5 +1,6 @@
 """Winograd F(2x2, 3x3) (and F(2, 3) for 1x3 kernels: 1-D convolutions) against
-PyTorch (float64), values and gradients.
+PyTorch (float64), values and gradients (the input gradient through the flipped
+kernel, the kernel gradient through its own transforms).
 
 The transforms are drawn over odd and even output sizes (cropped last tiles),
 padding 0-2 on each side, batches and channel counts, with the rule's thresholds
@@ -49,10 +50,13 @@ def _close(got, want):
 
 
 def _spy(monkeypatch):
-    """The kernel shapes ``winograd.conv2d`` is called with, from now on."""
+    """The kernel shapes ``winograd.conv2d`` is called with from now on, and
+    ("grad", kernel shape) for each ``winograd.kernel_grad``."""
     calls = []
-    real = winograd.conv2d
+    real, real_grad = winograd.conv2d, winograd.kernel_grad
     monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
+    monkeypatch.setattr(winograd, "kernel_grad",
+                        lambda *a: calls.append(("grad", tuple(a[2]))) or real_grad(*a))
     return calls
 
 
@@ -98,7 +102,8 @@ def test_conv2d_and_its_gradients_through_the_winograd_path(shape, pad, monkeypa
     x = rng.standard_normal((b, c, h, w)).astype(np.float32)
     k = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
     calls = _check_with_gradients("conv2d", x, k, pad, rng, monkeypatch)
-    assert calls == [(co, c, 3, 3), (c, co, 3, 3)]  # forward, and the input gradient
+    # forward, the input gradient, the kernel gradient
+    assert calls == [(co, c, 3, 3), (c, co, 3, 3), ("grad", (co, c, 3, 3))]
 
 
 @pytest.mark.parametrize("pad", [0, 1, 2])
@@ -111,6 +116,25 @@ def test_a_stride_1_transposed_convolution_goes_to_winograd(pad, monkeypatch):
         y = tl.Tensor(x).conv_transpose2d(tl.Tensor(k), padding=pad).numpy()
     assert calls
     _close(y, _reference("conv_transpose2d", x, k, padding=pad))
+
+
+def test_a_stride_1_transposed_convolution_s_kernel_gradient_goes_to_winograd(monkeypatch):
+    """Its kernel gradient is that of a convolution of the output gradient (as the
+    input) with the input (as the output gradient), in the kernel's own layout."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 24, 11, 14)).astype(np.float32)
+    k = rng.standard_normal((24, 20, 3, 3)).astype(np.float32)
+    calls = _spy(monkeypatch)
+    with every_size():
+        tk = tl.Var(k)
+        out = tl.Tensor(x).conv_transpose2d(tk, padding=1)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        got = (out * tl.Tensor(g)).sum_all().backward()[tk].numpy()
+    assert ("grad", (24, 20, 3, 3)) in calls
+    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
+    (F.conv_transpose2d(torch.from_numpy(x).double(), pk, padding=1)
+     * torch.from_numpy(g).double()).sum().backward()
+    _close_sum(got, pk.grad.numpy())
 
 
 @given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 6), h=st.integers(1, 3),
@@ -126,6 +150,48 @@ def test_row_transforms_match_a_direct_convolution(b, c, co, h, w, pw, seed):
     _close(winograd.conv2d(x, k, (0, pw)), _reference("conv2d", x, k, padding=(0, pw)))
 
 
+def _close_sum(got, want):
+    """A kernel gradient (a sum over every output position): within float32 rounding of
+    the float64 result's scale."""
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale)
+
+
+def _reference_kernel_grad(x, g, k_shape, pad):
+    pk = torch.zeros(k_shape, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(torch.from_numpy(x).double(), pk, padding=pad)
+    y.backward(torch.from_numpy(g).double())
+    return pk.grad.numpy()
+
+
+@given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 6), h=st.integers(1, 9),
+       w=st.integers(1, 9), ph=st.integers(0, 2), pw=st.integers(0, 2), seed=st.integers(0, 999))
+@SETTINGS
+def test_kernel_gradient_transforms_match_pytorch(b, c, co, h, w, ph, pw, seed):
+    """G^T (sum over tiles of (A dY A^T) V^T) G, odd and even output sizes (the last
+    tiles' missing rows and columns of dY count as zeros), padding 0-2."""
+    if h + 2 * ph < 3 or w + 2 * pw < 3:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    g = rng.standard_normal((b, co, h + 2 * ph - 2, w + 2 * pw - 2)).astype(np.float32)
+    k_shape = (co, c, 3, 3)
+    _close_sum(winograd.kernel_grad(x, g, k_shape, (ph, pw)), _reference_kernel_grad(x, g, k_shape, (ph, pw)))
+
+
+@given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 6), h=st.integers(1, 3),
+       w=st.integers(1, 12), pw=st.integers(0, 2), seed=st.integers(0, 999))
+@SETTINGS
+def test_row_kernel_gradient_transforms_match_pytorch(b, c, co, h, w, pw, seed):
+    if w + 2 * pw < 3:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    g = rng.standard_normal((b, co, h, w + 2 * pw - 2)).astype(np.float32)
+    k_shape = (co, c, 1, 3)
+    _close_sum(winograd.kernel_grad(x, g, k_shape, (0, pw)), _reference_kernel_grad(x, g, k_shape, (0, pw)))
+
+
 @pytest.mark.parametrize("pad", [0, 1, 2])
 def test_conv1d_and_its_gradients_through_the_winograd_path(pad, monkeypatch):
     """conv1d forward and its input gradient (a stride-1 transposed convolution) go to
@@ -134,7 +200,7 @@ def test_conv1d_and_its_gradients_through_the_winograd_path(pad, monkeypatch):
     x = rng.standard_normal((3, 32, 41)).astype(np.float32)  # 96 column rows: past the direct kernel's
     k = rng.standard_normal((40, 32, 3)).astype(np.float32)
     calls = _check_with_gradients("conv1d", x, k, pad, rng, monkeypatch)
-    assert calls == [(40, 32, 1, 3), (32, 40, 1, 3)]
+    assert calls == [(40, 32, 1, 3), (32, 40, 1, 3), ("grad", (40, 32, 1, 3))]
 
 
 def test_the_rule(monkeypatch):
@@ -154,15 +220,22 @@ def test_the_rule(monkeypatch):
     assert winograd.applies(row, k13, (0, 1), (1, 1), (1, 1), 1)  # a 1-D convolution
     assert not winograd.applies(row, k13, (1, 1), (1, 1), (1, 1), 1)  # rows of padding
     assert not winograd.applies(x, np.zeros((64, 64, 3, 1), f32), (1, 0), (1, 1), (1, 1), 1)  # 3x1
+    g = np.zeros((8, 64, 16, 16), f32)
+    assert winograd.applies_to_kernel_grad(x, g, k.shape, (1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies_to_kernel_grad(x, g[:, :, :15], k.shape, (1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies_to_kernel_grad(x, g.astype(np.float64), k.shape, (1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies_to_kernel_grad(x, g, k.shape, (1, 1), (2, 2), (1, 1), 1)
     monkeypatch.setattr(native, "disabled", lambda: True)
     assert not winograd.applies(x, k, (1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies_to_kernel_grad(x, g, k.shape, (1, 1), (1, 1), (1, 1), 1)
 
 
 def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, 32, 15, 18)).astype(np.float32)
     k = rng.standard_normal((40, 32, 3, 3)).astype(np.float32)
-    results = []
+    g = rng.standard_normal((4, 40, 15, 18)).astype(np.float32)
+    results, grads = [], []
     w = native._workers
     before, simd, min_bytes = tl.utils.get_num_threads(), W.simd(), w.min_bytes()
     try:
@@ -174,6 +247,7 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
                 w.set_min_bytes(0)
                 w.set_load_check(False)
                 results.append(winograd.conv2d(x, k, (1, 1)))
+                grads.append(winograd.kernel_grad(x, g, k.shape, (1, 1)))
     finally:
         W.set_simd(simd)
         w.set_load_check(True)
@@ -181,7 +255,10 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
         tl.utils.set_num_threads(before)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+    for r in grads[1:]:
+        np.testing.assert_array_equal(r, grads[0])
     _close(results[0], _reference("conv2d", x, k, padding=1))
+    _close_sum(grads[0], _reference_kernel_grad(x, g, k.shape, (1, 1)))
 
 
 def test_bad_buffers_are_refused_before_any_write():
@@ -204,7 +281,22 @@ def test_bad_buffers_are_refused_before_any_write():
     vr = np.full((4, 2, 7), 7.0, np.float32)  # 4 rows x 2 tiles need 8 per channel and position
     with pytest.raises(ValueError):
         W.input_transform_row(x, vr, 1, 2, 4, 4, 1, 2)
-    assert np.all(v == 7.0) and np.all(vr == 7.0)
+    with pytest.raises(ValueError, match="too few tiles"):
+        W.grad_transform(x, np.zeros((16, 2, 1), np.float32), 1, 2, 4, 4, 1, 1)
+    with pytest.raises(ValueError):  # room for 3 of the 4 tiles
+        W.grad_transform(x, v, 1, 2, 4, 4, 2, 2)
+    with pytest.raises(ValueError, match="too few tiles"):
+        W.grad_transform_row(x, np.zeros((4, 2, 4), np.float32), 1, 2, 4, 4, 1)
+    with pytest.raises(ValueError):
+        W.grad_transform_row(x, vr, 1, 2, 4, 4, 2)
+    dk = np.full((2, 2, 3, 3), 7.0, np.float32)
+    with pytest.raises(ValueError):  # m holds 16 x 2 x 1 floats, not 16 x 2 x 2
+        W.kernel_grad_transform(np.zeros((16, 2, 1), np.float32), dk, 2, 2)
+    with pytest.raises(ValueError):
+        W.kernel_grad_transform_row(np.zeros((4, 2, 1), np.float32), dk, 2, 2)
+    with pytest.raises(TypeError):
+        W.kernel_grad_transform(np.zeros((16, 2, 2), np.float32), dk, 2)
+    assert np.all(v == 7.0) and np.all(vr == 7.0) and np.all(dk == 7.0)
 
 
 def test_large_layers_take_the_path_by_default(monkeypatch):

@@ -312,6 +312,8 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
         native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
                            *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
         return gk
+    if winograd.applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
+        return winograd.kernel_grad(x, g, k_shape, pad)
     CONFIG.apply()
     if b > 1 and c * kh * kw <= FEW_ROWS and not pointwise:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)

@@ -17,6 +17,12 @@ relative errors of 1e-7 to 1e-6 against a float64 reference, as im2col's.
 A 1x3 kernel (a 1-D convolution is one of height 1) uses F(2, 3) along each row
 in the same way: 4 positions, 1.5x fewer multiply-adds than im2col's product.
 
+The kernel gradient comes the same way (``kernel_grad``): the forward is linear in
+``U``, so ``dk = G^T dU G`` with ``dU[xi] = W[xi] (c_out, tiles) @ V[xi]^T``, ``W = A dY
+A^T`` the output gradient's tiles through the adjoint of the output transform: 2.25x
+fewer multiply-adds than im2col's product (a 64->64 layer's kernel gradient, batch 8
+of 16x16: 1.9 ms against 3.7 ms).
+
 Used (``applies``) for f32 with the C extension, groups 1, dilation 1, at least
 ``MIN_CHANNELS`` input and output channels (fewer go to the direct kernel) and at
 least ``MIN_TILES`` output tiles: the kernel transform costs c_out * c_in * 16
@@ -65,25 +71,40 @@ def _tiles(oh, ow):
     return (oh + 1) // 2, (ow + 1) // 2
 
 
-def _row_kernel(k, pad) -> bool:
+def _row_kernel(k_shape, pad) -> bool:
     """A 1x3 kernel without padding rows (a 1-D convolution): F(2, 3) along each row."""
-    return k.shape[2:] == (1, 3) and pad[0] == 0
+    return k_shape[2:] == (1, 3) and pad[0] == 0
+
+
+def _fits(x, k_shape, pad, stride, dil, groups):
+    """The output size (oh, ow) of the convolution of ``x`` (b, c, h, w) with a kernel of
+    ``k_shape`` when it runs here (3x3 kernels, and 1x3 ones without row padding), else
+    None."""
+    if (x.dtype != np.float32 or stride != (1, 1) or dil != (1, 1) or groups != 1
+            or not (k_shape[2:] == (3, 3) or _row_kernel(k_shape, pad))):
+        return None
+    b, c, h, w = x.shape
+    if c < MIN_CHANNELS or k_shape[0] < MIN_CHANNELS:
+        return None
+    oh, ow = h + 2 * pad[0] - k_shape[2] + 1, w + 2 * pad[1] - 2
+    if oh < 1 or ow < 1:
+        return None
+    th, tw = (oh, (ow + 1) // 2) if k_shape[2] == 1 else _tiles(oh, ow)
+    if b * th * tw < MIN_TILES or _module() is None:
+        return None
+    return oh, ow
 
 
 def applies(x, k, pad, stride, dil, groups) -> bool:
     """Whether the convolution of ``x`` (b, c, h, w) with ``k`` (c_out, c, kh, kw) runs here:
     3x3 kernels, and 1x3 ones without row padding (a 1-D convolution)."""
-    if (x.dtype != np.float32 or k.dtype != np.float32 or stride != (1, 1) or dil != (1, 1) or groups != 1
-            or not (k.shape[2:] == (3, 3) or _row_kernel(k, pad))):
-        return False
-    b, c, h, w = x.shape
-    if c < MIN_CHANNELS or k.shape[0] < MIN_CHANNELS:
-        return False
-    oh, ow = h + 2 * pad[0] - k.shape[2] + 1, w + 2 * pad[1] - 2
-    if oh < 1 or ow < 1:
-        return False
-    th, tw = (oh, (ow + 1) // 2) if k.shape[2] == 1 else _tiles(oh, ow)
-    return b * th * tw >= MIN_TILES and _module() is not None
+    return k.dtype == np.float32 and _fits(x, k.shape, pad, stride, dil, groups) is not None
+
+
+def applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups) -> bool:
+    """Whether the kernel gradient of that convolution from its output gradient ``g``
+    (b, c_out, oh, ow) runs here (``kernel_grad``)."""
+    return g.dtype == np.float32 and _fits(x, k_shape, pad, stride, dil, groups) == g.shape[2:]
 
 
 def conv2d(x, k, pad):
@@ -113,3 +134,33 @@ def conv2d(x, k, pad):
     y = np.empty((b, co, oh, ow), np.float32)
     mod.output_transform(gemm.matmul(u, v), y, b, co, oh, ow, th, tw)
     return y
+
+
+def kernel_grad(x, g, k_shape, pad):
+    """The kernel gradient of ``conv2d(x, k, pad)`` (``applies`` checked for it) from
+    the output gradient ``g`` (b, c_out, oh, ow): the forward is linear in ``U = G k
+    G^T``, so ``dk = G^T dU G`` with ``dU[xi] = W[xi] (c_out, T) @ V[xi]^T (T, c_in)``,
+    ``W = A dY A^T`` per tile and ``V`` the forward's input transform."""
+    mod = _module()
+    b, c, h, w = x.shape
+    co = k_shape[0]
+    x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
+    dk = np.empty(k_shape, np.float32)
+    if k_shape[2] == 1:  # 1x3: tiles of one row
+        ow = g.shape[3]
+        tw = (ow + 1) // 2
+        v = np.empty((4, c, b * h * tw), np.float32)
+        mod.input_transform_row(x, v, b, c, h, w, pad[1], tw)
+        wg = np.empty((4, co, b * h * tw), np.float32)
+        mod.grad_transform_row(g, wg, b, co, h, ow, tw)
+        mod.kernel_grad_transform_row(gemm.matmul(wg, v.transpose(0, 2, 1)), dk, co, c)
+        return dk
+    oh, ow = g.shape[2:]
+    th, tw = _tiles(oh, ow)
+    v = np.empty((16, c, b * th * tw), np.float32)
+    mod.input_transform(x, v, b, c, h, w, pad[0], pad[1], th, tw)
+    wg = np.empty((16, co, b * th * tw), np.float32)
+    mod.grad_transform(g, wg, b, co, oh, ow, th, tw)
+    mod.kernel_grad_transform(gemm.matmul(wg, v.transpose(0, 2, 1)), dk, co, c)
+    return dk
+

@@ -16,7 +16,9 @@
  *    oh, ow), the tiles past oh / ow cropped;
  *  - the same three for 1x3 kernels (a 1-D convolution), F(2, 3) along each row:
  *    kernel_transform_row, input_transform_row(x, v, nb, nc, h, w, pw, tw) and
- *    output_transform_row(m, y, nb, nco, h, ow, tw), 4 positions, T = nb * h * tw.
+ *    output_transform_row(m, y, nb, nco, h, ow, tw), 4 positions, T = nb * h * tw;
+ *  - for the kernel gradient, the adjoints of the output and kernel transforms
+ *    (grad_transform, kernel_grad_transform and their _row forms, below).
  *
  * The input and output transforms only add and subtract; units are image planes,
  * each written by one thread in a fixed order, so results are bit-identical at any
@@ -290,6 +292,135 @@ static inline __attribute__((always_inline)) void output_plane_1x3(const wg_job 
     }
 }
 
+/* ------------------------------------------------------------------ kernel gradient */
+/* The forward pass is linear in U: Y = A^T (U . V) A per tile, so the kernel's gradient
+ * is dk = G^T dU G with dU[xi] = sum over tiles of (A dY A^T)[xi] V[xi] - for each of the
+ * 16 positions a product (c_out, T) @ (T, c_in) of the transformed output gradient and
+ * the forward's transformed input. The two transforms below are the adjoints of the
+ * output and kernel transforms:
+ *
+ *  - grad_transform(dy, w, nb, nco, oh, ow, th, tw): dy (nb, nco, oh, ow) -> w (16, nco, T),
+ *    each 2x2 tile (zero past oh / ow) to A dY A^T, A = [[1, 0], [1, 1], [1, -1], [0, -1]];
+ *  - kernel_grad_transform(m, dk, co, ci): m (16, co, ci) -> dk (co, ci, 3, 3) = G^T M G;
+ *  - and the same for 1x3 kernels: grad_transform_row(dy, w, nb, nco, h, ow, tw) ->
+ *    (4, nco, nb * h * tw) and kernel_grad_transform_row(m, dk, co, ci) -> (co, ci, 1, 3). */
+static inline int64_t grad_scratch_floats(const wg_job *j) { return 4 * j->tw + 16 * j->th * j->tw; }
+
+static inline __attribute__((always_inline)) void grad_plane(const wg_job *j, int64_t u, float *scratch) {
+    const int64_t b = u / j->nc, o = u % j->nc, th = j->th, tw = j->tw;
+    const int64_t tiles = j->nb * th * tw, plane = j->nc * tiles, run = th * tw;
+    const float *img = j->src + u * j->oh * j->ow;
+    float *ea = scratch, *ob = ea + tw, *ec = ob + tw, *od = ec + tw, *out = od + tw;
+    for (int64_t ty = 0; ty < th; ty++) {
+        /* the tile's rows: a b / c d = even and odd columns of output rows 2ty and 2ty + 1 */
+        split_row(img + 2 * ty * j->ow, j->ow, 0, tw, ea, ob);
+        split_row(2 * ty + 1 < j->oh ? img + (2 * ty + 1) * j->ow : NULL, j->ow, 0, tw, ec, od);
+        float *w0 = out + ty * tw;
+#pragma GCC ivdep
+        for (int64_t x = 0; x < tw; x++) {
+            /* A dY: rows (p, q) = (a, b), (a + c, b + d), (a - c, b - d), (-c, -d); each row
+             * times A^T: (p, p + q, p - q, -q) */
+            float a = ea[x], bb = ob[x], c = ec[x], d = od[x];
+            float p1 = a + c, q1 = bb + d, p2 = a - c, q2 = bb - d;
+            w0[x] = a;
+            w0[run + x] = a + bb;
+            w0[2 * run + x] = a - bb;
+            w0[3 * run + x] = -bb;
+            w0[4 * run + x] = p1;
+            w0[5 * run + x] = p1 + q1;
+            w0[6 * run + x] = p1 - q1;
+            w0[7 * run + x] = -q1;
+            w0[8 * run + x] = p2;
+            w0[9 * run + x] = p2 + q2;
+            w0[10 * run + x] = p2 - q2;
+            w0[11 * run + x] = -q2;
+            w0[12 * run + x] = -c;
+            w0[13 * run + x] = -c - d;
+            w0[14 * run + x] = d - c;
+            w0[15 * run + x] = d;
+        }
+    }
+    float *dst = j->dst + o * tiles + b * run;
+    for (int xi = 0; xi < 16; xi++) memcpy(dst + xi * plane, out + xi * run, (size_t)run * sizeof(float));
+}
+
+/* G^T M G for the c_in channels of output channel o, KBLOCK at a time through a local
+ * block (the 9 taps of a channel pair are interleaved in dk). G^T = [[1, 1/2, 1/2, 0],
+ * [0, 1/2, -1/2, 0], [0, 1/2, 1/2, 1]]: a column (m0, m1, m2, m3) gives
+ * (m0 + (m1 + m2) / 2, (m1 - m2) / 2, (m1 + m2) / 2 + m3). */
+static inline __attribute__((always_inline)) void kernel_grad_rows(const float *m, float *dk, int64_t co,
+                                                                    int64_t ci, int64_t o) {
+    const int64_t plane = co * ci;
+    float blk[9][KBLOCK];
+    for (int64_t c0 = 0; c0 < ci; c0 += KBLOCK) {
+        const int64_t n = ci - c0 < KBLOCK ? ci - c0 : KBLOCK;
+        const float *src = m + o * ci + c0;
+        float t[3][4][KBLOCK];
+        for (int q = 0; q < 4; q++) { /* G^T M: down each column q */
+            const float *m0 = src + q * plane, *m1 = src + (4 + q) * plane;
+            const float *m2 = src + (8 + q) * plane, *m3 = src + (12 + q) * plane;
+            float *t0 = t[0][q], *t1 = t[1][q], *t2 = t[2][q];
+#pragma GCC ivdep
+            for (int64_t c = 0; c < n; c++) {
+                float half = 0.5f * (m1[c] + m2[c]);
+                t0[c] = m0[c] + half;
+                t1[c] = 0.5f * (m1[c] - m2[c]);
+                t2[c] = half + m3[c];
+            }
+        }
+        for (int r = 0; r < 3; r++) { /* (G^T M) G: across each row r */
+            const float *t0 = t[r][0], *t1 = t[r][1], *t2 = t[r][2], *t3 = t[r][3];
+            float *k0 = blk[3 * r], *k1 = blk[3 * r + 1], *k2 = blk[3 * r + 2];
+#pragma GCC ivdep
+            for (int64_t c = 0; c < n; c++) {
+                float half = 0.5f * (t1[c] + t2[c]);
+                k0[c] = t0[c] + half;
+                k1[c] = 0.5f * (t1[c] - t2[c]);
+                k2[c] = half + t3[c];
+            }
+        }
+        float *dst = dk + (o * ci + c0) * 9;
+        for (int64_t c = 0; c < n; c++)
+            for (int tap = 0; tap < 9; tap++) dst[c * 9 + tap] = blk[tap][c];
+    }
+}
+
+static inline int64_t grad_row_scratch_floats(const wg_job *j) { return 2 * j->tw + 4 * j->oh * j->tw; }
+
+static inline __attribute__((always_inline)) void grad_plane_1x3(const wg_job *j, int64_t u, float *scratch) {
+    const int64_t b = u / j->nc, o = u % j->nc, h = j->oh, tw = j->tw, run = h * tw;
+    const int64_t tiles = j->nb * run, plane = j->nc * tiles;
+    const float *img = j->src + u * h * j->ow;
+    float *e = scratch, *od = e + tw, *out = od + tw;
+    for (int64_t y = 0; y < h; y++) {
+        split_row(img + y * j->ow, j->ow, 0, tw, e, od);
+        float *w0 = out + y * tw;
+#pragma GCC ivdep
+        for (int64_t x = 0; x < tw; x++) { /* A (a, b) = (a, a + b, a - b, -b) */
+            float a = e[x], bb = od[x];
+            w0[x] = a;
+            w0[run + x] = a + bb;
+            w0[2 * run + x] = a - bb;
+            w0[3 * run + x] = -bb;
+        }
+    }
+    float *dst = j->dst + o * tiles + b * run;
+    for (int xi = 0; xi < 4; xi++) memcpy(dst + xi * plane, out + xi * run, (size_t)run * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) void kernel_grad_row_1x3(const float *m, float *dk, int64_t co,
+                                                                       int64_t ci, int64_t o) {
+    const int64_t plane = co * ci;
+    const float *m0 = m + o * ci, *m1 = m0 + plane, *m2 = m1 + plane, *m3 = m2 + plane;
+    float *dst = dk + o * ci * 3;
+    for (int64_t c = 0; c < ci; c++) {
+        float half = 0.5f * (m1[c] + m2[c]);
+        dst[3 * c] = m0[c] + half;
+        dst[3 * c + 1] = 0.5f * (m1[c] - m2[c]);
+        dst[3 * c + 2] = half + m3[c];
+    }
+}
+
 /* ------------------------------------------------------------------ the two builds */
 /* A task over units [lo, hi) of `per_unit`, with `floats` of scratch per chunk (none: 0). */
 #define PLANE_TASK(NAME, ATTR, per_unit, floats)                                                  \
@@ -315,27 +446,45 @@ static inline __attribute__((always_inline)) void kernel_row_unit(const wg_job *
     kernel_row_1x3(j->src, j->dst, j->nb, j->nc, o);
 }
 
+static inline __attribute__((always_inline)) void kernel_grad_unit(const wg_job *j, int64_t o, float *unused) {
+    (void)unused;
+    kernel_grad_rows(j->src, j->dst, j->nb, j->nc, o);
+}
+
+static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_job *j, int64_t o, float *unused) {
+    (void)unused;
+    kernel_grad_row_1x3(j->src, j->dst, j->nb, j->nc, o);
+}
+
 #define BUILD(SUFFIX, ATTR)                                                                       \
     PLANE_TASK(kernel_task##SUFFIX, ATTR, kernel_unit, 0)                                         \
     PLANE_TASK(input_task##SUFFIX, ATTR, input_plane, input_scratch_floats(j))                    \
     PLANE_TASK(output_task##SUFFIX, ATTR, output_plane, output_scratch_floats(j))                 \
     PLANE_TASK(kernel_row_task##SUFFIX, ATTR, kernel_row_unit, 0)                                 \
     PLANE_TASK(input_row_task##SUFFIX, ATTR, input_plane_1x3, input_row_scratch_floats(j))        \
-    PLANE_TASK(output_row_task##SUFFIX, ATTR, output_plane_1x3, output_row_scratch_floats(j))
+    PLANE_TASK(output_row_task##SUFFIX, ATTR, output_plane_1x3, output_row_scratch_floats(j))     \
+    PLANE_TASK(grad_task##SUFFIX, ATTR, grad_plane, grad_scratch_floats(j))                       \
+    PLANE_TASK(kernel_grad_task##SUFFIX, ATTR, kernel_grad_unit, 0)                               \
+    PLANE_TASK(grad_row_task##SUFFIX, ATTR, grad_plane_1x3, grad_row_scratch_floats(j))           \
+    PLANE_TASK(kernel_grad_row_task##SUFFIX, ATTR, kernel_grad_row_unit, 0)
 
 BUILD(_base, )
 #ifdef TALLOW_X86
 BUILD(_avx2, AVX2)
 #endif
 
-enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW };
+enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW };
 
 static tallow_task_fn task_of(int kind) {
-    static const tallow_task_fn base[] = {kernel_task_base,     input_task_base,     output_task_base,
-                                          kernel_row_task_base, input_row_task_base, output_row_task_base};
+    static const tallow_task_fn base[] = {kernel_task_base,      input_task_base,     output_task_base,
+                                          kernel_row_task_base,  input_row_task_base, output_row_task_base,
+                                          grad_task_base,        kernel_grad_task_base,
+                                          grad_row_task_base,    kernel_grad_row_task_base};
 #ifdef TALLOW_X86
-    static const tallow_task_fn avx2[] = {kernel_task_avx2,     input_task_avx2,     output_task_avx2,
-                                          kernel_row_task_avx2, input_row_task_avx2, output_row_task_avx2};
+    static const tallow_task_fn avx2[] = {kernel_task_avx2,      input_task_avx2,     output_task_avx2,
+                                          kernel_row_task_avx2,  input_row_task_avx2, output_row_task_avx2,
+                                          grad_task_avx2,        kernel_grad_task_avx2,
+                                          grad_row_task_avx2,    kernel_grad_row_task_avx2};
     if (use_avx2) return avx2[kind];
 #endif
     return base[kind];
@@ -447,6 +596,59 @@ static PyObject *py_output_transform_row(PyObject *self, PyObject *const *args, 
                4096 / (4 * j.oh * j.tw + 1));
 }
 
+/* grad_transform(dy, w, nb, nco, oh, ow, th, tw): dy (nb, nco, oh, ow) -> w (16, nco, T) */
+static PyObject *py_grad_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[6];
+    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "grad_transform takes 8 arguments");
+    if (!ints(args, 2, 6, a)) return NULL;
+    wg_job j = {a[0], a[1], 0, 0, 0, 0, a[2], a[3], a[4], a[5], NULL, NULL, NULL};
+    if (2 * j.th < j.oh || 2 * j.tw < j.ow)
+        return PyErr_Format(PyExc_ValueError, "grad_transform: too few tiles for the gradient");
+    int64_t tiles = j.nb * j.th * j.tw;
+    return run(args[0], args[1], j.nb * j.nc * j.oh * j.ow, 16 * j.nc * tiles, GRAD, &j, j.nb * j.nc,
+               4096 / (16 * j.th * j.tw + 1));
+}
+
+/* grad_transform_row(dy, w, nb, nco, h, ow, tw): dy (nb, nco, h, ow) -> w (4, nco, nb * h * tw) */
+static PyObject *py_grad_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[5];
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "grad_transform_row takes 7 arguments");
+    if (!ints(args, 2, 5, a)) return NULL;
+    wg_job j = {a[0], a[1], 0, 0, 0, 0, a[2], a[3], a[2], a[4], NULL, NULL, NULL};
+    if (2 * j.tw < j.ow) return PyErr_Format(PyExc_ValueError, "grad_transform_row: too few tiles for the gradient");
+    int64_t tiles = j.nb * j.oh * j.tw;
+    return run(args[0], args[1], j.nb * j.nc * j.oh * j.ow, 4 * j.nc * tiles, GRAD_ROW, &j, j.nb * j.nc,
+               4096 / (4 * j.oh * j.tw + 1));
+}
+
+/* kernel_grad_transform(m, dk, co, ci) and its _row form: m (16, co, ci) -> dk (co, ci, 3, 3),
+ * or m (4, co, ci) -> dk (co, ci, 1, 3). */
+static PyObject *kernel_grad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
+    int64_t a[2];
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "%s takes 4 arguments",
+                            row ? "kernel_grad_transform_row" : "kernel_grad_transform");
+    if (!ints(args, 2, 2, a)) return NULL;
+    wg_job j = {0};
+    j.nb = a[0]; /* co */
+    j.nc = a[1]; /* ci */
+    int64_t taps = row ? 3 : 9, positions = row ? 4 : 16;
+    return run(args[0], args[1], positions * a[0] * a[1], a[0] * a[1] * taps, row ? KERNEL_GRAD_ROW : KERNEL_GRAD,
+               &j, a[0], 4096 / (a[1] * (taps + positions) + 1));
+}
+
+static PyObject *py_kernel_grad_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return kernel_grad_call(args, nargs, 0);
+}
+
+static PyObject *py_kernel_grad_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return kernel_grad_call(args, nargs, 1);
+}
+
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"kernel_transform", FC(py_kernel_transform), "k (co, ci, 3, 3) -> G k G^T as (16, co, ci), f32."},
@@ -455,6 +657,10 @@ static PyMethodDef methods[] = {
     {"kernel_transform_row", FC(py_kernel_transform_row), "k (co, ci, 1, 3) -> G k as (4, co, ci), f32."},
     {"input_transform_row", FC(py_input_transform_row), "Row tiles B^T d as (4, nc, tiles), f32."},
     {"output_transform_row", FC(py_output_transform_row), "A^T m of (4, nco, tiles) into f32 NCHW output."},
+    {"grad_transform", FC(py_grad_transform), "Output-gradient tiles A dY A^T as (16, nco, tiles), f32."},
+    {"kernel_grad_transform", FC(py_kernel_grad_transform), "G^T m G of (16, co, ci) into dk (co, ci, 3, 3), f32."},
+    {"grad_transform_row", FC(py_grad_transform_row), "Row gradient tiles A dy as (4, nco, tiles), f32."},
+    {"kernel_grad_transform_row", FC(py_kernel_grad_transform_row), "G^T m of (4, co, ci) into dk (co, ci, 1, 3), f32."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
     {NULL, NULL, 0, NULL}};
