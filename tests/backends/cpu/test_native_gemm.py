@@ -410,3 +410,51 @@ def test_narrow_tall_products_are_computed_transposed(monkeypatch, batch):
     np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-4)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+
+
+@given(n=st.integers(1, 5), groups=st.integers(1, 3), m=st.integers(1, 20), k=st.integers(1, 70),
+       p=st.integers(1, 40), transposed=st.booleans(), seed=st.integers(0, 2**16))
+@SETTINGS
+def test_sum_of_products_adds_each_product_in_order(n, groups, m, k, p, transposed, seed):
+    """``sum_of_products``: ``sum_i a[i] @ b[i]`` into ``out`` (whatever it held), over
+    a leading batch and group dims, with a column-major ``b`` (a convolution's
+    columns read transposed); the bits of accumulating the kernel's products one by one."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, groups, m, k)).astype(F)
+    b = rng.standard_normal((n, groups, p, k)).astype(F).swapaxes(-1, -2) if transposed \
+        else rng.standard_normal((n, groups, k, p)).astype(F)
+    out = np.full((groups, m, p), np.nan, F)
+    gemm.sum_of_products(a, b, out)
+    want = reference(a, b).sum(0)
+    err = np.abs(out.astype(np.float64) - want).max()
+    assert err <= 4 * n * k * np.finfo(F).eps * max(1.0, np.abs(want).max())
+    one_by_one = np.zeros((groups, m, p), F)
+    for i in range(n):
+        G.gemm(a[i], b[i], one_by_one, True)
+    np.testing.assert_array_equal(out, one_by_one)
+
+
+def test_a_wide_layer_s_kernel_gradient_is_a_sum_of_per_image_products(monkeypatch):
+    """1x1 and stride-2 3x3 layers over images of 256+ positions: the kernel gradient
+    adds a product per image (no transposed copies); 8x8 images keep one product over
+    the batch. Values against PyTorch."""
+    import torch
+    from tallow.backends.cpu import conv as cpu_conv
+
+    calls = []
+    real = gemm.sum_of_products
+    monkeypatch.setattr(gemm, "sum_of_products", lambda *a: calls.append(a[0].shape) or real(*a))
+    rng = np.random.default_rng(4)
+    for b, c, co, n, k, stride, pad, used in ((3, 24, 20, 16, 1, 1, 0, True), (2, 16, 24, 33, 3, 2, 1, True),
+                                              (3, 24, 20, 8, 1, 1, 0, False)):
+        calls.clear()
+        x = rng.standard_normal((b, c, n, n)).astype(F)
+        kern = rng.standard_normal((co, c, k, k)).astype(F)
+        oh = (n + 2 * pad - k) // stride + 1
+        g = rng.standard_normal((b, co, oh, oh)).astype(F)
+        got = cpu_conv._conv2d_kernel_grad(x, g, kern.shape, (pad, pad), (stride, stride), (1, 1), 1)
+        pk = torch.zeros(kern.shape, dtype=torch.float64, requires_grad=True)
+        torch.nn.functional.conv2d(torch.from_numpy(x).double(), pk, stride=stride, padding=pad).backward(
+            torch.from_numpy(g).double())
+        np.testing.assert_allclose(got, pk.grad.numpy(), rtol=1e-4, atol=1e-4)
+        assert bool(calls) == used

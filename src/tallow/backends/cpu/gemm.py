@@ -216,6 +216,19 @@ def native_takes(m: int, n: int, k: int, batch: int = 1) -> bool:
     return bool(_native_on) and _native_shape(m, n, k, batch * m * n * k)
 
 
+def sum_of_products(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out = a[0] @ b[0] + a[1] @ b[1] + ...`` for f32 ``a`` (n, ..., m, k) and ``b``
+    (n, ..., k, p) of any strides, by the native kernel adding each product into
+    ``out`` (C-contiguous f32, (..., m, p)) in order: a batch-summed product (a
+    convolution's kernel gradient) with no transposed copy of either operand.
+    ``native_available()`` must be true."""
+    split = not parallel.in_serial() and _pool_threads() > 1
+    gemm = _native.gemm
+    for i in range(a.shape[0]):
+        gemm(a[i], b[i], out, i > 0, None, split)
+    return out
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
            bias: np.ndarray | None = None) -> np.ndarray:
     """``np.matmul(a, b)`` for float arrays (``+ bias``, a row of ``n`` values, when
