@@ -118,7 +118,7 @@ def _transposed_axis(x: np.ndarray):
 
     Copying such an array row by row reads one element per cache line; copying it
     in square tiles reads and writes whole lines (NumPy's own copy of a 2048x2048
-    transpose takes ~30-40 ms, tiled ~5 ms).
+    transpose takes ~30-40 ms, tiled ~17 ms with NumPy slices, ~5 ms in C).
     """
     if x.ndim < 2 or x.size < 4 * TILE * TILE:
         return None
@@ -140,12 +140,39 @@ def _tiled(out: np.ndarray, src: np.ndarray, axis: int) -> None:
             o[..., i:i + TILE, j:j + TILE] = v[..., i:i + TILE, j:j + TILE]
 
 
+_TRANSPOSE = {"checked": False, "module": None}
+
+
+def _transpose_module():
+    """``native/_transpose`` (tiled transposing copies in C) when it is built and the
+    compiled kernels are on, else None."""
+    if not _TRANSPOSE["checked"]:
+        _TRANSPOSE["checked"] = True
+        try:
+            from .native import _transpose, disabled, isa_wanted
+        except ImportError:  # not built: the NumPy tiles serve
+            return None
+        if not disabled():
+            if isa_wanted() == "scalar":
+                _transpose.set_simd(False)
+            _TRANSPOSE["module"] = _transpose
+    return _TRANSPOSE["module"]
+
+
 def copy(x: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of a (strided) array: tiled for transposed layouts, split
-    over the threads when large."""
+    """A C-contiguous copy of a (strided) array: tiled for transposed layouts (in C
+    when the extension is built: 2048x2048 f32 in ~5 ms against ~17 ms for NumPy's
+    slices tile by tile), split over the threads when large."""
     axis = _transposed_axis(x)
     out = np.empty(x.shape, x.dtype)
     if axis is not None:
+        kernel = _transpose_module()
+        if kernel is not None and x.dtype.itemsize in (1, 2, 4, 8):
+            from . import native
+
+            split = not in_serial() and native.sync_threads() > 1
+            kernel.transpose_copy(np.moveaxis(x, axis, -2), np.moveaxis(out, axis, -2), split)
+            return out
         if worth_splitting(x.shape) and axis != 0:
             run_rows(lambda o, v: _tiled(o, v, axis), out, x)
         else:

@@ -1,0 +1,77 @@
+"""Transposing copies (``native/_transpose.c``, through ``parallel.copy``): a view with
+unit stride along a dim other than the last copied to row-major gives NumPy's copy,
+for 1-, 2-, 4- and 8-byte items, any leading dims and sizes around the tiles, the
+AVX2 and scalar tiles, split over the pool or not; the NumPy tiles (no extension)
+agree; bad arguments are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tallow as tl
+from tallow.backends.cpu import native, parallel
+
+T = parallel._transpose_module()
+pytestmark = pytest.mark.skipif(T is None, reason="the compiled kernels are not built")
+
+DTYPES = [np.float32, np.float64, np.int16, np.uint8, np.int32, np.int64]
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), lead=st.lists(st.integers(1, 3), max_size=2),
+       rows=st.integers(1, 80), cols=st.integers(1, 80), avx2=st.booleans(), split=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_transpose_copy_equals_numpy_s_copy(dtype, lead, rows, cols, avx2, split, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(tuple(lead) + (cols, rows)) * 100).astype(dtype)
+    view = np.swapaxes(x, -1, -2)  # (..., rows, cols), unit stride along rows
+    out = np.full(view.shape, 7, dtype)
+    before = T.simd()
+    try:
+        T.set_simd(avx2 and before)
+        T.transpose_copy(view, out, split)
+    finally:
+        T.set_simd(before)
+    np.testing.assert_array_equal(out, np.ascontiguousarray(view))
+
+
+@pytest.mark.parametrize("shape,axes", [((300, 257), (1, 0)), ((5, 130, 70), (2, 0, 1)),
+                                        ((4, 100, 90), (0, 2, 1)), ((40, 3, 200), (2, 1, 0))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_contiguous_copies_of_permuted_tensors(shape, axes, threads):
+    """Tensor-level: permuted views made contiguous, at 1 and 2 threads, and the
+    NumPy tiles the same."""
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    want = np.ascontiguousarray(x.transpose(axes))
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        native.sync_threads()
+        got = tl.Tensor(x).permute(axes).contiguous().numpy()
+    finally:
+        tl.utils.set_num_threads(before)
+    np.testing.assert_array_equal(got, want)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(parallel._TRANSPOSE, "module", None)
+        np.testing.assert_array_equal(parallel.copy(x.transpose(axes)), want)
+
+
+def test_refuses_what_it_cannot_copy():
+    a = np.zeros((8, 8), np.float32)
+    with pytest.raises(ValueError, match="unit stride"):
+        T.transpose_copy(a, np.zeros((8, 8), np.float32))  # the source is not transposed
+    with pytest.raises(ValueError, match="shapes differ"):
+        T.transpose_copy(np.zeros((8, 9), np.float32).T, np.zeros((8, 8), np.float32))
+    with pytest.raises(ValueError, match="item size"):
+        T.transpose_copy(a.T, np.zeros((8, 8), np.float64))
+    with pytest.raises(ValueError, match="one shape"):
+        T.transpose_copy(np.zeros(8, np.float32), np.zeros(8, np.float32))
+    ro = np.zeros((8, 8), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):
+        T.transpose_copy(a.T, ro)
+    with pytest.raises(TypeError):
+        T.transpose_copy(a.T)
