@@ -361,6 +361,28 @@ def test_direct_convolution_of_an_image_too_large_for_its_padded_planes(stride):
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not HAVE_NATIVE or not cpu_conv._NATIVE["module"].simd(),
+                    reason="the AVX2 direct kernel gradient is not built")
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("pad", [0, 1])
+def test_direct_kernel_gradient_of_an_image_with_a_non_finite_value(bad, pad):
+    """A stride-1 kernel gradient runs over flat rows of the padded image, whose
+    positions past the last output column multiply a zero of the gradient by real
+    pixels; with an infinity or a NaN in the image that would put a NaN in sums the
+    pixel is not part of, so such an image takes the row form: the taps that never
+    read the pixel stay finite and every value is PyTorch's."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    x[1, 2, 4, 10] = bad  # the last column: read by tap kj = 2 only (kj = 2 - pad with padding)
+    g = rng.standard_normal((2, 5, 9 + 2 * pad - 2, 11 + 2 * pad - 2)).astype(np.float32)
+    gk = cpu_conv._conv2d_kernel_grad(x, g, (5, 3, 3, 3), (pad, pad), (1, 1), (1, 1), 1)
+    pk = torch.zeros((5, 3, 3, 3), dtype=torch.float64, requires_grad=True)
+    F.conv2d(torch.from_numpy(x).double(), pk, padding=pad).backward(torch.from_numpy(g).double())
+    want = pk.grad.numpy()
+    assert np.isfinite(gk[:, :2]).all() and np.isfinite(gk[:, 2, :, :2 - pad]).all()
+    np.testing.assert_allclose(gk, want, rtol=1e-4, atol=1e-4)  # non-finite where PyTorch's are
+
+
 def test_no_native_variable_turns_the_native_passes_off(monkeypatch):
     x = np.zeros((1, 1, 4, 4), np.float32)
     monkeypatch.setenv("TALLOW_NO_NATIVE", "1")

@@ -662,6 +662,113 @@ AVX2 static void kgrad_task(void *p, int64_t lo, int64_t hi) {
     }
     free(rows);
 }
+
+/* Stride 1: the flat form. With the image zero-padded to W = w + 2 pw columns and the
+ * gradient to W columns (zeros past ow), output position p = y * W + x reads tap (ki,
+ * kj) at p + ki * dh * W + kj * dw of the padded plane: one shift per tap, the same
+ * for every position, so a sum runs over one flat range of oh * W positions (rounded up
+ * to 8; the extra are zeros of the padded gradient) instead of row by row with a
+ * partial block at each row's end (26 columns: 81% of the lanes used, now 93%). The
+ * positions past ow multiply a zero of the gradient by real image values, so an image
+ * holding an infinity or a NaN takes the row form instead (0 * inf would add a NaN
+ * the true sum does not have). Four
+ * output channels by three taps: twelve sums in registers. Image by image, each unit
+ * of the chunk (a tap row of one input channel) in turn, the padded gradient made once
+ * per image; each sum runs over (b, p) in order and is reduced lane by lane at the end,
+ * the same at any thread count. */
+#define KF_CO 4
+
+typedef struct {
+    int64_t wp, hp, npos, plane; /* padded width and rows, flat positions (x 8), plane floats */
+} flat_geom;
+
+static flat_geom kgrad_flat_geom(const geom_t *g) {
+    flat_geom f;
+    f.wp = g->w + 2 * g->pw;
+    f.hp = g->h + 2 * g->ph;
+    f.npos = (g->oh * f.wp + 7) / 8 * 8;
+    /* the furthest read: the last position block plus the largest tap shift */
+    f.plane = f.npos + (g->kh - 1) * g->dh * f.wp + (g->kw - 1) * g->dw;
+    if (f.plane < f.hp * f.wp) f.plane = f.hp * f.wp;
+    return f;
+}
+
+/* Whether the n floats at x are all finite (no exponent of all ones). */
+static int all_finite(const float *x, int64_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
+    return !bad;
+}
+
+AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
+    const kgrad_job *jb = (const kgrad_job *)p;
+    const geom_t *g = &jb->g;
+    const flat_geom f = kgrad_flat_geom(g);
+    int64_t co = jb->co, ncb = (co + KF_CO - 1) / KF_CO, per_unit = ncb * KF_CO * KG_TAPS * 8;
+    int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, taps = g->nc * g->kh * g->kw;
+    size_t floats = (size_t)(f.plane + co * f.npos + (hi - lo) * per_unit);
+    float *plane = (float *)malloc(floats * sizeof(float));
+    if (!plane) {
+        atomic_store(jb->failed, 1);
+        return;
+    }
+    float *gpad = plane + f.plane, *all_sums = gpad + co * f.npos;
+    memset(all_sums, 0, (size_t)((hi - lo) * per_unit) * sizeof(float));
+    memset(gpad, 0, (size_t)(co * f.npos) * sizeof(float));
+    for (int64_t b = 0; b < g->nb; b++) {
+        for (int64_t o = 0; o < co; o++) /* the gradient at width W (the columns past ow stay 0) */
+            for (int64_t y = 0; y < g->oh; y++)
+                memcpy(gpad + o * f.npos + y * f.wp, jb->gr + ((b * co + o) * g->oh + y) * g->ow,
+                       (size_t)g->ow * sizeof(float));
+        int64_t plane_ci = -1;
+        for (int64_t u = lo; u < hi; u++) {
+            int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
+            int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+            if (ci != plane_ci) { /* the zero-padded plane of input channel ci */
+                memset(plane, 0, (size_t)f.plane * sizeof(float));
+                for (int64_t y = 0; y < g->h; y++)
+                    memcpy(plane + (y + g->ph) * f.wp + g->pw, jb->x + ((b * g->nc + ci) * g->h + y) * g->w,
+                           (size_t)g->w * sizeof(float));
+                plane_ci = ci;
+            }
+            const float *xs[KG_TAPS];
+            for (int64_t t = 0; t < KG_TAPS; t++)
+                xs[t] = plane + ki * g->dh * f.wp + (tb * KG_TAPS + (t < nt ? t : 0)) * g->dw;
+            float *sums = all_sums + (u - lo) * per_unit;
+            for (int64_t cb = 0; cb < ncb; cb++) {
+                const float *gp[KF_CO];
+                for (int q = 0; q < KF_CO; q++)
+                    gp[q] = gpad + (cb * KF_CO + q < co ? cb * KF_CO + q : cb * KF_CO) * f.npos;
+                float *sp = sums + cb * KF_CO * KG_TAPS * 8;
+                __m256 a[KF_CO * KG_TAPS];
+                for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+                for (int64_t pos = 0; pos < f.npos; pos += 8) {
+                    __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
+                    __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
+                    for (int q = 0; q < KF_CO; q++) {
+                        __m256 gv = _mm256_loadu_ps(gp[q] + pos);
+                        a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
+                        a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
+                        a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
+                    }
+                }
+                for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
+            }
+        }
+    }
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
+        int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+        const float *sums = all_sums + (u - lo) * per_unit;
+        for (int64_t o = 0; o < co; o++)
+            for (int64_t t = 0; t < nt; t++) {
+                const float *sp = sums + ((o / KF_CO) * KF_CO * KG_TAPS + (o % KF_CO) * KG_TAPS + t) * 8;
+                jb->gk[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] = hsum8(_mm256_loadu_ps(sp));
+            }
+    }
+    free(plane);
+}
 #endif
 
 /* kernel_grad(x, g, gk, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): gk
@@ -690,7 +797,10 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
 #ifdef TALLOW_X86
         int64_t units = g->nc * g->kh * ((g->kw + KG_TAPS - 1) / KG_TAPS);
         Py_BEGIN_ALLOW_THREADS
-        tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
+        int flat = g->sh == 1 && g->sw == 1 && all_finite(jb.x, g->nb * g->nc * g->h * g->w);
+        /* the flat form pads every image's gradient once per chunk: one chunk per thread */
+        int64_t threads = tallow_pool_threads(), grain = flat ? (units + threads - 1) / threads : 1;
+        tallow_pool_run(flat ? kgrad_flat_task : kgrad_task, &jb, units, grain, g->nb * g->oh * g->ow * jb.co * taps);
         Py_END_ALLOW_THREADS
 #endif
         res = none_or_no_memory(atomic_load(&failed));
