@@ -370,6 +370,20 @@ static void direct_row_scalar(const direct_job *jb, const float *rows, float *ac
 /* NCO output channels x 16 columns per register block (2 * NCO accumulators): per tap
  * two loads, NCO broadcasts and 2 * NCO FMAs.  Channels past the layer's last (nco <
  * NCO) are computed with channel o0's weights and not stored. */
+/* a[2q], a[2q + 1]: channel q of the block at the 16 positions from `base`, summed over
+ * the taps in order (tap t's inputs at base + off[t], its weights kp[t * NCO + q]). */
+#define DIRECT_TAPS(NCO, a, base, off)                                                                 \
+    _Pragma("GCC unroll 12") for (int q = 0; q < 2 * NCO; q++) a[q] = _mm256_setzero_ps();             \
+    for (int64_t tap = 0; tap < taps; tap++) {                                                         \
+        const float *src = (base) + (off)[tap];                                                        \
+        __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);                               \
+        _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                        \
+            __m256 w = _mm256_broadcast_ss(kp + tap * NCO + q);                                        \
+            a[2 * q] = _mm256_fmadd_ps(w, v0, a[2 * q]);                                               \
+            a[2 * q + 1] = _mm256_fmadd_ps(w, v1, a[2 * q + 1]);                                       \
+        }                                                                                              \
+    }
+
 #define DIRECT_BLOCK(NCO)                                                                              \
     AVX2 static void direct_block##NCO(const direct_job *jb, const float *rows, float *acc, int64_t b,     \
                                        int64_t y, int64_t o0, int64_t nco) {                            \
@@ -379,17 +393,7 @@ static void direct_row_scalar(const direct_job *jb, const float *rows, float *ac
         (void)nco;                                                                                     \
         for (int64_t x0 = 0; x0 < ow; x0 += 16) {                                                      \
             __m256 a[2 * NCO];                                                                         \
-            _Pragma("GCC unroll 12") for (int q = 0; q < 2 * NCO; q++) a[q] = _mm256_setzero_ps();     \
-            const float *base = rows + x0;                                                             \
-            for (int64_t tap = 0; tap < taps; tap++) {                                                 \
-                const float *src = base + jb->tap_off[tap];                                            \
-                __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);                       \
-                _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                \
-                    __m256 w = _mm256_broadcast_ss(kp + tap * NCO + q);                                \
-                    a[2 * q] = _mm256_fmadd_ps(w, v0, a[2 * q]);                                       \
-                    a[2 * q + 1] = _mm256_fmadd_ps(w, v1, a[2 * q + 1]);                               \
-                }                                                                                      \
-            }                                                                                          \
+            DIRECT_TAPS(NCO, a, rows + x0, jb->tap_off)                                                \
             int64_t n = ow - x0 < 16 ? ow - x0 : 16;                                                   \
             _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                    \
                 if (q >= nco) break;                                                                   \
@@ -435,18 +439,9 @@ AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float 
                                             int64_t p0, int64_t o0, int64_t nco) {                     \
         const geom_t *g = &jb->g;                                                                      \
         int64_t taps = g->nc * g->kh * g->kw, span = jb->fblocks * 16;                                 \
-        const float *kp = jb->kpack + o0 * taps, *base = planes + p0;                                  \
+        const float *kp = jb->kpack + o0 * taps;                                                       \
         __m256 a[2 * NCO];                                                                             \
-        _Pragma("GCC unroll 12") for (int q = 0; q < 2 * NCO; q++) a[q] = _mm256_setzero_ps();         \
-        for (int64_t tap = 0; tap < taps; tap++) {                                                     \
-            const float *src = base + jb->flat_off[tap];                                               \
-            __m256 v0 = _mm256_loadu_ps(src), v1 = _mm256_loadu_ps(src + 8);                           \
-            _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                    \
-                __m256 w = _mm256_broadcast_ss(kp + tap * NCO + q);                                    \
-                a[2 * q] = _mm256_fmadd_ps(w, v0, a[2 * q]);                                           \
-                a[2 * q + 1] = _mm256_fmadd_ps(w, v1, a[2 * q + 1]);                                   \
-            }                                                                                          \
-        }                                                                                              \
+        DIRECT_TAPS(NCO, a, planes + p0, jb->flat_off)                                                 \
         /* constant indices, so that a stays in registers */                                          \
         _Pragma("GCC unroll 6") for (int q = 0; q < NCO; q++) {                                        \
             if (q >= nco) break;                                                                       \

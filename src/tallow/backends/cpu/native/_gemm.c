@@ -142,26 +142,11 @@ static AVX2 int64_t pack_b_cols_avx2(const float *src, int64_t cs, int64_t kc, f
     for (; p + 8 <= kc; p += 8)
         for (int g = 0; g < 2; g++) {
             const float *c0 = src + (int64_t)(8 * g) * cs + p;
-            __m256 r0 = _mm256_loadu_ps(c0), r1 = _mm256_loadu_ps(c0 + cs), r2 = _mm256_loadu_ps(c0 + 2 * cs);
-            __m256 r3 = _mm256_loadu_ps(c0 + 3 * cs), r4 = _mm256_loadu_ps(c0 + 4 * cs), r5 = _mm256_loadu_ps(c0 + 5 * cs);
-            __m256 r6 = _mm256_loadu_ps(c0 + 6 * cs), r7 = _mm256_loadu_ps(c0 + 7 * cs);
-            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-            __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-            __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(c0 + i * cs);
+            transpose8x8_ps(r);
             float *d = dst + p * NR + 8 * g;
-            _mm256_storeu_ps(d + 0 * NR, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(d + 1 * NR, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(d + 2 * NR, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(d + 3 * NR, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(d + 4 * NR, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(d + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(d + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(d + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(d + i * NR, r[i]);
         }
     return p;
 }

@@ -69,31 +69,11 @@ AVX2 static void tile_avx2(const char *s, char *d, int64_t nr, int64_t nc, int64
     for (int64_t r = 0; r < r8; r += 8) {
         for (int64_t c = 0; c < c8; c += 8) {
             const char *in = s + r * 4 + c * sc;
-            __m256 a0 = _mm256_loadu_ps((const float *)(in));
-            __m256 a1 = _mm256_loadu_ps((const float *)(in + sc));
-            __m256 a2 = _mm256_loadu_ps((const float *)(in + 2 * sc));
-            __m256 a3 = _mm256_loadu_ps((const float *)(in + 3 * sc));
-            __m256 a4 = _mm256_loadu_ps((const float *)(in + 4 * sc));
-            __m256 a5 = _mm256_loadu_ps((const float *)(in + 5 * sc));
-            __m256 a6 = _mm256_loadu_ps((const float *)(in + 6 * sc));
-            __m256 a7 = _mm256_loadu_ps((const float *)(in + 7 * sc));
-            __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
-            __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
-            __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
-            __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps((const float *)(in + i * sc));
+            transpose8x8_ps(v);
             char *out = d + r * dr + c * 4;
-            _mm256_storeu_ps((float *)(out), _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps((float *)(out + dr), _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps((float *)(out + 2 * dr), _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps((float *)(out + 3 * dr), _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps((float *)(out + 4 * dr), _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps((float *)(out + 5 * dr), _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps((float *)(out + 6 * dr), _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps((float *)(out + 7 * dr), _mm256_permute2f128_ps(u3, u7, 0x31));
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps((float *)(out + i * dr), v[i]);
         }
         if (c8 < nc) tile_uint32_t(s + r * 4 + c8 * sc, d + r * dr + c8 * 4, 8, nc - c8, sc, dr);
     }
