@@ -58,6 +58,29 @@ def test_workers_take_chunks_when_there_is_time_to(pool):
     assert after["worker_chunks"] > before["worker_chunks"]
 
 
+def test_a_serial_thread_runs_its_tasks_in_place(pool):
+    """Inside ``parallel.serial()`` (one batch of several run on Python threads at once)
+    the compiled pool runs this thread's tasks on it, every unit still done once; the
+    setting is this thread's alone and is restored on leaving."""
+    from tallow.backends.cpu import parallel
+
+    pool.set_threads(2)
+    counts = np.zeros(256, np.uint32)
+    jobs = pool.stats()["jobs"]
+    with parallel.serial():
+        pool.cover(counts, 256, 1, 2_000, 5, -1)
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(pool.set_serial(False)))
+        other.start()
+        other.join()
+        assert seen == [False]  # another thread: not serial
+    assert pool.stats()["jobs"] == jobs
+    np.testing.assert_array_equal(counts, np.full(256, 5, np.uint32))
+    assert pool.set_serial(False) is False  # restored
+    pool.cover(counts, 256, 1, 2_000, 1, -1)
+    assert pool.stats()["jobs"] == jobs + 1
+
+
 def weight(name, n, k, seed=0):
     rng = np.random.default_rng(seed)
     w = rng.normal(0, 0.02, (n, k)).astype(F)

@@ -77,15 +77,16 @@ def _native(*arrays):
     """The compiled module (``native/_conv.c``) when it is built, not disabled
     (``TALLOW_NO_NATIVE``) and every array is f32, else None."""
     if _NATIVE["checked"] is False:
-        _NATIVE["checked"] = True
+        # (the module set before the flag: another thread may ask at the same time)
         try:
             from .native import _conv, isa_wanted
 
-            _NATIVE["module"] = _conv
             if isa_wanted() == "scalar":
                 _conv.set_simd(False)  # the portable loops, as on a CPU without AVX2+FMA
+            _NATIVE["module"] = _conv
         except ImportError:  # not built: the numba and NumPy paths serve
             _NATIVE["module"] = None
+        _NATIVE["checked"] = True
     mod = _NATIVE["module"]
     if mod is None or any(a.dtype != np.float32 for a in arrays):
         return None

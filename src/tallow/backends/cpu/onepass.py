@@ -21,15 +21,16 @@ _STATE = {"checked": False, "module": None}
 def module():
     """``native/_step`` when it is built and the compiled kernels are on, else None."""
     if not _STATE["checked"]:
-        _STATE["checked"] = True
+        # (the module set before the flag: another thread may ask at the same time)
         try:
             from .native import _step, disabled, isa_wanted
         except ImportError:  # not built: NumPy serves
-            return None
-        if not disabled():
+            _step = None
+        if _step is not None and not disabled():
             if isa_wanted() == "scalar":
                 _step.set_simd(False)
             _STATE["module"] = _step
+        _STATE["checked"] = True
     return _STATE["module"]
 
 

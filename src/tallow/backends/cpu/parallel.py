@@ -24,13 +24,27 @@ _local = threading.local()
 @contextlib.contextmanager
 def serial():
     """Keep the calling thread's ops on that thread (for callers that already run
-    independent work on every core, e.g. one batch per thread)."""
+    independent work on every core, e.g. one batch per thread): the Python splits
+    here and the compiled pool's (its tasks run in place on this thread)."""
     before = getattr(_local, "serial", False)
     _local.serial = True
+    pool = _compiled_pool()
+    pool_before = pool.set_serial(True) if pool is not None else False
     try:
         yield
     finally:
         _local.serial = before
+        if pool is not None:
+            pool.set_serial(pool_before)
+
+
+def _compiled_pool():
+    """``native/_workers`` (the compiled pool) when built, else None."""
+    try:
+        from .native import _workers
+    except ImportError:  # not built
+        return None
+    return _workers
 
 
 def in_serial() -> bool:
@@ -147,15 +161,16 @@ def _transpose_module():
     """``native/_transpose`` (tiled transposing copies in C) when it is built and the
     compiled kernels are on, else None."""
     if not _TRANSPOSE["checked"]:
-        _TRANSPOSE["checked"] = True
+        # (the module set before the flag: another thread may ask at the same time)
         try:
             from .native import _transpose, disabled, isa_wanted
         except ImportError:  # not built: the NumPy tiles serve
-            return None
-        if not disabled():
+            _transpose = None
+        if _transpose is not None and not disabled():
             if isa_wanted() == "scalar":
                 _transpose.set_simd(False)
             _TRANSPOSE["module"] = _transpose
+        _TRANSPOSE["checked"] = True
     return _TRANSPOSE["module"]
 
 

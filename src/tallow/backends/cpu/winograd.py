@@ -47,15 +47,16 @@ def _module():
     """``native/_winograd`` when it is built and the compiled kernels are not switched
     off (``TALLOW_NO_NATIVE``), else None."""
     if not _MODULE["checked"]:
-        _MODULE["checked"] = True
+        # (the module set before the flag: another thread may ask at the same time)
         try:
             from .native import _winograd, isa_wanted
 
-            _MODULE["module"] = _winograd
             if isa_wanted() == "scalar":
                 _winograd.set_simd(False)  # the baseline build of the transforms
+            _MODULE["module"] = _winograd
         except ImportError:  # not built: im2col serves
             _MODULE["module"] = None
+        _MODULE["checked"] = True
     mod = _MODULE["module"]
     if mod is None:
         return None

@@ -50,6 +50,11 @@
 
 static int want = 1; /* threads a split uses, the caller included */
 
+/* A thread that runs its own share of a larger job (one batch of several run on
+ * Python threads at once: parallel.serial()) keeps its tasks on itself: threads() is
+ * 1 there and run() calls the task in place. */
+static _Thread_local int serial_here = 0;
+
 #ifdef POOL_ENABLED
 static pthread_mutex_t dispatch_lock = PTHREAD_MUTEX_INITIALIZER;
 static int nworkers = 0;
@@ -183,6 +188,10 @@ static void ensure_workers(void) {
 static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain, int64_t bytes) {
     if (total <= 0) return;
     if (grain < 1) grain = 1;
+    if (serial_here) { /* this thread runs one part of a job split elsewhere */
+        fn(ctx, 0, total);
+        return;
+    }
     if (pthread_mutex_trylock(&dispatch_lock) != 0) { /* another caller's job is running */
         fn(ctx, 0, total);
         return;
@@ -252,7 +261,7 @@ static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain,
 }
 #endif
 
-static int pool_threads(void) { return want; }
+static int pool_threads(void) { return serial_here ? 1 : want; }
 
 static int64_t min_split_bytes = 32 << 10;
 
@@ -442,6 +451,16 @@ static PyObject *py_load(PyObject *self, PyObject *noargs) {
 #endif
 }
 
+/* set_serial(on): this thread's tasks run in place (returns the previous setting). */
+static PyObject *py_set_serial(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    int was = serial_here;
+    serial_here = on;
+    return PyBool_FromLong(was);
+}
+
 static PyObject *py_stats(PyObject *self, PyObject *noargs) {
     (void)self; (void)noargs;
 #ifdef POOL_ENABLED
@@ -512,6 +531,7 @@ static PyMethodDef methods[] = {
     {"set_load_file", py_set_load_file, METH_O, "Where the runnable count is read (/proc/loadavg)."},
     {"load", py_load, METH_NOARGS, "(contended, other runnable tasks, load check on)."},
     {"stats", py_stats, METH_NOARGS, "Counters of split jobs."},
+    {"set_serial", py_set_serial, METH_O, "Run this thread's tasks in place (returns the previous setting)."},
     {"cover", (PyCFunction)(void (*)(void))py_cover, METH_FASTCALL, "Test task: count units covered."},
     {NULL, NULL, 0, NULL}};
 
