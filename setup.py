@@ -24,7 +24,8 @@ setup(
             sources=[f"src/tallow/backends/cpu/native/{name}.c"],
             # shared helpers and the pool's interface (listed so that they ship in the sdist
             # and a change to them rebuilds the modules)
-            depends=["src/tallow/backends/cpu/native/common.h", "src/tallow/backends/cpu/native/_workers.h"],
+            depends=["src/tallow/backends/cpu/native/common.h", "src/tallow/backends/cpu/native/_workers.h",
+                     "src/tallow/backends/cpu/native/_gemm.h"],
             extra_compile_args=flags,
             optional=True,
         )

@@ -5,7 +5,8 @@ kernel, the kernel gradient through its own transforms).
 The transforms are drawn over odd and even output sizes (cropped last tiles),
 padding 0-2 on each side, batches and channel counts, with the rule's thresholds
 lowered so that small shapes take the path; the AVX2 and baseline builds of the
-transforms and one against two threads give the same bits; the rule sends only
+transforms and one against two threads give the same bits, as do the passes run a
+few images at a time and each pass over the whole batch; the rule sends only
 stride-1, undilated, ungrouped 3x3 f32 convolutions with enough channels and tiles.
 """
 
@@ -261,6 +262,58 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
     _close_sum(grads[0], _reference_kernel_grad(x, g, k.shape, (1, 1)))
 
 
+def _pass_by_pass(x, k, pad, monkeypatch):
+    """``winograd.conv2d`` with each pass split over the threads (not by images)."""
+    with monkeypatch.context() as mp:
+        mp.setattr(winograd, "_by_images", lambda batch: False)
+        return winograd.conv2d(x, k, pad)
+
+
+@pytest.mark.parametrize("k_shape,pad", [((3, 3), (1, 1)), ((3, 3), (0, 2)), ((1, 3), (0, 1))])
+@pytest.mark.parametrize("group_bytes", [0, 1 << 14, 1 << 30])
+def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, group_bytes, monkeypatch):
+    """The three passes a few images at a time (one product per group of images, groups
+    of 1, a few and the whole batch) against each pass over the whole batch, at one and
+    two threads: the same bits, and PyTorch's values."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((7, 24, 11, 14)).astype(np.float32)
+    k = rng.standard_normal((20, 24) + k_shape).astype(np.float32)
+    want = _pass_by_pass(x, k, pad, monkeypatch)
+    w = native._workers
+    before, min_bytes, old_group = tl.utils.get_num_threads(), w.min_bytes(), W.set_group_bytes(group_bytes)
+    try:
+        for threads in (1, 2):
+            tl.utils.set_num_threads(threads)
+            native.sync_threads()
+            w.set_min_bytes(0)
+            w.set_load_check(False)
+            y = np.full(want.shape, np.nan, np.float32)
+            u = np.empty(((16 if k_shape[0] == 3 else 4), 20, 24), np.float32)
+            b, c, h, wd = x.shape
+            if k_shape[0] == 3:
+                W.kernel_transform(k, u, 20, 24)
+                th, tw = (want.shape[2] + 1) // 2, (want.shape[3] + 1) // 2
+                W.conv(x, u, y, b, c, 20, h, wd, pad[0], pad[1], th, tw)
+            else:
+                W.kernel_transform_row(k, u, 20, 24)
+                W.conv_row(x, u, y, b, c, 20, h, wd, pad[1], (want.shape[3] + 1) // 2)
+            np.testing.assert_array_equal(y, want)
+    finally:
+        W.set_group_bytes(old_group)
+        w.set_load_check(True)
+        w.set_min_bytes(min_bytes)
+        tl.utils.set_num_threads(before)
+    _close(want, _reference("conv2d", x, k, padding=pad))
+
+
+def test_the_rule_for_the_convolution_by_images(monkeypatch):
+    """By images on one thread, and on two when the images share out evenly enough."""
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 1)
+    assert all(winograd._by_images(b) for b in (1, 2, 3, 64))
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 2)
+    assert [winograd._by_images(b) for b in (1, 2, 3, 4, 5, 8)] == [False, True, False, True, True, True]
+
+
 def test_bad_buffers_are_refused_before_any_write():
     x = np.zeros((1, 2, 4, 4), np.float32)
     v = np.full((16, 2, 3), 7.0, np.float32)  # room for 3 tiles; a 4x4 image padded by 1 has 4
@@ -296,7 +349,16 @@ def test_bad_buffers_are_refused_before_any_write():
         W.kernel_grad_transform_row(np.zeros((4, 2, 1), np.float32), dk, 2, 2)
     with pytest.raises(TypeError):
         W.kernel_grad_transform(np.zeros((16, 2, 2), np.float32), dk, 2)
-    assert np.all(v == 7.0) and np.all(vr == 7.0) and np.all(dk == 7.0)
+    y = np.full((1, 2, 4, 4), 7.0, np.float32)
+    with pytest.raises(ValueError, match="tiles do not match"):
+        W.conv(x, np.zeros((16, 2, 2), np.float32), y, 1, 2, 2, 4, 4, 1, 1, 1, 2)
+    with pytest.raises(ValueError):  # the kernel's u holds 16 x 2 x 1 floats, not 16 x 2 x 2
+        W.conv(x, np.zeros((16, 2, 1), np.float32), y, 1, 2, 2, 4, 4, 1, 1, 2, 2)
+    with pytest.raises(ValueError):  # an output of 4x3 for a 4x4 one
+        W.conv(x, np.zeros((16, 2, 2), np.float32), y[..., :3].copy(), 1, 2, 2, 4, 4, 1, 1, 2, 2)
+    with pytest.raises(TypeError):
+        W.conv_row(x, np.zeros((4, 2, 2), np.float32), y, 1, 2, 2, 4, 4, 1)
+    assert np.all(v == 7.0) and np.all(vr == 7.0) and np.all(dk == 7.0) and np.all(y == 7.0)
 
 
 def test_large_layers_take_the_path_by_default(monkeypatch):

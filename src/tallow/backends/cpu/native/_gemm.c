@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "_gemm.h"
 #include "_workers.h"
 
 #if defined(__linux__)
@@ -360,6 +361,36 @@ static void plan(gemm_job *j, int threads) {
     }
 }
 
+/* A shared B over a batch of row-contiguous A blocks: one taller product (the same
+ * sums, fewer and fuller units). */
+static void merge_shared_b(gemm_job *j) {
+    if (j->batch > 1 && j->sbb == 0 && j->sab == j->m * j->rsa && j->rsa != 0) {
+        j->m = j->m * j->batch, j->batch = 1, j->sab = 0;
+    }
+}
+
+/* The capsule's product: on the calling thread (inside another module's pool task). */
+static int serial_product(const float *a, int64_t sab, int64_t rsa, int64_t csa, const float *b, int64_t sbb,
+                          int64_t rsb, int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k) {
+    if (batch <= 0 || m <= 0 || n <= 0) return 1;
+    if (k <= 0) {
+        memset(c, 0, (size_t)(batch * m * n) * sizeof(float));
+        return 1;
+    }
+    gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.a = a, job.b = b, job.c = c;
+    job.m = m, job.n = n, job.k = k, job.batch = batch, job.kern = kernel();
+    job.sab = batch > 1 ? sab : 0, job.rsa = rsa, job.csa = csa;
+    job.sbb = batch > 1 ? sbb : 0, job.rsb = rsb, job.csb = csb;
+    merge_shared_b(&job);
+    plan(&job, 1);
+    gemm_task(&job, 0, job.batch * job.nnb * job.nmb);
+    return !atomic_load(&job.failed);
+}
+
+static const tallow_gemm_api gemm_api = {TALLOW_GEMM_ABI, serial_product};
+
 /* ------------------------------------------------------------------ Python */
 typedef struct {
     Py_buffer v;
@@ -439,10 +470,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     job.a = (const float *)v[0].v.buf, job.b = (const float *)v[1].v.buf, job.c = (float *)v[2].v.buf, job.bias = bias;
     job.m = m, job.n = n, job.k = k, job.batch = batch, job.accumulate = accumulate, job.kern = kernel();
     job.sab = da[3], job.rsa = da[4], job.csa = da[5], job.sbb = db[3], job.rsb = db[4], job.csb = db[5];
-    /* A shared B over a batch of row-contiguous A blocks: one taller product. */
-    if (batch > 1 && job.sbb == 0 && job.sab == m * job.rsa && job.rsa != 0) {
-        job.m = m * batch, job.batch = 1, job.sab = 0;
-    }
+    merge_shared_b(&job);
     if (batch == 0 || m == 0 || n == 0) {
         res = Py_None;
     } else if (k == 0) { /* out = (accumulate ? out : 0) + bias */
@@ -557,6 +585,12 @@ PyMODINIT_FUNC PyInit__gemm(void) {
         PyModule_AddIntConstant(m, "KC", KC);
         PyModule_AddIntConstant(m, "MC", MC);
         PyModule_AddIntConstant(m, "NC_MAX", NC_MAX);
+        PyObject *cap = PyCapsule_New((void *)&gemm_api, TALLOW_GEMM_CAPSULE, NULL);
+        if (!cap || PyModule_AddObject(m, "_C_API", cap) < 0) {
+            Py_XDECREF(cap);
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }

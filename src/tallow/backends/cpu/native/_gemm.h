@@ -1,0 +1,44 @@
+/* tallow's f32 matrix product, as the other kernel modules see it.
+ *
+ * _gemm.c publishes one entry through a capsule (as _workers.c does the pool): a
+ * product on the calling thread, for a module whose own task (one split over the
+ * pool) contains products: the Winograd convolution runs a whole batch of images'
+ * transforms and products per chunk, so that no pass reads what another core wrote.
+ * Without the module (not built, or not importable) tallow_gemm is NULL and the
+ * caller keeps its other path.
+ */
+#ifndef TALLOW_GEMM_H
+#define TALLOW_GEMM_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define TALLOW_GEMM_CAPSULE "tallow.backends.cpu.native._gemm._C_API"
+#define TALLOW_GEMM_ABI 1
+
+typedef struct {
+    int abi;
+    /* c (batch, m, n), contiguous = a (batch, m, k) @ b (batch, k, n), read through the
+     * element strides (batch, row, column; a batch stride of 0 broadcasts), on the
+     * calling thread, the same bits as the Python-facing product.  Returns 0 when its
+     * scratch could not be allocated. */
+    int (*product)(const float *a, int64_t sab, int64_t rsa, int64_t csa, const float *b, int64_t sbb, int64_t rsb,
+                   int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k);
+} tallow_gemm_api;
+
+static const tallow_gemm_api *tallow_gemm = NULL;
+
+/* At module import: the product's table, or NULL (the error cleared) when it is missing. */
+static inline void tallow_gemm_import(void) {
+    PyObject *mod = PyImport_ImportModule("tallow.backends.cpu.native._gemm");
+    PyObject *cap = mod ? PyObject_GetAttrString(mod, "_C_API") : NULL;
+    tallow_gemm = cap ? (const tallow_gemm_api *)PyCapsule_GetPointer(cap, TALLOW_GEMM_CAPSULE) : NULL;
+    Py_XDECREF(cap); /* the module keeps the capsule, and the table is static */
+    Py_XDECREF(mod);
+    if (!tallow_gemm || tallow_gemm->abi != TALLOW_GEMM_ABI) {
+        PyErr_Clear();
+        tallow_gemm = NULL;
+    }
+}
+
+#endif
