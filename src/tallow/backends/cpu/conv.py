@@ -79,10 +79,9 @@ def _native(*arrays):
     if _NATIVE["checked"] is False:
         # (the module set before the flag: another thread may ask at the same time)
         try:
-            from .native import _conv, isa_wanted
+            from .native import _conv, apply_isa
 
-            if isa_wanted() == "scalar":
-                _conv.set_simd(False)  # the portable loops, as on a CPU without AVX2+FMA
+            apply_isa(_conv)  # TALLOW_NATIVE_ISA: narrower builds, as on an older CPU
             _NATIVE["module"] = _conv
         except ImportError:  # not built: the numba and NumPy paths serve
             _NATIVE["module"] = None

@@ -62,14 +62,13 @@ _native_on = None  # None: not loaded yet
 def _load_native() -> None:
     global _native, _workers, _native_on
     try:
-        from .native import _gemm, _workers as workers, disabled, isa_wanted
+        from .native import _gemm, _workers as workers, apply_isa, disabled
     except ImportError:  # pragma: no cover - exercised on machines without a compiler
         _native_on = False
         return
     _native, _workers = _gemm, workers
     _native_on = not (config.flag(ENV_DISABLE, False) or disabled())
-    if isa_wanted() == "scalar":
-        _gemm.set_simd(False)  # the portable kernel, as on a CPU without AVX2+FMA
+    apply_isa(_gemm)  # TALLOW_NATIVE_ISA: narrower kernels, as on an older CPU
 
 
 def native_available() -> bool:

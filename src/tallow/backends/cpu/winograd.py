@@ -56,10 +56,9 @@ def _module():
     if not _MODULE["checked"]:
         # (the module set before the flag: another thread may ask at the same time)
         try:
-            from .native import _winograd, isa_wanted
+            from .native import _winograd, apply_isa
 
-            if isa_wanted() == "scalar":
-                _winograd.set_simd(False)  # the baseline build of the transforms
+            apply_isa(_winograd)  # TALLOW_NATIVE_ISA: narrower builds, as on an older CPU
             _MODULE["module"] = _winograd
         except ImportError:  # not built: im2col serves
             _MODULE["module"] = None

@@ -68,6 +68,16 @@ def isa_wanted():
     return config.choice(ENV_ISA, ISAS)
 
 
+def apply_isa(module) -> None:
+    """Switch a kernel module to ``TALLOW_NATIVE_ISA``'s instruction set: "scalar" turns
+    off its SIMD builds, "avx2" its AVX-512 ones (where it has them)."""
+    want = isa_wanted()
+    if want == "scalar":
+        module.set_simd(False)
+    elif want == "avx2" and hasattr(module, "set_avx512"):
+        module.set_avx512(False)
+
+
 def available() -> bool:
     """True when the compiled kernels are built, importable and not disabled."""
     global _isa_checked

@@ -28,6 +28,7 @@
 #include "_workers.h"
 
 static int use_avx2 = 0;
+static int use_avx512 = 0; /* the flat direct convolution's 16-lane blocks (set_avx512) */
 
 /* ------------------------------------------------------------------ geometry */
 /* A convolution window walk: images nc x h x w, an oh x ow grid of windows of
@@ -308,12 +309,17 @@ typedef struct {
      * per image, and per tap its shift in the planes (else all 0 / NULL) */
     int64_t fw, fplane, fblocks;
     int64_t *flat_off;
+    int wide; /* the flat form's AVX-512 blocks (direct_block_size's `wide`) */
 } direct_job;
 
-/* The channel blocks direct_row_avx2 walks: six while more than four channels remain,
- * except eight (two blocks of four waste none), then four.  Returns the block at o0. */
-static inline int64_t direct_block_size(int64_t co, int64_t o0) {
+/* The channel blocks the kernels walk.  AVX2 (16 positions in two registers per
+ * channel): six while more than four channels remain, except eight (two blocks of four
+ * waste none), then four.  AVX-512 (`wide`: 16 positions in one register per channel):
+ * twelve while more than eight remain, except sixteen (two of eight), then eight.
+ * Returns the block at o0. */
+static inline int64_t direct_block_size(int64_t co, int64_t o0, int wide) {
     int64_t left = co - o0;
+    if (wide) return left > 8 && left != 16 ? 12 : 8;
     return left > 4 && left != 8 ? 6 : 4;
 }
 
@@ -418,7 +424,7 @@ AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float 
     int64_t o0 = 0, co = jb->co;
     while (o0 < co) {
         int64_t left = co - o0;
-        if (direct_block_size(co, o0) == 6) {
+        if (direct_block_size(co, o0, 0) == 6) {
             direct_block6(jb, rows, acc, b, y, o0, left < 6 ? left : 6);
             o0 += 6;
         } else {
@@ -452,6 +458,31 @@ AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float 
     }
 DIRECT_FLAT_BLOCK(4)
 DIRECT_FLAT_BLOCK(6)
+
+/* The same with AVX-512: NCO channels x 16 positions, one register per channel (per
+ * tap one load, NCO broadcasts and NCO FMAs, twice the AVX2 block's columns per FMA);
+ * every output is the same FMAs in the same order: the same bits. */
+#define DIRECT_FLAT_WIDE(NCO)                                                                          \
+    AVX512F static void direct_flat_wide##NCO(const direct_job *jb, const float *planes, float *wide,      \
+                                              int64_t p0, int64_t o0, int64_t nco) {                   \
+        const geom_t *g = &jb->g;                                                                      \
+        int64_t taps = g->nc * g->kh * g->kw, span = jb->fblocks * 16;                                 \
+        const float *kp = jb->kpack + o0 * taps;                                                       \
+        const float *base = planes + p0;                                                               \
+        __m512 a[NCO];                                                                                 \
+        _Pragma("GCC unroll 12") for (int q = 0; q < NCO; q++) a[q] = _mm512_setzero_ps();             \
+        for (int64_t tap = 0; tap < taps; tap++) {                                                     \
+            __m512 v = _mm512_loadu_ps(base + jb->flat_off[tap]);                                      \
+            _Pragma("GCC unroll 12") for (int q = 0; q < NCO; q++)                                     \
+                a[q] = _mm512_fmadd_ps(_mm512_set1_ps(kp[tap * NCO + q]), v, a[q]);                    \
+        }                                                                                              \
+        _Pragma("GCC unroll 12") for (int q = 0; q < NCO; q++) {                                       \
+            if (q >= nco) break;                                                                       \
+            _mm512_storeu_ps(wide + (o0 + q) * span + p0, a[q]);                                       \
+        }                                                                                              \
+    }
+DIRECT_FLAT_WIDE(8)
+DIRECT_FLAT_WIDE(12)
 
 /* The outputs of image b at flat positions [pa, pb), from the wide rows to the image. */
 static void direct_flat_flush(const direct_job *jb, const float *wide, int64_t b, int64_t pa, int64_t pb) {
@@ -495,9 +526,22 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
             pa = p0;
         }
         pb = p0 + 16;
+        if (jb->wide) {
+            for (int64_t o0 = 0; o0 < co;) {
+                int64_t left = co - o0;
+                if (direct_block_size(co, o0, 1) == 12) {
+                    direct_flat_wide12(jb, planes, wide, p0, o0, left < 12 ? left : 12);
+                    o0 += 12;
+                } else {
+                    direct_flat_wide8(jb, planes, wide, p0, o0, left < 8 ? left : 8);
+                    o0 += 8;
+                }
+            }
+            continue;
+        }
         for (int64_t o0 = 0; o0 < co;) {
             int64_t left = co - o0;
-            if (direct_block_size(co, o0) == 6) {
+            if (direct_block_size(co, o0, 0) == 6) {
                 direct_flat_block6(jb, planes, wide, p0, o0, left < 6 ? left : 6);
                 o0 += 6;
             } else {
@@ -573,16 +617,16 @@ static void direct_task(void *p, int64_t lo, int64_t hi) {
 /* The kernel (co, taps) repacked per channel block as [tap][channel in block], so that a
  * block's weights for one tap are consecutive (one pointer for the FMAs' broadcasts);
  * missing channels of a last block repeat its first.  NULL with MemoryError set. */
-static float *pack_kernel(const float *k, int64_t co, int64_t taps) {
+static float *pack_kernel(const float *k, int64_t co, int64_t taps, int wide) {
     int64_t padded = 0;
-    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0)) padded += direct_block_size(co, o0);
+    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0, wide)) padded += direct_block_size(co, o0, wide);
     float *p = (float *)PyMem_Malloc((size_t)(padded * taps) * sizeof(float));
     if (!p) {
         PyErr_NoMemory();
         return NULL;
     }
-    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0)) {
-        int64_t nb = direct_block_size(co, o0);
+    for (int64_t o0 = 0; o0 < co; o0 += direct_block_size(co, o0, wide)) {
+        int64_t nb = direct_block_size(co, o0, wide);
         float *blk = p + o0 * taps;
         for (int64_t t = 0; t < taps; t++)
             for (int64_t q = 0; q < nb; q++) blk[t * nb + q] = k[(o0 + (o0 + q < co ? q : 0)) * taps + t];
@@ -619,6 +663,7 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     /* the flat form: stride 1, the AVX2 kernels, an image's padded planes in scratch */
     jb.fw = jb.fplane = jb.fblocks = 0;
     jb.flat_off = NULL;
+    jb.wide = 0;
     if (g->sh == 1 && g->sw == 1 && use_avx2 && g->oh > 0 && g->ow > 0) {
         int64_t fw = g->w + 2 * g->pw, hp = g->h + 2 * g->ph;
         int64_t blocks = (g->oh * fw + 15) / 16;
@@ -635,6 +680,9 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
                     for (int64_t kj = 0; kj < g->kw; kj++, tap++)
                         jb.flat_off[tap] = ci * fplane + ki * g->dh * fw + kj * g->dw;
             jb.fw = fw, jb.fplane = fplane, jb.fblocks = blocks;
+            /* fewer than eight channels keep the AVX2 blocks (4 accumulators would wait on
+             * the FMA latency) */
+            jb.wide = use_avx512 && use_avx2 && jb.co >= 8;
         }
     }
     buf_t b[3];
@@ -644,7 +692,7 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
         get_buf(args[1], &b[1], 0, jb.co * taps * 4, "k") &&
         get_buf(args[2], &b[2], 1, g->nb * jb.co * g->oh * g->ow * 4, "out") &&
-        (jb.kpack = pack_kernel((const float *)b[1].view.buf, jb.co, taps)) != NULL) {
+        (jb.kpack = pack_kernel((const float *)b[1].view.buf, jb.co, taps, jb.wide)) != NULL) {
         jb.x = (const float *)b[0].view.buf;
         jb.k = (const float *)b[1].view.buf;
         jb.out = (float *)b[2].view.buf;
@@ -1221,6 +1269,7 @@ static PyObject *py_avg_pool2d_backward(PyObject *self, PyObject *const *args, P
 }
 
 TALLOW_SIMD_SWITCH(use_avx2)
+TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
@@ -1233,6 +1282,8 @@ static PyMethodDef methods[] = {
     {"avg_pool2d", FC(py_avg_pool2d), "Average pooling of f32 planes."},
     {"avg_pool2d_backward", FC(py_avg_pool2d_backward), "Average pooling's input gradient."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 direct convolution."},
+    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 flat direct convolution."},
+    {"avx512", py_avx512, METH_NOARGS, "Whether the AVX-512 flat direct convolution is used."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 direct convolution is used."},
     {NULL, NULL, 0, NULL}};
 
@@ -1242,6 +1293,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_conv",
 PyMODINIT_FUNC PyInit__conv(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
+    use_avx512 = cpu_has_avx512f();
 #endif
     tallow_pool_import();
     return PyModule_Create(&moduledef);

@@ -59,17 +59,28 @@ static int split_threads(int64_t work);
 
 typedef void (*kernel_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t bs,
                           float *c, int64_t ldc, int mr, int nr, int flags, const float *bias);
+/* Two adjacent 16-column panels at once (the second `boff` floats after the first). */
+typedef void (*kernel2_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff,
+                           int64_t bs, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias);
+/* The 6x32 AVX-512 kernel on CPUs that have it (set_avx512 switches it off). */
+static int use_avx512 = 0;
 
 /* ------------------------------------------------------------------ micro-kernels */
-/* Store a tile: C = (flags & F_LOAD ? C : 0) + acc (+ bias), mr x nr of it. */
-static inline void store_tile(const float *t, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
+/* Store a tile (rows `width` floats apart in t): C = (flags & F_LOAD ? C : 0) + acc (+ bias),
+ * mr x nr of it. */
+static inline void store_tile_w(const float *t, int width, float *c, int64_t ldc, int mr, int nr, int flags,
+                                const float *bias) {
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
-            float v = t[i * NR + j];
+            float v = t[i * width + j];
             if (flags & F_LOAD) v = c[i * ldc + j] + v;
             if (flags & F_BIAS) v = v + bias[j];
             c[i * ldc + j] = v;
         }
+}
+
+static inline void store_tile(const float *t, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
+    store_tile_w(t, NR, c, ldc, mr, nr, flags, bias);
 }
 
 static void kernel_scalar(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t bs,
@@ -125,6 +136,57 @@ static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs,
     store_tile(t, c, ldc, mr, nr, flags, bias);
 }
 #endif
+
+#ifdef TALLOW_X86
+/* 6 rows x two panels (32 columns) in 12 zmm accumulators: per k two loads of B, six
+ * broadcasts of A, twelve FMAs, each over twice the columns of the AVX2 kernel's.  Every
+ * element is the same chain of FMAs in the same order as there: the same bits. */
+static AVX512F void kernel_avx512(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff,
+                                  int64_t bs, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
+    const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);
+    const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0), *a5 = a + (mr > 5 ? 5 * rs : 0);
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    int64_t o = 0;
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + boff), t;
+        b += bs;
+        t = _mm512_set1_ps(a0[o]); c00 = _mm512_fmadd_ps(t, b0, c00); c01 = _mm512_fmadd_ps(t, b1, c01);
+        t = _mm512_set1_ps(a1[o]); c10 = _mm512_fmadd_ps(t, b0, c10); c11 = _mm512_fmadd_ps(t, b1, c11);
+        t = _mm512_set1_ps(a2[o]); c20 = _mm512_fmadd_ps(t, b0, c20); c21 = _mm512_fmadd_ps(t, b1, c21);
+        t = _mm512_set1_ps(a3[o]); c30 = _mm512_fmadd_ps(t, b0, c30); c31 = _mm512_fmadd_ps(t, b1, c31);
+        t = _mm512_set1_ps(a4[o]); c40 = _mm512_fmadd_ps(t, b0, c40); c41 = _mm512_fmadd_ps(t, b1, c41);
+        t = _mm512_set1_ps(a5[o]); c50 = _mm512_fmadd_ps(t, b0, c50); c51 = _mm512_fmadd_ps(t, b1, c51);
+        o += cs;
+    }
+    __m512 acc[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+    if (mr == MR && nr == 2 * NR) {
+        __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+        if (flags & F_BIAS) { bias0 = _mm512_loadu_ps(bias); bias1 = _mm512_loadu_ps(bias + NR); }
+        for (int i = 0; i < MR; i++) {
+            float *ci = c + i * ldc;
+            __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];
+            if (flags & F_LOAD) { v0 = _mm512_add_ps(_mm512_loadu_ps(ci), v0); v1 = _mm512_add_ps(_mm512_loadu_ps(ci + NR), v1); }
+            if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }
+            _mm512_storeu_ps(ci, v0);
+            _mm512_storeu_ps(ci + NR, v1);
+        }
+        return;
+    }
+    float t[MR * 2 * NR] __attribute__((aligned(64)));
+    for (int i = 0; i < 2 * MR; i++) _mm512_store_ps(t + NR * i, acc[i]);
+    store_tile_w(t, 2 * NR, c, ldc, mr, nr, flags, bias);
+}
+#endif
+
+/* The two-panel kernel, or NULL (one panel at a time). */
+static kernel2_fn kernel2(void) {
+#ifdef TALLOW_X86
+    if (use_avx2 && use_avx512) return kernel_avx512;
+#endif
+    return NULL;
+}
 
 static kernel_fn kernel(void) {
 #ifdef TALLOW_X86
@@ -245,6 +307,7 @@ typedef struct {
     int64_t nbw, nnb, mbh, nmb;            /* column block width and count, row block height and count */
     int accumulate;
     kernel_fn kern;
+    kernel2_fn kern2; /* two panels at once, or NULL */
     _Atomic int failed;
 } gemm_job;
 
@@ -293,6 +356,7 @@ static void run_unit(gemm_job *j, int64_t u) {
         return;
     }
     kernel_fn kern = j->kern;
+    kernel2_fn kern2 = j->kern2;
     for (int64_t pc = 0; pc < k; pc += kc) {
         int64_t kcur = k - pc < kc ? k - pc : kc;
         const float *bblk = B + pc * j->rsb + j0 * j->csb;
@@ -320,6 +384,18 @@ static void run_unit(gemm_job *j, int64_t u) {
                 }
                 const float *bias = j->bias ? j->bias + j0 + jr * NR : NULL;
                 float *cp = C + ic * n + j0 + jr * NR;
+                /* two panels read the same way (both in place, or both packed) */
+                if (kern2 && jr + 1 < (direct_b ? full : panels)) {
+                    int nr2 = nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR;
+                    int64_t boff = direct_b ? NR : kcur * NR;
+                    for (int64_t ir = 0; ir < mcur; ir += MR) {
+                        int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
+                        kern2(kcur, ablk + (ir / MR) * astep, ars, acs, bp, boff, bs, cp + ir * n, n, mr, nr2, flags,
+                              bias);
+                    }
+                    jr++;
+                    continue;
+                }
                 for (int64_t ir = 0; ir < mcur; ir += MR) {
                     int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
                     kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, bs, cp + ir * n, n, mr, nr, flags, bias);
@@ -380,7 +456,7 @@ static int serial_product(const float *a, int64_t sab, int64_t rsa, int64_t csa,
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.a = a, job.b = b, job.c = c;
-    job.m = m, job.n = n, job.k = k, job.batch = batch, job.kern = kernel();
+    job.m = m, job.n = n, job.k = k, job.batch = batch, job.kern = kernel(), job.kern2 = kernel2();
     job.sab = batch > 1 ? sab : 0, job.rsa = rsa, job.csa = csa;
     job.sbb = batch > 1 ? sbb : 0, job.rsb = rsb, job.csb = csb;
     merge_shared_b(&job);
@@ -469,6 +545,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     memset(&job, 0, sizeof job);
     job.a = (const float *)v[0].v.buf, job.b = (const float *)v[1].v.buf, job.c = (float *)v[2].v.buf, job.bias = bias;
     job.m = m, job.n = n, job.k = k, job.batch = batch, job.accumulate = accumulate, job.kern = kernel();
+    job.kern2 = kernel2();
     job.sab = da[3], job.rsa = da[4], job.csa = da[5], job.sbb = db[3], job.rsb = db[4], job.csb = db[5];
     merge_shared_b(&job);
     if (batch == 0 || m == 0 || n == 0) {
@@ -503,6 +580,8 @@ done:
 }
 
 TALLOW_SIMD_SWITCH(use_avx2)
+
+TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 static PyObject *py_set_split_min(PyObject *self, PyObject *arg) {
     (void)self;
@@ -560,6 +639,8 @@ static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyMethodDef methods[] = {
     {"gemm", FC(py_gemm), "out = (out if accumulate else 0) + a @ b (+ bias): f32, 2-D or batched, any strides."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2+FMA kernel."},
+    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 kernel (two panels at once)."},
+    {"avx512", py_avx512, METH_NOARGS, "Whether the AVX-512 kernel is used."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2+FMA kernel is used."},
     {"set_split_min", py_set_split_min, METH_O, "Smallest product (multiply-adds) split across threads."},
     {"set_direct_b_rows", py_set_direct_b_rows, METH_O, "Units of at most this many rows read B unpacked."},
@@ -573,6 +654,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_gemm", "tallow's
 PyMODINIT_FUNC PyInit__gemm(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
+    use_avx512 = cpu_has_avx512f();
 #endif
 #if defined(__linux__)
     scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;

@@ -23,8 +23,8 @@
  * The input and output transforms only add and subtract; units are image planes,
  * each written by one thread in a fixed order, so results are bit-identical at any
  * thread count.  The loops run over whole rows of tiles (contiguous in every plane),
- * compiled twice: for the baseline instruction set and with AVX2 enabled, chosen at
- * run time.
+ * compiled three times: for the baseline instruction set, with AVX2 and with AVX-512
+ * enabled, chosen at run time (adds, subtractions and halvings only: the same bits).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,6 +38,7 @@
 #include "_workers.h"
 
 static int use_avx2 = 0;
+static int use_avx512 = 0; /* the AVX-512 build of the transforms (set_avx512) */
 
 /* Sizes: parse_ints, none negative. */
 static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
@@ -539,6 +540,7 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
 BUILD(_base, )
 #ifdef TALLOW_X86
 BUILD(_avx2, AVX2)
+BUILD(_avx512, AVX512F)
 #endif
 
 enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV };
@@ -555,6 +557,12 @@ static tallow_task_fn task_of(int kind) {
                                           grad_task_avx2,        kernel_grad_task_avx2,
                                           grad_row_task_avx2,    kernel_grad_row_task_avx2,
                                           conv_task_avx2};
+    static const tallow_task_fn avx512[] = {kernel_task_avx512,      input_task_avx512,     output_task_avx512,
+                                            kernel_row_task_avx512,  input_row_task_avx512, output_row_task_avx512,
+                                            grad_task_avx512,        kernel_grad_task_avx512,
+                                            grad_row_task_avx512,    kernel_grad_row_task_avx512,
+                                            conv_task_avx512};
+    if (use_avx2 && use_avx512) return avx512[kind];
     if (use_avx2) return avx2[kind];
 #endif
     return base[kind];
@@ -633,6 +641,7 @@ static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_s
 }
 
 TALLOW_SIMD_SWITCH(use_avx2)
+TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -798,6 +807,8 @@ static PyMethodDef methods[] = {
     {"conv_row", FC(py_conv_row), "x (nb, nc, h, w) convolved with u (4, co, nc) (1x3) into y, a few images per task."},
     {"set_group_bytes", py_set_group_bytes, METH_O, "Bytes of tiles per product in conv (returns the old value)."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
+    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build of the transforms."},
+    {"avx512", py_avx512, METH_NOARGS, "Whether the AVX-512 build of the transforms is used."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
     {NULL, NULL, 0, NULL}};
 
@@ -808,6 +819,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_winograd",
 PyMODINIT_FUNC PyInit__winograd(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
+    use_avx512 = cpu_has_avx512f();
 #endif
     tallow_pool_import();
     tallow_gemm_import();

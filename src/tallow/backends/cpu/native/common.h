@@ -16,6 +16,7 @@
 /* The functions that use AVX2 carry this target attribute; the modules themselves
  * are compiled for the baseline instruction set and pick at run time. */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512F __attribute__((target("avx2,fma,f16c,avx512f")))
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
 
@@ -62,6 +63,33 @@ static inline int cpu_has_avx512vnni(void) {
     return 0;
 #endif
 }
+
+/* AVX-512 Foundation (and the AVX2 set): the 16-lane float kernels. */
+static inline int cpu_has_avx512f(void) {
+#ifdef TALLOW_X86
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+/* set_avx512(on) / avx512() of a module whose 16-lane kernels are chosen by `flag` (they
+ * run only while its AVX2 builds, `simd`, are on too). */
+#define TALLOW_AVX512_SWITCH(flag, simd)                                                              \
+    static PyObject *py_set_avx512(PyObject *self, PyObject *arg) {                                   \
+        (void)self;                                                                                   \
+        int on = PyObject_IsTrue(arg);                                                                \
+        if (on < 0) return NULL;                                                                      \
+        if (on && !cpu_has_avx512f()) return PyErr_Format(PyExc_ValueError, "this CPU has no AVX-512"); \
+        flag = on;                                                                                    \
+        Py_RETURN_NONE;                                                                               \
+    }                                                                                                 \
+    static PyObject *py_avx512(PyObject *self, PyObject *noargs) {                                    \
+        (void)self;                                                                                   \
+        (void)noargs;                                                                                 \
+        return PyBool_FromLong(flag && simd);                                                         \
+    }
 
 /* ------------------------------------------------------------------ the SIMD switch */
 /* set_simd(on) / simd() of a module whose SIMD functions are chosen by `flag` (its

@@ -1,0 +1,192 @@
+"""The AVX-512 kernels against the AVX2 ones they widen: the f32 product's 6x32
+tile, the flat direct convolution's 16-lane channel blocks and the Winograd
+transforms' AVX-512 build compute every output with the same operations in the
+same order, so they must give the AVX2 kernels' bits (and so PyTorch's values,
+which the AVX2 kernels' own tests check). They run where the CPU has AVX-512F;
+``TALLOW_NATIVE_ISA=avx2`` switches them off.
+"""
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tallow as tl
+from tallow.backends.cpu import conv as cpu_conv
+from tallow.backends.cpu import gemm, native, winograd
+
+try:
+    from tallow.backends.cpu.native import _conv, _gemm, _winograd
+except ImportError:  # pragma: no cover - without a compiler
+    _conv = _gemm = _winograd = None
+
+
+def _has_avx512() -> bool:
+    if _gemm is None or not _gemm.simd():
+        return False
+    was = _gemm.avx512()
+    try:
+        _gemm.set_avx512(True)
+    except ValueError:
+        return False
+    _gemm.set_avx512(was)
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _has_avx512(), reason="the CPU has no AVX-512 (or the kernels are not built)")
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@contextlib.contextmanager
+def avx512(module, on):
+    was = module.avx512()
+    module.set_avx512(on)
+    try:
+        yield
+    finally:
+        module.set_avx512(was)
+
+
+def _both(module, fn):
+    """fn() with the module's AVX-512 kernels off, then on."""
+    out = []
+    for on in (False, True):
+        with avx512(module, on):
+            assert module.avx512() == on
+            out.append(fn())
+    return out
+
+
+@given(m=st.integers(1, 80), k=st.integers(1, 300), n=st.integers(1, 140), batch=st.integers(1, 3),
+       transposed=st.booleans(), accumulate=st.booleans(), bias=st.booleans(), seed=st.integers(0, 99))
+@SETTINGS
+def test_the_product_s_avx512_tile_gives_the_avx2_bits(m, k, n, batch, transposed, accumulate, bias, seed):
+    """Every panel pairing: full and partial pairs of 16-column panels, a lone last
+    panel, edge rows, a transposed (packed) and a row-major (read in place) B, a
+    K over one chunk, accumulation and a bias row."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    b = (rng.standard_normal((batch, n, k)).astype(np.float32).transpose(0, 2, 1) if transposed
+         else rng.standard_normal((batch, k, n)).astype(np.float32))
+    c0 = rng.standard_normal((batch, m, n)).astype(np.float32)
+    row = rng.standard_normal(n).astype(np.float32) if bias else None
+
+    def product():
+        c = c0.copy()
+        _gemm.gemm(a, b, c, accumulate, row, False)
+        return c
+
+    plain, wide = _both(_gemm, product)
+    np.testing.assert_array_equal(wide, plain)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64)) + (c0 if accumulate else 0) + (row if bias else 0)
+    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_the_product_through_the_split_and_the_python_entry():
+    """gemm.matmul (the pool's split at two threads) with and without the tile."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((130, 257)).astype(np.float32)
+    b = rng.standard_normal((257, 600)).astype(np.float32)
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(2)
+        plain, wide = _both(_gemm, lambda: gemm.matmul(a, b))
+    finally:
+        tl.utils.set_num_threads(before)
+    np.testing.assert_array_equal(wide, plain)
+    np.testing.assert_allclose(wide, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+@given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 30), h=st.integers(3, 12),
+       w=st.integers(3, 40), pad=st.integers(0, 2), seed=st.integers(0, 99))
+@SETTINGS
+def test_the_flat_direct_convolution_s_16_lane_blocks_give_the_avx2_bits(b, c, co, h, w, pad, seed):
+    """Blocks of 12 and 8 channels (the last one partial), any image width (the flat
+    positions past each row dropped); fewer than eight channels keep the AVX2 blocks."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    k = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+
+    def direct():
+        out = np.full((b, co, oh, ow), np.nan, np.float32)
+        _conv.direct(x, k, out, co, b, c, h, w, 3, 3, 1, 1, pad, pad, 1, 1, oh, ow)
+        return out
+
+    plain, wide = _both(_conv, direct)
+    np.testing.assert_array_equal(wide, plain)
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=pad).numpy()
+    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_winograd_transforms_avx512_build_gives_the_avx2_bits():
+    """The whole forward pass (by images and pass by pass), the 1x3 form and the kernel
+    gradient's transforms."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 24, 13, 18)).astype(np.float32)
+    k = rng.standard_normal((20, 24, 3, 3)).astype(np.float32)
+    k_row = rng.standard_normal((20, 24, 1, 3)).astype(np.float32)
+    g = rng.standard_normal((5, 20, 13, 18)).astype(np.float32)
+    g_row = rng.standard_normal((5, 20, 13, 18)).astype(np.float32)
+    native.sync_threads()
+
+    def run():
+        return (winograd.conv2d(x, k, (1, 1)), winograd.conv2d(x, k_row, (0, 1)),
+                winograd.kernel_grad(x, g, k.shape, (1, 1)), winograd.kernel_grad(x, g_row, k_row.shape, (0, 1)))
+
+    plain, wide = _both(_winograd, run)
+    for p, q in zip(plain, wide):
+        np.testing.assert_array_equal(q, p)
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=1).numpy()
+    np.testing.assert_allclose(wide[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_conv_layer_end_to_end_with_and_without_avx512():
+    """A first layer (direct) and a 64-channel one (Winograd) through conv2d and autograd."""
+    rng = np.random.default_rng(6)
+    runs = []
+    for on in (False, True):
+        with avx512(_gemm, on), avx512(_conv, on), avx512(_winograd, on):
+            outs = []
+            for c, co in ((3, 16), (32, 32)):
+                x = tl.Var(rng.standard_normal((4, c, 12, 12)).astype(np.float32))
+                k = tl.Var(rng.standard_normal((co, c, 3, 3)).astype(np.float32))
+                y = x.conv2d(k, padding=1)
+                grads = (y * y).sum_all().backward()
+                outs += [y.numpy(), grads[x].numpy(), grads[k].numpy()]
+            runs.append(outs)
+        rng = np.random.default_rng(6)
+    for p, q in zip(*runs):
+        np.testing.assert_array_equal(q, p)
+
+
+def test_native_isa_avx2_switches_them_off():
+    code = ("import numpy as np\n"
+            "from tallow.backends.cpu import conv, gemm, winograd\n"
+            "gemm.native_available()\n"
+            "print(gemm._native.avx512(), conv._native(np.zeros(1, np.float32)).avx512(), "
+            "winograd._module().avx512())\n")
+    for isa, want in (("avx2", ["False"] * 3), (None, ["True"] * 3)):
+        env = dict(os.environ)
+        env.pop("TALLOW_NATIVE_ISA", None)
+        if isa:
+            env["TALLOW_NATIVE_ISA"] = isa
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == want
+
+
+def test_switching_on_needs_the_cpu_feature():
+    """set_avx512(True) is refused where the CPU lacks AVX-512F (here it has it: accepted)."""
+    for module in (_gemm, _conv, _winograd):
+        with avx512(module, True):
+            assert module.avx512()
+    with pytest.raises(TypeError):
+        _gemm.set_avx512()
