@@ -1,7 +1,6 @@
 """The AVX-512 kernels against the AVX2 ones they widen: the f32 product's 6x32
-tile, the flat direct convolution's 16-lane channel blocks and the Winograd
-transforms' AVX-512 build compute every output with the same operations in the
-same order, so they must give the AVX2 kernels' bits (and so PyTorch's values,
+tile and the flat direct convolution's 16-lane channel blocks compute every output
+with the same operations in the same order, so they must give the AVX2 kernels' bits (and so PyTorch's values,
 which the AVX2 kernels' own tests check). They run where the CPU has AVX-512F;
 ``TALLOW_NATIVE_ISA=avx2`` switches them off.
 """
@@ -19,13 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tallow as tl
-from tallow.backends.cpu import conv as cpu_conv
-from tallow.backends.cpu import gemm, native, winograd
+from tallow.backends.cpu import gemm
 
 try:
-    from tallow.backends.cpu.native import _conv, _gemm, _winograd
+    from tallow.backends.cpu.native import _conv, _gemm
 except ImportError:  # pragma: no cover - without a compiler
-    _conv = _gemm = _winograd = None
+    _conv = _gemm = None
 
 
 def _has_avx512() -> bool:
@@ -126,34 +124,13 @@ def test_the_flat_direct_convolution_s_16_lane_blocks_give_the_avx2_bits(b, c, c
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
 
 
-def test_the_winograd_transforms_avx512_build_gives_the_avx2_bits():
-    """The whole forward pass (by images and pass by pass), the 1x3 form and the kernel
-    gradient's transforms."""
-    rng = np.random.default_rng(4)
-    x = rng.standard_normal((5, 24, 13, 18)).astype(np.float32)
-    k = rng.standard_normal((20, 24, 3, 3)).astype(np.float32)
-    k_row = rng.standard_normal((20, 24, 1, 3)).astype(np.float32)
-    g = rng.standard_normal((5, 20, 13, 18)).astype(np.float32)
-    g_row = rng.standard_normal((5, 20, 13, 18)).astype(np.float32)
-    native.sync_threads()
-
-    def run():
-        return (winograd.conv2d(x, k, (1, 1)), winograd.conv2d(x, k_row, (0, 1)),
-                winograd.kernel_grad(x, g, k.shape, (1, 1)), winograd.kernel_grad(x, g_row, k_row.shape, (0, 1)))
-
-    plain, wide = _both(_winograd, run)
-    for p, q in zip(plain, wide):
-        np.testing.assert_array_equal(q, p)
-    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=1).numpy()
-    np.testing.assert_allclose(wide[0], want, rtol=1e-4, atol=1e-4)
-
-
 def test_the_conv_layer_end_to_end_with_and_without_avx512():
-    """A first layer (direct) and a 64-channel one (Winograd) through conv2d and autograd."""
+    """A first layer (direct) and a 32-channel one (Winograd, its products on the kernel)
+    through conv2d and autograd."""
     rng = np.random.default_rng(6)
     runs = []
     for on in (False, True):
-        with avx512(_gemm, on), avx512(_conv, on), avx512(_winograd, on):
+        with avx512(_gemm, on), avx512(_conv, on):
             outs = []
             for c, co in ((3, 16), (32, 32)):
                 x = tl.Var(rng.standard_normal((4, c, 12, 12)).astype(np.float32))
@@ -171,9 +148,8 @@ def test_native_isa_avx2_switches_them_off():
     code = ("import numpy as np\n"
             "from tallow.backends.cpu import conv, gemm, winograd\n"
             "gemm.native_available()\n"
-            "print(gemm._native.avx512(), conv._native(np.zeros(1, np.float32)).avx512(), "
-            "winograd._module().avx512())\n")
-    for isa, want in (("avx2", ["False"] * 3), (None, ["True"] * 3)):
+            "print(gemm._native.avx512(), conv._native(np.zeros(1, np.float32)).avx512())\n")
+    for isa, want in (("avx2", ["False"] * 2), (None, ["True"] * 2)):
         env = dict(os.environ)
         env.pop("TALLOW_NATIVE_ISA", None)
         if isa:
@@ -185,7 +161,7 @@ def test_native_isa_avx2_switches_them_off():
 
 def test_switching_on_needs_the_cpu_feature():
     """set_avx512(True) is refused where the CPU lacks AVX-512F (here it has it: accepted)."""
-    for module in (_gemm, _conv, _winograd):
+    for module in (_gemm, _conv):
         with avx512(module, True):
             assert module.avx512()
     with pytest.raises(TypeError):

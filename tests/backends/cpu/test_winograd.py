@@ -6,7 +6,8 @@ The transforms are drawn over odd and even output sizes (cropped last tiles),
 padding 0-2 on each side, batches and channel counts, with the rule's thresholds
 lowered so that small shapes take the path; the AVX2 and baseline builds of the
 transforms and one against two threads give the same bits, as do the passes run a
-few images at a time and each pass over the whole batch; the rule sends only
+few images at a time and each pass over the whole batch, and the kernel gradient's
+sums in parts of the batch at one and two threads; the rule sends only
 stride-1, undilated, ungrouped 3x3 f32 convolutions with enough channels and tiles.
 """
 
@@ -306,6 +307,48 @@ def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, gro
     _close(want, _reference("conv2d", x, k, padding=pad))
 
 
+@pytest.mark.parametrize("k_shape,pad", [((3, 3), (1, 1)), ((3, 3), (2, 0)), ((1, 3), (0, 1))])
+def test_the_kernel_gradient_in_parts(k_shape, pad, monkeypatch):
+    """The kernel gradient's sums in parts of the batch, a group of images at a time
+    (groups of 1, a few and a whole part; 1 to 7 parts of 7 images): PyTorch's values,
+    and the same bits at one and two threads for each part count and group size."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((7, 18, 9, 13)).astype(np.float32)
+    oh, ow = (9 + 2 * pad[0] - k_shape[0] + 1, 13 + 2 * pad[1] - 2)
+    g = rng.standard_normal((7, 21, oh, ow)).astype(np.float32)
+    shape = (21, 18) + k_shape
+    want = _reference_kernel_grad(x, g, shape, pad)
+    w = native._workers
+    before, min_bytes = tl.utils.get_num_threads(), w.min_bytes()
+    old_group = W.set_group_bytes(0)
+    try:
+        for group in (0, 1 << 15, 1 << 30):
+            W.set_group_bytes(group)
+            for parts in (1, 3, 7):
+                monkeypatch.setattr(winograd, "_kernel_grad_parts", lambda b, parts=parts: parts)
+                got = []
+                for threads in (1, 2):
+                    tl.utils.set_num_threads(threads)
+                    native.sync_threads()
+                    w.set_min_bytes(0)
+                    w.set_load_check(False)
+                    got.append(winograd.kernel_grad(x, g, shape, pad))
+                np.testing.assert_array_equal(got[1], got[0])
+                _close_sum(got[0], want)
+    finally:
+        W.set_group_bytes(old_group)
+        w.set_load_check(True)
+        w.set_min_bytes(min_bytes)
+        tl.utils.set_num_threads(before)
+
+
+def test_the_kernel_gradient_s_parts_follow_the_batch_alone(monkeypatch):
+    assert [winograd._kernel_grad_parts(b) for b in (1, 2, 3, 4, 5, 64)] == [0, 2, 3, 4, 4, 4]
+    for threads in (1, 2):  # not the threads
+        monkeypatch.setattr(winograd.CONFIG, "get", lambda threads=threads: threads)
+        assert winograd._kernel_grad_parts(8) == 4
+
+
 def test_the_rule_for_the_convolution_by_images(monkeypatch):
     """By images on one thread, and on two when the images share out evenly enough."""
     monkeypatch.setattr(winograd.CONFIG, "get", lambda: 1)
@@ -358,6 +401,16 @@ def test_bad_buffers_are_refused_before_any_write():
         W.conv(x, np.zeros((16, 2, 2), np.float32), y[..., :3].copy(), 1, 2, 2, 4, 4, 1, 1, 2, 2)
     with pytest.raises(TypeError):
         W.conv_row(x, np.zeros((4, 2, 2), np.float32), y, 1, 2, 2, 4, 4, 1)
+    du = np.full((2, 16, 2, 2), 7.0, np.float32)
+    with pytest.raises(ValueError):  # room for 2 parts, not 3
+        W.kernel_grad_parts(x, x, du, 3, 1, 2, 2, 4, 4, 1, 1, 2, 2)
+    with pytest.raises(ValueError, match="do not match"):
+        W.kernel_grad_parts(x, x, du, 0, 1, 2, 2, 4, 4, 1, 1, 2, 2)
+    with pytest.raises(ValueError):  # the gradient of a 4x4 output is 16 floats per plane, not 9
+        W.kernel_grad_parts(x, x[..., :3, :3].copy(), du, 1, 1, 2, 2, 4, 4, 1, 1, 2, 2)
+    with pytest.raises(TypeError):
+        W.kernel_grad_parts_row(x, x, du, 1, 1, 2, 2, 4, 4, 1)
+    assert np.all(du == 7.0)
     assert np.all(v == 7.0) and np.all(vr == 7.0) and np.all(dk == 7.0) and np.all(y == 7.0)
 
 

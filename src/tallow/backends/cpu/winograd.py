@@ -150,6 +150,19 @@ def conv2d(x, k, pad):
     return y
 
 
+# The kernel gradient of a batch sums its images in this many parts at most (one task
+# each, added in order at the end): the count follows the batch alone, so the bits do
+# not depend on the threads; a part's own sum costs c_out * c_in * 16 floats.
+KERNEL_GRAD_PARTS = 4
+
+
+def _kernel_grad_parts(batch: int) -> int:
+    """How many parts the kernel gradient's sums over the images are cut into (each
+    summed a few images at a time, its transforms in the cache), or 0 for one image:
+    its product over the tiles keeps the split over the threads."""
+    return min(batch, KERNEL_GRAD_PARTS) if batch > 1 else 0
+
+
 def _by_images(batch: int) -> bool:
     """Whether a forward pass runs its three passes a few images at a time, one chunk of
     images per thread (``native conv``), rather than each pass split over the threads:
@@ -171,9 +184,15 @@ def kernel_grad(x, g, k_shape, pad):
     co = k_shape[0]
     x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
     dk = np.empty(k_shape, np.float32)
+    parts = _kernel_grad_parts(b)
     if k_shape[2] == 1:  # 1x3: tiles of one row
         ow = g.shape[3]
         tw = (ow + 1) // 2
+        if parts:
+            du = np.empty((parts, 4, co, c), np.float32)
+            mod.kernel_grad_parts_row(x, g, du, parts, b, c, co, h, w, pad[1], tw)
+            mod.kernel_grad_transform_row(du[0], dk, co, c)
+            return dk
         v = np.empty((4, c, b * h * tw), np.float32)
         mod.input_transform_row(x, v, b, c, h, w, pad[1], tw)
         wg = np.empty((4, co, b * h * tw), np.float32)
@@ -182,6 +201,11 @@ def kernel_grad(x, g, k_shape, pad):
         return dk
     oh, ow = g.shape[2:]
     th, tw = _tiles(oh, ow)
+    if parts:
+        du = np.empty((parts, 16, co, c), np.float32)
+        mod.kernel_grad_parts(x, g, du, parts, b, c, co, h, w, pad[0], pad[1], th, tw)
+        mod.kernel_grad_transform(du[0], dk, co, c)
+        return dk
     v = np.empty((16, c, b * th * tw), np.float32)
     mod.input_transform(x, v, b, c, h, w, pad[0], pad[1], th, tw)
     wg = np.empty((16, co, b * th * tw), np.float32)

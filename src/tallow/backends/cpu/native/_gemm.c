@@ -217,6 +217,18 @@ static AVX2 int64_t pack_b_cols_avx2(const float *src, int64_t cs, int64_t kc, f
 
 /* B rows [0, kc) x columns [0, nc) (strides rs, cs) -> 16-column panels, k-major, zero-padded. */
 static void pack_b(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, float *dst) {
+    if (cs == 1 && nc >= NR) {
+        /* row-major B: row by row across all the full panels, so that B is read in
+         * order (panel by panel, the reads step a whole row apart: a 1024-column B
+         * read 4 KiB apart, which the prefetchers do not follow) */
+        const int64_t full = nc / NR;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *row = b + p * rs;
+            for (int64_t q = 0; q < full; q++) memcpy(dst + q * kc * NR + p * NR, row + q * NR, NR * sizeof(float));
+        }
+        if (full * NR == nc) return;
+        b += full * NR, dst += full * kc * NR, nc -= full * NR;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += NR, dst += kc * NR) {
         int nr = nc - j0 < NR ? (int)(nc - j0) : NR;
         const float *src = b + j0 * cs;
@@ -447,16 +459,18 @@ static void merge_shared_b(gemm_job *j) {
 
 /* The capsule's product: on the calling thread (inside another module's pool task). */
 static int serial_product(const float *a, int64_t sab, int64_t rsa, int64_t csa, const float *b, int64_t sbb,
-                          int64_t rsb, int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k) {
+                          int64_t rsb, int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k,
+                          int accumulate) {
     if (batch <= 0 || m <= 0 || n <= 0) return 1;
     if (k <= 0) {
-        memset(c, 0, (size_t)(batch * m * n) * sizeof(float));
+        if (!accumulate) memset(c, 0, (size_t)(batch * m * n) * sizeof(float));
         return 1;
     }
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.a = a, job.b = b, job.c = c;
     job.m = m, job.n = n, job.k = k, job.batch = batch, job.kern = kernel(), job.kern2 = kernel2();
+    job.accumulate = accumulate;
     job.sab = batch > 1 ? sab : 0, job.rsa = rsa, job.csa = csa;
     job.sbb = batch > 1 ? sbb : 0, job.rsb = rsb, job.csb = csb;
     merge_shared_b(&job);

@@ -18,12 +18,12 @@
 
 typedef struct {
     int abi;
-    /* c (batch, m, n), contiguous = a (batch, m, k) @ b (batch, k, n), read through the
-     * element strides (batch, row, column; a batch stride of 0 broadcasts), on the
-     * calling thread, the same bits as the Python-facing product.  Returns 0 when its
-     * scratch could not be allocated. */
+    /* c (batch, m, n), contiguous = (accumulate ? c : 0) + a (batch, m, k) @ b (batch, k,
+     * n), read through the element strides (batch, row, column; a batch stride of 0
+     * broadcasts), on the calling thread, the same bits as the Python-facing product.
+     * Returns 0 when its scratch could not be allocated. */
     int (*product)(const float *a, int64_t sab, int64_t rsa, int64_t csa, const float *b, int64_t sbb, int64_t rsb,
-                   int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k);
+                   int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k, int accumulate);
 } tallow_gemm_api;
 
 static const tallow_gemm_api *tallow_gemm = NULL;

@@ -23,8 +23,9 @@
  * The input and output transforms only add and subtract; units are image planes,
  * each written by one thread in a fixed order, so results are bit-identical at any
  * thread count.  The loops run over whole rows of tiles (contiguous in every plane),
- * compiled three times: for the baseline instruction set, with AVX2 and with AVX-512
- * enabled, chosen at run time (adds, subtractions and halvings only: the same bits).
+ * compiled twice: for the baseline instruction set and with AVX2 enabled, chosen at
+ * run time (an AVX-512 build was no faster: rows of 8-9 tiles fill one AVX2 vector
+ * and leave a 16-lane one to its scalar remainder loop).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,8 +38,11 @@
 #include "_gemm.h"
 #include "_workers.h"
 
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
 static int use_avx2 = 0;
-static int use_avx512 = 0; /* the AVX-512 build of the transforms (set_avx512) */
 
 /* Sizes: parse_ints, none negative. */
 static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
@@ -126,23 +130,34 @@ static inline __attribute__((always_inline)) void split_row(const float *row, in
         memset(o, 0, (size_t)half * sizeof(float));
         return;
     }
-    const float *src = row - pw;
-    /* [xa, xb): both columns 2x and 2x + 1 inside the image; the edges test each */
-    int64_t xa = (pw + 1) / 2, xb = (w + pw - 1) / 2;
-    if (xb > half) xb = half;
-    if (xa > xb) xa = xb;
+    /* Image column c is padded column c + pw: even padded columns go to e, odd to o.
+     * With pw = 2q + r, image column 2i (2i + 1) lands in e or o at slot i + q (plus
+     * one for the odd image columns when r = 1): the row is one deinterleave of its
+     * pairs, a loop of w / 2 (8 for a 16-wide image: one AVX2 iteration, where the
+     * interior of padded pairs had been 7, all scalar). */
+    const int64_t q = pw / 2, r = pw % 2, pairs = w / 2;
+    float *ev = r ? o : e, *od = r ? e : o; /* where image columns 2i and 2i + 1 go */
+    const int64_t ev0 = q, od0 = q + r;     /* and their first slots */
+    /* the slots outside the image (padding and the tiles' overhang) */
     for (int64_t x = 0; x < half; x++) {
-        if (x == xa) x = xb;
-        if (x >= half) break;
-        int64_t c0 = 2 * x, c1 = 2 * x + 1;
-        e[x] = c0 >= pw && c0 - pw < w ? src[c0] : 0.0f;
-        o[x] = c1 >= pw && c1 - pw < w ? src[c1] : 0.0f;
+        if (x < ev0 || x >= ev0 + (w + 1) / 2) ev[x] = 0.0f;
+        if (x < od0 || x >= od0 + pairs) od[x] = 0.0f;
     }
+    /* the columns past the last tile are not needed */
+    int64_t n = pairs;
+    if (ev0 + n > half) n = half - ev0;
+    if (od0 + n > half) n = half - od0;
+    if (n < 0) n = 0;
 #pragma GCC ivdep
-    for (int64_t x = xa; x < xb; x++) {
-        e[x] = src[2 * x];
-        o[x] = src[2 * x + 1];
+    for (int64_t i = 0; i < n; i++) {
+        ev[ev0 + i] = row[2 * i];
+        od[od0 + i] = row[2 * i + 1];
     }
+    for (int64_t i = n; i < pairs; i++) { /* one side may still have room */
+        if (ev0 + i < half) ev[ev0 + i] = row[2 * i];
+        if (od0 + i < half) od[od0 + i] = row[2 * i + 1];
+    }
+    if (w % 2 && ev0 + pairs < half) ev[ev0 + pairs] = row[w - 1];
 }
 
 static inline int64_t input_scratch_floats(const wg_job *j) {
@@ -442,6 +457,48 @@ typedef struct {
 
 static int64_t group_bytes = 256 << 10;
 
+/* A task's tile buffer, kept per thread between calls up to KEEP_TILE_FLOATS: a fresh
+ * half-megabyte malloc per chunk is an mmap whose page faults, taken under the
+ * process's memory lock, serialised the two threads (a 64->64 layer on two threads
+ * was no faster than on one). */
+#define KEEP_TILE_FLOATS ((size_t)1 << 20)
+typedef struct {
+    float *buf;
+    size_t cap;
+} tiles_t;
+static _Thread_local tiles_t *tls_tiles = NULL;
+#if defined(__linux__)
+static pthread_key_t tiles_key;
+static int tiles_key_ok = 0;
+static void tiles_free(void *p) {
+    tiles_t *t = (tiles_t *)p;
+    free(t->buf);
+    free(t);
+}
+#endif
+
+/* At least `floats` of scratch for this thread, or NULL; give it back with tiles_done. */
+static float *tiles_get(size_t floats) {
+    if (floats > KEEP_TILE_FLOATS) return (float *)malloc(floats * sizeof(float));
+    if (!tls_tiles) {
+        tls_tiles = (tiles_t *)calloc(1, sizeof(tiles_t));
+        if (!tls_tiles) return NULL;
+#if defined(__linux__)
+        if (tiles_key_ok) pthread_setspecific(tiles_key, tls_tiles); /* freed at thread exit */
+#endif
+    }
+    if (tls_tiles->cap < floats) {
+        free(tls_tiles->buf);
+        tls_tiles->buf = (float *)malloc(floats * sizeof(float));
+        tls_tiles->cap = tls_tiles->buf ? floats : 0;
+    }
+    return tls_tiles->buf;
+}
+
+static void tiles_done(float *buf, size_t floats) {
+    if (floats > KEEP_TILE_FLOATS) free(buf);
+}
+
 static inline int64_t conv_positions(const conv_job *c) { return c->row ? 4 : 16; }
 
 /* Images per product: their tiles (input and output, every position) in group_bytes. */
@@ -461,7 +518,8 @@ static inline int64_t conv_group(const conv_job *c) {
         wg_job out = {g, c->co, 0, 0, 0, 0, c->oh, c->ow, c->th, c->tw, NULL, NULL, c->failed};   \
         int64_t in_s = c->row ? input_row_scratch_floats(&in) : input_scratch_floats(&in);        \
         int64_t out_s = c->row ? output_row_scratch_floats(&out) : output_scratch_floats(&out);   \
-        float *v = (float *)malloc((size_t)(P * (c->nc + c->co) * g * run + in_s + out_s) * sizeof(float)); \
+        const size_t floats = (size_t)(P * (c->nc + c->co) * g * run + in_s + out_s);                \
+        float *v = tiles_get(floats);                                                             \
         if (!v) {                                                                                 \
             atomic_store(c->failed, 1);                                                           \
             return;                                                                               \
@@ -476,7 +534,7 @@ static inline int64_t conv_group(const conv_job *c) {
                 else input_plane(&in, q, s_in);                                                   \
             }                                                                                     \
             if (!tallow_gemm->product(c->u, c->co * c->nc, c->nc, 1, v, c->nc * tiles, tiles, 1, m, P, c->co, \
-                                      tiles, c->nc)) {                                            \
+                                      tiles, c->nc, 0)) {                                         \
                 atomic_store(c->failed, 1);                                                       \
                 break;                                                                            \
             }                                                                                     \
@@ -486,7 +544,65 @@ static inline int64_t conv_group(const conv_job *c) {
                 else output_plane(&out, q, s_out);                                                \
             }                                                                                     \
         }                                                                                         \
-        free(v);                                                                                  \
+        tiles_done(v, floats);                                                                    \
+    }
+
+/* kernel_grad_parts(x, g, du, ...) and its _row form: the kernel gradient's products
+ * dU[xi] = W[xi] @ V[xi]^T a few images at a time, the two transforms of a group of
+ * images (in `group_bytes`) feeding one product added into the part's sum.  The images
+ * are cut into `parts` ranges (chosen by the caller from the shape alone), each summed
+ * into its own dU by one task, then the parts added in order: the same bits at any
+ * thread count, each core reading back only the tiles it wrote. */
+typedef struct {
+    conv_job c;     /* the convolution's sizes; c.y unused */
+    const float *g; /* the output gradient (nb, co, oh, ow) */
+    float *du;      /* parts x (P, co, nc) */
+    int64_t parts;
+} kgrad_job;
+
+#define KGRAD_TASK(NAME, ATTR)                                                                    \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const kgrad_job *kj = (const kgrad_job *)p;                                               \
+        const conv_job *c = &kj->c;                                                               \
+        const int64_t P = conv_positions(c), run = c->th * c->tw;                                 \
+        int64_t g = conv_group(c);                                                                \
+        wg_job in = {g, c->nc, c->h, c->w, c->ph, c->pw, 0, 0, c->th, c->tw, NULL, NULL, c->failed}; \
+        wg_job gr = {g, c->co, 0, 0, 0, 0, c->oh, c->ow, c->th, c->tw, NULL, NULL, c->failed};    \
+        int64_t in_s = c->row ? input_row_scratch_floats(&in) : input_scratch_floats(&in);        \
+        int64_t gr_s = c->row ? grad_row_scratch_floats(&gr) : grad_scratch_floats(&gr);          \
+        const size_t floats = (size_t)(P * (c->nc + c->co) * g * run + in_s + gr_s);              \
+        float *v = tiles_get(floats);                                                             \
+        if (!v) {                                                                                 \
+            atomic_store(c->failed, 1);                                                           \
+            return;                                                                               \
+        }                                                                                         \
+        float *w = v + P * c->nc * g * run, *s_in = w + P * c->co * g * run, *s_gr = s_in + in_s; \
+        for (int64_t part = lo; part < hi; part++) {                                              \
+            const int64_t a = c->nb * part / kj->parts, b = c->nb * (part + 1) / kj->parts;       \
+            float *du = kj->du + part * P * c->co * c->nc;                                        \
+            if (a == b) memset(du, 0, (size_t)(P * c->co * c->nc) * sizeof(float));              \
+            for (int64_t i0 = a; i0 < b; i0 += g) {                                               \
+                const int64_t n = b - i0 < g ? b - i0 : g, tiles = n * run;                       \
+                in.nb = gr.nb = n;                                                                \
+                in.src = c->x + i0 * c->nc * c->h * c->w, in.dst = v;                             \
+                gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
+                for (int64_t q = 0; q < n * c->nc; q++) {                                         \
+                    if (c->row) input_plane_1x3(&in, q, s_in);                                    \
+                    else input_plane(&in, q, s_in);                                               \
+                }                                                                                 \
+                for (int64_t q = 0; q < n * c->co; q++) {                                         \
+                    if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
+                    else grad_plane(&gr, q, s_gr);                                                \
+                }                                                                                 \
+                /* du (+)= W (P, co, T) @ V^T (P, T, nc) */                                       \
+                if (!tallow_gemm->product(w, c->co * tiles, tiles, 1, v, c->nc * tiles, 1, tiles, du, P, c->co, \
+                                          c->nc, tiles, i0 > a)) {                                \
+                    atomic_store(c->failed, 1);                                                   \
+                    break;                                                                        \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        tiles_done(v, floats);                                                                    \
     }
 
 /* ------------------------------------------------------------------ the two builds */
@@ -535,34 +651,28 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
     PLANE_TASK(kernel_grad_task##SUFFIX, ATTR, kernel_grad_unit, 0)                               \
     PLANE_TASK(grad_row_task##SUFFIX, ATTR, grad_plane_1x3, grad_row_scratch_floats(j))           \
     PLANE_TASK(kernel_grad_row_task##SUFFIX, ATTR, kernel_grad_row_unit, 0)                       \
-    CONV_TASK(conv_task##SUFFIX, ATTR)
+    CONV_TASK(conv_task##SUFFIX, ATTR)                                                            \
+    KGRAD_TASK(kgrad_task##SUFFIX, ATTR)
 
 BUILD(_base, )
 #ifdef TALLOW_X86
 BUILD(_avx2, AVX2)
-BUILD(_avx512, AVX512F)
 #endif
 
-enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV };
+enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV, KGRAD };
 
 static tallow_task_fn task_of(int kind) {
     static const tallow_task_fn base[] = {kernel_task_base,      input_task_base,     output_task_base,
                                           kernel_row_task_base,  input_row_task_base, output_row_task_base,
                                           grad_task_base,        kernel_grad_task_base,
                                           grad_row_task_base,    kernel_grad_row_task_base,
-                                          conv_task_base};
+                                          conv_task_base,        kgrad_task_base};
 #ifdef TALLOW_X86
     static const tallow_task_fn avx2[] = {kernel_task_avx2,      input_task_avx2,     output_task_avx2,
                                           kernel_row_task_avx2,  input_row_task_avx2, output_row_task_avx2,
                                           grad_task_avx2,        kernel_grad_task_avx2,
                                           grad_row_task_avx2,    kernel_grad_row_task_avx2,
-                                          conv_task_avx2};
-    static const tallow_task_fn avx512[] = {kernel_task_avx512,      input_task_avx512,     output_task_avx512,
-                                            kernel_row_task_avx512,  input_row_task_avx512, output_row_task_avx512,
-                                            grad_task_avx512,        kernel_grad_task_avx512,
-                                            grad_row_task_avx512,    kernel_grad_row_task_avx512,
-                                            conv_task_avx512};
-    if (use_avx2 && use_avx512) return avx512[kind];
+                                          conv_task_avx2,        kgrad_task_avx2};
     if (use_avx2) return avx2[kind];
 #endif
     return base[kind];
@@ -641,7 +751,6 @@ static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_s
 }
 
 TALLOW_SIMD_SWITCH(use_avx2)
-TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -755,6 +864,66 @@ static PyObject *py_conv_row(PyObject *self, PyObject *const *args, Py_ssize_t n
     return conv_call(args, nargs, 1);
 }
 
+/* kernel_grad_parts(x, g, du, parts, nb, nc, co, h, w, ph, pw, th, tw) and
+ * kernel_grad_parts_row(x, g, du, parts, nb, nc, co, h, w, pw, tw): x (nb, nc, h, w), g
+ * (nb, co, oh, ow); du (parts, P, co, nc) gets each part's sum and, in du[0], their sum
+ * (P = 16, or 4 for the row form). */
+static PyObject *kgrad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
+    int64_t a[10];
+    int count = row ? 8 : 10;
+    const char *name = row ? "kernel_grad_parts_row" : "kernel_grad_parts";
+    if (nargs != 3 + count) return PyErr_Format(PyExc_TypeError, "%s takes %d arguments", name, 3 + count);
+    if (!ints(args, 3, count, a)) return NULL;
+    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "winograd: the product module is missing");
+    kgrad_job kj;
+    memset(&kj, 0, sizeof kj);
+    conv_job *c = &kj.c;
+    kj.parts = a[0];
+    c->row = row, c->nb = a[1], c->nc = a[2], c->co = a[3], c->h = a[4], c->w = a[5];
+    if (row) {
+        c->ph = 0, c->pw = a[6], c->tw = a[7], c->th = c->oh = c->h;
+    } else {
+        c->ph = a[6], c->pw = a[7], c->th = a[8], c->tw = a[9], c->oh = c->h + 2 * c->ph - 2;
+    }
+    c->ow = c->w + 2 * c->pw - 2;
+    if (kj.parts < 1 || c->oh < 1 || c->ow < 1 || 2 * c->tw < c->ow || 2 * c->tw > c->ow + 1 ||
+        (!row && (2 * c->th < c->oh || 2 * c->th > c->oh + 1)))
+        return PyErr_Format(PyExc_ValueError, "%s: the tiles (or parts) do not match the gradient", name);
+    const int64_t P = conv_positions(c);
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    _Atomic int failed = 0;
+    int64_t x_floats = c->nb * c->nc * c->h * c->w, g_floats = c->nb * c->co * c->oh * c->ow;
+    int64_t du_floats = kj.parts * P * c->co * c->nc;
+    if (get_buf(args[0], &b[0], 0, x_floats * 4, "winograd input") &&
+        get_buf(args[1], &b[1], 0, g_floats * 4, "winograd gradient") &&
+        get_buf(args[2], &b[2], 1, du_floats * 4, "winograd kernel sums")) {
+        c->x = (const float *)b[0].view.buf, kj.g = (const float *)b[1].view.buf, kj.du = (float *)b[2].view.buf;
+        c->failed = &failed;
+        tallow_task_fn fn = task_of(KGRAD);
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(fn, &kj, kj.parts, 1, (x_floats + g_floats) * 4);
+        const int64_t one = P * c->co * c->nc;
+        for (int64_t part = 1; part < kj.parts && !atomic_load(&failed); part++) /* in order */
+            for (int64_t i = 0; i < one; i++) kj.du[i] += kj.du[part * one + i];
+        Py_END_ALLOW_THREADS
+        res = none_or_no_memory(atomic_load(&failed));
+    }
+    release(b, 3);
+    return res;
+}
+
+static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return kgrad_call(args, nargs, 0);
+}
+
+static PyObject *py_kernel_grad_parts_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return kgrad_call(args, nargs, 1);
+}
+
 static PyObject *py_set_group_bytes(PyObject *self, PyObject *arg) {
     (void)self;
     long long v = PyLong_AsLongLong(arg);
@@ -805,10 +974,10 @@ static PyMethodDef methods[] = {
     {"kernel_grad_transform_row", FC(py_kernel_grad_transform_row), "G^T m of (4, co, ci) into dk (co, ci, 1, 3), f32."},
     {"conv", FC(py_conv), "x (nb, nc, h, w) convolved with u (16, co, nc) into y, a few images per task."},
     {"conv_row", FC(py_conv_row), "x (nb, nc, h, w) convolved with u (4, co, nc) (1x3) into y, a few images per task."},
+    {"kernel_grad_parts", FC(py_kernel_grad_parts), "The kernel gradient's sums dU a few images at a time, in parts."},
+    {"kernel_grad_parts_row", FC(py_kernel_grad_parts_row), "The same for 1x3 kernels (4 positions)."},
     {"set_group_bytes", py_set_group_bytes, METH_O, "Bytes of tiles per product in conv (returns the old value)."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
-    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build of the transforms."},
-    {"avx512", py_avx512, METH_NOARGS, "Whether the AVX-512 build of the transforms is used."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
     {NULL, NULL, 0, NULL}};
 
@@ -819,7 +988,9 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_winograd",
 PyMODINIT_FUNC PyInit__winograd(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
-    use_avx512 = cpu_has_avx512f();
+#endif
+#if defined(__linux__)
+    tiles_key_ok = pthread_key_create(&tiles_key, tiles_free) == 0;
 #endif
     tallow_pool_import();
     tallow_gemm_import();
