@@ -288,6 +288,53 @@ def test_native_paths_give_the_same_bits_at_one_and_two_threads(b, c, co, n, k, 
         assert native._workers.stats()["jobs"] > jobs
 
 
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("b,c,co,n,k,stride,pad,dil", [
+    (4, 16, 64, 32, 3, 2, 1, 1),   # a stride-2 layer
+    (5, 12, 48, 17, 3, 2, 0, 1),   # odd image, no padding
+    (4, 8, 64, 20, 5, 1, 2, 1),    # 5x5
+    (6, 10, 50, 24, 3, 1, 2, 2),   # dilated
+])
+def test_the_im2col_convolution_by_images(b, c, co, n, k, stride, pad, dil, monkeypatch):
+    """Each image's columns and product on one thread (``conv_images``) against the
+    batch's columns and the split products: the same bits at one and two threads,
+    PyTorch's values, and the rule takes it for these shapes."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((b, c, n, n)).astype(np.float32)
+    kern = rng.standard_normal((co, c, k, k)).astype(np.float32)
+    args = ((pad, pad), (stride, stride), (dil, dil), 1)
+    taken, real = [], cpu_conv._by_images
+    monkeypatch.setattr(cpu_conv, "_by_images", lambda *a: taken.append(real(*a)) or taken[-1])
+    got, batch = [], []
+    for threads in (1, 2):
+        with cpu_path(direct=False), split_pool(threads):
+            native._workers.set_threads(threads)
+            got.append(cpu_conv._conv2d(x, kern, *args))
+            with monkeypatch.context() as mp:
+                mp.setattr(cpu_conv, "_by_images", lambda *a: False)
+                batch.append(cpu_conv._conv2d(x, kern, *args))
+    assert taken == [True, True]
+    for y in got + batch[1:]:
+        np.testing.assert_array_equal(y, batch[0])
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
+                    padding=pad, dilation=dil).numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+def test_the_rule_for_the_im2col_convolution_by_images(monkeypatch):
+    mod = cpu_conv._NATIVE["module"]
+    monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 2)
+    assert cpu_conv._by_images(mod, 4, 1, 128, 256, 576)
+    assert not cpu_conv._by_images(mod, 1, 1, 128, 256, 576)      # one image: the split product
+    assert not cpu_conv._by_images(mod, 3, 1, 128, 256, 576)      # 2 + 1 images on 2 threads
+    assert not cpu_conv._by_images(mod, 4, 2, 128, 256, 576)      # groups
+    assert not cpu_conv._by_images(mod, 4, 1, 128, 49, 576)       # computed transposed
+    assert not cpu_conv._by_images(None, 4, 1, 128, 256, 576)
+    monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 1)
+    assert cpu_conv._by_images(mod, 3, 1, 128, 256, 576)
+
+
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_native_passes_refuse_short_buffers_and_bad_sizes():
     mod = cpu_conv._NATIVE["module"]
@@ -297,6 +344,14 @@ def test_native_passes_refuse_short_buffers_and_bad_sizes():
         mod.im2col(x, np.zeros(3, np.float32), 36, 4, *geometry)
     with pytest.raises(ValueError, match="out"):
         mod.direct(x, np.zeros(9, np.float32), np.zeros(3, np.float32), 1, *geometry)
+    y = np.full(4, 7.0, np.float32)
+    with pytest.raises(ValueError, match="y"):
+        mod.conv_images(x, np.zeros(9, np.float32), y[:3].copy(), 1, *geometry)
+    with pytest.raises(ValueError, match="k"):
+        mod.conv_images(x, np.zeros(8, np.float32), y, 1, *geometry)
+    with pytest.raises(ValueError, match="channel"):
+        mod.conv_images(x, np.zeros(9, np.float32), y, 0, *geometry)
+    assert np.all(y == 7.0)
     with pytest.raises(ValueError, match="bad sizes"):
         mod.im2col(x, np.zeros(36, np.float32), 36, 4, *geometry[:4], 0, *geometry[5:])
     with pytest.raises(ValueError, match="pooling"):

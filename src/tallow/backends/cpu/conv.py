@@ -193,6 +193,18 @@ def _pointwise_input(x, stride):
     return np.ascontiguousarray(x)
 
 
+def _by_images(native, b, groups, co, pos, rows) -> bool:
+    """Whether an im2col convolution runs an image at a time in C (``conv_images``: each
+    image's columns and product on one thread, in its cache) rather than the batch's
+    columns and then the products split over the threads. For the native product's
+    shapes (``gemm.native_takes``, not computed transposed), so that either way gives
+    the same bits; on one thread, or when the images share out evenly enough over
+    the threads (as Winograd's, ``winograd._by_images``)."""
+    if native is None or groups != 1 or b < 2 or gemm._narrow_and_tall(co, pos):
+        return False
+    return gemm.native_takes(co, pos, rows, b) and winograd._by_images(b)
+
+
 def _conv2d(x, k, pad, stride, dil, groups):
     """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
     kernels, native = _compiled(), _native(x, k)
@@ -213,6 +225,11 @@ def _conv2d(x, k, pad, stride, dil, groups):
     kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
     if b == 1 or oh * ow >= SMALL_IMAGE or gemm.native_takes(co // groups, oh * ow, cg * kh * kw, b * groups):
+        if not pointwise and _by_images(native, b, groups, co, oh * ow, c * kh * kw):
+            y = np.empty((b, co, oh, ow), np.float32)
+            native.conv_images(x, np.ascontiguousarray(k), y, co,
+                               *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+            return y
         if pointwise:
             cols = _pointwise_input(x, stride).reshape(b, groups, cg, oh * ow)
         else:

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "_gemm.h"
 #include "_workers.h"
 
 static int use_avx2 = 0;
@@ -231,6 +232,84 @@ COLS_TASKS(_base, NO_MEMCPY_CALLS)
 #ifdef TALLOW_X86
 COLS_TASKS(_avx2, AVX2 NO_MEMCPY_CALLS)
 #endif
+
+/* conv_images(x, k, y, co, geometry): the im2col convolution an image at a time, one
+ * chunk of images per task of the pool: each image's columns (in this thread's
+ * scratch, in the cache) and then its product k (co, rows) @ cols (rows, oh * ow) into
+ * y[b] through the capsule of the f32 kernel.  Gathering the whole batch's columns
+ * and then splitting the products over the threads left each core reading columns
+ * the other one wrote, from a buffer past the L2 cache.  Same sums, same bits. */
+typedef struct {
+    geom_t g;
+    const float *x, *k;
+    float *y;
+    int64_t co;
+    _Atomic int *failed;
+} images_job;
+
+#define IMAGES_TASK(NAME, ATTR)                                                                   \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const images_job *ij = (const images_job *)p;                                             \
+        const geom_t *g = &ij->g;                                                                 \
+        const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
+        const int64_t ph = cols_scratch_floats(g);                                                \
+        const size_t floats = (size_t)(rows * pos + ph);                                          \
+        float *cols = scratch_get(floats);                                                        \
+        if (!cols) {                                                                              \
+            atomic_store(ij->failed, 1);                                                          \
+            return;                                                                               \
+        }                                                                                         \
+        cols_job jb;                                                                              \
+        memset(&jb, 0, sizeof jb);                                                                \
+        jb.g = *g, jb.g.nb = 1, jb.cols = cols, jb.sb = 0, jb.sr = pos, jb.failed = ij->failed;   \
+        for (int64_t b = lo; b < hi; b++) {                                                       \
+            jb.x = (float *)ij->x + b * g->nc * g->h * g->w;                                      \
+            for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);          \
+            if (!tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, ij->y + b * ij->co * pos, 1, ij->co, \
+                                      pos, rows, 0)) {                                            \
+                atomic_store(ij->failed, 1);                                                      \
+                break;                                                                            \
+            }                                                                                     \
+        }                                                                                         \
+        scratch_done(cols, floats);                                                               \
+    }
+IMAGES_TASK(images_task_base, NO_MEMCPY_CALLS)
+#ifdef TALLOW_X86
+IMAGES_TASK(images_task_avx2, AVX2 NO_MEMCPY_CALLS)
+#endif
+
+/* conv_images(x, k, y, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow) */
+static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "conv_images takes 18 arguments");
+    images_job ij;
+    if (!parse_ints(args, 3, 1, &ij.co) || !parse_geom(args, 4, &ij.g)) return NULL;
+    if (ij.co < 1) return PyErr_Format(PyExc_ValueError, "conv_images: bad channel count");
+    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "conv_images: the product module is missing");
+    const geom_t *g = &ij.g;
+    int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
+        get_buf(args[1], &b[1], 0, ij.co * rows * 4, "k") &&
+        get_buf(args[2], &b[2], 1, g->nb * ij.co * pos * 4, "y")) {
+        ij.x = (const float *)b[0].view.buf, ij.k = (const float *)b[1].view.buf, ij.y = (float *)b[2].view.buf;
+        _Atomic int failed = 0;
+        ij.failed = &failed;
+        tallow_task_fn fn = images_task_base;
+#ifdef TALLOW_X86
+        if (use_avx2) fn = images_task_avx2;
+#endif
+        Py_BEGIN_ALLOW_THREADS
+        if (pos > 0 && rows > 0)
+            tallow_pool_run(fn, &ij, g->nb, 1, (g->nb * (g->nc * g->h * g->w + ij.co * pos) + ij.co * rows) * 4);
+        Py_END_ALLOW_THREADS
+        res = none_or_no_memory(atomic_load(&failed));
+    }
+    release(b, 3);
+    return res;
+}
 
 /* Planes per chunk: enough that a chunk is a few microseconds of copying. */
 static int64_t plane_grain(int64_t floats_per_plane) {
@@ -1273,6 +1352,7 @@ TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
+    {"conv_images", FC(py_conv_images), "im2col and the product an image at a time, one chunk of images per task."},
     {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},
     {"col2im", FC(py_col2im), "The adjoint of im2col: columns summed into f32 NCHW images."},
     {"direct", FC(py_direct), "Direct f32 convolution (no column matrix) for few input channels."},
@@ -1295,6 +1375,8 @@ PyMODINIT_FUNC PyInit__conv(void) {
     use_avx2 = cpu_has_avx2();
     use_avx512 = cpu_has_avx512f();
 #endif
+    scratch_init();
+    tallow_gemm_import();
     tallow_pool_import();
     return PyModule_Create(&moduledef);
 }

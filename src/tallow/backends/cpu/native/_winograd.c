@@ -38,10 +38,6 @@
 #include "_gemm.h"
 #include "_workers.h"
 
-#if defined(__linux__)
-#include <pthread.h>
-#endif
-
 static int use_avx2 = 0;
 
 /* Sizes: parse_ints, none negative. */
@@ -457,47 +453,6 @@ typedef struct {
 
 static int64_t group_bytes = 256 << 10;
 
-/* A task's tile buffer, kept per thread between calls up to KEEP_TILE_FLOATS: a fresh
- * half-megabyte malloc per chunk is an mmap whose page faults, taken under the
- * process's memory lock, serialised the two threads (a 64->64 layer on two threads
- * was no faster than on one). */
-#define KEEP_TILE_FLOATS ((size_t)1 << 20)
-typedef struct {
-    float *buf;
-    size_t cap;
-} tiles_t;
-static _Thread_local tiles_t *tls_tiles = NULL;
-#if defined(__linux__)
-static pthread_key_t tiles_key;
-static int tiles_key_ok = 0;
-static void tiles_free(void *p) {
-    tiles_t *t = (tiles_t *)p;
-    free(t->buf);
-    free(t);
-}
-#endif
-
-/* At least `floats` of scratch for this thread, or NULL; give it back with tiles_done. */
-static float *tiles_get(size_t floats) {
-    if (floats > KEEP_TILE_FLOATS) return (float *)malloc(floats * sizeof(float));
-    if (!tls_tiles) {
-        tls_tiles = (tiles_t *)calloc(1, sizeof(tiles_t));
-        if (!tls_tiles) return NULL;
-#if defined(__linux__)
-        if (tiles_key_ok) pthread_setspecific(tiles_key, tls_tiles); /* freed at thread exit */
-#endif
-    }
-    if (tls_tiles->cap < floats) {
-        free(tls_tiles->buf);
-        tls_tiles->buf = (float *)malloc(floats * sizeof(float));
-        tls_tiles->cap = tls_tiles->buf ? floats : 0;
-    }
-    return tls_tiles->buf;
-}
-
-static void tiles_done(float *buf, size_t floats) {
-    if (floats > KEEP_TILE_FLOATS) free(buf);
-}
 
 static inline int64_t conv_positions(const conv_job *c) { return c->row ? 4 : 16; }
 
@@ -519,7 +474,7 @@ static inline int64_t conv_group(const conv_job *c) {
         int64_t in_s = c->row ? input_row_scratch_floats(&in) : input_scratch_floats(&in);        \
         int64_t out_s = c->row ? output_row_scratch_floats(&out) : output_scratch_floats(&out);   \
         const size_t floats = (size_t)(P * (c->nc + c->co) * g * run + in_s + out_s);                \
-        float *v = tiles_get(floats);                                                             \
+        float *v = scratch_get(floats);                                                             \
         if (!v) {                                                                                 \
             atomic_store(c->failed, 1);                                                           \
             return;                                                                               \
@@ -544,7 +499,7 @@ static inline int64_t conv_group(const conv_job *c) {
                 else output_plane(&out, q, s_out);                                                \
             }                                                                                     \
         }                                                                                         \
-        tiles_done(v, floats);                                                                    \
+        scratch_done(v, floats);                                                                    \
     }
 
 /* kernel_grad_parts(x, g, du, ...) and its _row form: the kernel gradient's products
@@ -571,7 +526,7 @@ typedef struct {
         int64_t in_s = c->row ? input_row_scratch_floats(&in) : input_scratch_floats(&in);        \
         int64_t gr_s = c->row ? grad_row_scratch_floats(&gr) : grad_scratch_floats(&gr);          \
         const size_t floats = (size_t)(P * (c->nc + c->co) * g * run + in_s + gr_s);              \
-        float *v = tiles_get(floats);                                                             \
+        float *v = scratch_get(floats);                                                             \
         if (!v) {                                                                                 \
             atomic_store(c->failed, 1);                                                           \
             return;                                                                               \
@@ -602,7 +557,7 @@ typedef struct {
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
-        tiles_done(v, floats);                                                                    \
+        scratch_done(v, floats);                                                                    \
     }
 
 /* ------------------------------------------------------------------ the two builds */
@@ -989,9 +944,7 @@ PyMODINIT_FUNC PyInit__winograd(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
 #endif
-#if defined(__linux__)
-    tiles_key_ok = pthread_key_create(&tiles_key, tiles_free) == 0;
-#endif
+    scratch_init();
     tallow_pool_import();
     tallow_gemm_import();
     return PyModule_Create(&moduledef);

@@ -8,6 +8,7 @@
 #define TALLOW_NATIVE_COMMON_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -90,6 +91,56 @@ static inline int cpu_has_avx512f(void) {
         (void)noargs;                                                                                 \
         return PyBool_FromLong(flag && simd);                                                         \
     }
+
+/* ------------------------------------------------------------------ per-thread scratch */
+/* A task's scratch buffer, kept per thread between calls up to KEEP_SCRATCH_FLOATS
+ * (4 MiB): a fresh half-megabyte malloc per chunk is an mmap whose page faults, taken
+ * under the process's memory lock, serialised two threads.  Larger ones are allocated
+ * and freed each time.  A module calls scratch_init() once at import. */
+#define KEEP_SCRATCH_FLOATS ((size_t)1 << 20)
+typedef struct {
+    float *buf;
+    size_t cap;
+} thread_scratch_t;
+static _Thread_local thread_scratch_t *tls_thread_scratch = NULL;
+#if defined(__linux__)
+#include <pthread.h>
+static pthread_key_t thread_scratch_key;
+static int thread_scratch_key_ok = 0;
+static inline void thread_scratch_free(void *p) {
+    thread_scratch_t *t = (thread_scratch_t *)p;
+    free(t->buf);
+    free(t);
+}
+#endif
+
+static inline void scratch_init(void) {
+#if defined(__linux__)
+    thread_scratch_key_ok = pthread_key_create(&thread_scratch_key, thread_scratch_free) == 0;
+#endif
+}
+
+/* At least `floats` of scratch for this thread, or NULL; give it back with scratch_done. */
+static inline float *scratch_get(size_t floats) {
+    if (floats > KEEP_SCRATCH_FLOATS) return (float *)malloc(floats * sizeof(float));
+    if (!tls_thread_scratch) {
+        tls_thread_scratch = (thread_scratch_t *)calloc(1, sizeof(thread_scratch_t));
+        if (!tls_thread_scratch) return NULL;
+#if defined(__linux__)
+        if (thread_scratch_key_ok) pthread_setspecific(thread_scratch_key, tls_thread_scratch); /* freed at exit */
+#endif
+    }
+    if (tls_thread_scratch->cap < floats) {
+        free(tls_thread_scratch->buf);
+        tls_thread_scratch->buf = (float *)malloc(floats * sizeof(float));
+        tls_thread_scratch->cap = tls_thread_scratch->buf ? floats : 0;
+    }
+    return tls_thread_scratch->buf;
+}
+
+static inline void scratch_done(float *buf, size_t floats) {
+    if (floats > KEEP_SCRATCH_FLOATS) free(buf);
+}
 
 /* ------------------------------------------------------------------ the SIMD switch */
 /* set_simd(on) / simd() of a module whose SIMD functions are chosen by `flag` (its
