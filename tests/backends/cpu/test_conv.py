@@ -321,6 +321,53 @@ def test_the_im2col_convolution_by_images(b, c, co, n, k, stride, pad, dil, monk
     np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("b,c,co,n,k,stride,pad,dil", [
+    (16, 8, 24, 32, 3, 2, 1, 1),   # a stride-2 layer (a transposed one's kernel gradient)
+    (3, 12, 48, 17, 3, 1, 0, 1),   # three parts of one image
+    (6, 6, 32, 20, 5, 1, 2, 1),    # 5x5
+    (5, 10, 20, 24, 3, 1, 2, 2),   # dilated
+])
+def test_the_im2col_kernel_gradient_in_parts(b, c, co, n, k, stride, pad, dil, monkeypatch):
+    """The kernel gradient's sum over the images in parts, each image's columns made on
+    the thread that uses them: PyTorch's values, the same bits at one and two threads,
+    and the rule takes it for these shapes."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((b, c, n, n)).astype(np.float32)
+    oh = (n + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    g = rng.standard_normal((b, co, oh, oh)).astype(np.float32)
+    args = ((co, c, k, k), (pad, pad), (stride, stride), (dil, dil), 1)
+    taken, real = [], cpu_conv._kernel_grad_parts
+    monkeypatch.setattr(cpu_conv, "_kernel_grad_parts", lambda *a: taken.append(real(*a)) or taken[-1])
+    got = []
+    for threads in (1, 2):
+        with cpu_path(direct=False), split_pool(threads):
+            native._workers.set_threads(threads)
+            got.append(cpu_conv._conv2d_kernel_grad(x, g, *args))
+    assert taken == [min(b, 4)] * 2
+    np.testing.assert_array_equal(got[1], got[0])
+    pk = torch.zeros((co, c, k, k), dtype=torch.float64, requires_grad=True)
+    F.conv2d(torch.from_numpy(x).double(), pk, stride=stride, padding=pad, dilation=dil).backward(
+        torch.from_numpy(g).double())
+    np.testing.assert_allclose(got[0], pk.grad.numpy(), rtol=1e-4, atol=1e-4 * np.sqrt(b * oh * oh))
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
+    mod = cpu_conv._NATIVE["module"]
+    monkeypatch.setattr(cpu_conv, "SMALL_IMAGE", 256)
+    assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, 64, 288, 256) == 4
+    assert cpu_conv._kernel_grad_parts(mod, 3, 1, False, 64, 288, 256) == 3
+    assert cpu_conv._kernel_grad_parts(mod, 1, 1, False, 64, 288, 256) == 0    # one image
+    assert cpu_conv._kernel_grad_parts(mod, 16, 2, False, 64, 288, 256) == 0   # groups
+    assert cpu_conv._kernel_grad_parts(mod, 16, 1, True, 64, 288, 256) == 0    # 1x1: no columns
+    assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, 64, 288, 64) == 0    # small images
+    assert cpu_conv._kernel_grad_parts(None, 16, 1, False, 64, 288, 256) == 0
+    for threads in (1, 2):  # not the threads
+        monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda threads=threads: threads)
+        assert cpu_conv._kernel_grad_parts(mod, 8, 1, False, 64, 288, 256) == 4
+
+
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_the_rule_for_the_im2col_convolution_by_images(monkeypatch):
     mod = cpu_conv._NATIVE["module"]
@@ -352,6 +399,14 @@ def test_native_passes_refuse_short_buffers_and_bad_sizes():
     with pytest.raises(ValueError, match="channel"):
         mod.conv_images(x, np.zeros(9, np.float32), y, 0, *geometry)
     assert np.all(y == 7.0)
+    parts = np.full(18, 7.0, np.float32)
+    with pytest.raises(ValueError, match="parts_out"):  # room for 2 parts of 9, not 3
+        mod.kernel_grad_parts(x, np.zeros(4, np.float32), parts, 3, 1, *geometry)
+    with pytest.raises(ValueError, match="g"):
+        mod.kernel_grad_parts(x, np.zeros(3, np.float32), parts, 2, 1, *geometry)
+    with pytest.raises(ValueError, match="part"):
+        mod.kernel_grad_parts(x, np.zeros(4, np.float32), parts, 0, 1, *geometry)
+    assert np.all(parts == 7.0)
     with pytest.raises(ValueError, match="bad sizes"):
         mod.im2col(x, np.zeros(36, np.float32), 36, 4, *geometry[:4], 0, *geometry[5:])
     with pytest.raises(ValueError, match="pooling"):

@@ -205,6 +205,19 @@ def _by_images(native, b, groups, co, pos, rows) -> bool:
     return gemm.native_takes(co, pos, rows, b) and winograd._by_images(b)
 
 
+def _kernel_grad_parts(native, b, groups, pointwise, co, rows, pos) -> int:
+    """How many parts an im2col kernel gradient's sum over the images is cut into (each
+    summed image by image in C, ``kernel_grad_parts``: the columns of an image made
+    and used on one thread, in its cache), or 0 for the products below. A count that
+    follows the batch alone (``winograd.KERNEL_GRAD_PARTS`` at most), so the bits do
+    not depend on the threads; for images of ``SMALL_IMAGE`` positions or more and
+    the native product's shapes, where the per-image products already ran."""
+    if (native is None or groups != 1 or pointwise or b < 2 or pos < SMALL_IMAGE
+            or not gemm.native_takes(co, rows, pos)):
+        return 0
+    return min(b, winograd.KERNEL_GRAD_PARTS)
+
+
 def _conv2d(x, k, pad, stride, dil, groups):
     """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
     kernels, native = _compiled(), _native(x, k)
@@ -339,6 +352,12 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     if winograd.applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
         return winograd.kernel_grad(x, g, k_shape, pad)
     CONFIG.apply()
+    parts = _kernel_grad_parts(native, b, groups, pointwise, co, rows, oh * ow)
+    if parts:
+        out = np.empty((parts, co, rows), np.float32)
+        native.kernel_grad_parts(x, np.ascontiguousarray(g), out, parts, co,
+                                 *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+        return out[0].reshape(co, cg, kh, kw)
     if (x.dtype == np.float32 and g.dtype == np.float32 and gemm.native_available()
             and oh * ow >= SMALL_IMAGE):
         # One product per image added into the result by the native kernel: neither

@@ -311,6 +311,100 @@ static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_
     return res;
 }
 
+/* kernel_grad_parts(x, g, parts_out, parts, co, geometry): the im2col kernel gradient
+ * dk = sum over images of g[b] (co, oh * ow) @ cols[b]^T, the images cut into `parts`
+ * ranges (a count the caller takes from the shape alone), each range summed image by
+ * image into its own (co, rows) by one task (each image's columns in that thread's
+ * scratch), then the parts added in order into parts_out[0]: the same bits at any
+ * thread count. */
+typedef struct {
+    geom_t g;
+    const float *x, *gr;
+    float *parts_out;
+    int64_t co, parts;
+    _Atomic int *failed;
+} kparts_job;
+
+#define KPARTS_TASK(NAME, ATTR)                                                                   \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const kparts_job *kj = (const kparts_job *)p;                                             \
+        const geom_t *g = &kj->g;                                                                 \
+        const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
+        const int64_t ph = cols_scratch_floats(g);                                                \
+        const size_t floats = (size_t)(rows * pos + ph);                                          \
+        float *cols = scratch_get(floats);                                                        \
+        if (!cols) {                                                                              \
+            atomic_store(kj->failed, 1);                                                          \
+            return;                                                                               \
+        }                                                                                         \
+        cols_job jb;                                                                              \
+        memset(&jb, 0, sizeof jb);                                                                \
+        jb.g = *g, jb.g.nb = 1, jb.cols = cols, jb.sb = 0, jb.sr = pos, jb.failed = kj->failed;   \
+        for (int64_t part = lo; part < hi; part++) {                                              \
+            const int64_t a = g->nb * part / kj->parts, z = g->nb * (part + 1) / kj->parts;       \
+            float *dk = kj->parts_out + part * kj->co * rows;                                     \
+            if (a == z) memset(dk, 0, (size_t)(kj->co * rows) * sizeof(float));                  \
+            for (int64_t b = a; b < z; b++) {                                                     \
+                jb.x = (float *)kj->x + b * g->nc * g->h * g->w;                                  \
+                for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);      \
+                /* dk (+)= g[b] (co, pos) @ cols^T (pos, rows) */                                 \
+                if (!tallow_gemm->product(kj->gr + b * kj->co * pos, 0, pos, 1, cols, 0, 1, pos, dk, 1, kj->co, \
+                                          rows, pos, b > a)) {                                    \
+                    atomic_store(kj->failed, 1);                                                  \
+                    break;                                                                        \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        scratch_done(cols, floats);                                                               \
+    }
+KPARTS_TASK(kparts_task_base, NO_MEMCPY_CALLS)
+#ifdef TALLOW_X86
+KPARTS_TASK(kparts_task_avx2, AVX2 NO_MEMCPY_CALLS)
+#endif
+
+/* kernel_grad_parts(x, g, parts_out, parts, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh,
+ * dw, oh, ow): x (nb, nc, h, w), g (nb, co, oh, ow), parts_out (parts, co, nc * kh * kw). */
+static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 19) return PyErr_Format(PyExc_TypeError, "kernel_grad_parts takes 19 arguments");
+    kparts_job kj;
+    int64_t pc[2];
+    if (!parse_ints(args, 3, 2, pc) || !parse_geom(args, 5, &kj.g)) return NULL;
+    kj.parts = pc[0], kj.co = pc[1];
+    if (kj.parts < 1 || kj.co < 1) return PyErr_Format(PyExc_ValueError, "kernel_grad_parts: bad part or channel count");
+    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "kernel_grad_parts: the product module is missing");
+    const geom_t *g = &kj.g;
+    int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
+        get_buf(args[1], &b[1], 0, g->nb * kj.co * pos * 4, "g") &&
+        get_buf(args[2], &b[2], 1, kj.parts * kj.co * rows * 4, "parts_out")) {
+        kj.x = (const float *)b[0].view.buf, kj.gr = (const float *)b[1].view.buf;
+        kj.parts_out = (float *)b[2].view.buf;
+        _Atomic int failed = 0;
+        kj.failed = &failed;
+        tallow_task_fn fn = kparts_task_base;
+#ifdef TALLOW_X86
+        if (use_avx2) fn = kparts_task_avx2;
+#endif
+        Py_BEGIN_ALLOW_THREADS
+        if (pos > 0 && rows > 0) {
+            tallow_pool_run(fn, &kj, kj.parts, 1, g->nb * (g->nc * g->h * g->w + kj.co * pos) * 4);
+            const int64_t one = kj.co * rows;
+            for (int64_t part = 1; part < kj.parts && !atomic_load(&failed); part++) /* in order */
+                for (int64_t i = 0; i < one; i++) kj.parts_out[i] += kj.parts_out[part * one + i];
+        } else {
+            memset(kj.parts_out, 0, (size_t)(kj.co * rows) * sizeof(float));
+        }
+        Py_END_ALLOW_THREADS
+        res = none_or_no_memory(atomic_load(&failed));
+    }
+    release(b, 3);
+    return res;
+}
+
 /* Planes per chunk: enough that a chunk is a few microseconds of copying. */
 static int64_t plane_grain(int64_t floats_per_plane) {
     int64_t grain = 4096 / (floats_per_plane + 1);
@@ -1353,6 +1447,7 @@ TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"conv_images", FC(py_conv_images), "im2col and the product an image at a time, one chunk of images per task."},
+    {"kernel_grad_parts", FC(py_kernel_grad_parts), "The im2col kernel gradient an image at a time, in parts."},
     {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},
     {"col2im", FC(py_col2im), "The adjoint of im2col: columns summed into f32 NCHW images."},
     {"direct", FC(py_direct), "Direct f32 convolution (no column matrix) for few input channels."},
