@@ -488,11 +488,12 @@ typedef struct {
 /* The channel blocks the kernels walk.  AVX2 (16 positions in two registers per
  * channel): six while more than four channels remain, except eight (two blocks of four
  * waste none), then four.  AVX-512 (`wide`: 16 positions in one register per channel):
- * twelve while more than eight remain, except sixteen (two of eight), then eight.
+ * sixteen while that many remain (sixteen accumulators: eight waited on the FMA
+ * latency), then twelve while more than eight remain, then eight.
  * Returns the block at o0. */
 static inline int64_t direct_block_size(int64_t co, int64_t o0, int wide) {
     int64_t left = co - o0;
-    if (wide) return left > 8 && left != 16 ? 12 : 8;
+    if (wide) return left >= 16 ? 16 : left > 8 ? 12 : 8;
     return left > 4 && left != 8 ? 6 : 4;
 }
 
@@ -643,19 +644,20 @@ DIRECT_FLAT_BLOCK(6)
         const float *kp = jb->kpack + o0 * taps;                                                       \
         const float *base = planes + p0;                                                               \
         __m512 a[NCO];                                                                                 \
-        _Pragma("GCC unroll 12") for (int q = 0; q < NCO; q++) a[q] = _mm512_setzero_ps();             \
+        _Pragma("GCC unroll 16") for (int q = 0; q < NCO; q++) a[q] = _mm512_setzero_ps();             \
         for (int64_t tap = 0; tap < taps; tap++) {                                                     \
             __m512 v = _mm512_loadu_ps(base + jb->flat_off[tap]);                                      \
-            _Pragma("GCC unroll 12") for (int q = 0; q < NCO; q++)                                     \
+            _Pragma("GCC unroll 16") for (int q = 0; q < NCO; q++)                                     \
                 a[q] = _mm512_fmadd_ps(_mm512_set1_ps(kp[tap * NCO + q]), v, a[q]);                    \
         }                                                                                              \
-        _Pragma("GCC unroll 12") for (int q = 0; q < NCO; q++) {                                       \
+        _Pragma("GCC unroll 16") for (int q = 0; q < NCO; q++) {                                       \
             if (q >= nco) break;                                                                       \
             _mm512_storeu_ps(wide + (o0 + q) * span + p0, a[q]);                                       \
         }                                                                                              \
     }
 DIRECT_FLAT_WIDE(8)
 DIRECT_FLAT_WIDE(12)
+DIRECT_FLAT_WIDE(16)
 
 /* The outputs of image b at flat positions [pa, pb), from the wide rows to the image. */
 static void direct_flat_flush(const direct_job *jb, const float *wide, int64_t b, int64_t pa, int64_t pb) {
@@ -702,7 +704,11 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
         if (jb->wide) {
             for (int64_t o0 = 0; o0 < co;) {
                 int64_t left = co - o0;
-                if (direct_block_size(co, o0, 1) == 12) {
+                int64_t nb = direct_block_size(co, o0, 1);
+                if (nb == 16) {
+                    direct_flat_wide16(jb, planes, wide, p0, o0, 16);
+                    o0 += 16;
+                } else if (nb == 12) {
                     direct_flat_wide12(jb, planes, wide, p0, o0, left < 12 ? left : 12);
                     o0 += 12;
                 } else {
