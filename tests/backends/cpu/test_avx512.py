@@ -1,8 +1,9 @@
 """The AVX-512 kernels against the AVX2 ones they widen: the f32 product's 6x32
-tile and the flat direct convolution's 16-lane channel blocks compute every output
-with the same operations in the same order, so they must give the AVX2 kernels' bits (and so PyTorch's values,
-which the AVX2 kernels' own tests check). They run where the CPU has AVX-512F;
-``TALLOW_NATIVE_ISA=avx2`` switches them off.
+tile and the flat direct convolution's 16-lane blocks (16, 12 or 8 channels x 16
+positions; up to 4 channels x 64 positions) compute every output with the same
+operations in the same order, so they must give the AVX2 kernels' bits (and so
+PyTorch's values, which the AVX2 kernels' own tests check). They run where the CPU
+has AVX-512F; ``TALLOW_NATIVE_ISA=avx2`` switches them off.
 """
 
 import contextlib
@@ -121,6 +122,33 @@ def test_the_flat_direct_convolution_s_16_lane_blocks_give_the_avx2_bits(b, c, c
     plain, wide = _both(_conv, direct)
     np.testing.assert_array_equal(wide, plain)
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=pad).numpy()
+    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("co", [1, 3, 4])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_few_output_channels_four_blocks_at_once(co, threads):
+    """Up to 4 output channels (a first layer's input gradient): 64 positions per step,
+    the image's last blocks (fewer than four) and the chunks' edges one at a time."""
+    rng = np.random.default_rng(co)
+    x = rng.standard_normal((3, 16, 27, 30)).astype(np.float32)
+    k = rng.standard_normal((co, 16, 3, 3)).astype(np.float32)
+
+    def direct():
+        out = np.full((3, co, 27, 30), np.nan, np.float32)
+        _conv.direct(x, k, out, co, 3, 16, 27, 30, 3, 3, 1, 1, 1, 1, 1, 1, 27, 30)
+        return out
+
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        from tallow.backends.cpu import native
+        native.sync_threads()
+        plain, wide = _both(_conv, direct)
+    finally:
+        tl.utils.set_num_threads(before)
+    np.testing.assert_array_equal(wide, plain)
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=1).numpy()
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
 
 
