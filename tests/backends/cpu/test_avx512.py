@@ -125,7 +125,7 @@ def test_the_flat_direct_convolution_s_16_lane_blocks_give_the_avx2_bits(b, c, c
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("co", [1, 3, 4])
+@pytest.mark.parametrize("co", [1, 3, 4, 5, 8])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_few_output_channels_four_blocks_at_once(co, threads):
     """Up to 4 output channels (a first layer's input gradient): 64 positions per step,

@@ -483,7 +483,7 @@ typedef struct {
     int64_t fw, fplane, fblocks;
     int64_t *flat_off;
     int wide; /* the flat form's AVX-512 blocks (direct_block_size's `wide`) */
-    int few;  /* at most 4 output channels: AVX-512 blocks of 4 channels x 64 positions */
+    int few;  /* 4 (at most 4 output channels) or 2 (5-8): blocks at once, AVX-512 */
 } direct_job;
 
 /* The channel blocks the kernels walk.  AVX2 (16 positions in two registers per
@@ -660,38 +660,37 @@ DIRECT_FLAT_WIDE(8)
 DIRECT_FLAT_WIDE(12)
 DIRECT_FLAT_WIDE(16)
 
-/* At most four output channels (a first layer's input gradient: 16 channels back to
- * 3), four 16-position blocks at once: 4 channels x 64 positions in sixteen zmm
- * accumulators, per tap four loads, four broadcasts and sixteen FMAs (the AVX2 block
- * of 4 channels x 16 positions had eight accumulators and 0.75 loads per FMA). The
- * kernel is packed in blocks of 4 (pack_kernel, not wide). Same sums, same bits. */
-AVX512F static void direct_flat_few(const direct_job *jb, const float *planes, float *wide, int64_t p0) {
-    const geom_t *g = &jb->g;
-    int64_t taps = g->nc * g->kh * g->kw, span = jb->fblocks * 16;
-    const float *kp = jb->kpack, *base = planes + p0;
-    __m512 a[16];
-    _Pragma("GCC unroll 16") for (int q = 0; q < 16; q++) a[q] = _mm512_setzero_ps();
-    for (int64_t tap = 0; tap < taps; tap++) {
-        const float *src = base + jb->flat_off[tap];
-        __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
-        __m512 v2 = _mm512_loadu_ps(src + 32), v3 = _mm512_loadu_ps(src + 48);
-        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
-            __m512 w = _mm512_set1_ps(kp[tap * 4 + q]);
-            a[4 * q] = _mm512_fmadd_ps(w, v0, a[4 * q]);
-            a[4 * q + 1] = _mm512_fmadd_ps(w, v1, a[4 * q + 1]);
-            a[4 * q + 2] = _mm512_fmadd_ps(w, v2, a[4 * q + 2]);
-            a[4 * q + 3] = _mm512_fmadd_ps(w, v3, a[4 * q + 3]);
-        }
+/* Few output channels (a first layer's input gradient: 16 channels back to 3 or 8),
+ * several 16-position blocks of one image at once: NCO channels x NB blocks in NCO * NB
+ * = 16 zmm accumulators, per tap NB loads, NCO broadcasts and 16 FMAs (4 x 64: the
+ * AVX2 block of 4 channels x 16 positions had eight accumulators and 0.75 loads per
+ * FMA; 8 x 32: the 16-lane block of 8 channels, eight accumulators, waited on the FMA
+ * latency). The kernel is packed in blocks of NCO. Same sums, same bits. */
+#define DIRECT_FLAT_FEW(NCO, NB)                                                                       \
+    AVX512F static void direct_flat_few##NCO(const direct_job *jb, const float *planes, float *wide,       \
+                                             int64_t p0) {                                             \
+        const geom_t *g = &jb->g;                                                                      \
+        int64_t taps = g->nc * g->kh * g->kw, span = jb->fblocks * 16;                                 \
+        const float *kp = jb->kpack, *base = planes + p0;                                              \
+        __m512 a[NCO * NB], v[NB];                                                                     \
+        _Pragma("GCC unroll 16") for (int q = 0; q < NCO * NB; q++) a[q] = _mm512_setzero_ps();        \
+        for (int64_t tap = 0; tap < taps; tap++) {                                                     \
+            const float *src = base + jb->flat_off[tap];                                               \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++) v[i] = _mm512_loadu_ps(src + 16 * i); \
+            _Pragma("GCC unroll 8") for (int q = 0; q < NCO; q++) {                                    \
+                __m512 w = _mm512_set1_ps(kp[tap * NCO + q]);                                          \
+                _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)                                   \
+                    a[NB * q + i] = _mm512_fmadd_ps(w, v[i], a[NB * q + i]);                           \
+            }                                                                                          \
+        }                                                                                              \
+        _Pragma("GCC unroll 8") for (int q = 0; q < NCO; q++) {                                        \
+            if (q >= jb->co) break;                                                                    \
+            _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)                                       \
+                _mm512_storeu_ps(wide + q * span + p0 + 16 * i, a[NB * q + i]);                        \
+        }                                                                                              \
     }
-    _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
-        if (q >= jb->co) break;
-        float *dst = wide + q * span + p0;
-        _mm512_storeu_ps(dst, a[4 * q]);
-        _mm512_storeu_ps(dst + 16, a[4 * q + 1]);
-        _mm512_storeu_ps(dst + 32, a[4 * q + 2]);
-        _mm512_storeu_ps(dst + 48, a[4 * q + 3]);
-    }
-}
+DIRECT_FLAT_FEW(4, 4)
+DIRECT_FLAT_FEW(8, 2)
 
 /* The outputs of image b at flat positions [pa, pb), from the wide rows to the image. */
 static void direct_flat_flush(const direct_job *jb, const float *wide, int64_t b, int64_t pa, int64_t pb) {
@@ -735,10 +734,12 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
             pa = p0;
         }
         pb = p0 + 16;
-        if (jb->few && u + 3 < hi && (u + 3) / jb->fblocks == b) { /* four blocks of this image */
-            direct_flat_few(jb, planes, wide, p0);
-            pb = p0 + 64;
-            u += 3;
+        const int64_t nb = jb->few; /* blocks of this image at once, or 0 */
+        if (nb && u + nb - 1 < hi && (u + nb - 1) / jb->fblocks == b) {
+            if (nb == 4) direct_flat_few4(jb, planes, wide, p0);
+            else direct_flat_few8(jb, planes, wide, p0);
+            pb = p0 + 16 * nb;
+            u += nb - 1;
             continue;
         }
         if (jb->wide) {
@@ -899,10 +900,11 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
                     for (int64_t kj = 0; kj < g->kw; kj++, tap++)
                         jb.flat_off[tap] = ci * fplane + ki * g->dh * fw + kj * g->dw;
             jb.fw = fw, jb.fplane = fplane, jb.fblocks = blocks;
-            /* 5-7 channels keep the AVX2 blocks (a 16-lane block of 8 would waste a
-             * third); up to 4 take four blocks of positions at once (direct_flat_few) */
-            jb.wide = use_avx512 && use_avx2 && jb.co >= 8;
-            jb.few = use_avx512 && use_avx2 && jb.co <= 4;
+            /* up to 8 channels: several blocks of positions at once (direct_flat_few;
+             * up to 4 keep the AVX2 packing, in blocks of 4) */
+            int avx512 = use_avx512 && use_avx2;
+            jb.wide = avx512 && jb.co > 4;
+            jb.few = !avx512 ? 0 : jb.co <= 4 ? 4 : jb.co <= 8 ? 2 : 0;
         }
     }
     buf_t b[3];
