@@ -953,14 +953,22 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
  * channels multiplies eight columns of the gradient with the three taps' inputs into
  * nine vector sums, kept in registers over the image's rows.  The sums run over
  * (b, y, x) in order and are reduced lane by lane at the end, the same at any thread
- * count. */
+ * count (the flat form below: per range of images, KGRAD_PARTS of them at most, the
+ * ranges added in order; each chunk pads only its ranges' gradients). */
 typedef struct {
     geom_t g;
     const float *x, *gr;
     float *gk;
     int64_t co, plen;
     _Atomic int *failed; /* set when a chunk could not allocate its rows */
+    /* flat form: the images in `parts` ranges, each range's sums in part_out (parts x
+     * co x taps), added in order into gk at the end */
+    int64_t parts;
+    float *part_out;
 } kgrad_job;
+
+/* The flat kernel gradient's image ranges: a count that follows the batch alone. */
+#define KGRAD_PARTS 4
 
 #define KG_CO 3
 #define KG_TAPS 3
@@ -1096,6 +1104,7 @@ AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
     const flat_geom f = kgrad_flat_geom(g);
     int64_t co = jb->co, ncb = (co + KF_CO - 1) / KF_CO, per_unit = ncb * KF_CO * KG_TAPS * 8;
     int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, taps = g->nc * g->kh * g->kw;
+    const int64_t ntu = g->nc * g->kh * ntb; /* tap units per image range */
     size_t floats = (size_t)(f.plane + co * f.npos + (hi - lo) * per_unit);
     float *plane = (float *)malloc(floats * sizeof(float));
     if (!plane) {
@@ -1105,56 +1114,62 @@ AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
     float *gpad = plane + f.plane, *all_sums = gpad + co * f.npos;
     memset(all_sums, 0, (size_t)((hi - lo) * per_unit) * sizeof(float));
     memset(gpad, 0, (size_t)(co * f.npos) * sizeof(float));
-    for (int64_t b = 0; b < g->nb; b++) {
-        for (int64_t o = 0; o < co; o++) /* the gradient at width W (the columns past ow stay 0) */
-            for (int64_t y = 0; y < g->oh; y++)
-                memcpy(gpad + o * f.npos + y * f.wp, jb->gr + ((b * co + o) * g->oh + y) * g->ow,
-                       (size_t)g->ow * sizeof(float));
-        int64_t plane_ci = -1;
-        for (int64_t u = lo; u < hi; u++) {
-            int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
-            int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
-            if (ci != plane_ci) { /* the zero-padded plane of input channel ci */
-                memset(plane, 0, (size_t)f.plane * sizeof(float));
-                for (int64_t y = 0; y < g->h; y++)
-                    memcpy(plane + (y + g->ph) * f.wp + g->pw, jb->x + ((b * g->nc + ci) * g->h + y) * g->w,
-                           (size_t)g->w * sizeof(float));
-                plane_ci = ci;
-            }
-            const float *xs[KG_TAPS];
-            for (int64_t t = 0; t < KG_TAPS; t++)
-                xs[t] = plane + ki * g->dh * f.wp + (tb * KG_TAPS + (t < nt ? t : 0)) * g->dw;
-            float *sums = all_sums + (u - lo) * per_unit;
-            for (int64_t cb = 0; cb < ncb; cb++) {
-                const float *gp[KF_CO];
-                for (int q = 0; q < KF_CO; q++)
-                    gp[q] = gpad + (cb * KF_CO + q < co ? cb * KF_CO + q : cb * KF_CO) * f.npos;
-                float *sp = sums + cb * KF_CO * KG_TAPS * 8;
-                __m256 a[KF_CO * KG_TAPS];
-                for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
-                for (int64_t pos = 0; pos < f.npos; pos += 8) {
-                    __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
-                    __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
-                    for (int q = 0; q < KF_CO; q++) {
-                        __m256 gv = _mm256_loadu_ps(gp[q] + pos);
-                        a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
-                        a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
-                        a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
-                    }
+    /* unit u: tap unit u % ntu over the images of range u / ntu */
+    for (int64_t part = lo / ntu; part * ntu < hi; part++) {
+        const int64_t ua = part * ntu > lo ? part * ntu : lo, ub = (part + 1) * ntu < hi ? (part + 1) * ntu : hi;
+        const int64_t b0 = g->nb * part / jb->parts, b1 = g->nb * (part + 1) / jb->parts;
+        for (int64_t b = b0; b < b1; b++) {
+            for (int64_t o = 0; o < co; o++) /* the gradient at width W (the columns past ow stay 0) */
+                for (int64_t y = 0; y < g->oh; y++)
+                    memcpy(gpad + o * f.npos + y * f.wp, jb->gr + ((b * co + o) * g->oh + y) * g->ow,
+                           (size_t)g->ow * sizeof(float));
+            int64_t plane_ci = -1;
+            for (int64_t u = ua; u < ub; u++) {
+                int64_t r = (u % ntu) / ntb, tb = (u % ntu) % ntb, ci = r / g->kh, ki = r % g->kh;
+                int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+                if (ci != plane_ci) { /* the zero-padded plane of input channel ci */
+                    memset(plane, 0, (size_t)f.plane * sizeof(float));
+                    for (int64_t y = 0; y < g->h; y++)
+                        memcpy(plane + (y + g->ph) * f.wp + g->pw, jb->x + ((b * g->nc + ci) * g->h + y) * g->w,
+                               (size_t)g->w * sizeof(float));
+                    plane_ci = ci;
                 }
-                for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
+                const float *xs[KG_TAPS];
+                for (int64_t t = 0; t < KG_TAPS; t++)
+                    xs[t] = plane + ki * g->dh * f.wp + (tb * KG_TAPS + (t < nt ? t : 0)) * g->dw;
+                float *sums = all_sums + (u - lo) * per_unit;
+                for (int64_t cb = 0; cb < ncb; cb++) {
+                    const float *gp[KF_CO];
+                    for (int q = 0; q < KF_CO; q++)
+                        gp[q] = gpad + (cb * KF_CO + q < co ? cb * KF_CO + q : cb * KF_CO) * f.npos;
+                    float *sp = sums + cb * KF_CO * KG_TAPS * 8;
+                    __m256 a[KF_CO * KG_TAPS];
+                    for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+                    for (int64_t pos = 0; pos < f.npos; pos += 8) {
+                        __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
+                        __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
+                        for (int q = 0; q < KF_CO; q++) {
+                            __m256 gv = _mm256_loadu_ps(gp[q] + pos);
+                            a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
+                            a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
+                            a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
+                        }
+                    }
+                    for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
+                }
             }
         }
-    }
-    for (int64_t u = lo; u < hi; u++) {
-        int64_t r = u / ntb, tb = u % ntb, ci = r / g->kh, ki = r % g->kh;
-        int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
-        const float *sums = all_sums + (u - lo) * per_unit;
-        for (int64_t o = 0; o < co; o++)
-            for (int64_t t = 0; t < nt; t++) {
-                const float *sp = sums + ((o / KF_CO) * KF_CO * KG_TAPS + (o % KF_CO) * KG_TAPS + t) * 8;
-                jb->gk[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] = hsum8(_mm256_loadu_ps(sp));
-            }
+        for (int64_t u = ua; u < ub; u++) { /* the range's sums, reduced lane by lane */
+            int64_t r = (u % ntu) / ntb, tb = (u % ntu) % ntb, ci = r / g->kh, ki = r % g->kh;
+            int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+            const float *sums = all_sums + (u - lo) * per_unit;
+            float *out = jb->part_out + part * co * taps;
+            for (int64_t o = 0; o < co; o++)
+                for (int64_t t = 0; t < nt; t++) {
+                    const float *sp = sums + ((o / KF_CO) * KF_CO * KG_TAPS + (o % KF_CO) * KG_TAPS + t) * 8;
+                    out[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] = hsum8(_mm256_loadu_ps(sp));
+                }
+        }
     }
     free(plane);
 }
@@ -1185,12 +1200,29 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
         jb.failed = &failed;
 #ifdef TALLOW_X86
         int64_t units = g->nc * g->kh * ((g->kw + KG_TAPS - 1) / KG_TAPS);
-        Py_BEGIN_ALLOW_THREADS
         int flat = g->sh == 1 && g->sw == 1 && all_finite(jb.x, g->nb * g->nc * g->h * g->w);
-        /* the flat form pads every image's gradient once per chunk: one chunk per thread */
-        int64_t threads = tallow_pool_threads(), grain = flat ? (units + threads - 1) / threads : 1;
-        tallow_pool_run(flat ? kgrad_flat_task : kgrad_task, &jb, units, grain, g->nb * g->oh * g->ow * jb.co * taps);
+        jb.parts = g->nb < KGRAD_PARTS ? (g->nb > 0 ? g->nb : 1) : KGRAD_PARTS;
+        jb.part_out = flat ? (float *)PyMem_Malloc((size_t)(jb.parts * jb.co * taps) * sizeof(float)) : NULL;
+        if (flat && !jb.part_out) {
+            release(b, 3);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        if (flat) {
+            /* the flat form pads each image's gradient once per chunk: one chunk per
+             * thread, the images in parts (each chunk pads only its parts' images) */
+            units *= jb.parts;
+            int64_t threads = tallow_pool_threads(), grain = (units + threads - 1) / threads;
+            tallow_pool_run(kgrad_flat_task, &jb, units, grain, g->nb * g->oh * g->ow * jb.co * taps);
+            const int64_t n = jb.co * taps;
+            memcpy(jb.gk, jb.part_out, (size_t)n * sizeof(float));
+            for (int64_t part = 1; part < jb.parts; part++) /* in order */
+                for (int64_t i = 0; i < n; i++) jb.gk[i] += jb.part_out[part * n + i];
+        } else {
+            tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
+        }
         Py_END_ALLOW_THREADS
+        PyMem_Free(jb.part_out);
 #endif
         res = none_or_no_memory(atomic_load(&failed));
     }
