@@ -347,6 +347,12 @@ def test_the_kernel_gradient_s_parts_follow_the_batch_alone(monkeypatch):
     for threads in (1, 2):  # not the threads
         monkeypatch.setattr(winograd.CONFIG, "get", lambda threads=threads: threads)
         assert winograd._kernel_grad_parts(8) == 4
+        assert winograd._by_images(8)
+    previous = winograd.gemm.set_native(False)  # TALLOW_NO_NATIVE_GEMM: the products stay on BLAS
+    try:
+        assert winograd._kernel_grad_parts(8) == 0 and not winograd._by_images(8)
+    finally:
+        winograd.gemm.set_native(previous)
 
 
 def test_the_rule_for_the_convolution_by_images(monkeypatch):

@@ -202,7 +202,7 @@ def _by_images(native, b, groups, co, pos, rows) -> bool:
     the threads (as Winograd's, ``winograd._by_images``)."""
     if native is None or groups != 1 or b < 2 or gemm._narrow_and_tall(co, pos):
         return False
-    return gemm.native_takes(co, pos, rows, b) and winograd._by_images(b)
+    return gemm.native_takes(co, pos, rows, b) and winograd._by_images(b)  # (the kernel's products)
 
 
 def _kernel_grad_parts(native, b, groups, pointwise, co, rows, pos) -> int:

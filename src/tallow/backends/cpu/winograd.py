@@ -160,7 +160,9 @@ def _kernel_grad_parts(batch: int) -> int:
     """How many parts the kernel gradient's sums over the images are cut into (each
     summed a few images at a time, its transforms in the cache), or 0 for one image:
     its product over the tiles keeps the split over the threads."""
-    return min(batch, KERNEL_GRAD_PARTS) if batch > 1 else 0
+    if batch < 2 or not gemm.native_available():  # (the parts' products are the kernel's)
+        return 0
+    return min(batch, KERNEL_GRAD_PARTS)
 
 
 def _by_images(batch: int) -> bool:
@@ -169,7 +171,10 @@ def _by_images(batch: int) -> bool:
     on one thread always (the tiles of a few images stay in the cache between the
     passes), and on more when the images share out evenly enough (at least two per
     thread, or a multiple of the threads); a single image, or too few, keeps the split
-    passes. Both give the same bits."""
+    passes. Both give the same bits. Not with the f32 kernel switched off
+    (``TALLOW_NO_NATIVE_GEMM``): its products are the kernel's."""
+    if not gemm.native_available():  # its products are the f32 kernel's
+        return False
     threads = CONFIG.get()
     return threads <= 1 or batch >= 2 * threads or batch % threads == 0
 

@@ -13,6 +13,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_workers.h" /* tallow_capsule */
+
 #define TALLOW_GEMM_CAPSULE "tallow.backends.cpu.native._gemm._C_API"
 #define TALLOW_GEMM_ABI 1
 
@@ -30,15 +32,8 @@ static const tallow_gemm_api *tallow_gemm = NULL;
 
 /* At module import: the product's table, or NULL (the error cleared) when it is missing. */
 static inline void tallow_gemm_import(void) {
-    PyObject *mod = PyImport_ImportModule("tallow.backends.cpu.native._gemm");
-    PyObject *cap = mod ? PyObject_GetAttrString(mod, "_C_API") : NULL;
-    tallow_gemm = cap ? (const tallow_gemm_api *)PyCapsule_GetPointer(cap, TALLOW_GEMM_CAPSULE) : NULL;
-    Py_XDECREF(cap); /* the module keeps the capsule, and the table is static */
-    Py_XDECREF(mod);
-    if (!tallow_gemm || tallow_gemm->abi != TALLOW_GEMM_ABI) {
-        PyErr_Clear();
-        tallow_gemm = NULL;
-    }
+    tallow_gemm = (const tallow_gemm_api *)tallow_capsule("tallow.backends.cpu.native._gemm", TALLOW_GEMM_CAPSULE);
+    if (tallow_gemm && tallow_gemm->abi != TALLOW_GEMM_ABI) tallow_gemm = NULL;
 }
 
 #endif

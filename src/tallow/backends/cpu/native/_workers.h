@@ -38,19 +38,24 @@ typedef struct {
 
 static const tallow_pool_api *tallow_pool = NULL;
 
-/* At module import: the pool's table, or NULL (the error cleared) when it is missing. */
-static inline void tallow_pool_import(void) {
+/* A sibling module's C table (its `_C_API` capsule named `capsule`), or NULL with the
+ * error cleared when the module or the capsule is missing. */
+static inline const void *tallow_capsule(const char *module, const char *capsule) {
     /* Not PyCapsule_Import: it follows attributes from the top package, and this runs
      * while the native package is still being imported (not yet an attribute). */
-    PyObject *mod = PyImport_ImportModule("tallow.backends.cpu.native._workers");
+    PyObject *mod = PyImport_ImportModule(module);
     PyObject *cap = mod ? PyObject_GetAttrString(mod, "_C_API") : NULL;
-    tallow_pool = cap ? (const tallow_pool_api *)PyCapsule_GetPointer(cap, TALLOW_POOL_CAPSULE) : NULL;
+    const void *table = cap ? PyCapsule_GetPointer(cap, capsule) : NULL;
     Py_XDECREF(cap); /* the module keeps the capsule, and the table is static */
     Py_XDECREF(mod);
-    if (!tallow_pool || tallow_pool->abi != TALLOW_POOL_ABI) {
-        PyErr_Clear();
-        tallow_pool = NULL;
-    }
+    if (!table) PyErr_Clear();
+    return table;
+}
+
+/* At module import: the pool's table, or NULL (the error cleared) when it is missing. */
+static inline void tallow_pool_import(void) {
+    tallow_pool = (const tallow_pool_api *)tallow_capsule("tallow.backends.cpu.native._workers", TALLOW_POOL_CAPSULE);
+    if (tallow_pool && tallow_pool->abi != TALLOW_POOL_ABI) tallow_pool = NULL;
 }
 
 static inline int tallow_pool_threads(void) { return tallow_pool ? tallow_pool->threads() : 1; }
