@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tallow as tl
-from tallow.backends.cpu import gemm
+from tallow.backends.cpu import gemm, native
 
 try:
     from tallow.backends.cpu.native import _conv, _gemm
@@ -142,7 +142,6 @@ def test_few_output_channels_four_blocks_at_once(co, threads):
     before = tl.utils.get_num_threads()
     try:
         tl.utils.set_num_threads(threads)
-        from tallow.backends.cpu import native
         native.sync_threads()
         plain, wide = _both(_conv, direct)
     finally:

@@ -247,6 +247,18 @@ typedef struct {
     _Atomic int *failed;
 } images_job;
 
+/* Image b's columns (rows, oh * ow) into cols, its phase planes (strided windows) in
+ * the scratch after them (cols_scratch_floats). */
+static inline __attribute__((always_inline)) void image_columns(const geom_t *g, const float *x, int64_t b,
+                                                                 float *cols) {
+    const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
+    cols_job jb;
+    memset(&jb, 0, sizeof jb);
+    jb.g = *g, jb.g.nb = 1, jb.cols = cols, jb.sb = 0, jb.sr = pos;
+    jb.x = (float *)x + b * g->nc * g->h * g->w;
+    for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);
+}
+
 #define IMAGES_TASK(NAME, ATTR)                                                                   \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const images_job *ij = (const images_job *)p;                                             \
@@ -259,12 +271,8 @@ typedef struct {
             atomic_store(ij->failed, 1);                                                          \
             return;                                                                               \
         }                                                                                         \
-        cols_job jb;                                                                              \
-        memset(&jb, 0, sizeof jb);                                                                \
-        jb.g = *g, jb.g.nb = 1, jb.cols = cols, jb.sb = 0, jb.sr = pos, jb.failed = ij->failed;   \
         for (int64_t b = lo; b < hi; b++) {                                                       \
-            jb.x = (float *)ij->x + b * g->nc * g->h * g->w;                                      \
-            for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);          \
+            image_columns(g, ij->x, b, cols);                                                     \
             if (!tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, ij->y + b * ij->co * pos, 1, ij->co, \
                                       pos, rows, 0)) {                                            \
                 atomic_store(ij->failed, 1);                                                      \
@@ -337,16 +345,12 @@ typedef struct {
             atomic_store(kj->failed, 1);                                                          \
             return;                                                                               \
         }                                                                                         \
-        cols_job jb;                                                                              \
-        memset(&jb, 0, sizeof jb);                                                                \
-        jb.g = *g, jb.g.nb = 1, jb.cols = cols, jb.sb = 0, jb.sr = pos, jb.failed = kj->failed;   \
         for (int64_t part = lo; part < hi; part++) {                                              \
             const int64_t a = g->nb * part / kj->parts, z = g->nb * (part + 1) / kj->parts;       \
             float *dk = kj->parts_out + part * kj->co * rows;                                     \
             if (a == z) memset(dk, 0, (size_t)(kj->co * rows) * sizeof(float));                  \
             for (int64_t b = a; b < z; b++) {                                                     \
-                jb.x = (float *)kj->x + b * g->nc * g->h * g->w;                                  \
-                for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);      \
+                image_columns(g, kj->x, b, cols);                                                 \
                 /* dk (+)= g[b] (co, pos) @ cols^T (pos, rows) */                                 \
                 if (!tallow_gemm->product(kj->gr + b * kj->co * pos, 0, pos, 1, cols, 0, 1, pos, dk, 1, kj->co, \
                                           rows, pos, b > a)) {                                    \
@@ -392,9 +396,7 @@ static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_
         Py_BEGIN_ALLOW_THREADS
         if (pos > 0 && rows > 0) {
             tallow_pool_run(fn, &kj, kj.parts, 1, g->nb * (g->nc * g->h * g->w + kj.co * pos) * 4);
-            const int64_t one = kj.co * rows;
-            for (int64_t part = 1; part < kj.parts && !atomic_load(&failed); part++) /* in order */
-                for (int64_t i = 0; i < one; i++) kj.parts_out[i] += kj.parts_out[part * one + i];
+            if (!atomic_load(&failed)) sum_parts(kj.parts_out, kj.parts_out, kj.parts, kj.co * rows);
         } else {
             memset(kj.parts_out, 0, (size_t)(kj.co * rows) * sizeof(float));
         }
@@ -1214,10 +1216,7 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
             units *= jb.parts;
             int64_t threads = tallow_pool_threads(), grain = (units + threads - 1) / threads;
             tallow_pool_run(kgrad_flat_task, &jb, units, grain, g->nb * g->oh * g->ow * jb.co * taps);
-            const int64_t n = jb.co * taps;
-            memcpy(jb.gk, jb.part_out, (size_t)n * sizeof(float));
-            for (int64_t part = 1; part < jb.parts; part++) /* in order */
-                for (int64_t i = 0; i < n; i++) jb.gk[i] += jb.part_out[part * n + i];
+            sum_parts(jb.gk, jb.part_out, jb.parts, jb.co * taps);
         } else {
             tallow_pool_run(kgrad_task, &jb, units, 1, g->nb * g->oh * g->ow * jb.co * taps);
         }

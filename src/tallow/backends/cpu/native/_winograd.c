@@ -463,6 +463,16 @@ static inline int64_t conv_group(const conv_job *c) {
     return g < 1 ? 1 : g;
 }
 
+/* The input tiles of images [i0, i0 + n) into v (P, nc, n * th * tw), through `in`. */
+static inline __attribute__((always_inline)) void group_inputs(const conv_job *c, wg_job *in, int64_t i0, int64_t n,
+                                                                float *v, float *scratch) {
+    in->nb = n, in->src = c->x + i0 * c->nc * c->h * c->w, in->dst = v;
+    for (int64_t q = 0; q < n * c->nc; q++) {
+        if (c->row) input_plane_1x3(in, q, scratch);
+        else input_plane(in, q, scratch);
+    }
+}
+
 #define CONV_TASK(NAME, ATTR)                                                                     \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const conv_job *c = (const conv_job *)p;                                                  \
@@ -482,12 +492,8 @@ static inline int64_t conv_group(const conv_job *c) {
         float *m = v + P * c->nc * g * run, *s_in = m + P * c->co * g * run, *s_out = s_in + in_s; \
         for (int64_t i0 = lo; i0 < hi; i0 += g) {                                                 \
             const int64_t n = hi - i0 < g ? hi - i0 : g, tiles = n * run;                         \
-            in.nb = out.nb = n;                                                                   \
-            in.src = c->x + i0 * c->nc * c->h * c->w, in.dst = v;                                 \
-            for (int64_t q = 0; q < n * c->nc; q++) {                                             \
-                if (c->row) input_plane_1x3(&in, q, s_in);                                        \
-                else input_plane(&in, q, s_in);                                                   \
-            }                                                                                     \
+            out.nb = n;                                                                           \
+            group_inputs(c, &in, i0, n, v, s_in);                                                 \
             if (!tallow_gemm->product(c->u, c->co * c->nc, c->nc, 1, v, c->nc * tiles, tiles, 1, m, P, c->co, \
                                       tiles, c->nc, 0)) {                                         \
                 atomic_store(c->failed, 1);                                                       \
@@ -538,13 +544,9 @@ typedef struct {
             if (a == b) memset(du, 0, (size_t)(P * c->co * c->nc) * sizeof(float));              \
             for (int64_t i0 = a; i0 < b; i0 += g) {                                               \
                 const int64_t n = b - i0 < g ? b - i0 : g, tiles = n * run;                       \
-                in.nb = gr.nb = n;                                                                \
-                in.src = c->x + i0 * c->nc * c->h * c->w, in.dst = v;                             \
+                gr.nb = n;                                                                        \
                 gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
-                for (int64_t q = 0; q < n * c->nc; q++) {                                         \
-                    if (c->row) input_plane_1x3(&in, q, s_in);                                    \
-                    else input_plane(&in, q, s_in);                                               \
-                }                                                                                 \
+                group_inputs(c, &in, i0, n, v, s_in);                                             \
                 for (int64_t q = 0; q < n * c->co; q++) {                                         \
                     if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
                     else grad_plane(&gr, q, s_gr);                                                \
@@ -766,6 +768,20 @@ static PyObject *py_grad_transform_row(PyObject *self, PyObject *const *args, Py
                4096 / (4 * j.oh * j.tw + 1));
 }
 
+/* The sizes (nb, nc, co, h, w, ph, pw, th, tw), or (nb, nc, co, h, w, pw, tw) for a 1x3
+ * kernel, into c; whether the tiles cover the output exactly. */
+static int conv_geometry(conv_job *c, const int64_t *a, int row) {
+    c->row = row, c->nb = a[0], c->nc = a[1], c->co = a[2], c->h = a[3], c->w = a[4];
+    if (row) {
+        c->ph = 0, c->pw = a[5], c->tw = a[6], c->th = c->oh = c->h;
+    } else {
+        c->ph = a[5], c->pw = a[6], c->th = a[7], c->tw = a[8], c->oh = c->h + 2 * c->ph - 2;
+    }
+    c->ow = c->w + 2 * c->pw - 2;
+    return c->oh >= 1 && c->ow >= 1 && 2 * c->tw >= c->ow && 2 * c->tw <= c->ow + 1 &&
+           (row || (2 * c->th >= c->oh && 2 * c->th <= c->oh + 1));
+}
+
 /* conv(x, u, y, nb, nc, co, h, w, ph, pw, th, tw): x (nb, nc, h, w) convolved with the
  * transformed kernel u (16, co, nc) into y (nb, co, h + 2 ph - 2, w + 2 pw - 2); and
  * conv_row(x, u, y, nb, nc, co, h, w, pw, tw) with u (4, co, nc) into y (nb, co, h,
@@ -779,14 +795,7 @@ static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "winograd: the product module is missing");
     conv_job c;
     memset(&c, 0, sizeof c);
-    c.row = row, c.nb = a[0], c.nc = a[1], c.co = a[2], c.h = a[3], c.w = a[4];
-    if (row) {
-        c.ph = 0, c.pw = a[5], c.tw = a[6], c.th = c.oh = c.h;
-    } else {
-        c.ph = a[5], c.pw = a[6], c.th = a[7], c.tw = a[8], c.oh = c.h + 2 * c.ph - 2;
-    }
-    c.ow = c.w + 2 * c.pw - 2;
-    if (c.oh < 1 || c.ow < 1 || 2 * c.tw < c.ow || 2 * c.tw > c.ow + 1 || (!row && (2 * c.th < c.oh || 2 * c.th > c.oh + 1)))
+    if (!conv_geometry(&c, a, row))
         return PyErr_Format(PyExc_ValueError, "%s: the tiles do not match the output", row ? "conv_row" : "conv");
     const int64_t P = conv_positions(&c);
     buf_t b[3];
@@ -834,15 +843,7 @@ static PyObject *kgrad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     memset(&kj, 0, sizeof kj);
     conv_job *c = &kj.c;
     kj.parts = a[0];
-    c->row = row, c->nb = a[1], c->nc = a[2], c->co = a[3], c->h = a[4], c->w = a[5];
-    if (row) {
-        c->ph = 0, c->pw = a[6], c->tw = a[7], c->th = c->oh = c->h;
-    } else {
-        c->ph = a[6], c->pw = a[7], c->th = a[8], c->tw = a[9], c->oh = c->h + 2 * c->ph - 2;
-    }
-    c->ow = c->w + 2 * c->pw - 2;
-    if (kj.parts < 1 || c->oh < 1 || c->ow < 1 || 2 * c->tw < c->ow || 2 * c->tw > c->ow + 1 ||
-        (!row && (2 * c->th < c->oh || 2 * c->th > c->oh + 1)))
+    if (!conv_geometry(c, a + 1, row) || kj.parts < 1)
         return PyErr_Format(PyExc_ValueError, "%s: the tiles (or parts) do not match the gradient", name);
     const int64_t P = conv_positions(c);
     buf_t b[3];
@@ -859,9 +860,7 @@ static PyObject *kgrad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
         tallow_task_fn fn = task_of(KGRAD);
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(fn, &kj, kj.parts, 1, (x_floats + g_floats) * 4);
-        const int64_t one = P * c->co * c->nc;
-        for (int64_t part = 1; part < kj.parts && !atomic_load(&failed); part++) /* in order */
-            for (int64_t i = 0; i < one; i++) kj.du[i] += kj.du[part * one + i];
+        if (!atomic_load(&failed)) sum_parts(kj.du, kj.du, kj.parts, P * c->co * c->nc);
         Py_END_ALLOW_THREADS
         res = none_or_no_memory(atomic_load(&failed));
     }

@@ -142,6 +142,15 @@ static inline void scratch_done(float *buf, size_t floats) {
     if (floats > KEEP_SCRATCH_FLOATS) free(buf);
 }
 
+/* dst[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ..., the `count` parts of n
+ * floats each added in order (dst may be parts[0]): sums made in parts of a batch,
+ * the same bits whichever thread made each part. */
+static inline void sum_parts(float *dst, const float *parts, int64_t count, int64_t n) {
+    if (dst != parts) memcpy(dst, parts, (size_t)n * sizeof(float));
+    for (int64_t part = 1; part < count; part++)
+        for (int64_t i = 0; i < n; i++) dst[i] += parts[part * n + i];
+}
+
 /* ------------------------------------------------------------------ the SIMD switch */
 /* set_simd(on) / simd() of a module whose SIMD functions are chosen by `flag` (its
  * use_avx2): on asks for the AVX2 builds, which this CPU must support. */
