@@ -232,9 +232,7 @@ static void pack_b(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t n
     for (int64_t j0 = 0; j0 < nc; j0 += NR, dst += kc * NR) {
         int nr = nc - j0 < NR ? (int)(nc - j0) : NR;
         const float *src = b + j0 * cs;
-        if (cs == 1 && nr == NR) {
-            for (int64_t p = 0; p < kc; p++) memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
-        } else if (rs == 1) { /* a transposed B: each column is contiguous */
+        if (rs == 1) { /* a transposed B: each column is contiguous */
             int64_t p0 = 0;
 #ifdef TALLOW_X86
             if (use_avx2 && nr == NR) p0 = pack_b_cols_avx2(src, cs, kc, dst);
