@@ -239,10 +239,14 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
     g = rng.standard_normal((4, 40, 15, 18)).astype(np.float32)
     results, grads = [], []
     w = native._workers
-    before, simd, min_bytes = tl.utils.get_num_threads(), W.simd(), w.min_bytes()
+    before, simd, zmm, min_bytes = tl.utils.get_num_threads(), W.simd(), W.avx512(), w.min_bytes()
+    # the baseline build, AVX2 where the CPU has it, and the channel-lane forward in
+    # AVX-512 registers where it has that too
+    builds = sorted({(False, False), (simd, False), (simd, zmm)})
     try:
-        for build in sorted({False, simd}):  # the baseline build, and AVX2 where the CPU has it
+        for build, wide in builds:
             W.set_simd(build)
+            W.set_avx512(wide)
             for threads in (1, 2):
                 tl.utils.set_num_threads(threads)
                 native.sync_threads()
@@ -252,9 +256,11 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
                 grads.append(winograd.kernel_grad(x, g, k.shape, (1, 1)))
     finally:
         W.set_simd(simd)
+        W.set_avx512(zmm)
         w.set_load_check(True)
         w.set_min_bytes(min_bytes)
         tl.utils.set_num_threads(before)
+    assert len(results) == 2 * len(builds)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     for r in grads[1:]:

@@ -39,6 +39,7 @@
 #include "_workers.h"
 
 static int use_avx2 = 0;
+static int use_avx512 = 0; /* the channel-lane forward in zmm registers (set_avx512) */
 
 /* Sizes: parse_ints, none negative. */
 static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
@@ -508,6 +509,218 @@ static inline __attribute__((always_inline)) void group_inputs(const conv_job *c
         scratch_done(v, floats);                                                                    \
     }
 
+/* ------------------------------------------------------------------ the forward in channel lanes */
+/* conv's 3x3 form runs its transforms with a vector's lanes over 16 channels, not over
+ * a row's tiles: a 16x16 image has rows of 8 tiles, so the tile-row loops above ran
+ * one short vector per row between their pointer set-ups, about 3 cycles per float
+ * of V.  Per image and block of 16 channels, the zero-padded input is transposed once
+ * into pixels of 16 channels (8x8 register transposes); each tile is then 16 vector
+ * loads, 32 adds and 16 vector stores into V (16, tiles, channels rounded up to 16),
+ * the product runs as M[xi] (tiles, co) = V[xi] @ U[xi]^T, and the output transform
+ * reads 16 output channels of a tile per load and writes pixels of 16 channels,
+ * transposed back into the NCHW planes.  Every value is the same arithmetic in the
+ * same order as the tile-row passes (and each product element the same FMA chain
+ * over the input channels): the same bits. */
+#define LANES 16
+typedef float lanes_t __attribute__((vector_size(64), aligned(4)));
+
+static inline int64_t round_lanes(int64_t c) { return (c + LANES - 1) / LANES * LANES; }
+
+/* Channels [c0, c0 + cr) of an image (`img`: channel c0's plane, planes hw floats apart)
+ * into xp (hp, wp, LANES): padded pixel (y, x) is image pixel (y - ph, x - pw), zero
+ * outside the image and in the lanes past cr.  The SIMD form moves 8 pixels x 8
+ * channels per register transpose. */
+#define TO_LANES(NAME, ATTR, SIMD)                                                                \
+    static ATTR inline __attribute__((always_inline)) void NAME(                                  \
+        const float *img, int64_t hw, int64_t h, int64_t w, int64_t ph, int64_t pw, int cr, int64_t hp, \
+        int64_t wp, float *xp) {                                                                  \
+        memset(xp, 0, (size_t)(hp * wp * LANES) * sizeof(float));                                \
+        const int64_t nx = w < wp - pw ? w : wp - pw;                                             \
+        for (int64_t iy = 0; iy < h && iy + ph < hp; iy++) {                                      \
+            float *row = xp + ((iy + ph) * wp + pw) * LANES;                                      \
+            const float *src = img + iy * w;                                                      \
+            int64_t ix = 0;                                                                       \
+            if (SIMD && cr == LANES) ix = to_lanes_8x8(src, hw, nx, row);                         \
+            for (; ix < nx; ix++)                                                                 \
+                for (int l = 0; l < cr; l++) row[ix * LANES + l] = src[l * hw + ix];              \
+        }                                                                                         \
+    }
+
+/* xl (oh rows of wl pixels, LANES channels each) into cr NCHW planes from `y` (channel
+ * o0's plane, planes ohw floats apart), the first ow pixels of each row. */
+#define FROM_LANES(NAME, ATTR, SIMD)                                                              \
+    static ATTR inline __attribute__((always_inline)) void NAME(                                  \
+        const float *yl, int64_t wl, float *y, int64_t ohw, int64_t oh, int64_t ow, int cr) {     \
+        for (int64_t oy = 0; oy < oh; oy++) {                                                     \
+            const float *row = yl + oy * wl * LANES;                                              \
+            float *dst = y + oy * ow;                                                             \
+            int64_t ox = 0;                                                                       \
+            if (SIMD && cr == LANES) ox = from_lanes_8x8(row, ow, ohw, dst);                      \
+            for (; ox < ow; ox++)                                                                 \
+                for (int l = 0; l < cr; l++) dst[l * ohw + ox] = row[ox * LANES + l];             \
+        }                                                                                         \
+    }
+
+#ifdef TALLOW_X86
+/* 16 channel rows (hw floats apart) -> pixels of 16 lanes, 8 pixels at a time; returns
+ * the pixels done. */
+static AVX2 inline __attribute__((always_inline)) int64_t to_lanes_8x8(const float *src, int64_t hw, int64_t nx,
+                                                                        float *row) {
+    int64_t ix = 0;
+    for (; ix + 8 <= nx; ix += 8)
+        for (int half = 0; half < 2; half++) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (8 * half + i) * hw + ix);
+            transpose8x8_ps(r);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(row + (ix + j) * LANES + 8 * half, r[j]);
+        }
+    return ix;
+}
+
+/* Pixels of 16 lanes -> 16 channel rows (ohw floats apart), 8 pixels at a time. */
+static AVX2 inline __attribute__((always_inline)) int64_t from_lanes_8x8(const float *row, int64_t ow, int64_t ohw,
+                                                                          float *dst) {
+    int64_t ox = 0;
+    for (; ox + 8 <= ow; ox += 8)
+        for (int half = 0; half < 2; half++) {
+            __m256 r[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(row + (ox + j) * LANES + 8 * half);
+            transpose8x8_ps(r);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (8 * half + i) * ohw + ox, r[i]);
+        }
+    return ox;
+}
+TO_LANES(to_lanes_simd, AVX2, 1)
+FROM_LANES(from_lanes_simd, AVX2, 1)
+#endif
+/* (the baseline forms never call the 8x8 helpers) */
+#define to_lanes_8x8(src, hw, nx, row) 0
+#define from_lanes_8x8(row, ow, ohw, dst) 0
+TO_LANES(to_lanes_base, , 0)
+FROM_LANES(from_lanes_base, , 0)
+#undef to_lanes_8x8
+#undef from_lanes_8x8
+
+/* V = B^T d B of every tile of one image's channel block: xp (hp, wp, LANES) -> v rows
+ * t0 + ty * tw + tx, columns [c0, c0 + LANES), planes `vplane` floats apart (rows civ). */
+static inline __attribute__((always_inline)) void input_tiles_lanes(const float *xp, int64_t wp, int64_t th,
+                                                                     int64_t tw, float *v, int64_t vplane,
+                                                                     int64_t civ, int64_t t0, int64_t c0) {
+    for (int64_t ty = 0; ty < th; ty++)
+        for (int64_t tx = 0; tx < tw; tx++) {
+            const float *p = xp + (2 * ty * wp + 2 * tx) * LANES;
+            lanes_t t[4][4];
+            for (int j = 0; j < 4; j++) { /* B^T d: down the tile's four rows */
+                lanes_t d0 = *(const lanes_t *)(p + j * LANES), d1 = *(const lanes_t *)(p + (wp + j) * LANES);
+                lanes_t d2 = *(const lanes_t *)(p + (2 * wp + j) * LANES);
+                lanes_t d3 = *(const lanes_t *)(p + (3 * wp + j) * LANES);
+                t[0][j] = d0 - d2;
+                t[1][j] = d1 + d2;
+                t[2][j] = d2 - d1;
+                t[3][j] = d1 - d3;
+            }
+            float *dst = v + (t0 + ty * tw + tx) * civ + c0;
+            for (int i = 0; i < 4; i++) { /* (B^T d) B: across */
+                *(lanes_t *)(dst + (4 * i) * vplane) = t[i][0] - t[i][2];
+                *(lanes_t *)(dst + (4 * i + 1) * vplane) = t[i][1] + t[i][2];
+                *(lanes_t *)(dst + (4 * i + 2) * vplane) = t[i][2] - t[i][1];
+                *(lanes_t *)(dst + (4 * i + 3) * vplane) = t[i][1] - t[i][3];
+            }
+        }
+}
+
+/* Y = A^T M A of every tile of one image: m rows t0 + ty * tw + tx (planes `mplane`
+ * floats apart, rows co), columns [o0, o0 + LANES) -> yl (2 th, 2 tw, LANES). */
+static inline __attribute__((always_inline)) void output_tiles_lanes(const float *m, int64_t mplane, int64_t co,
+                                                                      int64_t t0, int64_t o0, int64_t th,
+                                                                      int64_t tw, float *yl) {
+    const int64_t wl = 2 * tw;
+    for (int64_t ty = 0; ty < th; ty++)
+        for (int64_t tx = 0; tx < tw; tx++) {
+            const float *q = m + (t0 + ty * tw + tx) * co + o0;
+            lanes_t x[16];
+            for (int xi = 0; xi < 16; xi++) x[xi] = *(const lanes_t *)(q + xi * mplane);
+            /* A^T M: rows 0 + 1 + 2 and 1 - 2 - 3, per column */
+            lanes_t s00 = x[0] + x[4] + x[8], s01 = x[1] + x[5] + x[9];
+            lanes_t s02 = x[2] + x[6] + x[10], s03 = x[3] + x[7] + x[11];
+            lanes_t s10 = x[4] - x[8] - x[12], s11 = x[5] - x[9] - x[13];
+            lanes_t s12 = x[6] - x[10] - x[14], s13 = x[7] - x[11] - x[15];
+            float *y = yl + (2 * ty * wl + 2 * tx) * LANES;
+            *(lanes_t *)y = s00 + s01 + s02;
+            *(lanes_t *)(y + LANES) = s01 - s02 - s03;
+            *(lanes_t *)(y + wl * LANES) = s10 + s11 + s12;
+            *(lanes_t *)(y + (wl + 1) * LANES) = s11 - s12 - s13;
+        }
+}
+
+/* V (16, n * th * tw, civ) of images [i0, i0 + n): each image's channel blocks through
+ * xp (TO: the build's to_lanes). */
+#define LANES_INPUTS(c, TO, i0, n, v, civ, xp)                                                    \
+    do {                                                                                          \
+        const int64_t hw_ = (c)->h * (c)->w, hp_ = 2 * (c)->th + 2, wp_ = 2 * (c)->tw + 2;        \
+        const int64_t run_ = (c)->th * (c)->tw;                                                   \
+        for (int64_t b_ = 0; b_ < (n); b_++)                                                      \
+            for (int64_t c0_ = 0; c0_ < (c)->nc; c0_ += LANES) {                                  \
+                TO((c)->x + (((i0) + b_) * (c)->nc + c0_) * hw_, hw_, (c)->h, (c)->w, (c)->ph, (c)->pw, \
+                   (int)((c)->nc - c0_ < LANES ? (c)->nc - c0_ : LANES), hp_, wp_, (xp));          \
+                input_tiles_lanes((xp), wp_, (c)->th, (c)->tw, (v), (n) * run_ * (civ), (civ), b_ * run_, c0_); \
+            }                                                                                     \
+    } while (0)
+
+/* xp's floats: one image's channel block, zero-padded (LANES_INPUTS). */
+static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th + 2) * (2 * c->tw + 2) * LANES; }
+
+/* The task: conv's images [lo, hi), a group at a time (as CONV_TASK). */
+#define LANES_CONV_TASK(NAME, ATTR, TO, FROM)                                                     \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const conv_job *c = (const conv_job *)p;                                                  \
+        const int64_t run = c->th * c->tw, civ = round_lanes(c->nc);                              \
+        const int64_t ohw = c->oh * c->ow;                                                        \
+        int64_t g = conv_group(c);                                                                \
+        if (g > hi - lo) g = hi - lo;                                                             \
+        const size_t floats = (size_t)(16 * (civ + c->co) * g * run + LANES + lanes_input_floats(c) + \
+                                       4 * run * LANES);                                          \
+        float *v = scratch_get(floats);                                                           \
+        if (!v) {                                                                                 \
+            atomic_store(c->failed, 1);                                                           \
+            return;                                                                               \
+        }                                                                                         \
+        /* (m has LANES floats of slack: a last partial block of channels reads past co) */      \
+        float *m = v + 16 * civ * g * run, *xp = m + 16 * c->co * g * run + LANES, *yl = xp + lanes_input_floats(c); \
+        for (int64_t i0 = lo; i0 < hi; i0 += g) {                                                 \
+            const int64_t n = hi - i0 < g ? hi - i0 : g, tiles = n * run;                         \
+            LANES_INPUTS(c, TO, i0, n, v, civ, xp);                                               \
+            /* M[xi] (tiles, co) = V[xi] (tiles, nc) @ U[xi]^T (nc, co) */                        \
+            if (!tallow_gemm->product(v, tiles * civ, civ, 1, c->u, c->co * c->nc, 1, c->nc, m, 16, tiles, c->co, \
+                                      c->nc, 0)) {                                                \
+                atomic_store(c->failed, 1);                                                       \
+                break;                                                                            \
+            }                                                                                     \
+            for (int64_t b = 0; b < n; b++)                                                       \
+                for (int64_t o0 = 0; o0 < c->co; o0 += LANES) {                                   \
+                    output_tiles_lanes(m, tiles * c->co, c->co, b * run, o0, c->th, c->tw, yl);   \
+                    FROM(yl, 2 * c->tw, c->y + ((i0 + b) * c->co + o0) * ohw, ohw, c->oh, c->ow,   \
+                         (int)(c->co - o0 < LANES ? c->co - o0 : LANES));                         \
+                }                                                                                 \
+        }                                                                                         \
+        scratch_done(v, floats);                                                                  \
+    }
+
+LANES_CONV_TASK(conv_lanes_base, , to_lanes_base, from_lanes_base)
+#ifdef TALLOW_X86
+LANES_CONV_TASK(conv_lanes_avx2, AVX2, to_lanes_simd, from_lanes_simd)
+LANES_CONV_TASK(conv_lanes_avx512, AVX512F, to_lanes_simd, from_lanes_simd)
+#endif
+
+/* The 3x3 convolution's task: 16 lanes a zmm register with AVX-512, two ymm with AVX2. */
+static tallow_task_fn lanes_task(void) {
+#ifdef TALLOW_X86
+    if (use_avx2 && use_avx512) return conv_lanes_avx512;
+    if (use_avx2) return conv_lanes_avx2;
+#endif
+    return conv_lanes_base;
+}
+
 /* kernel_grad_parts(x, g, du, ...) and its _row form: the kernel gradient's products
  * dU[xi] = W[xi] @ V[xi]^T a few images at a time, the two transforms of a group of
  * images (in `group_bytes`) feeding one product added into the part's sum.  The images
@@ -521,23 +734,24 @@ typedef struct {
     int64_t parts;
 } kgrad_job;
 
-#define KGRAD_TASK(NAME, ATTR)                                                                    \
+#define KGRAD_TASK(NAME, ATTR, TO)                                                                \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const kgrad_job *kj = (const kgrad_job *)p;                                               \
         const conv_job *c = &kj->c;                                                               \
         const int64_t P = conv_positions(c), run = c->th * c->tw;                                 \
+        const int64_t civ = c->row ? c->nc : round_lanes(c->nc); /* V's row (3x3: channel lanes) */ \
         int64_t g = conv_group(c);                                                                \
         wg_job in = {g, c->nc, c->h, c->w, c->ph, c->pw, 0, 0, c->th, c->tw, NULL, NULL, c->failed}; \
         wg_job gr = {g, c->co, 0, 0, 0, 0, c->oh, c->ow, c->th, c->tw, NULL, NULL, c->failed};    \
-        int64_t in_s = c->row ? input_row_scratch_floats(&in) : input_scratch_floats(&in);        \
+        int64_t in_s = c->row ? input_row_scratch_floats(&in) : lanes_input_floats(c);            \
         int64_t gr_s = c->row ? grad_row_scratch_floats(&gr) : grad_scratch_floats(&gr);          \
-        const size_t floats = (size_t)(P * (c->nc + c->co) * g * run + in_s + gr_s);              \
+        const size_t floats = (size_t)(P * (civ + c->co) * g * run + in_s + gr_s);                \
         float *v = scratch_get(floats);                                                             \
         if (!v) {                                                                                 \
             atomic_store(c->failed, 1);                                                           \
             return;                                                                               \
         }                                                                                         \
-        float *w = v + P * c->nc * g * run, *s_in = w + P * c->co * g * run, *s_gr = s_in + in_s; \
+        float *w = v + P * civ * g * run, *s_in = w + P * c->co * g * run, *s_gr = s_in + in_s; \
         for (int64_t part = lo; part < hi; part++) {                                              \
             const int64_t a = c->nb * part / kj->parts, b = c->nb * (part + 1) / kj->parts;       \
             float *du = kj->du + part * P * c->co * c->nc;                                        \
@@ -546,14 +760,17 @@ typedef struct {
                 const int64_t n = b - i0 < g ? b - i0 : g, tiles = n * run;                       \
                 gr.nb = n;                                                                        \
                 gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
-                group_inputs(c, &in, i0, n, v, s_in);                                             \
+                if (c->row) group_inputs(c, &in, i0, n, v, s_in);                                 \
+                else LANES_INPUTS(c, TO, i0, n, v, civ, s_in);                                    \
                 for (int64_t q = 0; q < n * c->co; q++) {                                         \
                     if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
                     else grad_plane(&gr, q, s_gr);                                                \
                 }                                                                                 \
-                /* du (+)= W (P, co, T) @ V^T (P, T, nc) */                                       \
-                if (!tallow_gemm->product(w, c->co * tiles, tiles, 1, v, c->nc * tiles, 1, tiles, du, P, c->co, \
-                                          c->nc, tiles, i0 > a)) {                                \
+                /* du (+)= W (P, co, T) @ V^T (P, T, nc): V (P, nc, T) read across, or the */     \
+                /* channel lanes' (P, T, civ) read down */                                        \
+                const int64_t vb = civ * tiles, vr = c->row ? 1 : civ, vc = c->row ? tiles : 1;   \
+                if (!tallow_gemm->product(w, c->co * tiles, tiles, 1, v, vb, vr, vc, du, P, c->co, c->nc, tiles, \
+                                          i0 > a)) {                                              \
                     atomic_store(c->failed, 1);                                                   \
                     break;                                                                        \
                 }                                                                                 \
@@ -597,7 +814,7 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
     kernel_grad_row_1x3(j->src, j->dst, j->nb, j->nc, o);
 }
 
-#define BUILD(SUFFIX, ATTR)                                                                       \
+#define BUILD(SUFFIX, ATTR, TO)                                                                     \
     PLANE_TASK(kernel_task##SUFFIX, ATTR, kernel_unit, 0)                                         \
     PLANE_TASK(input_task##SUFFIX, ATTR, input_plane, input_scratch_floats(j))                    \
     PLANE_TASK(output_task##SUFFIX, ATTR, output_plane, output_scratch_floats(j))                 \
@@ -609,11 +826,11 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
     PLANE_TASK(grad_row_task##SUFFIX, ATTR, grad_plane_1x3, grad_row_scratch_floats(j))           \
     PLANE_TASK(kernel_grad_row_task##SUFFIX, ATTR, kernel_grad_row_unit, 0)                       \
     CONV_TASK(conv_task##SUFFIX, ATTR)                                                            \
-    KGRAD_TASK(kgrad_task##SUFFIX, ATTR)
+    KGRAD_TASK(kgrad_task##SUFFIX, ATTR, TO)
 
-BUILD(_base, )
+BUILD(_base, , to_lanes_base)
 #ifdef TALLOW_X86
-BUILD(_avx2, AVX2)
+BUILD(_avx2, AVX2, to_lanes_simd)
 #endif
 
 enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV, KGRAD };
@@ -708,6 +925,7 @@ static PyObject *py_output_transform(PyObject *self, PyObject *const *args, Py_s
 }
 
 TALLOW_SIMD_SWITCH(use_avx2)
+TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -808,7 +1026,7 @@ static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
         get_buf(args[2], &b[2], 1, y_floats * 4, "winograd output")) {
         c.x = (const float *)b[0].view.buf, c.u = (const float *)b[1].view.buf, c.y = (float *)b[2].view.buf;
         c.failed = &failed;
-        tallow_task_fn fn = task_of(CONV);
+        tallow_task_fn fn = row ? task_of(CONV) : lanes_task();
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(fn, &c, c.nb, 1, (x_floats + u_floats + y_floats) * 4);
         Py_END_ALLOW_THREADS
@@ -933,6 +1151,8 @@ static PyMethodDef methods[] = {
     {"set_group_bytes", py_set_group_bytes, METH_O, "Bytes of tiles per product in conv (returns the old value)."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
+    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build of conv's channel-lane form."},
+    {"avx512", py_avx512, METH_NOARGS, "Whether conv's channel-lane form runs in AVX-512 registers."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_winograd",
@@ -942,6 +1162,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_winograd",
 PyMODINIT_FUNC PyInit__winograd(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
+    use_avx512 = cpu_has_avx512f();
 #endif
     scratch_init();
     tallow_pool_import();
