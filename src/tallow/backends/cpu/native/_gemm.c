@@ -264,6 +264,10 @@ static void pack_a(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t k
                 const float *row = src + i * rs;
                 for (int64_t p = 0; p < kc; p++) dst[p * MR + i] = row[p];
             }
+        } else if (rs == 1 && mr == MR) {
+            /* a transposed A: a panel's six values per k are contiguous (a fixed-size copy,
+             * two moves, where the general loop below stored float by float) */
+            for (int64_t p = 0; p < kc; p++) memcpy(dst + p * MR, src + p * cs, MR * sizeof(float));
         } else {
             for (int64_t p = 0; p < kc; p++)
                 for (int i = 0; i < mr; i++) dst[p * MR + i] = src[i * rs + p * cs];

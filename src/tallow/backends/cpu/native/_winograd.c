@@ -522,7 +522,11 @@ static inline __attribute__((always_inline)) void group_inputs(const conv_job *c
  * same order as the tile-row passes (and each product element the same FMA chain
  * over the input channels): the same bits. */
 #define LANES 16
-typedef float lanes_t __attribute__((vector_size(64), aligned(4)));
+/* The lanes are computed a vector at a time: one of 16 (a zmm register) in the AVX-512
+ * build, two of 8 in the others (a 16-float vector type in an AVX2 build went through
+ * the stack, half a vector at a time). */
+typedef float vec16_t __attribute__((vector_size(64), aligned(4)));
+typedef float vec8_t __attribute__((vector_size(32), aligned(4)));
 
 static inline int64_t round_lanes(int64_t c) { return (c + LANES - 1) / LANES * LANES; }
 
@@ -601,61 +605,76 @@ FROM_LANES(from_lanes_base, , 0)
 #undef to_lanes_8x8
 #undef from_lanes_8x8
 
-/* V = B^T d B of every tile of one image's channel block: xp (hp, wp, LANES) -> v rows
- * t0 + ty * tw + tx, columns [c0, c0 + LANES), planes `vplane` floats apart (rows civ). */
-static inline __attribute__((always_inline)) void input_tiles_lanes(const float *xp, int64_t wp, int64_t th,
-                                                                     int64_t tw, float *v, int64_t vplane,
-                                                                     int64_t civ, int64_t t0, int64_t c0) {
-    for (int64_t ty = 0; ty < th; ty++)
-        for (int64_t tx = 0; tx < tw; tx++) {
-            const float *p = xp + (2 * ty * wp + 2 * tx) * LANES;
-            lanes_t t[4][4];
-            for (int j = 0; j < 4; j++) { /* B^T d: down the tile's four rows */
-                lanes_t d0 = *(const lanes_t *)(p + j * LANES), d1 = *(const lanes_t *)(p + (wp + j) * LANES);
-                lanes_t d2 = *(const lanes_t *)(p + (2 * wp + j) * LANES);
-                lanes_t d3 = *(const lanes_t *)(p + (3 * wp + j) * LANES);
-                t[0][j] = d0 - d2;
-                t[1][j] = d1 + d2;
-                t[2][j] = d2 - d1;
-                t[3][j] = d1 - d3;
-            }
-            float *dst = v + (t0 + ty * tw + tx) * civ + c0;
-            for (int i = 0; i < 4; i++) { /* (B^T d) B: across */
-                *(lanes_t *)(dst + (4 * i) * vplane) = t[i][0] - t[i][2];
-                *(lanes_t *)(dst + (4 * i + 1) * vplane) = t[i][1] + t[i][2];
-                *(lanes_t *)(dst + (4 * i + 2) * vplane) = t[i][2] - t[i][1];
-                *(lanes_t *)(dst + (4 * i + 3) * vplane) = t[i][1] - t[i][3];
-            }
-        }
-}
-
-/* Y = A^T M A of every tile of one image: m rows t0 + ty * tw + tx (planes `mplane`
- * floats apart, rows co), columns [o0, o0 + LANES) -> yl (2 th, 2 tw, LANES). */
-static inline __attribute__((always_inline)) void output_tiles_lanes(const float *m, int64_t mplane, int64_t co,
-                                                                      int64_t t0, int64_t o0, int64_t th,
-                                                                      int64_t tw, float *yl) {
-    const int64_t wl = 2 * tw;
-    for (int64_t ty = 0; ty < th; ty++)
-        for (int64_t tx = 0; tx < tw; tx++) {
-            const float *q = m + (t0 + ty * tw + tx) * co + o0;
-            lanes_t x[16];
-            for (int xi = 0; xi < 16; xi++) x[xi] = *(const lanes_t *)(q + xi * mplane);
-            /* A^T M: rows 0 + 1 + 2 and 1 - 2 - 3, per column */
-            lanes_t s00 = x[0] + x[4] + x[8], s01 = x[1] + x[5] + x[9];
-            lanes_t s02 = x[2] + x[6] + x[10], s03 = x[3] + x[7] + x[11];
-            lanes_t s10 = x[4] - x[8] - x[12], s11 = x[5] - x[9] - x[13];
-            lanes_t s12 = x[6] - x[10] - x[14], s13 = x[7] - x[11] - x[15];
-            float *y = yl + (2 * ty * wl + 2 * tx) * LANES;
-            *(lanes_t *)y = s00 + s01 + s02;
-            *(lanes_t *)(y + LANES) = s01 - s02 - s03;
-            *(lanes_t *)(y + wl * LANES) = s10 + s11 + s12;
-            *(lanes_t *)(y + (wl + 1) * LANES) = s11 - s12 - s13;
-        }
-}
+/* The per-tile transforms on 16 lanes, VT vectors (VW floats) at a time: LANE_TILES(SFX,
+ * VT, VW) defines input_tiles##SFX and output_tiles##SFX.
+ *
+ * input_tiles: V = B^T d B of every tile of one image's channel block, xp (hp, wp,
+ * LANES) -> v rows t0 + ty * tw + tx, columns [c0, c0 + LANES), planes `vplane` floats
+ * apart (rows civ).
+ * output_tiles: Y = A^T M A of every tile of one image, m rows t0 + ty * tw + tx (planes
+ * `mplane` floats apart, rows co), columns [o0, o0 + LANES) -> yl (2 th, 2 tw, LANES).
+ * The arithmetic of input_plane and output_plane, in their order. */
+#define LD(p) (*(const VT *)(p))
+#define ST(p) (*(VT *)(p))
+#define LANE_TILES(SFX, VT, VW)                                                                   \
+    static inline __attribute__((always_inline)) void input_tiles##SFX(                           \
+        const float *xp, int64_t wp, int64_t th, int64_t tw, float *v, int64_t vplane, int64_t civ, int64_t t0, \
+        int64_t c0) {                                                                             \
+        for (int64_t ty = 0; ty < th; ty++)                                                       \
+            for (int64_t tx = 0; tx < tw; tx++)                                                   \
+                for (int h = 0; h < LANES; h += VW) {                                             \
+                    const float *p = xp + (2 * ty * wp + 2 * tx) * LANES + h;                     \
+                    VT t[4][4];                                                                   \
+                    for (int j = 0; j < 4; j++) { /* B^T d: down the tile's four rows */          \
+                        VT d0 = LD(p + j * LANES), d1 = LD(p + (wp + j) * LANES);                 \
+                        VT d2 = LD(p + (2 * wp + j) * LANES), d3 = LD(p + (3 * wp + j) * LANES);  \
+                        t[0][j] = d0 - d2;                                                        \
+                        t[1][j] = d1 + d2;                                                        \
+                        t[2][j] = d2 - d1;                                                        \
+                        t[3][j] = d1 - d3;                                                        \
+                    }                                                                             \
+                    float *dst = v + (t0 + ty * tw + tx) * civ + c0 + h;                          \
+                    for (int i = 0; i < 4; i++) { /* (B^T d) B: across */                         \
+                        ST(dst + (4 * i) * vplane) = t[i][0] - t[i][2];                           \
+                        ST(dst + (4 * i + 1) * vplane) = t[i][1] + t[i][2];                       \
+                        ST(dst + (4 * i + 2) * vplane) = t[i][2] - t[i][1];                       \
+                        ST(dst + (4 * i + 3) * vplane) = t[i][1] - t[i][3];                       \
+                    }                                                                             \
+                }                                                                                 \
+    }                                                                                             \
+    static inline __attribute__((always_inline)) void output_tiles##SFX(                          \
+        const float *m, int64_t mplane, int64_t co, int64_t t0, int64_t o0, int64_t th, int64_t tw, float *yl) { \
+        const int64_t wl = 2 * tw;                                                                \
+        for (int64_t ty = 0; ty < th; ty++)                                                       \
+            for (int64_t tx = 0; tx < tw; tx++)                                                   \
+                for (int h = 0; h < LANES; h += VW) {                                             \
+                    const float *q = m + (t0 + ty * tw + tx) * co + o0 + h;                       \
+                    VT x[16];                                                                     \
+                    for (int xi = 0; xi < 16; xi++) x[xi] = LD(q + xi * mplane);                  \
+                    /* A^T M: rows 0 + 1 + 2 and 1 - 2 - 3, per column */                        \
+                    VT s00 = x[0] + x[4] + x[8], s01 = x[1] + x[5] + x[9];                        \
+                    VT s02 = x[2] + x[6] + x[10], s03 = x[3] + x[7] + x[11];                      \
+                    VT s10 = x[4] - x[8] - x[12], s11 = x[5] - x[9] - x[13];                      \
+                    VT s12 = x[6] - x[10] - x[14], s13 = x[7] - x[11] - x[15];                    \
+                    float *y = yl + (2 * ty * wl + 2 * tx) * LANES + h;                           \
+                    ST(y) = s00 + s01 + s02;                                                      \
+                    ST(y + LANES) = s01 - s02 - s03;                                              \
+                    ST(y + wl * LANES) = s10 + s11 + s12;                                         \
+                    ST(y + (wl + 1) * LANES) = s11 - s12 - s13;                                   \
+                }                                                                                 \
+    }
+#define VT vec8_t
+LANE_TILES(_v8, vec8_t, 8)
+#undef VT
+#define VT vec16_t
+LANE_TILES(_v16, vec16_t, 16)
+#undef VT
+#undef LD
+#undef ST
 
 /* V (16, n * th * tw, civ) of images [i0, i0 + n): each image's channel blocks through
- * xp (TO: the build's to_lanes). */
-#define LANES_INPUTS(c, TO, i0, n, v, civ, xp)                                                    \
+ * xp (TO: the build's to_lanes; SFX: its vector width). */
+#define LANES_INPUTS(c, TO, SFX, i0, n, v, civ, xp)                                               \
     do {                                                                                          \
         const int64_t hw_ = (c)->h * (c)->w, hp_ = 2 * (c)->th + 2, wp_ = 2 * (c)->tw + 2;        \
         const int64_t run_ = (c)->th * (c)->tw;                                                   \
@@ -663,7 +682,7 @@ static inline __attribute__((always_inline)) void output_tiles_lanes(const float
             for (int64_t c0_ = 0; c0_ < (c)->nc; c0_ += LANES) {                                  \
                 TO((c)->x + (((i0) + b_) * (c)->nc + c0_) * hw_, hw_, (c)->h, (c)->w, (c)->ph, (c)->pw, \
                    (int)((c)->nc - c0_ < LANES ? (c)->nc - c0_ : LANES), hp_, wp_, (xp));          \
-                input_tiles_lanes((xp), wp_, (c)->th, (c)->tw, (v), (n) * run_ * (civ), (civ), b_ * run_, c0_); \
+                input_tiles##SFX((xp), wp_, (c)->th, (c)->tw, (v), (n) * run_ * (civ), (civ), b_ * run_, c0_); \
             }                                                                                     \
     } while (0)
 
@@ -671,7 +690,7 @@ static inline __attribute__((always_inline)) void output_tiles_lanes(const float
 static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th + 2) * (2 * c->tw + 2) * LANES; }
 
 /* The task: conv's images [lo, hi), a group at a time (as CONV_TASK). */
-#define LANES_CONV_TASK(NAME, ATTR, TO, FROM)                                                     \
+#define LANES_CONV_TASK(NAME, ATTR, TO, FROM, SFX)                                                   \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const conv_job *c = (const conv_job *)p;                                                  \
         const int64_t run = c->th * c->tw, civ = round_lanes(c->nc);                              \
@@ -689,7 +708,7 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
         float *m = v + 16 * civ * g * run, *xp = m + 16 * c->co * g * run + LANES, *yl = xp + lanes_input_floats(c); \
         for (int64_t i0 = lo; i0 < hi; i0 += g) {                                                 \
             const int64_t n = hi - i0 < g ? hi - i0 : g, tiles = n * run;                         \
-            LANES_INPUTS(c, TO, i0, n, v, civ, xp);                                               \
+            LANES_INPUTS(c, TO, SFX, i0, n, v, civ, xp);                                               \
             /* M[xi] (tiles, co) = V[xi] (tiles, nc) @ U[xi]^T (nc, co) */                        \
             if (!tallow_gemm->product(v, tiles * civ, civ, 1, c->u, c->co * c->nc, 1, c->nc, m, 16, tiles, c->co, \
                                       c->nc, 0)) {                                                \
@@ -698,7 +717,7 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
             }                                                                                     \
             for (int64_t b = 0; b < n; b++)                                                       \
                 for (int64_t o0 = 0; o0 < c->co; o0 += LANES) {                                   \
-                    output_tiles_lanes(m, tiles * c->co, c->co, b * run, o0, c->th, c->tw, yl);   \
+                    output_tiles##SFX(m, tiles * c->co, c->co, b * run, o0, c->th, c->tw, yl);   \
                     FROM(yl, 2 * c->tw, c->y + ((i0 + b) * c->co + o0) * ohw, ohw, c->oh, c->ow,   \
                          (int)(c->co - o0 < LANES ? c->co - o0 : LANES));                         \
                 }                                                                                 \
@@ -706,10 +725,10 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
         scratch_done(v, floats);                                                                  \
     }
 
-LANES_CONV_TASK(conv_lanes_base, , to_lanes_base, from_lanes_base)
+LANES_CONV_TASK(conv_lanes_base, , to_lanes_base, from_lanes_base, _v8)
 #ifdef TALLOW_X86
-LANES_CONV_TASK(conv_lanes_avx2, AVX2, to_lanes_simd, from_lanes_simd)
-LANES_CONV_TASK(conv_lanes_avx512, AVX512F, to_lanes_simd, from_lanes_simd)
+LANES_CONV_TASK(conv_lanes_avx2, AVX2, to_lanes_simd, from_lanes_simd, _v8)
+LANES_CONV_TASK(conv_lanes_avx512, AVX512F, to_lanes_simd, from_lanes_simd, _v16)
 #endif
 
 /* The 3x3 convolution's task: 16 lanes a zmm register with AVX-512, two ymm with AVX2. */
@@ -734,7 +753,7 @@ typedef struct {
     int64_t parts;
 } kgrad_job;
 
-#define KGRAD_TASK(NAME, ATTR, TO)                                                                \
+#define KGRAD_TASK(NAME, ATTR, TO, SFX)                                                            \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const kgrad_job *kj = (const kgrad_job *)p;                                               \
         const conv_job *c = &kj->c;                                                               \
@@ -761,7 +780,7 @@ typedef struct {
                 gr.nb = n;                                                                        \
                 gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
                 if (c->row) group_inputs(c, &in, i0, n, v, s_in);                                 \
-                else LANES_INPUTS(c, TO, i0, n, v, civ, s_in);                                    \
+                else LANES_INPUTS(c, TO, SFX, i0, n, v, civ, s_in);                                    \
                 for (int64_t q = 0; q < n * c->co; q++) {                                         \
                     if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
                     else grad_plane(&gr, q, s_gr);                                                \
@@ -826,7 +845,7 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
     PLANE_TASK(grad_row_task##SUFFIX, ATTR, grad_plane_1x3, grad_row_scratch_floats(j))           \
     PLANE_TASK(kernel_grad_row_task##SUFFIX, ATTR, kernel_grad_row_unit, 0)                       \
     CONV_TASK(conv_task##SUFFIX, ATTR)                                                            \
-    KGRAD_TASK(kgrad_task##SUFFIX, ATTR, TO)
+    KGRAD_TASK(kgrad_task##SUFFIX, ATTR, TO, _v8)
 
 BUILD(_base, , to_lanes_base)
 #ifdef TALLOW_X86
