@@ -39,7 +39,7 @@
 #include "_workers.h"
 
 static int use_avx2 = 0;
-static int use_avx512 = 0; /* the channel-lane forward in zmm registers (set_avx512) */
+static int use_avx512 = 0; /* the 3x3 channel-lane tiles in zmm registers (set_avx512) */
 
 /* Sizes: parse_ints, none negative. */
 static int ints(PyObject *const *args, Py_ssize_t start, Py_ssize_t count, int64_t *out) {
@@ -850,6 +850,7 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
 BUILD(_base, , to_lanes_base)
 #ifdef TALLOW_X86
 BUILD(_avx2, AVX2, to_lanes_simd)
+KGRAD_TASK(kgrad_task_avx512, AVX512F, to_lanes_simd, _v16) /* (its 3x3 inputs in zmm registers) */
 #endif
 
 enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV, KGRAD };
@@ -1095,6 +1096,9 @@ static PyObject *kgrad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
         c->x = (const float *)b[0].view.buf, kj.g = (const float *)b[1].view.buf, kj.du = (float *)b[2].view.buf;
         c->failed = &failed;
         tallow_task_fn fn = task_of(KGRAD);
+#ifdef TALLOW_X86
+        if (use_avx2 && use_avx512 && !row) fn = kgrad_task_avx512;
+#endif
         Py_BEGIN_ALLOW_THREADS
         tallow_pool_run(fn, &kj, kj.parts, 1, (x_floats + g_floats) * 4);
         if (!atomic_load(&failed)) sum_parts(kj.du, kj.du, kj.parts, P * c->co * c->nc);
@@ -1170,8 +1174,8 @@ static PyMethodDef methods[] = {
     {"set_group_bytes", py_set_group_bytes, METH_O, "Bytes of tiles per product in conv (returns the old value)."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
-    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build of conv's channel-lane form."},
-    {"avx512", py_avx512, METH_NOARGS, "Whether conv's channel-lane form runs in AVX-512 registers."},
+    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build of the 3x3 channel-lane tiles."},
+    {"avx512", py_avx512, METH_NOARGS, "Whether the 3x3 channel-lane tiles run in AVX-512 registers."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_winograd",
