@@ -13,7 +13,10 @@ The three passes run a few images at a time (``native conv``), one chunk of imag
 per thread: each core reads back only the tiles it wrote, and a few images' tiles
 stay in the cache between the passes (a 64->64 layer, batch 8 of 16x16: 1.93 ->
 1.65 ms on one thread, 1.61 -> 1.31 ms on two). A single image, or too few to share
-out over the threads, keeps each pass split over them. Both give the same bits.
+out over the threads, keeps each pass split over them. Both give the same bits. There,
+a 3x3 kernel's tiles are computed with a vector's lanes over 16 channels (the pixels
+transposed once per channel block), not over a row's few tiles: the forward 1.41 ->
+1.07 ms for that layer (docs/design.md), the same bits.
 
 It replaces im2col (whose 9 copies of the input become a 4x one) and 2.25x of the
 multiply-adds. Its rounding differs from the direct sum by a few units in the last

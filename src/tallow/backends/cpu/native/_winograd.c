@@ -22,10 +22,11 @@
  *
  * The input and output transforms only add and subtract; units are image planes,
  * each written by one thread in a fixed order, so results are bit-identical at any
- * thread count.  The loops run over whole rows of tiles (contiguous in every plane),
- * compiled twice: for the baseline instruction set and with AVX2 enabled, chosen at
- * run time (an AVX-512 build was no faster: rows of 8-9 tiles fill one AVX2 vector
- * and leave a 16-lane one to its scalar remainder loop).
+ * thread count.  The pass-by-pass loops run over whole rows of tiles (contiguous in
+ * every plane), compiled twice: for the baseline instruction set and with AVX2
+ * enabled, chosen at run time.  conv's 3x3 form and the kernel gradient's 3x3 inputs
+ * compute their tiles with a vector's lanes over 16 channels instead (below, "the
+ * forward in channel lanes"), with an AVX-512 build as well.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
