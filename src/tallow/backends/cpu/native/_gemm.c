@@ -253,18 +253,14 @@ static void pack_b(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t n
     }
 }
 
-/* A rows [0, mc) x columns [0, kc) -> MR-row panels, k-major (a panel: rs 1, cs MR).
+/* A rows [0, mc) x columns [0, kc) -> MR-row panels, k-major (a panel: rs 1, cs MR),
+ * for an A whose rows are not contiguous (run_unit reads those in place).
  * Rows past mc are not written: the kernel does not read them (mr < MR). */
 static void pack_a(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float *dst) {
     for (int64_t i0 = 0; i0 < mc; i0 += MR, dst += kc * MR) {
         int mr = mc - i0 < MR ? (int)(mc - i0) : MR;
         const float *src = a + i0 * rs;
-        if (cs == 1) {
-            for (int i = 0; i < mr; i++) {
-                const float *row = src + i * rs;
-                for (int64_t p = 0; p < kc; p++) dst[p * MR + i] = row[p];
-            }
-        } else if (rs == 1 && mr == MR) {
+        if (rs == 1 && mr == MR) {
             /* a transposed A: a panel's six values per k are contiguous (a fixed-size copy,
              * two moves, where the general loop below stored float by float) */
             for (int64_t p = 0; p < kc; p++) memcpy(dst + p * MR, src + p * cs, MR * sizeof(float));
