@@ -465,16 +465,15 @@ static inline int64_t conv_group(const conv_job *c) {
     return g < 1 ? 1 : g;
 }
 
-/* The input tiles of images [i0, i0 + n) into v (P, nc, n * th * tw), through `in`. */
+/* A 1x3 kernel's input tiles of images [i0, i0 + n) into v (4, nc, n * h * tw), through
+ * `in` (3x3 kernels take LANES_INPUTS, below). */
 static inline __attribute__((always_inline)) void group_inputs(const conv_job *c, wg_job *in, int64_t i0, int64_t n,
                                                                 float *v, float *scratch) {
     in->nb = n, in->src = c->x + i0 * c->nc * c->h * c->w, in->dst = v;
-    for (int64_t q = 0; q < n * c->nc; q++) {
-        if (c->row) input_plane_1x3(in, q, scratch);
-        else input_plane(in, q, scratch);
-    }
+    for (int64_t q = 0; q < n * c->nc; q++) input_plane_1x3(in, q, scratch);
 }
 
+/* conv_row's task (3x3 kernels take LANES_CONV_TASK, below). */
 #define CONV_TASK(NAME, ATTR)                                                                     \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const conv_job *c = (const conv_job *)p;                                                  \
@@ -483,8 +482,7 @@ static inline __attribute__((always_inline)) void group_inputs(const conv_job *c
         if (g > hi - lo) g = hi - lo;                                                             \
         wg_job in = {g, c->nc, c->h, c->w, c->ph, c->pw, 0, 0, c->th, c->tw, NULL, NULL, c->failed}; \
         wg_job out = {g, c->co, 0, 0, 0, 0, c->oh, c->ow, c->th, c->tw, NULL, NULL, c->failed};   \
-        int64_t in_s = c->row ? input_row_scratch_floats(&in) : input_scratch_floats(&in);        \
-        int64_t out_s = c->row ? output_row_scratch_floats(&out) : output_scratch_floats(&out);   \
+        int64_t in_s = input_row_scratch_floats(&in), out_s = output_row_scratch_floats(&out);    \
         const size_t floats = (size_t)(P * (c->nc + c->co) * g * run + in_s + out_s);                \
         float *v = scratch_get(floats);                                                             \
         if (!v) {                                                                                 \
@@ -502,10 +500,7 @@ static inline __attribute__((always_inline)) void group_inputs(const conv_job *c
                 break;                                                                            \
             }                                                                                     \
             out.src = m, out.dst = c->y + i0 * c->co * c->oh * c->ow;                             \
-            for (int64_t q = 0; q < n * c->co; q++) {                                             \
-                if (c->row) output_plane_1x3(&out, q, s_out);                                     \
-                else output_plane(&out, q, s_out);                                                \
-            }                                                                                     \
+            for (int64_t q = 0; q < n * c->co; q++) output_plane_1x3(&out, q, s_out);             \
         }                                                                                         \
         scratch_done(v, floats);                                                                    \
     }
@@ -615,8 +610,8 @@ FROM_LANES(from_lanes_base, , 0)
  * output_tiles: Y = A^T M A of every tile of one image, m rows t0 + ty * tw + tx (planes
  * `mplane` floats apart, rows co), columns [o0, o0 + LANES) -> yl (2 th, 2 tw, LANES).
  * The arithmetic of input_plane and output_plane, in their order. */
-#define LD(p) (*(const VT *)(p))
-#define ST(p) (*(VT *)(p))
+#define LD(T, p) (*(const T *)(p))
+#define ST(T, p) (*(T *)(p))
 #define LANE_TILES(SFX, VT, VW)                                                                   \
     static inline __attribute__((always_inline)) void input_tiles##SFX(                           \
         const float *xp, int64_t wp, int64_t th, int64_t tw, float *v, int64_t vplane, int64_t civ, int64_t t0, \
@@ -627,8 +622,8 @@ FROM_LANES(from_lanes_base, , 0)
                     const float *p = xp + (2 * ty * wp + 2 * tx) * LANES + h;                     \
                     VT t[4][4];                                                                   \
                     for (int j = 0; j < 4; j++) { /* B^T d: down the tile's four rows */          \
-                        VT d0 = LD(p + j * LANES), d1 = LD(p + (wp + j) * LANES);                 \
-                        VT d2 = LD(p + (2 * wp + j) * LANES), d3 = LD(p + (3 * wp + j) * LANES);  \
+                        VT d0 = LD(VT, p + j * LANES), d1 = LD(VT, p + (wp + j) * LANES);                 \
+                        VT d2 = LD(VT, p + (2 * wp + j) * LANES), d3 = LD(VT, p + (3 * wp + j) * LANES);  \
                         t[0][j] = d0 - d2;                                                        \
                         t[1][j] = d1 + d2;                                                        \
                         t[2][j] = d2 - d1;                                                        \
@@ -636,10 +631,10 @@ FROM_LANES(from_lanes_base, , 0)
                     }                                                                             \
                     float *dst = v + (t0 + ty * tw + tx) * civ + c0 + h;                          \
                     for (int i = 0; i < 4; i++) { /* (B^T d) B: across */                         \
-                        ST(dst + (4 * i) * vplane) = t[i][0] - t[i][2];                           \
-                        ST(dst + (4 * i + 1) * vplane) = t[i][1] + t[i][2];                       \
-                        ST(dst + (4 * i + 2) * vplane) = t[i][2] - t[i][1];                       \
-                        ST(dst + (4 * i + 3) * vplane) = t[i][1] - t[i][3];                       \
+                        ST(VT, dst + (4 * i) * vplane) = t[i][0] - t[i][2];                           \
+                        ST(VT, dst + (4 * i + 1) * vplane) = t[i][1] + t[i][2];                       \
+                        ST(VT, dst + (4 * i + 2) * vplane) = t[i][2] - t[i][1];                       \
+                        ST(VT, dst + (4 * i + 3) * vplane) = t[i][1] - t[i][3];                       \
                     }                                                                             \
                 }                                                                                 \
     }                                                                                             \
@@ -651,25 +646,21 @@ FROM_LANES(from_lanes_base, , 0)
                 for (int h = 0; h < LANES; h += VW) {                                             \
                     const float *q = m + (t0 + ty * tw + tx) * co + o0 + h;                       \
                     VT x[16];                                                                     \
-                    for (int xi = 0; xi < 16; xi++) x[xi] = LD(q + xi * mplane);                  \
+                    for (int xi = 0; xi < 16; xi++) x[xi] = LD(VT, q + xi * mplane);                  \
                     /* A^T M: rows 0 + 1 + 2 and 1 - 2 - 3, per column */                        \
                     VT s00 = x[0] + x[4] + x[8], s01 = x[1] + x[5] + x[9];                        \
                     VT s02 = x[2] + x[6] + x[10], s03 = x[3] + x[7] + x[11];                      \
                     VT s10 = x[4] - x[8] - x[12], s11 = x[5] - x[9] - x[13];                      \
                     VT s12 = x[6] - x[10] - x[14], s13 = x[7] - x[11] - x[15];                    \
                     float *y = yl + (2 * ty * wl + 2 * tx) * LANES + h;                           \
-                    ST(y) = s00 + s01 + s02;                                                      \
-                    ST(y + LANES) = s01 - s02 - s03;                                              \
-                    ST(y + wl * LANES) = s10 + s11 + s12;                                         \
-                    ST(y + (wl + 1) * LANES) = s11 - s12 - s13;                                   \
+                    ST(VT, y) = s00 + s01 + s02;                                                      \
+                    ST(VT, y + LANES) = s01 - s02 - s03;                                              \
+                    ST(VT, y + wl * LANES) = s10 + s11 + s12;                                         \
+                    ST(VT, y + (wl + 1) * LANES) = s11 - s12 - s13;                                   \
                 }                                                                                 \
     }
-#define VT vec8_t
 LANE_TILES(_v8, vec8_t, 8)
-#undef VT
-#define VT vec16_t
 LANE_TILES(_v16, vec16_t, 16)
-#undef VT
 #undef LD
 #undef ST
 
@@ -691,7 +682,7 @@ LANE_TILES(_v16, vec16_t, 16)
 static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th + 2) * (2 * c->tw + 2) * LANES; }
 
 /* The task: conv's images [lo, hi), a group at a time (as CONV_TASK). */
-#define LANES_CONV_TASK(NAME, ATTR, TO, FROM, SFX)                                                   \
+#define LANES_CONV_TASK(NAME, ATTR, TO, FROM, SFX)                                                \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const conv_job *c = (const conv_job *)p;                                                  \
         const int64_t run = c->th * c->tw, civ = round_lanes(c->nc);                              \
@@ -709,7 +700,7 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
         float *m = v + 16 * civ * g * run, *xp = m + 16 * c->co * g * run + LANES, *yl = xp + lanes_input_floats(c); \
         for (int64_t i0 = lo; i0 < hi; i0 += g) {                                                 \
             const int64_t n = hi - i0 < g ? hi - i0 : g, tiles = n * run;                         \
-            LANES_INPUTS(c, TO, SFX, i0, n, v, civ, xp);                                               \
+            LANES_INPUTS(c, TO, SFX, i0, n, v, civ, xp);                                          \
             /* M[xi] (tiles, co) = V[xi] (tiles, nc) @ U[xi]^T (nc, co) */                        \
             if (!tallow_gemm->product(v, tiles * civ, civ, 1, c->u, c->co * c->nc, 1, c->nc, m, 16, tiles, c->co, \
                                       c->nc, 0)) {                                                \
@@ -781,7 +772,7 @@ typedef struct {
                 gr.nb = n;                                                                        \
                 gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
                 if (c->row) group_inputs(c, &in, i0, n, v, s_in);                                 \
-                else LANES_INPUTS(c, TO, SFX, i0, n, v, civ, s_in);                                    \
+                else LANES_INPUTS(c, TO, SFX, i0, n, v, civ, s_in);                               \
                 for (int64_t q = 0; q < n * c->co; q++) {                                         \
                     if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
                     else grad_plane(&gr, q, s_gr);                                                \
