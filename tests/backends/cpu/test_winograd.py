@@ -270,18 +270,27 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
 
 
 def _pass_by_pass(x, k, pad, monkeypatch):
-    """``winograd.conv2d`` with each pass split over the threads (not by images)."""
+    """``winograd.conv2d`` with each pass split over the threads (neither by images nor
+    in bands of tile rows)."""
+    calls = []
+    passes, row_passes = W.input_transform, W.input_transform_row
     with monkeypatch.context() as mp:
         mp.setattr(winograd, "_by_images", lambda batch: False)
-        return winograd.conv2d(x, k, pad)
+        mp.setattr(winograd, "_bands", lambda batch, th: 0)
+        mp.setattr(W, "input_transform", lambda *a: calls.append(a) or passes(*a))
+        mp.setattr(W, "input_transform_row", lambda *a: calls.append(a) or row_passes(*a))
+        y = winograd.conv2d(x, k, pad)
+    assert calls  # (the passes ran)
+    return y
 
 
 @pytest.mark.parametrize("k_shape,pad", [((3, 3), (1, 1)), ((3, 3), (0, 2)), ((1, 3), (0, 1))])
 @pytest.mark.parametrize("group_bytes", [0, 1 << 14, 1 << 30])
 def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, group_bytes, monkeypatch):
     """The three passes a few images at a time (one product per group of images, groups
-    of 1, a few and the whole batch) against each pass over the whole batch, at one and
-    two threads: the same bits, and PyTorch's values."""
+    of 1, a few and the whole batch; a 3x3 kernel's images also cut into every count of
+    bands of tile rows) against each pass over the whole batch, at one and two threads:
+    the same bits, and PyTorch's values."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((7, 24, 11, 14)).astype(np.float32)
     k = rng.standard_normal((20, 24) + k_shape).astype(np.float32)
@@ -294,17 +303,21 @@ def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, gro
             native.sync_threads()
             w.set_min_bytes(0)
             w.set_load_check(False)
-            y = np.full(want.shape, np.nan, np.float32)
             u = np.empty(((16 if k_shape[0] == 3 else 4), 20, 24), np.float32)
             b, c, h, wd = x.shape
             if k_shape[0] == 3:
                 W.kernel_transform(k, u, 20, 24)
                 th, tw = (want.shape[2] + 1) // 2, (want.shape[3] + 1) // 2
-                W.conv(x, u, y, b, c, 20, h, wd, pad[0], pad[1], th, tw)
+                for bands in [None] + list(range(1, th + 1)):
+                    y = np.full(want.shape, np.nan, np.float32)
+                    args = (x, u, y, b, c, 20, h, wd, pad[0], pad[1], th, tw)
+                    W.conv(*args) if bands is None else W.conv(*args, bands)
+                    np.testing.assert_array_equal(y, want)
             else:
+                y = np.full(want.shape, np.nan, np.float32)
                 W.kernel_transform_row(k, u, 20, 24)
                 W.conv_row(x, u, y, b, c, 20, h, wd, pad[1], (want.shape[3] + 1) // 2)
-            np.testing.assert_array_equal(y, want)
+                np.testing.assert_array_equal(y, want)
     finally:
         W.set_group_bytes(old_group)
         w.set_load_check(True)
@@ -369,8 +382,53 @@ def test_the_rule_for_the_convolution_by_images(monkeypatch):
     assert [winograd._by_images(b) for b in (1, 2, 3, 4, 5, 8)] == [False, True, False, True, True, True]
 
 
+def test_the_rule_for_the_bands_of_tile_rows(monkeypatch):
+    """Whole images where they share out; else bands so that images x bands share out
+    evenly, at most one per tile row; none (the passes) without the f32 kernel."""
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 1)
+    assert [winograd._bands(b, 8) for b in (1, 2, 3)] == [1, 1, 1]
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 2)
+    assert [winograd._bands(b, 8) for b in (1, 2, 3, 4, 5)] == [2, 1, 2, 1, 1]
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 4)
+    assert [winograd._bands(b, 8) for b in (1, 2, 3, 6)] == [4, 2, 4, 2]
+    assert winograd._bands(1, 3) == 3
+    previous = winograd.gemm.set_native(False)
+    try:
+        assert winograd._bands(1, 8) == 0
+    finally:
+        winograd.gemm.set_native(previous)
+
+
+def test_a_single_image_runs_in_bands_on_two_threads(monkeypatch):
+    """conv2d of one image at two threads goes to ``conv`` with two bands, and gives the
+    one-thread bits."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 24, 12, 12)).astype(np.float32)
+    k = rng.standard_normal((20, 24, 3, 3)).astype(np.float32)
+    before = tl.utils.get_num_threads()
+    seen, conv = [], W.conv
+    monkeypatch.setattr(W, "conv", lambda *a: seen.append(a[-1]) or conv(*a))
+    try:
+        tl.utils.set_num_threads(1)
+        one = winograd.conv2d(x, k, (1, 1))
+        tl.utils.set_num_threads(2)
+        two = winograd.conv2d(x, k, (1, 1))
+    finally:
+        tl.utils.set_num_threads(before)
+    assert seen == [1, 2]
+    np.testing.assert_array_equal(two, one)
+    _close(one, _reference("conv2d", x, k, padding=1))
+
+
 def test_bad_buffers_are_refused_before_any_write():
     x = np.zeros((1, 2, 4, 4), np.float32)
+    y = np.full((1, 2, 4, 4), 7.0, np.float32)
+    for bands in (0, 3):  # 2 tile rows
+        with pytest.raises(ValueError, match="bands"):
+            W.conv(x, np.zeros((16, 2, 2), np.float32), y, 1, 2, 2, 4, 4, 1, 1, 2, 2, bands)
+    assert (y == 7.0).all()
+    with pytest.raises(TypeError):
+        W.conv_row(x, np.zeros((4, 2, 2), np.float32), y, 1, 2, 2, 4, 4, 1, 2, 1)
     v = np.full((16, 2, 3), 7.0, np.float32)  # room for 3 tiles; a 4x4 image padded by 1 has 4
     with pytest.raises(ValueError):
         W.input_transform(x, v, 1, 2, 4, 4, 1, 1, 2, 2)

@@ -13,7 +13,8 @@ The three passes run a few images at a time (``native conv``), one chunk of imag
 per thread: each core reads back only the tiles it wrote, and a few images' tiles
 stay in the cache between the passes (a 64->64 layer, batch 8 of 16x16: 1.93 ->
 1.65 ms on one thread, 1.61 -> 1.31 ms on two). A single image, or too few to share
-out over the threads, keeps each pass split over them. Both give the same bits. There,
+out over the threads, keeps each pass split over them (a 1x3 kernel), or is cut into
+bands of tile rows (a 3x3 kernel, ``_bands``). All give the same bits. There,
 a 3x3 kernel's tiles are computed with a vector's lanes over 16 channels (the pixels
 transposed once per channel block), not over a row's few tiles: the forward 1.41 ->
 1.07 ms for that layer (docs/design.md), the same bits.
@@ -41,6 +42,8 @@ input gradient) is a convolution with the flipped kernel, so it comes here too.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -125,14 +128,13 @@ def conv2d(x, k, pad):
     b, c, h, w = x.shape
     co = k.shape[0]
     x, k = np.ascontiguousarray(x), np.ascontiguousarray(k)
-    by_images = _by_images(b)
     if k.shape[2] == 1:  # 1x3: 4 positions, tiles of one row
         ow = w + 2 * pad[1] - 2
         tw = (ow + 1) // 2
         u = np.empty((4, co, c), np.float32)
         mod.kernel_transform_row(k, u, co, c)
         y = np.empty((b, co, h, ow), np.float32)
-        if by_images:
+        if _by_images(b):
             mod.conv_row(x, u, y, b, c, co, h, w, pad[1], tw)
             return y
         v = np.empty((4, c, b * h * tw), np.float32)
@@ -144,8 +146,9 @@ def conv2d(x, k, pad):
     u = np.empty((16, co, c), np.float32)
     mod.kernel_transform(k, u, co, c)
     y = np.empty((b, co, oh, ow), np.float32)
-    if by_images:
-        mod.conv(x, u, y, b, c, co, h, w, pad[0], pad[1], th, tw)
+    bands = _bands(b, th)
+    if bands:
+        mod.conv(x, u, y, b, c, co, h, w, pad[0], pad[1], th, tw, bands)
         return y
     v = np.empty((16, c, b * th * tw), np.float32)
     mod.input_transform(x, v, b, c, h, w, pad[0], pad[1], th, tw)
@@ -174,12 +177,30 @@ def _by_images(batch: int) -> bool:
     on one thread always (the tiles of a few images stay in the cache between the
     passes), and on more when the images share out evenly enough (at least two per
     thread, or a multiple of the threads); a single image, or too few, keeps the split
-    passes. Both give the same bits. Not with the f32 kernel switched off
+    passes with a 1x3 kernel and runs in bands of tile rows with a 3x3 one
+    (``_bands``). All give the same bits. Not with the f32 kernel switched off
     (``TALLOW_NO_NATIVE_GEMM``): its products are the kernel's."""
     if not gemm.native_available():  # its products are the f32 kernel's
         return False
     threads = CONFIG.get()
     return threads <= 1 or batch >= 2 * threads or batch % threads == 0
+
+
+def _bands(batch: int, th: int) -> int:
+    """Bands of tile rows per image for a 3x3 kernel's ``native conv``: 1 when whole
+    images share out over the threads (``_by_images``), else enough that the units
+    (images x bands) share out evenly, ``threads / gcd(batch, threads)``, at most ``th``:
+    a single image on two threads as two bands (128->128 at 16x16, ``conv`` alone: 0.34
+    ms as one unit, 0.20 ms as two bands; 256->256 at 14x14 1.05 -> 0.66 ms). Every
+    tile is computed on its own and each product element is the same chain over the
+    input channels, so the bands do not change the bits. 0 (each pass split over the
+    threads instead) with the f32 kernel switched off: ``conv``'s products are its."""
+    if not gemm.native_available():
+        return 0
+    if _by_images(batch):
+        return 1
+    threads = CONFIG.get()
+    return max(1, min(th, threads // math.gcd(batch, threads)))
 
 
 def kernel_grad(x, g, k_shape, pad):

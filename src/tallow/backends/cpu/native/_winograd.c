@@ -448,6 +448,7 @@ static inline __attribute__((always_inline)) void kernel_grad_row_1x3(const floa
 typedef struct {
     int64_t nb, nc, co, h, w, ph, pw, oh, ow, th, tw; /* th = h for a 1x3 kernel */
     int row;                                           /* 1x3 kernel: F(2, 3) per image row */
+    int64_t bands; /* conv's 3x3 form: tile-row bands per image, one pool unit each (1: whole images) */
     const float *x, *u;
     float *y;
     _Atomic int *failed;
@@ -528,7 +529,7 @@ static inline int64_t round_lanes(int64_t c) { return (c + LANES - 1) / LANES * 
 
 /* Channels [c0, c0 + cr) of an image (`img`: channel c0's plane, planes hw floats apart)
  * into xp (hp, wp, LANES): padded pixel (y, x) is image pixel (y - ph, x - pw), zero
- * outside the image and in the lanes past cr.  The SIMD form moves 8 pixels x 8
+ * outside the image and in the lanes past cr (ph < 0: a band of rows further down).  The SIMD form moves 8 pixels x 8
  * channels per register transpose. */
 #define TO_LANES(NAME, ATTR, SIMD)                                                                \
     static ATTR inline __attribute__((always_inline)) void NAME(                                  \
@@ -536,7 +537,7 @@ static inline int64_t round_lanes(int64_t c) { return (c + LANES - 1) / LANES * 
         int64_t wp, float *xp) {                                                                  \
         memset(xp, 0, (size_t)(hp * wp * LANES) * sizeof(float));                                \
         const int64_t nx = w < wp - pw ? w : wp - pw;                                             \
-        for (int64_t iy = 0; iy < h && iy + ph < hp; iy++) {                                      \
+        for (int64_t iy = ph < 0 ? -ph : 0; iy < h && iy + ph < hp; iy++) {                       \
             float *row = xp + ((iy + ph) * wp + pw) * LANES;                                      \
             const float *src = img + iy * w;                                                      \
             int64_t ix = 0;                                                                       \
@@ -664,30 +665,33 @@ LANE_TILES(_v16, vec16_t, 16)
 #undef LD
 #undef ST
 
-/* V (16, n * th * tw, civ) of images [i0, i0 + n): each image's channel blocks through
- * xp (TO: the build's to_lanes; SFX: its vector width). */
-#define LANES_INPUTS(c, TO, SFX, i0, n, v, civ, xp)                                               \
+/* V (16, n * bh * tw, civ) of tile rows [ty0, ty0 + bh) of images [i0, i0 + n): each
+ * image's channel blocks through xp (TO: the build's to_lanes; SFX: its vector width). */
+#define LANES_INPUTS(c, TO, SFX, i0, n, ty0, bh, v, civ, xp)                                      \
     do {                                                                                          \
-        const int64_t hw_ = (c)->h * (c)->w, hp_ = 2 * (c)->th + 2, wp_ = 2 * (c)->tw + 2;        \
-        const int64_t run_ = (c)->th * (c)->tw;                                                   \
+        const int64_t hw_ = (c)->h * (c)->w, wp_ = 2 * (c)->tw + 2, run_ = (bh) * (c)->tw;        \
         for (int64_t b_ = 0; b_ < (n); b_++)                                                      \
             for (int64_t c0_ = 0; c0_ < (c)->nc; c0_ += LANES) {                                  \
-                TO((c)->x + (((i0) + b_) * (c)->nc + c0_) * hw_, hw_, (c)->h, (c)->w, (c)->ph, (c)->pw, \
-                   (int)((c)->nc - c0_ < LANES ? (c)->nc - c0_ : LANES), hp_, wp_, (xp));          \
-                input_tiles##SFX((xp), wp_, (c)->th, (c)->tw, (v), (n) * run_ * (civ), (civ), b_ * run_, c0_); \
+                TO((c)->x + (((i0) + b_) * (c)->nc + c0_) * hw_, hw_, (c)->h, (c)->w, (c)->ph - 2 * (ty0), \
+                   (c)->pw, (int)((c)->nc - c0_ < LANES ? (c)->nc - c0_ : LANES), 2 * (bh) + 2, wp_, (xp)); \
+                input_tiles##SFX((xp), wp_, (bh), (c)->tw, (v), (n) * run_ * (civ), (civ), b_ * run_, c0_); \
             }                                                                                     \
     } while (0)
 
 /* xp's floats: one image's channel block, zero-padded (LANES_INPUTS). */
 static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th + 2) * (2 * c->tw + 2) * LANES; }
 
-/* The task: conv's images [lo, hi), a group at a time (as CONV_TASK). */
+/* The task: conv's units [lo, hi): images, a group at a time (as CONV_TASK), or with
+ * c->bands > 1 each image's bands of tile rows, one at a time (a single image, or too
+ * few to share out, split over the threads: every tile is computed on its own, and each
+ * product element is the same FMA chain over the input channels however the tiles are
+ * cut, so the bits do not depend on the bands). */
 #define LANES_CONV_TASK(NAME, ATTR, TO, FROM, SFX)                                                \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const conv_job *c = (const conv_job *)p;                                                  \
-        const int64_t run = c->th * c->tw, civ = round_lanes(c->nc);                              \
+        const int64_t run = c->th * c->tw, civ = round_lanes(c->nc), bands = c->bands;            \
         const int64_t ohw = c->oh * c->ow;                                                        \
-        int64_t g = conv_group(c);                                                                \
+        int64_t g = bands > 1 ? 1 : conv_group(c);                                                \
         if (g > hi - lo) g = hi - lo;                                                             \
         const size_t floats = (size_t)(16 * (civ + c->co) * g * run + LANES + lanes_input_floats(c) + \
                                        4 * run * LANES);                                          \
@@ -698,9 +702,13 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
         }                                                                                         \
         /* (m has LANES floats of slack: a last partial block of channels reads past co) */      \
         float *m = v + 16 * civ * g * run, *xp = m + 16 * c->co * g * run + LANES, *yl = xp + lanes_input_floats(c); \
-        for (int64_t i0 = lo; i0 < hi; i0 += g) {                                                 \
-            const int64_t n = hi - i0 < g ? hi - i0 : g, tiles = n * run;                         \
-            LANES_INPUTS(c, TO, SFX, i0, n, v, civ, xp);                                          \
+        for (int64_t u0 = lo; u0 < hi; u0 += g) {                                                 \
+            /* n images from i0, tile rows [ty0, ty0 + bh) of each (output rows from oy0) */      \
+            const int64_t n = hi - u0 < g ? hi - u0 : g, i0 = u0 / bands, band = u0 % bands;      \
+            const int64_t ty0 = c->th * band / bands, bh = c->th * (band + 1) / bands - ty0;      \
+            const int64_t brun = bh * c->tw, tiles = n * brun, oy0 = 2 * ty0;                     \
+            const int64_t boh = (2 * (ty0 + bh) < c->oh ? 2 * (ty0 + bh) : c->oh) - oy0;          \
+            LANES_INPUTS(c, TO, SFX, i0, n, ty0, bh, v, civ, xp);                                 \
             /* M[xi] (tiles, co) = V[xi] (tiles, nc) @ U[xi]^T (nc, co) */                        \
             if (!tallow_gemm->product(v, tiles * civ, civ, 1, c->u, c->co * c->nc, 1, c->nc, m, 16, tiles, c->co, \
                                       c->nc, 0)) {                                                \
@@ -709,8 +717,8 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
             }                                                                                     \
             for (int64_t b = 0; b < n; b++)                                                       \
                 for (int64_t o0 = 0; o0 < c->co; o0 += LANES) {                                   \
-                    output_tiles##SFX(m, tiles * c->co, c->co, b * run, o0, c->th, c->tw, yl);   \
-                    FROM(yl, 2 * c->tw, c->y + ((i0 + b) * c->co + o0) * ohw, ohw, c->oh, c->ow,   \
+                    output_tiles##SFX(m, tiles * c->co, c->co, b * brun, o0, bh, c->tw, yl);      \
+                    FROM(yl, 2 * c->tw, c->y + ((i0 + b) * c->co + o0) * ohw + oy0 * c->ow, ohw, boh, c->ow, \
                          (int)(c->co - o0 < LANES ? c->co - o0 : LANES));                         \
                 }                                                                                 \
         }                                                                                         \
@@ -772,7 +780,7 @@ typedef struct {
                 gr.nb = n;                                                                        \
                 gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
                 if (c->row) group_inputs(c, &in, i0, n, v, s_in);                                 \
-                else LANES_INPUTS(c, TO, SFX, i0, n, v, civ, s_in);                               \
+                else LANES_INPUTS(c, TO, SFX, i0, n, 0, c->th, v, civ, s_in);                             \
                 for (int64_t q = 0; q < n * c->co; q++) {                                         \
                     if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
                     else grad_plane(&gr, q, s_gr);                                                \
@@ -1012,21 +1020,28 @@ static int conv_geometry(conv_job *c, const int64_t *a, int row) {
            (row || (2 * c->th >= c->oh && 2 * c->th <= c->oh + 1));
 }
 
-/* conv(x, u, y, nb, nc, co, h, w, ph, pw, th, tw): x (nb, nc, h, w) convolved with the
- * transformed kernel u (16, co, nc) into y (nb, co, h + 2 ph - 2, w + 2 pw - 2); and
- * conv_row(x, u, y, nb, nc, co, h, w, pw, tw) with u (4, co, nc) into y (nb, co, h,
- * w + 2 pw - 2). */
+/* conv(x, u, y, nb, nc, co, h, w, ph, pw, th, tw[, bands]): x (nb, nc, h, w) convolved
+ * with the transformed kernel u (16, co, nc) into y (nb, co, h + 2 ph - 2, w + 2 pw -
+ * 2), each image cut into `bands` bands of tile rows (1 to th; default 1: whole images,
+ * a few per product); and conv_row(x, u, y, nb, nc, co, h, w, pw, tw) with u (4, co,
+ * nc) into y (nb, co, h, w + 2 pw - 2). */
 static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
-    int64_t a[9];
+    int64_t a[10];
     int count = row ? 7 : 9;
-    if (nargs != 3 + count)
-        return PyErr_Format(PyExc_TypeError, "%s takes %d arguments", row ? "conv_row" : "conv", 3 + count);
-    if (!ints(args, 3, count, a)) return NULL;
+    a[9] = 1; /* conv's bands (optional) */
+    if (nargs != 3 + count && (row || nargs != 4 + count))
+        return row ? PyErr_Format(PyExc_TypeError, "conv_row takes %d arguments", 3 + count)
+                   : PyErr_Format(PyExc_TypeError, "conv takes %d or %d arguments", 3 + count, 4 + count);
+    if (!ints(args, 3, nargs - 3, a)) return NULL;
     if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "winograd: the product module is missing");
     conv_job c;
     memset(&c, 0, sizeof c);
     if (!conv_geometry(&c, a, row))
         return PyErr_Format(PyExc_ValueError, "%s: the tiles do not match the output", row ? "conv_row" : "conv");
+    c.bands = a[9];
+    if (!row && (c.bands < 1 || c.bands > c.th))
+        return PyErr_Format(PyExc_ValueError, "conv: bands must be 1 to th (%lld), got %lld", (long long)c.th,
+                            (long long)c.bands);
     const int64_t P = conv_positions(&c);
     buf_t b[3];
     memset(b, 0, sizeof b);
@@ -1040,7 +1055,7 @@ static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
         c.failed = &failed;
         tallow_task_fn fn = row ? task_of(CONV) : lanes_task();
         Py_BEGIN_ALLOW_THREADS
-        tallow_pool_run(fn, &c, c.nb, 1, (x_floats + u_floats + y_floats) * 4);
+        tallow_pool_run(fn, &c, c.nb * (row ? 1 : c.bands), 1, (x_floats + u_floats + y_floats) * 4);
         Py_END_ALLOW_THREADS
         res = none_or_no_memory(atomic_load(&failed));
     }
@@ -1159,7 +1174,7 @@ static PyMethodDef methods[] = {
     {"kernel_grad_transform", FC(py_kernel_grad_transform), "G^T m G of (16, co, ci) into dk (co, ci, 3, 3), f32."},
     {"grad_transform_row", FC(py_grad_transform_row), "Row gradient tiles A dy as (4, nco, tiles), f32."},
     {"kernel_grad_transform_row", FC(py_kernel_grad_transform_row), "G^T m of (4, co, ci) into dk (co, ci, 1, 3), f32."},
-    {"conv", FC(py_conv), "x (nb, nc, h, w) convolved with u (16, co, nc) into y, a few images per task."},
+    {"conv", FC(py_conv), "x (nb, nc, h, w) convolved with u (16, co, nc) into y, a few images (or bands of tile rows) per task."},
     {"conv_row", FC(py_conv_row), "x (nb, nc, h, w) convolved with u (4, co, nc) (1x3) into y, a few images per task."},
     {"kernel_grad_parts", FC(py_kernel_grad_parts), "The kernel gradient's sums dU a few images at a time, in parts."},
     {"kernel_grad_parts_row", FC(py_kernel_grad_parts_row), "The same for 1x3 kernels (4 positions)."},
