@@ -303,10 +303,10 @@ def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, gro
             native.sync_threads()
             w.set_min_bytes(0)
             w.set_load_check(False)
-            u = np.empty(((16 if k_shape[0] == 3 else 4), 20, 24), np.float32)
+            u = np.empty(((16, 24, 20) if k_shape[0] == 3 else (4, 20, 24)), np.float32)
             b, c, h, wd = x.shape
             if k_shape[0] == 3:
-                W.kernel_transform(k, u, 20, 24)
+                W.kernel_transform_t(k, u, 20, 24)  # conv's layout: (16, c_in, c_out)
                 th, tw = (want.shape[2] + 1) // 2, (want.shape[3] + 1) // 2
                 for bands in [None] + list(range(1, th + 1)):
                     y = np.full(want.shape, np.nan, np.float32)
@@ -420,6 +420,22 @@ def test_a_single_image_runs_in_bands_on_two_threads(monkeypatch):
     _close(one, _reference("conv2d", x, k, padding=1))
 
 
+@pytest.mark.parametrize("co,ci", [(1, 1), (5, 37), (70, 3), (130, 66)])
+def test_the_transposed_kernel_transform_is_the_kernel_transform_transposed(co, ci):
+    """kernel_transform_t (conv's layout, (16, c_in, c_out)) holds kernel_transform's
+    bits, transposed, for channel counts across its blocks of 64; both match G k G^T."""
+    rng = np.random.default_rng(co * 1000 + ci)
+    k = rng.standard_normal((co, ci, 3, 3)).astype(np.float32)
+    u = np.empty((16, co, ci), np.float32)
+    ut = np.full((16, ci, co), np.nan, np.float32)
+    W.kernel_transform(k, u, co, ci)
+    W.kernel_transform_t(k, ut, co, ci)
+    np.testing.assert_array_equal(ut, u.transpose(0, 2, 1))
+    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    want = np.einsum("pa,oiab,qb->pqio", g, k.astype(np.float64), g)  # position 4p + q
+    np.testing.assert_allclose(ut, want.reshape(16, ci, co), rtol=1e-6, atol=1e-6)
+
+
 def test_bad_buffers_are_refused_before_any_write():
     x = np.zeros((1, 2, 4, 4), np.float32)
     y = np.full((1, 2, 4, 4), 7.0, np.float32)
@@ -440,6 +456,8 @@ def test_bad_buffers_are_refused_before_any_write():
         W.kernel_transform(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 1), np.float32), 2, 2)
     with pytest.raises(TypeError):
         W.kernel_transform(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 2), np.float32), 2)
+    with pytest.raises(ValueError):
+        W.kernel_transform_t(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 1), np.float32), 2, 2)
     with pytest.raises(ValueError, match="too few tiles"):
         W.input_transform_row(x, np.zeros((4, 2, 4), np.float32), 1, 2, 4, 4, 1, 1)
     with pytest.raises(ValueError, match="too few tiles"):

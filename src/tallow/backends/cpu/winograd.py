@@ -143,13 +143,15 @@ def conv2d(x, k, pad):
         return y
     oh, ow = h + 2 * pad[0] - 2, w + 2 * pad[1] - 2
     th, tw = _tiles(oh, ow)
-    u = np.empty((16, co, c), np.float32)
-    mod.kernel_transform(k, u, co, c)
     y = np.empty((b, co, oh, ow), np.float32)
     bands = _bands(b, th)
-    if bands:
-        mod.conv(x, u, y, b, c, co, h, w, pad[0], pad[1], th, tw, bands)
+    if bands:  # the channel-lane form: its products read U^T, rows contiguous
+        ut = np.empty((16, c, co), np.float32)
+        mod.kernel_transform_t(k, ut, co, c)
+        mod.conv(x, ut, y, b, c, co, h, w, pad[0], pad[1], th, tw, bands)
         return y
+    u = np.empty((16, co, c), np.float32)
+    mod.kernel_transform(k, u, co, c)
     v = np.empty((16, c, b * th * tw), np.float32)
     mod.input_transform(x, v, b, c, h, w, pad[0], pad[1], th, tw)
     mod.output_transform(gemm.matmul(u, v), y, b, co, oh, ow, th, tw)

@@ -66,48 +66,69 @@ typedef struct {
  * time into a local block, copied out as 16 runs: written straight to the 16 planes
  * (4 KiB-aliased when co * ci is a multiple of 1024) a 256x256 kernel took 2.5 ms. */
 #define KBLOCK 64
+/* The 16 values of n kernels (9 taps each, `stride` floats apart) into blk[xi][0, n). */
+static inline __attribute__((always_inline)) void kernel_block(const float *src, int64_t stride, int64_t n,
+                                                                float blk[16][KBLOCK]) {
+    for (int r = 0; r < 3; r++) {
+        /* g G^T for kernel row r: (a, (a + b + d) / 2, (a - b + d) / 2, d) */
+        float h0[KBLOCK], h1[KBLOCK], h2[KBLOCK], h3[KBLOCK];
+#pragma GCC ivdep
+        for (int64_t c = 0; c < n; c++) {
+            float a = src[c * stride + 3 * r], b = src[c * stride + 3 * r + 1], d = src[c * stride + 3 * r + 2];
+            h0[c] = a;
+            h1[c] = 0.5f * (a + b + d);
+            h2[c] = 0.5f * (a - b + d);
+            h3[c] = d;
+        }
+        /* G (g G^T): row r of the kernel feeds output rows 0 (r = 0), 1 and 2 (all), 3 (r = 2) */
+        float *hs[4] = {h0, h1, h2, h3};
+        for (int q = 0; q < 4; q++) {
+            const float *h = hs[q];
+            float *u0 = blk[q], *u1 = blk[4 + q], *u2 = blk[8 + q], *u3 = blk[12 + q];
+#pragma GCC ivdep
+            for (int64_t c = 0; c < n; c++) {
+                float v = h[c];
+                if (r == 0) {
+                    u0[c] = v;
+                    u1[c] = v;
+                    u2[c] = v;
+                } else if (r == 1) {
+                    u1[c] = u1[c] + v;
+                    u2[c] = u2[c] - v;
+                } else {
+                    u1[c] = 0.5f * (u1[c] + v);
+                    u2[c] = 0.5f * (u2[c] + v);
+                    u3[c] = v;
+                }
+            }
+        }
+    }
+}
+
+/* Output channel o's row of every plane of u (16, co, ci), KBLOCK input channels at a time. */
 static inline __attribute__((always_inline)) void kernel_rows(const float *k, float *u, int64_t co, int64_t ci,
                                                                int64_t o) {
     const int64_t plane = co * ci;
     float blk[16][KBLOCK];
     for (int64_t c0 = 0; c0 < ci; c0 += KBLOCK) {
         const int64_t n = ci - c0 < KBLOCK ? ci - c0 : KBLOCK;
-        const float *src = k + (o * ci + c0) * 9;
-        for (int r = 0; r < 3; r++) {
-            /* g G^T for kernel row r: (a, (a + b + d) / 2, (a - b + d) / 2, d) */
-            float h0[KBLOCK], h1[KBLOCK], h2[KBLOCK], h3[KBLOCK];
-#pragma GCC ivdep
-            for (int64_t c = 0; c < n; c++) {
-                float a = src[c * 9 + 3 * r], b = src[c * 9 + 3 * r + 1], d = src[c * 9 + 3 * r + 2];
-                h0[c] = a;
-                h1[c] = 0.5f * (a + b + d);
-                h2[c] = 0.5f * (a - b + d);
-                h3[c] = d;
-            }
-            /* G (g G^T): row r of the kernel feeds output rows 0 (r = 0), 1 and 2 (all), 3 (r = 2) */
-            float *hs[4] = {h0, h1, h2, h3};
-            for (int q = 0; q < 4; q++) {
-                const float *h = hs[q];
-                float *u0 = blk[q], *u1 = blk[4 + q], *u2 = blk[8 + q], *u3 = blk[12 + q];
-#pragma GCC ivdep
-                for (int64_t c = 0; c < n; c++) {
-                    float v = h[c];
-                    if (r == 0) {
-                        u0[c] = v;
-                        u1[c] = v;
-                        u2[c] = v;
-                    } else if (r == 1) {
-                        u1[c] = u1[c] + v;
-                        u2[c] = u2[c] - v;
-                    } else {
-                        u1[c] = 0.5f * (u1[c] + v);
-                        u2[c] = 0.5f * (u2[c] + v);
-                        u3[c] = v;
-                    }
-                }
-            }
-        }
+        kernel_block(k + (o * ci + c0) * 9, 9, n, blk);
         for (int xi = 0; xi < 16; xi++) memcpy(u + xi * plane + o * ci + c0, blk[xi], (size_t)n * sizeof(float));
+    }
+}
+
+/* The same values transposed: input channel c's row of every plane of ut (16, ci, co),
+ * KBLOCK output channels (kernels ci * 9 floats apart) at a time; the layout the
+ * channel-lane convolution's products read as their B, rows contiguous (read in place
+ * for a band of few tiles, where a transposed B was packed again by every band). */
+static inline __attribute__((always_inline)) void kernel_cols(const float *k, float *ut, int64_t co, int64_t ci,
+                                                               int64_t c) {
+    const int64_t plane = co * ci;
+    float blk[16][KBLOCK];
+    for (int64_t o0 = 0; o0 < co; o0 += KBLOCK) {
+        const int64_t n = co - o0 < KBLOCK ? co - o0 : KBLOCK;
+        kernel_block(k + (o0 * ci + c) * 9, ci * 9, n, blk);
+        for (int xi = 0; xi < 16; xi++) memcpy(ut + xi * plane + c * co + o0, blk[xi], (size_t)n * sizeof(float));
     }
 }
 
@@ -513,7 +534,8 @@ static inline __attribute__((always_inline)) void group_inputs(const conv_job *c
  * of V.  Per image and block of 16 channels, the zero-padded input is transposed once
  * into pixels of 16 channels (8x8 register transposes); each tile is then 16 vector
  * loads, 32 adds and 16 vector stores into V (16, tiles, channels rounded up to 16),
- * the product runs as M[xi] (tiles, co) = V[xi] @ U[xi]^T, and the output transform
+ * the product runs as M[xi] (tiles, co) = V[xi] @ U^T[xi] (the kernel transformed into
+ * (16, nc, co): kernel_transform_t), and the output transform
  * reads 16 output channels of a tile per load and writes pixels of 16 channels,
  * transposed back into the NCHW planes.  Every value is the same arithmetic in the
  * same order as the tile-row passes (and each product element the same FMA chain
@@ -529,8 +551,8 @@ static inline int64_t round_lanes(int64_t c) { return (c + LANES - 1) / LANES * 
 
 /* Channels [c0, c0 + cr) of an image (`img`: channel c0's plane, planes hw floats apart)
  * into xp (hp, wp, LANES): padded pixel (y, x) is image pixel (y - ph, x - pw), zero
- * outside the image and in the lanes past cr (ph < 0: a band of rows further down).  The SIMD form moves 8 pixels x 8
- * channels per register transpose. */
+ * outside the image and in the lanes past cr (ph < 0: a band of rows further down).
+ * The SIMD form moves 8 pixels x 8 channels per register transpose. */
 #define TO_LANES(NAME, ATTR, SIMD)                                                                \
     static ATTR inline __attribute__((always_inline)) void NAME(                                  \
         const float *img, int64_t hw, int64_t h, int64_t w, int64_t ph, int64_t pw, int cr, int64_t hp, \
@@ -709,8 +731,8 @@ static inline int64_t lanes_input_floats(const conv_job *c) { return (2 * c->th 
             const int64_t brun = bh * c->tw, tiles = n * brun, oy0 = 2 * ty0;                     \
             const int64_t boh = (2 * (ty0 + bh) < c->oh ? 2 * (ty0 + bh) : c->oh) - oy0;          \
             LANES_INPUTS(c, TO, SFX, i0, n, ty0, bh, v, civ, xp);                                 \
-            /* M[xi] (tiles, co) = V[xi] (tiles, nc) @ U[xi]^T (nc, co) */                        \
-            if (!tallow_gemm->product(v, tiles * civ, civ, 1, c->u, c->co * c->nc, 1, c->nc, m, 16, tiles, c->co, \
+            /* M[xi] (tiles, co) = V[xi] (tiles, nc) @ U^T[xi] (nc, co) */                        \
+            if (!tallow_gemm->product(v, tiles * civ, civ, 1, c->u, c->co * c->nc, c->co, 1, m, 16, tiles, c->co, \
                                       c->nc, 0)) {                                                \
                 atomic_store(c->failed, 1);                                                       \
                 break;                                                                            \
@@ -780,7 +802,7 @@ typedef struct {
                 gr.nb = n;                                                                        \
                 gr.src = kj->g + i0 * c->co * c->oh * c->ow, gr.dst = w;                          \
                 if (c->row) group_inputs(c, &in, i0, n, v, s_in);                                 \
-                else LANES_INPUTS(c, TO, SFX, i0, n, 0, c->th, v, civ, s_in);                             \
+                else LANES_INPUTS(c, TO, SFX, i0, n, 0, c->th, v, civ, s_in);                     \
                 for (int64_t q = 0; q < n * c->co; q++) {                                         \
                     if (c->row) grad_plane_1x3(&gr, q, s_gr);                                     \
                     else grad_plane(&gr, q, s_gr);                                                \
@@ -818,6 +840,11 @@ static inline __attribute__((always_inline)) void kernel_unit(const wg_job *j, i
     kernel_rows(j->src, j->dst, j->nb, j->nc, o); /* nb, nc: c_out, c_in */
 }
 
+static inline __attribute__((always_inline)) void kernel_t_unit(const wg_job *j, int64_t c, float *unused) {
+    (void)unused;
+    kernel_cols(j->src, j->dst, j->nb, j->nc, c); /* nb, nc: c_out, c_in */
+}
+
 static inline __attribute__((always_inline)) void kernel_row_unit(const wg_job *j, int64_t o, float *unused) {
     (void)unused;
     kernel_row_1x3(j->src, j->dst, j->nb, j->nc, o);
@@ -845,7 +872,8 @@ static inline __attribute__((always_inline)) void kernel_grad_row_unit(const wg_
     PLANE_TASK(grad_row_task##SUFFIX, ATTR, grad_plane_1x3, grad_row_scratch_floats(j))           \
     PLANE_TASK(kernel_grad_row_task##SUFFIX, ATTR, kernel_grad_row_unit, 0)                       \
     CONV_TASK(conv_task##SUFFIX, ATTR)                                                            \
-    KGRAD_TASK(kgrad_task##SUFFIX, ATTR, TO, _v8)
+    KGRAD_TASK(kgrad_task##SUFFIX, ATTR, TO, _v8)                                                \
+    PLANE_TASK(kernel_t_task##SUFFIX, ATTR, kernel_t_unit, 0)
 
 BUILD(_base, , to_lanes_base)
 #ifdef TALLOW_X86
@@ -853,20 +881,23 @@ BUILD(_avx2, AVX2, to_lanes_simd)
 KGRAD_TASK(kgrad_task_avx512, AVX512F, to_lanes_simd, _v16) /* (its 3x3 inputs in zmm registers) */
 #endif
 
-enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV, KGRAD };
+enum { KERNEL, INPUT, OUTPUT, KERNEL_ROW, INPUT_ROW, OUTPUT_ROW, GRAD, KERNEL_GRAD, GRAD_ROW, KERNEL_GRAD_ROW, CONV, KGRAD,
+       KERNEL_T };
 
 static tallow_task_fn task_of(int kind) {
     static const tallow_task_fn base[] = {kernel_task_base,      input_task_base,     output_task_base,
                                           kernel_row_task_base,  input_row_task_base, output_row_task_base,
                                           grad_task_base,        kernel_grad_task_base,
                                           grad_row_task_base,    kernel_grad_row_task_base,
-                                          conv_task_base,        kgrad_task_base};
+                                          conv_task_base,        kgrad_task_base,
+                                          kernel_t_task_base};
 #ifdef TALLOW_X86
     static const tallow_task_fn avx2[] = {kernel_task_avx2,      input_task_avx2,     output_task_avx2,
                                           kernel_row_task_avx2,  input_row_task_avx2, output_row_task_avx2,
                                           grad_task_avx2,        kernel_grad_task_avx2,
                                           grad_row_task_avx2,    kernel_grad_row_task_avx2,
-                                          conv_task_avx2,        kgrad_task_avx2};
+                                          conv_task_avx2,        kgrad_task_avx2,
+                                          kernel_t_task_avx2};
     if (use_avx2) return avx2[kind];
 #endif
     return base[kind];
@@ -896,24 +927,31 @@ static PyObject *run(PyObject *src, PyObject *dst, int64_t src_floats, int64_t d
     return res;
 }
 
-/* kernel_transform(k, u, co, ci) and kernel_transform_row: k (co, ci, 3, 3) -> u (16, co,
- * ci), or k (co, ci, 1, 3) -> u (4, co, ci). */
-static PyObject *kernel_call(PyObject *const *args, Py_ssize_t nargs, int row) {
+/* kernel_transform(k, u, co, ci), kernel_transform_t and kernel_transform_row: k (co, ci,
+ * 3, 3) -> u (16, co, ci) or, transposed, (16, ci, co); k (co, ci, 1, 3) -> u (4, co, ci). */
+static PyObject *kernel_call(PyObject *const *args, Py_ssize_t nargs, int row, int transposed) {
     int64_t a[2];
     if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "%s takes 4 arguments", row ? "kernel_transform_row" : "kernel_transform");
+        return PyErr_Format(PyExc_TypeError, "%s takes 4 arguments",
+                            row ? "kernel_transform_row" : transposed ? "kernel_transform_t" : "kernel_transform");
     if (!ints(args, 2, 2, a)) return NULL;
     wg_job j = {0};
     j.nb = a[0]; /* co */
     j.nc = a[1]; /* ci */
     int64_t taps = row ? 3 : 9, positions = row ? 4 : 16;
-    return run(args[0], args[1], a[0] * a[1] * taps, positions * a[0] * a[1], row ? KERNEL_ROW : KERNEL, &j, a[0],
-               4096 / (a[1] * (taps + positions) + 1));
+    int64_t units = transposed ? a[1] : a[0], across = transposed ? a[0] : a[1]; /* rows written, their length */
+    return run(args[0], args[1], a[0] * a[1] * taps, positions * a[0] * a[1],
+               row ? KERNEL_ROW : transposed ? KERNEL_T : KERNEL, &j, units, 4096 / (across * (taps + positions) + 1));
 }
 
 static PyObject *py_kernel_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    return kernel_call(args, nargs, 0);
+    return kernel_call(args, nargs, 0, 0);
+}
+
+static PyObject *py_kernel_transform_t(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return kernel_call(args, nargs, 0, 1);
 }
 
 /* input_transform(x, v, nb, nc, h, w, ph, pw, th, tw) */
@@ -949,7 +987,7 @@ TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    return kernel_call(args, nargs, 1);
+    return kernel_call(args, nargs, 1, 0);
 }
 
 /* input_transform_row(x, v, nb, nc, h, w, pw, tw): x (nb, nc, h, w) -> v (4, nc, nb * h * tw) */
@@ -1020,11 +1058,11 @@ static int conv_geometry(conv_job *c, const int64_t *a, int row) {
            (row || (2 * c->th >= c->oh && 2 * c->th <= c->oh + 1));
 }
 
-/* conv(x, u, y, nb, nc, co, h, w, ph, pw, th, tw[, bands]): x (nb, nc, h, w) convolved
- * with the transformed kernel u (16, co, nc) into y (nb, co, h + 2 ph - 2, w + 2 pw -
- * 2), each image cut into `bands` bands of tile rows (1 to th; default 1: whole images,
- * a few per product); and conv_row(x, u, y, nb, nc, co, h, w, pw, tw) with u (4, co,
- * nc) into y (nb, co, h, w + 2 pw - 2). */
+/* conv(x, ut, y, nb, nc, co, h, w, ph, pw, th, tw[, bands]): x (nb, nc, h, w) convolved
+ * with the transformed kernel ut (16, nc, co) (kernel_transform_t) into y (nb, co, h +
+ * 2 ph - 2, w + 2 pw - 2), each image cut into `bands` bands of tile rows (1 to th;
+ * default 1: whole images, a few per product); and conv_row(x, u, y, nb, nc, co, h, w,
+ * pw, tw) with u (4, co, nc) into y (nb, co, h, w + 2 pw - 2). */
 static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     int64_t a[10];
     int count = row ? 7 : 9;
@@ -1165,6 +1203,7 @@ static PyObject *py_kernel_grad_transform_row(PyObject *self, PyObject *const *a
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"kernel_transform", FC(py_kernel_transform), "k (co, ci, 3, 3) -> G k G^T as (16, co, ci), f32."},
+    {"kernel_transform_t", FC(py_kernel_transform_t), "k (co, ci, 3, 3) -> G k G^T as (16, ci, co), f32 (for conv)."},
     {"input_transform", FC(py_input_transform), "Input tiles B^T d B as (16, nc, tiles), f32."},
     {"output_transform", FC(py_output_transform), "A^T m A of (16, nco, tiles) into f32 NCHW output."},
     {"kernel_transform_row", FC(py_kernel_transform_row), "k (co, ci, 1, 3) -> G k as (4, co, ci), f32."},
@@ -1174,7 +1213,7 @@ static PyMethodDef methods[] = {
     {"kernel_grad_transform", FC(py_kernel_grad_transform), "G^T m G of (16, co, ci) into dk (co, ci, 3, 3), f32."},
     {"grad_transform_row", FC(py_grad_transform_row), "Row gradient tiles A dy as (4, nco, tiles), f32."},
     {"kernel_grad_transform_row", FC(py_kernel_grad_transform_row), "G^T m of (4, co, ci) into dk (co, ci, 1, 3), f32."},
-    {"conv", FC(py_conv), "x (nb, nc, h, w) convolved with u (16, co, nc) into y, a few images (or bands of tile rows) per task."},
+    {"conv", FC(py_conv), "x (nb, nc, h, w) convolved with ut (16, nc, co) into y, a few images (or tile-row bands) a task."},
     {"conv_row", FC(py_conv_row), "x (nb, nc, h, w) convolved with u (4, co, nc) (1x3) into y, a few images per task."},
     {"kernel_grad_parts", FC(py_kernel_grad_parts), "The kernel gradient's sums dU a few images at a time, in parts."},
     {"kernel_grad_parts_row", FC(py_kernel_grad_parts_row), "The same for 1x3 kernels (4 positions)."},
