@@ -327,6 +327,8 @@ def test_the_im2col_convolution_by_images(b, c, co, n, k, stride, pad, dil, monk
     (3, 12, 48, 17, 3, 1, 0, 1),   # three parts of one image
     (6, 6, 32, 20, 5, 1, 2, 1),    # 5x5
     (5, 10, 20, 24, 3, 1, 2, 2),   # dilated
+    (64, 64, 256, 8, 1, 1, 0, 1),  # 1x1 on small images: the images read in place
+    (6, 64, 64, 9, 1, 1, 0, 1),    # 1x1, odd sizes
 ])
 def test_the_im2col_kernel_gradient_in_parts(b, c, co, n, k, stride, pad, dil, monkeypatch):
     """The kernel gradient's sum over the images in parts, each image's columns made on
@@ -356,16 +358,18 @@ def test_the_im2col_kernel_gradient_in_parts(b, c, co, n, k, stride, pad, dil, m
 def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
     mod = cpu_conv._NATIVE["module"]
     monkeypatch.setattr(cpu_conv, "SMALL_IMAGE", 256)
-    assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, 64, 288, 256) == 4
-    assert cpu_conv._kernel_grad_parts(mod, 3, 1, False, 64, 288, 256) == 3
-    assert cpu_conv._kernel_grad_parts(mod, 1, 1, False, 64, 288, 256) == 0    # one image
-    assert cpu_conv._kernel_grad_parts(mod, 16, 2, False, 64, 288, 256) == 0   # groups
-    assert cpu_conv._kernel_grad_parts(mod, 16, 1, True, 64, 288, 256) == 0    # 1x1: no columns
-    assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, 64, 288, 64) == 0    # small images
-    assert cpu_conv._kernel_grad_parts(None, 16, 1, False, 64, 288, 256) == 0
+    one = (1, 1)
+    assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, one, 64, 288, 256) == 4
+    assert cpu_conv._kernel_grad_parts(mod, 3, 1, False, one, 64, 288, 256) == 3
+    assert cpu_conv._kernel_grad_parts(mod, 1, 1, False, one, 64, 288, 256) == 0    # one image
+    assert cpu_conv._kernel_grad_parts(mod, 16, 2, False, one, 64, 288, 256) == 0   # groups
+    assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, one, 64, 288, 64) == 0    # small images
+    assert cpu_conv._kernel_grad_parts(mod, 64, 1, True, one, 256, 64, 64) == 4     # 1x1, in place
+    assert cpu_conv._kernel_grad_parts(mod, 16, 1, True, (2, 2), 256, 128, 64) == 0  # strided 1x1
+    assert cpu_conv._kernel_grad_parts(None, 16, 1, False, one, 64, 288, 256) == 0
     for threads in (1, 2):  # not the threads
         monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda threads=threads: threads)
-        assert cpu_conv._kernel_grad_parts(mod, 8, 1, False, 64, 288, 256) == 4
+        assert cpu_conv._kernel_grad_parts(mod, 8, 1, False, one, 64, 288, 256) == 4
 
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")

@@ -247,6 +247,13 @@ typedef struct {
     _Atomic int *failed;
 } images_job;
 
+/* Whether an image's columns are the image itself: a 1x1 kernel, no padding, stride 1
+ * over the whole image (rows = channels, positions = pixels). */
+static inline int columns_are_image(const geom_t *g) {
+    return g->kh == 1 && g->kw == 1 && g->ph == 0 && g->pw == 0 && g->sh == 1 && g->sw == 1 &&
+           g->oh == g->h && g->ow == g->w;
+}
+
 /* Image b's columns (rows, oh * ow) into cols, its phase planes (strided windows) in
  * the scratch after them (cols_scratch_floats). */
 static inline __attribute__((always_inline)) void image_columns(const geom_t *g, const float *x, int64_t b,
@@ -338,10 +345,11 @@ typedef struct {
         const kparts_job *kj = (const kparts_job *)p;                                             \
         const geom_t *g = &kj->g;                                                                 \
         const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
+        const int in_place = columns_are_image(g); /* read, not copied */                       \
         const int64_t ph = cols_scratch_floats(g);                                                \
-        const size_t floats = (size_t)(rows * pos + ph);                                          \
-        float *cols = scratch_get(floats);                                                        \
-        if (!cols) {                                                                              \
+        const size_t floats = in_place ? 0 : (size_t)(rows * pos + ph);                           \
+        float *scratch = in_place ? NULL : scratch_get(floats), *cols = scratch;                  \
+        if (!in_place && !scratch) {                                                              \
             atomic_store(kj->failed, 1);                                                          \
             return;                                                                               \
         }                                                                                         \
@@ -350,7 +358,10 @@ typedef struct {
             float *dk = kj->parts_out + part * kj->co * rows;                                     \
             if (a == z) memset(dk, 0, (size_t)(kj->co * rows) * sizeof(float));                  \
             for (int64_t b = a; b < z; b++) {                                                     \
-                image_columns(g, kj->x, b, cols);                                                 \
+                if (in_place)                                                                     \
+                    cols = (float *)kj->x + b * rows * pos;                                       \
+                else                                                                              \
+                    image_columns(g, kj->x, b, cols);                                             \
                 /* dk (+)= g[b] (co, pos) @ cols^T (pos, rows) */                                 \
                 if (!tallow_gemm->product(kj->gr + b * kj->co * pos, 0, pos, 1, cols, 0, 1, pos, dk, 1, kj->co, \
                                           rows, pos, b > a)) {                                    \
@@ -359,7 +370,7 @@ typedef struct {
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
-        scratch_done(cols, floats);                                                               \
+        if (scratch) scratch_done(scratch, floats);                                               \
     }
 KPARTS_TASK(kparts_task_base, NO_MEMCPY_CALLS)
 #ifdef TALLOW_X86
