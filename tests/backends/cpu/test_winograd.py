@@ -52,11 +52,17 @@ def _close(got, want):
 
 
 def _spy(monkeypatch):
-    """The kernel shapes ``winograd.conv2d`` is called with from now on, and
-    ("grad", kernel shape) for each ``winograd.kernel_grad``."""
+    """The shapes of the kernels ``winograd.conv2d`` convolves with from now on (a
+    flipped one's as (c_out, c_in, kh, kw) of the convolution), and ("grad", kernel
+    shape) for each ``winograd.kernel_grad``."""
     calls = []
     real, real_grad = winograd.conv2d, winograd.kernel_grad
-    monkeypatch.setattr(winograd, "conv2d", lambda *a: calls.append(a[1].shape) or real(*a))
+
+    def conv2d(x, k, pad, flipped=False):
+        calls.append((k.shape[1], k.shape[0]) + k.shape[2:] if flipped else k.shape)
+        return real(x, k, pad, flipped)
+
+    monkeypatch.setattr(winograd, "conv2d", conv2d)
     monkeypatch.setattr(winograd, "kernel_grad",
                         lambda *a: calls.append(("grad", tuple(a[2]))) or real_grad(*a))
     return calls
@@ -108,12 +114,18 @@ def test_conv2d_and_its_gradients_through_the_winograd_path(shape, pad, monkeypa
     assert calls == [(co, c, 3, 3), (c, co, 3, 3), ("grad", (co, c, 3, 3))]
 
 
+@pytest.mark.parametrize("passes", [False, True])
 @pytest.mark.parametrize("pad", [0, 1, 2])
-def test_a_stride_1_transposed_convolution_goes_to_winograd(pad, monkeypatch):
+def test_a_stride_1_transposed_convolution_goes_to_winograd(pad, passes, monkeypatch):
+    """Through the channel-lane convolution (U^T) and the pass-by-pass path (U), both
+    from the kernel's transform with its positions permuted (no flipped copy)."""
     rng = np.random.default_rng(pad)
     x = rng.standard_normal((2, 24, 11, 14)).astype(np.float32)
     k = rng.standard_normal((24, 20, 3, 3)).astype(np.float32)  # (c_in, c_out, 3, 3)
     calls = _spy(monkeypatch)
+    if passes:
+        monkeypatch.setattr(winograd, "_bands", lambda batch, th: 0)
+        monkeypatch.setattr(winograd, "_by_images", lambda batch: False)
     with every_size():
         y = tl.Tensor(x).conv_transpose2d(tl.Tensor(k), padding=pad).numpy()
     assert calls
@@ -434,6 +446,32 @@ def test_the_transposed_kernel_transform_is_the_kernel_transform_transposed(co, 
     g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
     want = np.einsum("pa,oiab,qb->pqio", g, k.astype(np.float64), g)  # position 4p + q
     np.testing.assert_allclose(ut, want.reshape(16, ci, co), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("co,ci", [(1, 1), (5, 37), (70, 3), (130, 66)])
+def test_the_flipped_kernel_transforms_permute_the_positions(co, ci):
+    """With flip, the transforms write U of each kernel flipped along both axes: the
+    plain transform's bits at permuted positions (0 and 3 of each axis swapped), and G
+    flip(k) G^T in float64; the same for the 1x3 kernels' four positions."""
+    rng = np.random.default_rng(co * 1000 + ci + 1)
+    k = rng.standard_normal((co, ci, 3, 3)).astype(np.float32)
+    perm = np.array([4 * p + q for p in (3, 1, 2, 0) for q in (3, 1, 2, 0)])
+    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    want = np.einsum("pa,oiab,qb->pqoi", g, k[:, :, ::-1, ::-1].astype(np.float64), g).reshape(16, co, ci)
+    for transform, layout in ((W.kernel_transform, (0, 1, 2)), (W.kernel_transform_t, (0, 2, 1))):
+        plain = np.empty((16, co, ci), np.float32).transpose(layout).copy()
+        flipped = np.full_like(plain, np.nan)
+        transform(k, plain, co, ci)
+        transform(k, flipped, co, ci, 1)
+        np.testing.assert_array_equal(flipped, plain[perm])
+        np.testing.assert_allclose(flipped, want.transpose(layout), rtol=1e-6, atol=1e-6)
+    kr = k[:, :, 1:2, :].copy()
+    plain, flipped = np.empty((4, co, ci), np.float32), np.full((4, co, ci), np.nan, np.float32)
+    W.kernel_transform_row(kr, plain, co, ci)
+    W.kernel_transform_row(kr, flipped, co, ci, 1)
+    np.testing.assert_array_equal(flipped, plain[[3, 1, 2, 0]])
+    with pytest.raises(ValueError, match="flip"):
+        W.kernel_transform(k, plain, co, ci, 2)
 
 
 def test_bad_buffers_are_refused_before_any_write():

@@ -292,7 +292,7 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
             return y
         flipped = k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
         if winograd.applies(x, flipped, cpad, (1, 1), dil, 1):
-            return winograd.conv2d(x, flipped, cpad)
+            return winograd.conv2d(x, k, cpad, flipped=True)
     kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     if b > 1:
         # Row-major (a copy of the kernel's size): read transposed, the native kernel

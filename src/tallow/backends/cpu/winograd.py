@@ -120,19 +120,28 @@ def applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups) -> bool:
     return g.dtype == np.float32 and _fits(x, k_shape, pad, stride, dil, groups) == g.shape[2:]
 
 
-def conv2d(x, k, pad):
+def conv2d(x, k, pad, flipped=False):
     """``x`` (b, c, h, w) convolved with ``k`` (c_out, c, 3, 3) or (c_out, c, 1, 3),
     stride 1, ``pad`` (rows, columns) zeros around each image; f32 arrays, ``applies``
-    checked."""
+    checked. ``flipped``: ``k`` is (c, c_out, kh, kw) and ``x`` is convolved with its
+    transpose flipped along both axes (a stride-1 transposed convolution), whose
+    transform is ``k``'s with the positions permuted: no flipped copy is made."""
     mod = _module()
     b, c, h, w = x.shape
-    co = k.shape[0]
+    co = k.shape[1] if flipped else k.shape[0]
     x, k = np.ascontiguousarray(x), np.ascontiguousarray(k)
+    # (k's own channel counts: the flipped kernel's U is k's U^T with its positions permuted)
+    kco, kci, flip = (c, co, 1) if flipped else (co, c, 0)
+    transform, transform_t = ((mod.kernel_transform_t, mod.kernel_transform) if flipped
+                              else (mod.kernel_transform, mod.kernel_transform_t))
     if k.shape[2] == 1:  # 1x3: 4 positions, tiles of one row
         ow = w + 2 * pad[1] - 2
         tw = (ow + 1) // 2
         u = np.empty((4, co, c), np.float32)
-        mod.kernel_transform_row(k, u, co, c)
+        if flipped:  # (4, co, c) from k (c, co, 1, 3): the transposed copy of k is small
+            mod.kernel_transform_row(np.ascontiguousarray(k.transpose(1, 0, 2, 3)), u, co, c, 1)
+        else:
+            mod.kernel_transform_row(k, u, co, c)
         y = np.empty((b, co, h, ow), np.float32)
         if _by_images(b):
             mod.conv_row(x, u, y, b, c, co, h, w, pad[1], tw)
@@ -147,11 +156,11 @@ def conv2d(x, k, pad):
     bands = _bands(b, th)
     if bands:  # the channel-lane form: its products read U^T, rows contiguous
         ut = np.empty((16, c, co), np.float32)
-        mod.kernel_transform_t(k, ut, co, c)
+        transform_t(k, ut, kco, kci, flip)
         mod.conv(x, ut, y, b, c, co, h, w, pad[0], pad[1], th, tw, bands)
         return y
     u = np.empty((16, co, c), np.float32)
-    mod.kernel_transform(k, u, co, c)
+    transform(k, u, kco, kci, flip)
     v = np.empty((16, c, b * th * tw), np.float32)
     mod.input_transform(x, v, b, c, h, w, pad[0], pad[1], th, tw)
     mod.output_transform(gemm.matmul(u, v), y, b, co, oh, ow, th, tw)

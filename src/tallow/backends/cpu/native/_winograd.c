@@ -59,6 +59,7 @@ typedef struct {
     const float *src;
     float *dst;
     _Atomic int *failed; /* set when a chunk could not allocate its scratch rows */
+    int flip;            /* kernel transforms: write U of the flipped kernel (flipped_position) */
 } wg_job;
 
 /* ------------------------------------------------------------------ kernel: U = G g G^T */
@@ -105,15 +106,26 @@ static inline __attribute__((always_inline)) void kernel_block(const float *src,
     }
 }
 
-/* Output channel o's row of every plane of u (16, co, ci), KBLOCK input channels at a time. */
+/* Where position xi of U goes for the kernel flipped along both axes (a stride-1
+ * transposed convolution's): G J = P G, J reversing the three taps and P swapping
+ * rows 0 and 3 of G, so G (J g J) G^T = P U P^T: U's positions permuted, no new sums.
+ * The 1x3 kernels' four positions swap 0 and 3 alike. */
+static inline int flipped_position(int xi) {
+    static const int p[4] = {3, 1, 2, 0};
+    return 4 * p[xi / 4] + p[xi % 4];
+}
+
+/* Output channel o's row of every plane of u (16, co, ci), KBLOCK input channels at a
+ * time (flip: the positions of the flipped kernel's U, flipped_position). */
 static inline __attribute__((always_inline)) void kernel_rows(const float *k, float *u, int64_t co, int64_t ci,
-                                                               int64_t o) {
+                                                               int64_t o, int flip) {
     const int64_t plane = co * ci;
     float blk[16][KBLOCK];
     for (int64_t c0 = 0; c0 < ci; c0 += KBLOCK) {
         const int64_t n = ci - c0 < KBLOCK ? ci - c0 : KBLOCK;
         kernel_block(k + (o * ci + c0) * 9, 9, n, blk);
-        for (int xi = 0; xi < 16; xi++) memcpy(u + xi * plane + o * ci + c0, blk[xi], (size_t)n * sizeof(float));
+        for (int xi = 0; xi < 16; xi++)
+            memcpy(u + (flip ? flipped_position(xi) : xi) * plane + o * ci + c0, blk[xi], (size_t)n * sizeof(float));
     }
 }
 
@@ -122,13 +134,14 @@ static inline __attribute__((always_inline)) void kernel_rows(const float *k, fl
  * channel-lane convolution's products read as their B, rows contiguous (read in place
  * for a band of few tiles, where a transposed B was packed again by every band). */
 static inline __attribute__((always_inline)) void kernel_cols(const float *k, float *ut, int64_t co, int64_t ci,
-                                                               int64_t c) {
+                                                               int64_t c, int flip) {
     const int64_t plane = co * ci;
     float blk[16][KBLOCK];
     for (int64_t o0 = 0; o0 < co; o0 += KBLOCK) {
         const int64_t n = co - o0 < KBLOCK ? co - o0 : KBLOCK;
         kernel_block(k + (o0 * ci + c) * 9, ci * 9, n, blk);
-        for (int xi = 0; xi < 16; xi++) memcpy(ut + xi * plane + c * co + o0, blk[xi], (size_t)n * sizeof(float));
+        for (int xi = 0; xi < 16; xi++)
+            memcpy(ut + (flip ? flipped_position(xi) : xi) * plane + c * co + o0, blk[xi], (size_t)n * sizeof(float));
     }
 }
 
@@ -275,9 +288,10 @@ static inline __attribute__((always_inline)) void output_plane(const wg_job *j, 
  * own: tiles of 2 outputs from 4 inputs, 4 positions (U = G g, V = B^T d, Y = A^T m,
  * the same matrices in one dimension), tile t = (b * h + y) * tw + tx. */
 static inline __attribute__((always_inline)) void kernel_row_1x3(const float *k, float *u, int64_t co, int64_t ci,
-                                                                  int64_t o) {
+                                                                  int64_t o, int flip) {
     const int64_t plane = co * ci;
-    float *u0 = u + o * ci, *u1 = u0 + plane, *u2 = u1 + plane, *u3 = u2 + plane;
+    float *first = u + o * ci, *last = first + 3 * plane; /* (flip: swapped, flipped_position) */
+    float *u0 = flip ? last : first, *u1 = first + plane, *u2 = u1 + plane, *u3 = flip ? first : last;
     const float *src = k + o * ci * 3;
 #pragma GCC ivdep
     for (int64_t c = 0; c < ci; c++) {
@@ -837,17 +851,17 @@ typedef struct {
 
 static inline __attribute__((always_inline)) void kernel_unit(const wg_job *j, int64_t o, float *unused) {
     (void)unused;
-    kernel_rows(j->src, j->dst, j->nb, j->nc, o); /* nb, nc: c_out, c_in */
+    kernel_rows(j->src, j->dst, j->nb, j->nc, o, j->flip); /* nb, nc: c_out, c_in */
 }
 
 static inline __attribute__((always_inline)) void kernel_t_unit(const wg_job *j, int64_t c, float *unused) {
     (void)unused;
-    kernel_cols(j->src, j->dst, j->nb, j->nc, c); /* nb, nc: c_out, c_in */
+    kernel_cols(j->src, j->dst, j->nb, j->nc, c, j->flip); /* nb, nc: c_out, c_in */
 }
 
 static inline __attribute__((always_inline)) void kernel_row_unit(const wg_job *j, int64_t o, float *unused) {
     (void)unused;
-    kernel_row_1x3(j->src, j->dst, j->nb, j->nc, o);
+    kernel_row_1x3(j->src, j->dst, j->nb, j->nc, o, j->flip);
 }
 
 static inline __attribute__((always_inline)) void kernel_grad_unit(const wg_job *j, int64_t o, float *unused) {
@@ -927,15 +941,20 @@ static PyObject *run(PyObject *src, PyObject *dst, int64_t src_floats, int64_t d
     return res;
 }
 
-/* kernel_transform(k, u, co, ci), kernel_transform_t and kernel_transform_row: k (co, ci,
- * 3, 3) -> u (16, co, ci) or, transposed, (16, ci, co); k (co, ci, 1, 3) -> u (4, co, ci). */
+/* kernel_transform(k, u, co, ci[, flip]), kernel_transform_t and kernel_transform_row: k
+ * (co, ci, 3, 3) -> u (16, co, ci) or, transposed, (16, ci, co); k (co, ci, 1, 3) -> u (4,
+ * co, ci). flip (0 or 1): U of each kernel flipped along both axes instead (the positions
+ * permuted, flipped_position): a stride-1 transposed convolution's kernel, (16, co, ci) is
+ * its U^T and (16, ci, co) its U, with no flipped copy of k. */
 static PyObject *kernel_call(PyObject *const *args, Py_ssize_t nargs, int row, int transposed) {
-    int64_t a[2];
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "%s takes 4 arguments",
+    int64_t a[3] = {0, 0, 0};
+    if (nargs != 4 && nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "%s takes 4 or 5 arguments",
                             row ? "kernel_transform_row" : transposed ? "kernel_transform_t" : "kernel_transform");
-    if (!ints(args, 2, 2, a)) return NULL;
+    if (!ints(args, 2, (Py_ssize_t)nargs - 2, a)) return NULL;
+    if (a[2] > 1) return PyErr_Format(PyExc_ValueError, "kernel transform: flip is 0 or 1");
     wg_job j = {0};
+    j.flip = (int)a[2];
     j.nb = a[0]; /* co */
     j.nc = a[1]; /* ci */
     int64_t taps = row ? 3 : 9, positions = row ? 4 : 16;
