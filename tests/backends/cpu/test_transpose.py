@@ -75,3 +75,31 @@ def test_refuses_what_it_cannot_copy():
         T.transpose_copy(a.T, ro)
     with pytest.raises(TypeError):
         T.transpose_copy(a.T)
+
+
+@pytest.mark.parametrize("shape,source,fill", [
+    ((16, 32, 32, 32), (1, 32, 1, 1), True),     # a bias-like broadcast (once taken as a transpose)
+    ((64, 256, 8, 8), (1, 1, 1, 1), True),       # a sum's gradient
+    ((64, 256, 8, 8), (64, 256, 1, 1), True),
+    ((512, 1024), (1, 1024), False),             # long rows: split over the threads
+    ((512, 1024), (512, 1), True),
+    ((4, 400, 200), (1, 400, 200), False),       # many distinct values
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_broadcast_copies(shape, source, fill, threads):
+    """Broadcast views copied to row-major give NumPy's copy; those of few values, not
+    in long rows, are one NumPy fill (the rule), whatever the threads."""
+    x = np.broadcast_to(np.random.default_rng(1).standard_normal(source).astype(np.float32), shape)
+    assert parallel._broadcast_fill(x) is fill
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        native.sync_threads()
+        got = parallel.copy(x)
+        t = tl.Tensor(np.ascontiguousarray(x[(slice(0, 1),) * x.ndim]))
+        through = t.broadcast_as(shape).contiguous().numpy() if source == (1,) * len(shape) else None
+    finally:
+        tl.utils.set_num_threads(before)
+    np.testing.assert_array_equal(got, np.ascontiguousarray(x))
+    if through is not None:
+        np.testing.assert_array_equal(through, np.ascontiguousarray(x))
