@@ -322,6 +322,39 @@ def test_the_im2col_convolution_by_images(b, c, co, n, k, stride, pad, dil, monk
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("b,ci,co,n,k,stride,pad,opad,dil", [
+    (16, 64, 32, 8, 3, 2, 1, 1, 1),  # a stride-2 layer with an output padding
+    (4, 128, 64, 9, 3, 2, 1, 0, 1),  # a stride-2 layer's input gradient, odd size
+    (6, 40, 24, 9, 5, 2, 2, 1, 1),   # 5x5
+    (4, 48, 20, 10, 3, 1, 0, 0, 2),  # dilated, stride 1 (no Winograd)
+])
+def test_the_transposed_convolution_by_images(b, ci, co, n, k, stride, pad, opad, dil, monkeypatch):
+    """Each image's product and col2im on one thread (``conv_transpose_images``) against
+    the batch's products then its col2im: the same bits at one and two threads,
+    PyTorch's values, and the rule takes it for these shapes."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((b, ci, n, n)).astype(np.float32)
+    kern = rng.standard_normal((ci, co, k, k)).astype(np.float32)
+    args = ((pad, pad), (opad, opad), (stride, stride), (dil, dil), 1)
+    taken, real = [], cpu_conv._by_images
+    monkeypatch.setattr(cpu_conv, "_by_images", lambda *a: taken.append(real(*a)) or taken[-1])
+    got, batch = [], []
+    for threads in (1, 2):
+        with cpu_path(direct=False), split_pool(threads):
+            native._workers.set_threads(threads)
+            got.append(cpu_conv._conv_transpose2d(x, kern, *args))
+            with monkeypatch.context() as mp:
+                mp.setattr(cpu_conv, "_by_images", lambda *a: False)
+                batch.append(cpu_conv._conv_transpose2d(x, kern, *args))
+    assert taken == [True, True]
+    for y in got + batch[1:]:
+        np.testing.assert_array_equal(y, batch[0])
+    want = F.conv_transpose2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
+                              padding=pad, output_padding=opad, dilation=dil).numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4 * np.sqrt(ci * k * k))
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
 @pytest.mark.parametrize("b,c,co,n,k,stride,pad,dil", [
     (16, 8, 24, 32, 3, 2, 1, 1),   # a stride-2 layer (a transposed one's kernel gradient)
     (3, 12, 48, 17, 3, 1, 0, 1),   # three parts of one image
@@ -403,6 +436,17 @@ def test_native_passes_refuse_short_buffers_and_bad_sizes():
     with pytest.raises(ValueError, match="channel"):
         mod.conv_images(x, np.zeros(9, np.float32), y, 0, *geometry)
     assert np.all(y == 7.0)
+    # transposed, an image at a time: x (1, 1, 2, 2) into a 4x4 output, kernel^T (9, 1)
+    xt, out = np.zeros(4, np.float32), np.full(16, 7.0, np.float32)
+    with pytest.raises(ValueError, match="out"):
+        mod.conv_transpose_images(xt, np.zeros(9, np.float32), out[:15].copy(), 1, *geometry)
+    with pytest.raises(ValueError, match="kt"):
+        mod.conv_transpose_images(xt, np.zeros(8, np.float32), out, 1, *geometry)
+    with pytest.raises(ValueError, match="x"):
+        mod.conv_transpose_images(xt[:3].copy(), np.zeros(9, np.float32), out, 1, *geometry)
+    with pytest.raises(ValueError, match="channel"):
+        mod.conv_transpose_images(xt, np.zeros(9, np.float32), out, 0, *geometry)
+    assert np.all(out == 7.0)
     parts = np.full(18, 7.0, np.float32)
     with pytest.raises(ValueError, match="parts_out"):  # room for 2 parts of 9, not 3
         mod.kernel_grad_parts(x, np.zeros(4, np.float32), parts, 3, 1, *geometry)

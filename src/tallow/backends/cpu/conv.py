@@ -307,6 +307,13 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
         if (oh, ow) != (h, w):
             y = np.pad(y, ((0, 0), (0, 0), (0, oh - h), (0, ow - w)))
         return y
+    if _by_images(native, b, groups, rows, pos, cig):
+        # An image at a time in C: its columns (kernel^T @ x[b]) in the thread's scratch,
+        # then col2im of them, one chunk of images per thread (the same bits).
+        out = np.empty((b, co, oh, ow), np.float32)
+        native.conv_transpose_images(x, kern_t.reshape(rows, cig), out, cig,
+                                     *_geometry(b, co, oh, ow, kh, kw, stride, pad, dil, h, w))
+        return out
     if b == 1 or pos >= SMALL_IMAGE or gemm.native_takes(rows, pos, cig, b * groups):
         cols = gemm.matmul(kern_t, x.reshape(b, groups, cig, pos))  # (b, g, rows, pos)
         sb, sr = groups * rows * pos, pos
