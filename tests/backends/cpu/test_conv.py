@@ -288,6 +288,54 @@ def test_native_paths_give_the_same_bits_at_one_and_two_threads(b, c, co, n, k, 
         assert native._workers.stats()["jobs"] > jobs
 
 
+def _columns(x, kh, kw, stride, pad, dil, oh, ow):
+    """im2col by definition: (b, c * kh * kw, oh * ow), zeros outside the image."""
+    b, c, h, w = x.shape
+    cols = np.zeros((b, c, kh, kw, oh, ow), x.dtype)
+    for ki in range(kh):
+        for kj in range(kw):
+            for i in range(oh):
+                r = i * stride[0] - pad[0] + ki * dil[0]
+                if not 0 <= r < h:
+                    continue
+                for j in range(ow):
+                    col = j * stride[1] - pad[1] + kj * dil[1]
+                    if 0 <= col < w:
+                        cols[:, :, ki, kj, i, j] = x[:, :, r, col]
+    return cols.reshape(b, c * kh * kw, oh * ow)
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_native_im2col_is_the_definition(data):
+    """The compiled gather, strided ones through phase planes with zero margins (any
+    stride, padding past the kernel, dilation): exactly the columns by definition, in
+    both layouts, at one and two threads."""
+    draw = data.draw
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pad = (draw(st.integers(0, 4)), draw(st.integers(0, 4)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    h = draw(st.integers(max(1, dil[0] * (kh - 1) + 1 - 2 * pad[0]), 13))
+    w = draw(st.integers(max(1, dil[1] * (kw - 1) + 1 - 2 * pad[1]), 13))
+    b, c = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    oh, ow = cpu_conv._out_hw(h, w, kh, kw, pad, stride, dil)
+    x = np.random.default_rng(draw(st.integers(0, 999))).standard_normal((b, c, h, w)).astype(np.float32)
+    want = _columns(x, kh, kw, stride, pad, dil, oh, ow)
+    rows, pos = c * kh * kw, oh * ow
+    geometry = cpu_conv._geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow)
+    for threads in (1, 2):
+        with split_pool(threads):
+            native._workers.set_threads(threads)
+            got = np.full((b, rows, pos), np.nan, np.float32)
+            cpu_conv._NATIVE["module"].im2col(x, got, rows * pos, pos, *geometry)
+            np.testing.assert_array_equal(got, want)
+            got = np.full((rows, b, pos), np.nan, np.float32)
+            cpu_conv._NATIVE["module"].im2col(x, got, pos, b * pos, *geometry)
+            np.testing.assert_array_equal(got, want.transpose(1, 0, 2))
+
+
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
 @pytest.mark.parametrize("b,c,co,n,k,stride,pad,dil", [
     (4, 16, 64, 32, 3, 2, 1, 1),   # a stride-2 layer

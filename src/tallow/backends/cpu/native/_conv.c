@@ -95,26 +95,58 @@ static inline void tap_phase(int64_t k, int64_t d, int64_t pad, int64_t s, int64
     *ph = k * d - pad - *q * s;
 }
 
-static inline __attribute__((always_inline)) void split_phases(const geom_t *g, const float *x, float *P) {
-    const int64_t hp = phase_rows(g), wp = phase_cols(g);
-    for (int64_t py = 0; py < g->sh; py++)
-        for (int64_t m = 0; m < hp; m++) {
-            int64_t r = m * g->sh + py;
-            for (int64_t px = 0; px < g->sw; px++) {
-                float *dst = P + ((py * g->sw + px) * hp + m) * wp;
-                if (r >= g->h) {
-                    memset(dst, 0, (size_t)wp * sizeof(float));
+/* im2col's phase planes carry zero margins: `top` rows and `left` columns before each
+ * plane's pixels and enough after them that every tap's window, rows i + qy and
+ * columns j + qx for i < oh and j < ow, lies inside the plane. A tap's row of columns
+ * is then one copy of ow floats, the padding read as zeros: no bounds per row, no
+ * zeroed prefix and suffix, no scalar remainder of a 15-float row. */
+typedef struct {
+    int64_t top, left, rows, cols;
+} margins_t;
+
+static inline void phase_margins(const geom_t *g, margins_t *m) {
+    const int64_t q0y = floor_div(-g->ph, g->sh), q1y = floor_div((g->kh - 1) * g->dh - g->ph, g->sh);
+    const int64_t q0x = floor_div(-g->pw, g->sw), q1x = floor_div((g->kw - 1) * g->dw - g->pw, g->sw);
+    const int64_t hp = phase_rows(g), wp = phase_cols(g), need_r = g->oh + q1y, need_c = g->ow + q1x;
+    m->top = q0y < 0 ? -q0y : 0;
+    m->left = q0x < 0 ? -q0x : 0;
+    m->rows = m->top + (need_r > hp ? need_r : hp);
+    m->cols = m->left + (need_c > wp ? need_c : wp);
+}
+
+static inline int64_t padded_phase_floats(const geom_t *g) {
+    margins_t m;
+    phase_margins(g, &m);
+    return g->sh * g->sw * m.rows * m.cols;
+}
+
+/* The image's phase planes with their zero margins (phase_margins) into P (the sizes
+ * in locals, not reloaded after each store). */
+static inline __attribute__((always_inline)) void split_phases(const geom_t *g, const margins_t *mg, const float *x,
+                                                                float *P) {
+    const int64_t hp = phase_rows(g), sh = g->sh, sw = g->sw, h = g->h, w = g->w;
+    const int64_t rows = mg->rows, cols = mg->cols, top = mg->top, left = mg->left;
+    for (int64_t py = 0; py < sh; py++)
+        for (int64_t px = 0; px < sw; px++) {
+            float *plane = P + (py * sw + px) * rows * cols;
+            const int64_t n1 = (w - px + sw - 1) / sw; /* columns inside the image */
+            for (int64_t pr = 0; pr < rows; pr++) {
+                float *dst = plane + pr * cols;
+                const int64_t m = pr - top, r = m * sh + py;
+                if (m < 0 || m >= hp || r >= h) {
+                    memset(dst, 0, (size_t)cols * sizeof(float));
                     continue;
                 }
-                const float *src = x + r * g->w + px;
-                int64_t n1 = (g->w - px + g->sw - 1) / g->sw; /* columns inside the image */
-                if (g->sw == 2) {
+                for (int64_t n = 0; n < left; n++) dst[n] = 0.0f;
+                float *d = dst + left;
+                const float *src = x + r * w + px;
+                if (sw == 2) {
 #pragma GCC ivdep
-                    for (int64_t n = 0; n < n1; n++) dst[n] = src[2 * n];
+                    for (int64_t n = 0; n < n1; n++) d[n] = src[2 * n];
                 } else {
-                    for (int64_t n = 0; n < n1; n++) dst[n] = src[n * g->sw];
+                    for (int64_t n = 0; n < n1; n++) d[n] = src[n * sw];
                 }
-                for (int64_t n = n1; n < wp; n++) dst[n] = 0.0f;
+                for (int64_t n = left + n1; n < cols; n++) dst[n] = 0.0f;
             }
         }
 }
@@ -144,27 +176,39 @@ static inline __attribute__((always_inline)) void im2col_plane(const cols_job *j
     const geom_t *g = &jb->g;
     int64_t b = u / g->nc, c = u % g->nc;
     const float *src = jb->x + u * g->h * g->w;
-    const int strided = g->sh > 1 || g->sw > 1;
-    const int64_t hp = phase_rows(g), wp = phase_cols(g);
-    if (strided) split_phases(g, src, phases);
+    if (g->sh > 1 || g->sw > 1) { /* through the phase planes, margins included */
+        margins_t mg;
+        phase_margins(g, &mg);
+        split_phases(g, &mg, src, phases);
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                float *dst = jb->cols + b * jb->sb + ((c * g->kh + ki) * g->kw + kj) * jb->sr;
+                int64_t qy, py, qx, px;
+                tap_phase(ki, g->dh, g->ph, g->sh, &qy, &py);
+                tap_phase(kj, g->dw, g->pw, g->sw, &qx, &px);
+                /* output (i, j) reads phase row i + qy, column j + qx (the sizes in locals:
+                 * read through g inside the loop, they were reloaded after every store) */
+                const float *row = phases + (py * g->sw + px) * mg.rows * mg.cols + (qy + mg.top) * mg.cols + qx + mg.left;
+                const int64_t oh = g->oh, ow = g->ow, pitch = mg.cols;
+                for (int64_t i = 0; i < oh; i++, dst += ow, row += pitch) {
+#pragma GCC ivdep
+                    for (int64_t j = 0; j < ow; j++) dst[j] = row[j]; /* short rows: inline, not memcpy */
+                }
+            }
+        return;
+    }
     for (int64_t ki = 0; ki < g->kh; ki++)
         for (int64_t kj = 0; kj < g->kw; kj++) {
             float *dst = jb->cols + b * jb->sb + ((c * g->kh + ki) * g->kw + kj) * jb->sr;
-            int64_t j0, j1, qy, py, qx, px;
+            int64_t j0, j1;
             valid_cols(g, kj, &j0, &j1);
-            tap_phase(ki, g->dh, g->ph, g->sh, &qy, &py);
-            tap_phase(kj, g->dw, g->pw, g->sw, &qx, &px);
-            const float *plane = strided ? phases + (py * g->sw + px) * hp * wp : src;
-            const int64_t pitch = strided ? wp : g->w;
             for (int64_t i = 0; i < g->oh; i++, dst += g->ow) {
                 int64_t r = i * g->sh - g->ph + ki * g->dh;
                 if (r < 0 || r >= g->h) {
                     memset(dst, 0, (size_t)g->ow * sizeof(float));
                     continue;
                 }
-                /* the row's j-th column: image column j * sw - pw + kj * dw, which is
-                 * column j + qx of the phase row (strided) or of the image row */
-                const float *row = strided ? plane + (i + qy) * pitch + qx : src + r * g->w + kj * g->dw - g->pw;
+                const float *row = src + r * g->w + kj * g->dw - g->pw; /* column j of the window */
                 for (int64_t j = 0; j < j0; j++) dst[j] = 0.0f;
 #pragma GCC ivdep
                 for (int64_t j = j0; j < j1; j++) dst[j] = row[j]; /* short rows: inline, not memcpy */
@@ -206,7 +250,8 @@ static inline __attribute__((always_inline)) void col2im_plane(const cols_job *j
 }
 
 static inline int64_t cols_scratch_floats(const geom_t *g) {
-    return g->sh > 1 || g->sw > 1 ? phase_floats(g) : 0;
+    /* (im2col's planes with margins; col2im's, without, fit in the same room) */
+    return g->sh > 1 || g->sw > 1 ? padded_phase_floats(g) : 0;
 }
 
 #define COLS_TASK(NAME, ATTR, per_plane)                                                          \
