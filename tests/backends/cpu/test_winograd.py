@@ -432,6 +432,85 @@ def test_a_single_image_runs_in_bands_on_two_threads(monkeypatch):
     _close(one, _reference("conv2d", x, k, padding=1))
 
 
+@pytest.mark.parametrize("b,c,co,h,w,pad", [
+    (1, 64, 96, 15, 13, 1),   # odd sizes, 6 blocks of 16 channels
+    (2, 20, 40, 9, 11, 0),    # two images, a partial last block
+    (1, 16, 33, 8, 8, 1),     # a block of one channel
+])
+@pytest.mark.parametrize("flip", [0, 1])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_groups_gives_conv_s_bits(b, c, co, h, w, pad, flip, threads):
+    """conv_groups, each unit transforming its own columns of U^T from the kernel (or the
+    flipped kernel of a transposed convolution): kernel_transform_t / kernel_transform
+    (flip) + conv's bits for every group count, and every output written."""
+    rng = np.random.default_rng(c * co + flip)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    k = rng.standard_normal((c, co, 3, 3) if flip else (co, c, 3, 3)).astype(np.float32)
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        native.sync_threads()
+        ut = np.empty((16, c, co), np.float32)
+        if flip:
+            W.kernel_transform(k, ut, c, co, 1)
+        else:
+            W.kernel_transform_t(k, ut, co, c)
+        want = np.empty((b, co, oh, ow), np.float32)
+        W.conv(x, ut, want, b, c, co, h, w, pad, pad, th, tw)
+        for groups in range(1, (co + 15) // 16 + 1):
+            got = np.full((b, co, oh, ow), np.nan, np.float32)
+            W.conv_groups(x, k, got, b, c, co, h, w, pad, pad, th, tw, groups, flip)
+            np.testing.assert_array_equal(got, want)
+    finally:
+        tl.utils.set_num_threads(before)
+    op = "conv_transpose2d" if flip else "conv2d"
+    _close(want, _reference(op, x, k, padding=2 - pad if flip else pad))
+
+
+def test_a_single_image_with_more_channels_than_tiles_runs_in_groups(monkeypatch):
+    """One image of no more tiles than output channels at two threads: ``conv_groups``
+    in two groups, forward and the transposed (input gradient) form, with the
+    one-thread bits."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((1, 48, 10, 10)).astype(np.float32)  # 25 tiles, 40 channels out
+    k = rng.standard_normal((40, 48, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((1, 40, 10, 10)).astype(np.float32)
+    before = tl.utils.get_num_threads()
+    seen, groups = [], W.conv_groups
+    monkeypatch.setattr(W, "conv_groups", lambda *a: seen.append(a[-2:]) or groups(*a))
+    runs = []
+    try:
+        for threads in (1, 2):
+            tl.utils.set_num_threads(threads)
+            runs.append((winograd.conv2d(x, k, (1, 1)), winograd.conv2d(g, k, (1, 1), flipped=True)))
+    finally:
+        tl.utils.set_num_threads(before)
+    assert seen == [(2, 0), (2, 1)]
+    for one, two in zip(*runs):
+        np.testing.assert_array_equal(two, one)
+    _close(runs[0][0], _reference("conv2d", x, k, padding=1))
+    _close(runs[0][1], _reference("conv_transpose2d", g, k, padding=1))
+
+
+def test_the_rule_for_the_groups_of_output_channels(monkeypatch):
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 2)
+    assert winograd._groups(1, 64, 128) == 2      # 128->128 at 16x16
+    assert winograd._groups(1, 64, 64) == 2       # as many channels as tiles
+    assert winograd._groups(1, 256, 64) == 0      # 64->64 at 32x32: bands
+    assert winograd._groups(2, 64, 128) == 0      # two images: one each
+    assert winograd._groups(1, 4, 16) == 1        # one block of channels
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 1)
+    assert winograd._groups(1, 64, 128) == 0
+    monkeypatch.setattr(winograd.CONFIG, "get", lambda: 2)
+    previous = winograd.gemm.set_native(False)  # its products are the f32 kernel's
+    try:
+        assert winograd._groups(1, 64, 128) == 0
+    finally:
+        winograd.gemm.set_native(previous)
+
+
 @pytest.mark.parametrize("co,ci", [(1, 1), (5, 37), (70, 3), (130, 66)])
 def test_the_transposed_kernel_transform_is_the_kernel_transform_transposed(co, ci):
     """kernel_transform_t (conv's layout, (16, c_in, c_out)) holds kernel_transform's
@@ -527,6 +606,19 @@ def test_bad_buffers_are_refused_before_any_write():
         W.conv(x, np.zeros((16, 2, 2), np.float32), y[..., :3].copy(), 1, 2, 2, 4, 4, 1, 1, 2, 2)
     with pytest.raises(TypeError):
         W.conv_row(x, np.zeros((4, 2, 2), np.float32), y, 1, 2, 2, 4, 4, 1)
+    k9 = np.zeros((2, 2, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="groups"):  # 2 channels: one block of 16
+        W.conv_groups(x, k9, y, 1, 2, 2, 4, 4, 1, 1, 2, 2, 2, 0)
+    with pytest.raises(ValueError, match="groups"):
+        W.conv_groups(x, k9, y, 1, 2, 2, 4, 4, 1, 1, 2, 2, 0, 0)
+    with pytest.raises(ValueError, match="flip"):
+        W.conv_groups(x, k9, y, 1, 2, 2, 4, 4, 1, 1, 2, 2, 1, 2)
+    with pytest.raises(ValueError):  # a kernel of 2 x 2 x 3 x 2 floats
+        W.conv_groups(x, k9[..., :2].copy(), y, 1, 2, 2, 4, 4, 1, 1, 2, 2, 1, 0)
+    with pytest.raises(ValueError, match="tiles do not match"):
+        W.conv_groups(x, k9, y, 1, 2, 2, 4, 4, 1, 1, 1, 2, 1, 0)
+    with pytest.raises(TypeError):
+        W.conv_groups(x, k9, y, 1, 2, 2, 4, 4, 1, 1, 2, 2, 1)
     du = np.full((2, 16, 2, 2), 7.0, np.float32)
     with pytest.raises(ValueError):  # room for 2 parts, not 3
         W.kernel_grad_parts(x, x, du, 3, 1, 2, 2, 4, 4, 1, 1, 2, 2)

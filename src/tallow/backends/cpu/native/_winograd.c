@@ -484,6 +484,12 @@ typedef struct {
     int64_t nb, nc, co, h, w, ph, pw, oh, ow, th, tw; /* th = h for a 1x3 kernel */
     int row;                                           /* 1x3 kernel: F(2, 3) per image row */
     int64_t bands; /* conv's 3x3 form: tile-row bands per image, one pool unit each (1: whole images) */
+    /* conv_groups: each unit one image and one group of output channels, transforming
+     * its own columns of U^T from the kernel k (flip: k is a transposed convolution's,
+     * (nc, co, 3, 3)); u unused */
+    int64_t groups;
+    const float *k;
+    int flip;
     const float *x, *u;
     float *y;
     _Atomic int *failed;
@@ -766,6 +772,90 @@ LANES_CONV_TASK(conv_lanes_base, , to_lanes_base, from_lanes_base, _v8)
 LANES_CONV_TASK(conv_lanes_avx2, AVX2, to_lanes_simd, from_lanes_simd, _v8)
 LANES_CONV_TASK(conv_lanes_avx512, AVX512F, to_lanes_simd, from_lanes_simd, _v16)
 #endif
+
+/* Columns [o0, o1) of U^T (16, nc, co) into ut (16, nc, o1 - o0): the values of
+ * kernel_transform_t (or, flip, kernel_transform's with the positions permuted) from the
+ * same kernel_block sums. */
+static inline __attribute__((always_inline)) void ut_columns(const conv_job *c, int64_t o0, int64_t o1, float *ut) {
+    const int64_t nc = c->nc, co = c->co, cw = o1 - o0, plane = nc * cw;
+    float blk[16][KBLOCK];
+    for (int64_t ch = 0; ch < nc; ch++)
+        for (int64_t b0 = o0; b0 < o1; b0 += KBLOCK) {
+            const int64_t n = o1 - b0 < KBLOCK ? o1 - b0 : KBLOCK;
+            if (c->flip) /* k (nc, co, 3, 3): row ch, kernels b0.. contiguous */
+                kernel_block(c->k + (ch * co + b0) * 9, 9, n, blk);
+            else /* k (co, nc, 3, 3): kernels b0.. of input channel ch, nc * 9 apart */
+                kernel_block(c->k + (b0 * nc + ch) * 9, nc * 9, n, blk);
+            for (int xi = 0; xi < 16; xi++)
+                memcpy(ut + (c->flip ? flipped_position(xi) : xi) * plane + ch * cw + (b0 - o0), blk[xi],
+                       (size_t)n * sizeof(float));
+        }
+}
+
+/* The output channels of group `grp` of `groups`: whole blocks of LANES. */
+static inline void group_channels(const conv_job *c, int64_t grp, int64_t *o0, int64_t *o1) {
+    const int64_t blocks = (c->co + LANES - 1) / LANES;
+    *o0 = LANES * (blocks * grp / c->groups);
+    *o1 = LANES * (blocks * (grp + 1) / c->groups);
+    if (*o1 > c->co) *o1 = c->co;
+}
+
+/* conv_groups' task: unit u is image u / groups, output channels of group u % groups.
+ * A single image on two threads: split in bands, both threads read all of U (1 MB for
+ * 128 channels) written by the kernel transform split over them, from the other
+ * core's cache half of the time; here each thread transforms the columns of U it
+ * multiplies by, in its own cache, and the input transform (a fifth of the product's
+ * time) is done by both. Each product element is the same FMA chain over the input
+ * channels, so the same bits as conv. */
+#define GROUPS_CONV_TASK(NAME, ATTR, TO, FROM, SFX)                                               \
+    static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
+        const conv_job *c = (const conv_job *)p;                                                  \
+        const int64_t run = c->th * c->tw, civ = round_lanes(c->nc), ohw = c->oh * c->ow;         \
+        const int64_t cmax = LANES * (((c->co + LANES - 1) / LANES + c->groups - 1) / c->groups); \
+        const size_t floats = (size_t)(16 * (civ + cmax) * run + LANES + lanes_input_floats(c) +  \
+                                       4 * run * LANES + 16 * c->nc * cmax);                      \
+        float *v = scratch_get(floats);                                                           \
+        if (!v) {                                                                                 \
+            atomic_store(c->failed, 1);                                                           \
+            return;                                                                               \
+        }                                                                                         \
+        float *m = v + 16 * civ * run, *xp = m + 16 * cmax * run + LANES, *yl = xp + lanes_input_floats(c); \
+        float *ut = yl + 4 * run * LANES;                                                         \
+        for (int64_t u = lo; u < hi; u++) {                                                       \
+            const int64_t i0 = u / c->groups;                                                     \
+            int64_t o0, o1;                                                                       \
+            group_channels(c, u % c->groups, &o0, &o1);                                           \
+            const int64_t cw = o1 - o0;                                                           \
+            if (cw <= 0) continue;                                                                \
+            ut_columns(c, o0, o1, ut);                                                            \
+            LANES_INPUTS(c, TO, SFX, i0, 1, 0, c->th, v, civ, xp);                                \
+            /* M[xi] (tiles, cw) = V[xi] (tiles, nc) @ U^T[xi][:, o0:o1] (nc, cw) */              \
+            if (!tallow_gemm->product(v, run * civ, civ, 1, ut, c->nc * cw, cw, 1, m, 16, run, cw, c->nc, 0)) { \
+                atomic_store(c->failed, 1);                                                       \
+                break;                                                                            \
+            }                                                                                     \
+            for (int64_t b0 = o0; b0 < o1; b0 += LANES) {                                         \
+                output_tiles##SFX(m, run * cw, cw, 0, b0 - o0, c->th, c->tw, yl);                 \
+                FROM(yl, 2 * c->tw, c->y + (i0 * c->co + b0) * ohw, ohw, c->oh, c->ow,            \
+                     (int)(o1 - b0 < LANES ? o1 - b0 : LANES));                                   \
+            }                                                                                     \
+        }                                                                                         \
+        scratch_done(v, floats);                                                                  \
+    }
+
+GROUPS_CONV_TASK(conv_groups_base, , to_lanes_base, from_lanes_base, _v8)
+#ifdef TALLOW_X86
+GROUPS_CONV_TASK(conv_groups_avx2, AVX2, to_lanes_simd, from_lanes_simd, _v8)
+GROUPS_CONV_TASK(conv_groups_avx512, AVX512F, to_lanes_simd, from_lanes_simd, _v16)
+#endif
+
+static tallow_task_fn groups_task(void) {
+#ifdef TALLOW_X86
+    if (use_avx2 && use_avx512) return conv_groups_avx512;
+    if (use_avx2) return conv_groups_avx2;
+#endif
+    return conv_groups_base;
+}
 
 /* The 3x3 convolution's task: 16 lanes a zmm register with AVX-512, two ymm with AVX2. */
 static tallow_task_fn lanes_task(void) {
@@ -1120,6 +1210,46 @@ static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     return res;
 }
 
+/* conv_groups(x, k, y, nb, nc, co, h, w, ph, pw, th, tw, groups, flip): conv's result
+ * from the kernel itself, k (co, nc, 3, 3) (flip: a stride-1 transposed convolution's
+ * kernel, (nc, co, 3, 3), flipped), each image's output channels in `groups` groups of
+ * whole blocks of 16 (1 to the blocks), one pool unit each transforming its own columns
+ * of U^T. The same bits as kernel_transform_t + conv. */
+static PyObject *py_conv_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    int64_t a[11];
+    if (nargs != 14) return PyErr_Format(PyExc_TypeError, "conv_groups takes 14 arguments");
+    if (!ints(args, 3, 11, a)) return NULL;
+    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "winograd: the product module is missing");
+    conv_job c;
+    memset(&c, 0, sizeof c);
+    if (!conv_geometry(&c, a, 0)) return PyErr_Format(PyExc_ValueError, "conv_groups: the tiles do not match the output");
+    c.groups = a[9], c.flip = (int)a[10];
+    const int64_t blocks = (c.co + LANES - 1) / LANES;
+    if (c.groups < 1 || c.groups > (blocks > 0 ? blocks : 1))
+        return PyErr_Format(PyExc_ValueError, "conv_groups: groups must be 1 to the blocks of 16 channels (%lld), got %lld",
+                            (long long)(blocks > 0 ? blocks : 1), (long long)c.groups);
+    if (a[10] > 1) return PyErr_Format(PyExc_ValueError, "conv_groups: flip is 0 or 1");
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    _Atomic int failed = 0;
+    int64_t x_floats = c.nb * c.nc * c.h * c.w, k_floats = 9 * c.co * c.nc, y_floats = c.nb * c.co * c.oh * c.ow;
+    if (get_buf(args[0], &b[0], 0, x_floats * 4, "winograd input") &&
+        get_buf(args[1], &b[1], 0, k_floats * 4, "winograd kernel") &&
+        get_buf(args[2], &b[2], 1, y_floats * 4, "winograd output")) {
+        c.x = (const float *)b[0].view.buf, c.k = (const float *)b[1].view.buf, c.y = (float *)b[2].view.buf;
+        c.failed = &failed;
+        tallow_task_fn fn = groups_task();
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(fn, &c, c.nb * c.groups, 1, (x_floats + 16 * c.co * c.nc + y_floats) * 4);
+        Py_END_ALLOW_THREADS
+        res = none_or_no_memory(atomic_load(&failed));
+    }
+    release(b, 3);
+    return res;
+}
+
 static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     return conv_call(args, nargs, 0);
@@ -1222,6 +1352,7 @@ static PyObject *py_kernel_grad_transform_row(PyObject *self, PyObject *const *a
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"kernel_transform", FC(py_kernel_transform), "k (co, ci, 3, 3) -> G k G^T as (16, co, ci), f32."},
+    {"conv_groups", FC(py_conv_groups), "conv from the kernel, each image's output channels in groups, one unit each."},
     {"kernel_transform_t", FC(py_kernel_transform_t), "k (co, ci, 3, 3) -> G k G^T as (16, ci, co), f32 (for conv)."},
     {"input_transform", FC(py_input_transform), "Input tiles B^T d B as (16, nc, tiles), f32."},
     {"output_transform", FC(py_output_transform), "A^T m A of (16, nco, tiles) into f32 NCHW output."},
