@@ -501,6 +501,8 @@ def test_the_rule_for_the_groups_of_output_channels(monkeypatch):
     assert winograd._groups(1, 256, 64) == 0      # 64->64 at 32x32: bands
     assert winograd._groups(2, 64, 128) == 0      # two images: one each
     assert winograd._groups(1, 4, 16) == 1        # one block of channels
+    with winograd.parallel.serial():              # one thread's batch worker
+        assert winograd._groups(1, 64, 128) == 0
     monkeypatch.setattr(winograd.CONFIG, "get", lambda: 1)
     assert winograd._groups(1, 64, 128) == 0
     monkeypatch.setattr(winograd.CONFIG, "get", lambda: 2)
