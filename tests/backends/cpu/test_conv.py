@@ -336,6 +336,26 @@ def test_native_im2col_is_the_definition(data):
             np.testing.assert_array_equal(got, want.transpose(1, 0, 2))
 
 
+def _by_images_with_the_batch_bits(run, monkeypatch):
+    """``run()`` (a convolution) at one and two threads, taking the image-at-a-time path
+    (``_by_images`` true both times) and giving the bits of the batch path (the rule
+    forced off) at either count; the one-thread result."""
+    taken, real = [], cpu_conv._by_images
+    monkeypatch.setattr(cpu_conv, "_by_images", lambda *a: taken.append(real(*a)) or taken[-1])
+    got, batch = [], []
+    for threads in (1, 2):
+        with cpu_path(direct=False), split_pool(threads):
+            native._workers.set_threads(threads)
+            got.append(run())
+            with monkeypatch.context() as mp:
+                mp.setattr(cpu_conv, "_by_images", lambda *a: False)
+                batch.append(run())
+    assert taken == [True, True]
+    for y in got + batch[1:]:
+        np.testing.assert_array_equal(y, batch[0])
+    return got[0]
+
+
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
 @pytest.mark.parametrize("b,c,co,n,k,stride,pad,dil", [
     (4, 16, 64, 32, 3, 2, 1, 1),   # a stride-2 layer
@@ -350,23 +370,11 @@ def test_the_im2col_convolution_by_images(b, c, co, n, k, stride, pad, dil, monk
     rng = np.random.default_rng(13)
     x = rng.standard_normal((b, c, n, n)).astype(np.float32)
     kern = rng.standard_normal((co, c, k, k)).astype(np.float32)
-    args = ((pad, pad), (stride, stride), (dil, dil), 1)
-    taken, real = [], cpu_conv._by_images
-    monkeypatch.setattr(cpu_conv, "_by_images", lambda *a: taken.append(real(*a)) or taken[-1])
-    got, batch = [], []
-    for threads in (1, 2):
-        with cpu_path(direct=False), split_pool(threads):
-            native._workers.set_threads(threads)
-            got.append(cpu_conv._conv2d(x, kern, *args))
-            with monkeypatch.context() as mp:
-                mp.setattr(cpu_conv, "_by_images", lambda *a: False)
-                batch.append(cpu_conv._conv2d(x, kern, *args))
-    assert taken == [True, True]
-    for y in got + batch[1:]:
-        np.testing.assert_array_equal(y, batch[0])
+    got = _by_images_with_the_batch_bits(
+        lambda: cpu_conv._conv2d(x, kern, (pad, pad), (stride, stride), (dil, dil), 1), monkeypatch)
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
                     padding=pad, dilation=dil).numpy()
-    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
@@ -383,23 +391,12 @@ def test_the_transposed_convolution_by_images(b, ci, co, n, k, stride, pad, opad
     rng = np.random.default_rng(15)
     x = rng.standard_normal((b, ci, n, n)).astype(np.float32)
     kern = rng.standard_normal((ci, co, k, k)).astype(np.float32)
-    args = ((pad, pad), (opad, opad), (stride, stride), (dil, dil), 1)
-    taken, real = [], cpu_conv._by_images
-    monkeypatch.setattr(cpu_conv, "_by_images", lambda *a: taken.append(real(*a)) or taken[-1])
-    got, batch = [], []
-    for threads in (1, 2):
-        with cpu_path(direct=False), split_pool(threads):
-            native._workers.set_threads(threads)
-            got.append(cpu_conv._conv_transpose2d(x, kern, *args))
-            with monkeypatch.context() as mp:
-                mp.setattr(cpu_conv, "_by_images", lambda *a: False)
-                batch.append(cpu_conv._conv_transpose2d(x, kern, *args))
-    assert taken == [True, True]
-    for y in got + batch[1:]:
-        np.testing.assert_array_equal(y, batch[0])
+    got = _by_images_with_the_batch_bits(
+        lambda: cpu_conv._conv_transpose2d(x, kern, (pad, pad), (opad, opad), (stride, stride), (dil, dil), 1),
+        monkeypatch)
     want = F.conv_transpose2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
                               padding=pad, output_padding=opad, dilation=dil).numpy()
-    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4 * np.sqrt(ci * k * k))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(ci * k * k))
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")

@@ -286,9 +286,9 @@ COLS_TASKS(_avx2, AVX2 NO_MEMCPY_CALLS)
  * the other one wrote, from a buffer past the L2 cache.  Same sums, same bits. */
 typedef struct {
     geom_t g;
-    const float *x, *k;
-    float *y;
-    int64_t co;
+    const float *x, *k; /* conv_transpose_images (below): x, kernel^T */
+    float *y;           /* conv_transpose_images: the output */
+    int64_t ch;         /* the kernel's other channel count: c_out (conv_images), c_in (transposed) */
     _Atomic int *failed;
 } images_job;
 
@@ -325,7 +325,7 @@ static inline __attribute__((always_inline)) void image_columns(const geom_t *g,
         }                                                                                         \
         for (int64_t b = lo; b < hi; b++) {                                                       \
             image_columns(g, ij->x, b, cols);                                                     \
-            if (!tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, ij->y + b * ij->co * pos, 1, ij->co, \
+            if (!tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, ij->y + b * ij->ch * pos, 1, ij->ch, \
                                       pos, rows, 0)) {                                            \
                 atomic_store(ij->failed, 1);                                                      \
                 break;                                                                            \
@@ -338,39 +338,6 @@ IMAGES_TASK(images_task_base, NO_MEMCPY_CALLS)
 IMAGES_TASK(images_task_avx2, AVX2 NO_MEMCPY_CALLS)
 #endif
 
-/* conv_images(x, k, y, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow) */
-static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "conv_images takes 18 arguments");
-    images_job ij;
-    if (!parse_ints(args, 3, 1, &ij.co) || !parse_geom(args, 4, &ij.g)) return NULL;
-    if (ij.co < 1) return PyErr_Format(PyExc_ValueError, "conv_images: bad channel count");
-    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "conv_images: the product module is missing");
-    const geom_t *g = &ij.g;
-    int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
-    buf_t b[3];
-    memset(b, 0, sizeof b);
-    PyObject *res = NULL;
-    if (get_buf(args[0], &b[0], 0, g->nb * g->nc * g->h * g->w * 4, "x") &&
-        get_buf(args[1], &b[1], 0, ij.co * rows * 4, "k") &&
-        get_buf(args[2], &b[2], 1, g->nb * ij.co * pos * 4, "y")) {
-        ij.x = (const float *)b[0].view.buf, ij.k = (const float *)b[1].view.buf, ij.y = (float *)b[2].view.buf;
-        _Atomic int failed = 0;
-        ij.failed = &failed;
-        tallow_task_fn fn = images_task_base;
-#ifdef TALLOW_X86
-        if (use_avx2) fn = images_task_avx2;
-#endif
-        Py_BEGIN_ALLOW_THREADS
-        if (pos > 0 && rows > 0)
-            tallow_pool_run(fn, &ij, g->nb, 1, (g->nb * (g->nc * g->h * g->w + ij.co * pos) + ij.co * rows) * 4);
-        Py_END_ALLOW_THREADS
-        res = none_or_no_memory(atomic_load(&failed));
-    }
-    release(b, 3);
-    return res;
-}
-
 /* conv_transpose_images(x, kt, out, ci, geometry): the transposed convolution an image
  * at a time, one chunk of images per task of the pool: image b's columns kt (rows, ci)
  * @ x[b] (ci, h * w) in this thread's scratch, then col2im of them into out[b] (each
@@ -379,17 +346,9 @@ static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_
  * 64->32 layer of 16 images) and read them back from there. The geometry is col2im's
  * (nc: output channels, h x w: the output, oh x ow: the input); rows = nc * kh * kw.
  * The same products and the same sums in the same order: the same bits. */
-typedef struct {
-    geom_t g;
-    const float *x, *kt;
-    float *out;
-    int64_t ci;
-    _Atomic int *failed;
-} t_images_job;
-
 #define T_IMAGES_TASK(NAME, ATTR)                                                                 \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
-        const t_images_job *tj = (const t_images_job *)p;                                         \
+        const images_job *tj = (const images_job *)p;                                             \
         const geom_t *g = &tj->g;                                                                 \
         const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
         const int64_t ph = cols_scratch_floats(g);                                                \
@@ -403,12 +362,12 @@ typedef struct {
         memset(&jb, 0, sizeof jb);                                                                \
         jb.g = *g, jb.g.nb = 1, jb.cols = cols, jb.sb = 0, jb.sr = pos;                           \
         for (int64_t b = lo; b < hi; b++) {                                                       \
-            if (!tallow_gemm->product(tj->kt, 0, tj->ci, 1, tj->x + b * tj->ci * pos, 0, pos, 1, cols, 1, rows, \
-                                      pos, tj->ci, 0)) {                                          \
+            if (!tallow_gemm->product(tj->k, 0, tj->ch, 1, tj->x + b * tj->ch * pos, 0, pos, 1, cols, 1, rows, \
+                                      pos, tj->ch, 0)) {                                          \
                 atomic_store(tj->failed, 1);                                                      \
                 break;                                                                            \
             }                                                                                     \
-            jb.x = tj->out + b * g->nc * g->h * g->w;                                             \
+            jb.x = tj->y + b * g->nc * g->h * g->w;                                               \
             for (int64_t c = 0; c < g->nc; c++) col2im_plane(&jb, c, cols + rows * pos);          \
         }                                                                                         \
         scratch_done(cols, floats);                                                               \
@@ -418,40 +377,54 @@ T_IMAGES_TASK(t_images_task_base, NO_MEMCPY_CALLS)
 T_IMAGES_TASK(t_images_task_avx2, AVX2 NO_MEMCPY_CALLS)
 #endif
 
-/* conv_transpose_images(x, kt, out, ci, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
- * x (nb, ci, oh, ow), kt (nc * kh * kw, ci), out (nb, nc, h, w) overwritten. */
-static PyObject *py_conv_transpose_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "conv_transpose_images takes 18 arguments");
-    t_images_job tj;
-    if (!parse_ints(args, 3, 1, &tj.ci) || !parse_geom(args, 4, &tj.g)) return NULL;
-    if (tj.ci < 1) return PyErr_Format(PyExc_ValueError, "conv_transpose_images: bad channel count");
-    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "conv_transpose_images: the product module is missing");
-    const geom_t *g = &tj.g;
-    int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
+/* conv_images(x, k, y, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): x (nb,
+ * nc, h, w), k (co, nc * kh * kw), y (nb, co, oh, ow); and conv_transpose_images(x, kt,
+ * out, ci, <col2im's geometry>): x (nb, ci, oh, ow), kt (nc * kh * kw, ci), out (nb, nc,
+ * h, w). Both overwrite their output (zeros for an empty product). */
+static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transposed) {
+    const char *name = transposed ? "conv_transpose_images" : "conv_images";
+    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "%s takes 18 arguments", name);
+    images_job ij;
+    if (!parse_ints(args, 3, 1, &ij.ch) || !parse_geom(args, 4, &ij.g)) return NULL;
+    if (ij.ch < 1) return PyErr_Format(PyExc_ValueError, "%s: bad channel count", name);
+    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "%s: the product module is missing", name);
+    const geom_t *g = &ij.g;
+    const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow, image = g->nc * g->h * g->w;
+    const int64_t x_floats = g->nb * (transposed ? ij.ch * pos : image);
+    const int64_t y_floats = g->nb * (transposed ? image : ij.ch * pos);
     buf_t b[3];
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
-    if (get_buf(args[0], &b[0], 0, g->nb * tj.ci * pos * 4, "x") &&
-        get_buf(args[1], &b[1], 0, rows * tj.ci * 4, "kt") &&
-        get_buf(args[2], &b[2], 1, g->nb * g->nc * g->h * g->w * 4, "out")) {
-        tj.x = (const float *)b[0].view.buf, tj.kt = (const float *)b[1].view.buf, tj.out = (float *)b[2].view.buf;
+    if (get_buf(args[0], &b[0], 0, x_floats * 4, "x") &&
+        get_buf(args[1], &b[1], 0, ij.ch * rows * 4, transposed ? "kt" : "k") &&
+        get_buf(args[2], &b[2], 1, y_floats * 4, transposed ? "out" : "y")) {
+        ij.x = (const float *)b[0].view.buf, ij.k = (const float *)b[1].view.buf, ij.y = (float *)b[2].view.buf;
         _Atomic int failed = 0;
-        tj.failed = &failed;
-        tallow_task_fn fn = t_images_task_base;
+        ij.failed = &failed;
+        tallow_task_fn fn = transposed ? t_images_task_base : images_task_base;
 #ifdef TALLOW_X86
-        if (use_avx2) fn = t_images_task_avx2;
+        if (use_avx2) fn = transposed ? t_images_task_avx2 : images_task_avx2;
 #endif
         Py_BEGIN_ALLOW_THREADS
         if (pos > 0 && rows > 0)
-            tallow_pool_run(fn, &tj, g->nb, 1, (g->nb * (tj.ci * pos + g->nc * g->h * g->w) + rows * tj.ci) * 4);
+            tallow_pool_run(fn, &ij, g->nb, 1, (x_floats + y_floats + ij.ch * rows) * 4);
         else
-            memset(tj.out, 0, (size_t)(g->nb * g->nc * g->h * g->w) * sizeof(float));
+            memset(ij.y, 0, (size_t)y_floats * sizeof(float));
         Py_END_ALLOW_THREADS
         res = none_or_no_memory(atomic_load(&failed));
     }
     release(b, 3);
     return res;
+}
+
+static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return images_call(args, nargs, 0);
+}
+
+static PyObject *py_conv_transpose_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return images_call(args, nargs, 1);
 }
 
 /* kernel_grad_parts(x, g, parts_out, parts, co, geometry): the im2col kernel gradient
