@@ -115,34 +115,33 @@ static inline int flipped_position(int xi) {
     return 4 * p[xi / 4] + p[xi % 4];
 }
 
-/* Output channel o's row of every plane of u (16, co, ci), KBLOCK input channels at a
- * time (flip: the positions of the flipped kernel's U, flipped_position). */
-static inline __attribute__((always_inline)) void kernel_rows(const float *k, float *u, int64_t co, int64_t ci,
-                                                               int64_t o, int flip) {
-    const int64_t plane = co * ci;
+/* The 16 values of n kernels (9 taps each, `stride` floats apart, from src) into runs of
+ * n floats at dst, planes `plane` floats apart, KBLOCK kernels at a time (flip: at the
+ * positions of the flipped kernel's U, flipped_position). */
+static inline __attribute__((always_inline)) void kernel_run(const float *src, int64_t stride, int64_t n, float *dst,
+                                                              int64_t plane, int flip) {
     float blk[16][KBLOCK];
-    for (int64_t c0 = 0; c0 < ci; c0 += KBLOCK) {
-        const int64_t n = ci - c0 < KBLOCK ? ci - c0 : KBLOCK;
-        kernel_block(k + (o * ci + c0) * 9, 9, n, blk);
+    for (int64_t i0 = 0; i0 < n; i0 += KBLOCK) {
+        const int64_t m = n - i0 < KBLOCK ? n - i0 : KBLOCK;
+        kernel_block(src + i0 * stride, stride, m, blk);
         for (int xi = 0; xi < 16; xi++)
-            memcpy(u + (flip ? flipped_position(xi) : xi) * plane + o * ci + c0, blk[xi], (size_t)n * sizeof(float));
+            memcpy(dst + (flip ? flipped_position(xi) : xi) * plane + i0, blk[xi], (size_t)m * sizeof(float));
     }
 }
 
+/* Output channel o's row of every plane of u (16, co, ci): its ci kernels, contiguous. */
+static inline __attribute__((always_inline)) void kernel_rows(const float *k, float *u, int64_t co, int64_t ci,
+                                                               int64_t o, int flip) {
+    kernel_run(k + o * ci * 9, 9, ci, u + o * ci, co * ci, flip);
+}
+
 /* The same values transposed: input channel c's row of every plane of ut (16, ci, co),
- * KBLOCK output channels (kernels ci * 9 floats apart) at a time; the layout the
- * channel-lane convolution's products read as their B, rows contiguous (read in place
- * for a band of few tiles, where a transposed B was packed again by every band). */
+ * its co kernels ci * 9 floats apart; the layout the channel-lane convolution's
+ * products read as their B, rows contiguous (read in place for a band of few tiles,
+ * where a transposed B was packed again by every band). */
 static inline __attribute__((always_inline)) void kernel_cols(const float *k, float *ut, int64_t co, int64_t ci,
                                                                int64_t c, int flip) {
-    const int64_t plane = co * ci;
-    float blk[16][KBLOCK];
-    for (int64_t o0 = 0; o0 < co; o0 += KBLOCK) {
-        const int64_t n = co - o0 < KBLOCK ? co - o0 : KBLOCK;
-        kernel_block(k + (o0 * ci + c) * 9, ci * 9, n, blk);
-        for (int xi = 0; xi < 16; xi++)
-            memcpy(ut + (flip ? flipped_position(xi) : xi) * plane + c * co + o0, blk[xi], (size_t)n * sizeof(float));
-    }
+    kernel_run(k + c * 9, ci * 9, co, ut + c * co, co * ci, flip);
 }
 
 /* ------------------------------------------------------------------ input: V = B^T d B */
@@ -777,19 +776,12 @@ LANES_CONV_TASK(conv_lanes_avx512, AVX512F, to_lanes_simd, from_lanes_simd, _v16
  * kernel_transform_t (or, flip, kernel_transform's with the positions permuted) from the
  * same kernel_block sums. */
 static inline __attribute__((always_inline)) void ut_columns(const conv_job *c, int64_t o0, int64_t o1, float *ut) {
-    const int64_t nc = c->nc, co = c->co, cw = o1 - o0, plane = nc * cw;
-    float blk[16][KBLOCK];
+    const int64_t nc = c->nc, co = c->co, cw = o1 - o0;
     for (int64_t ch = 0; ch < nc; ch++)
-        for (int64_t b0 = o0; b0 < o1; b0 += KBLOCK) {
-            const int64_t n = o1 - b0 < KBLOCK ? o1 - b0 : KBLOCK;
-            if (c->flip) /* k (nc, co, 3, 3): row ch, kernels b0.. contiguous */
-                kernel_block(c->k + (ch * co + b0) * 9, 9, n, blk);
-            else /* k (co, nc, 3, 3): kernels b0.. of input channel ch, nc * 9 apart */
-                kernel_block(c->k + (b0 * nc + ch) * 9, nc * 9, n, blk);
-            for (int xi = 0; xi < 16; xi++)
-                memcpy(ut + (c->flip ? flipped_position(xi) : xi) * plane + ch * cw + (b0 - o0), blk[xi],
-                       (size_t)n * sizeof(float));
-        }
+        if (c->flip) /* k (nc, co, 3, 3): row ch, kernels o0.. contiguous (kernel_rows) */
+            kernel_run(c->k + (ch * co + o0) * 9, 9, cw, ut + ch * cw, nc * cw, 1);
+        else /* k (co, nc, 3, 3): kernels o0.. of input channel ch, nc * 9 apart (kernel_cols) */
+            kernel_run(c->k + (o0 * nc + ch) * 9, nc * 9, cw, ut + ch * cw, nc * cw, 0);
 }
 
 /* The output channels of group `grp` of `groups`: whole blocks of LANES. */
@@ -1167,6 +1159,31 @@ static int conv_geometry(conv_job *c, const int64_t *a, int row) {
            (row || (2 * c->th >= c->oh && 2 * c->th <= c->oh + 1));
 }
 
+/* The end of conv, conv_row and conv_groups: x (args[0]), the kernel (args[1],
+ * kernel_floats, bound to *kernel: c->u or c->k) and y (args[2]) checked and bound, then
+ * fn over `units` of the pool with the GIL released (`kernel_work` of the kernel's
+ * floats in the pool's size hint); MemoryError if a unit could not get its scratch. */
+static PyObject *run_conv(conv_job *c, PyObject *const *args, int64_t kernel_floats, const float **kernel,
+                          tallow_task_fn fn, int64_t units, int64_t kernel_work) {
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    _Atomic int failed = 0;
+    const int64_t x_floats = c->nb * c->nc * c->h * c->w, y_floats = c->nb * c->co * c->oh * c->ow;
+    if (get_buf(args[0], &b[0], 0, x_floats * 4, "winograd input") &&
+        get_buf(args[1], &b[1], 0, kernel_floats * 4, "winograd kernel") &&
+        get_buf(args[2], &b[2], 1, y_floats * 4, "winograd output")) {
+        c->x = (const float *)b[0].view.buf, *kernel = (const float *)b[1].view.buf, c->y = (float *)b[2].view.buf;
+        c->failed = &failed;
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(fn, c, units, 1, (x_floats + kernel_work + y_floats) * 4);
+        Py_END_ALLOW_THREADS
+        res = none_or_no_memory(atomic_load(&failed));
+    }
+    release(b, 3);
+    return res;
+}
+
 /* conv(x, ut, y, nb, nc, co, h, w, ph, pw, th, tw[, bands]): x (nb, nc, h, w) convolved
  * with the transformed kernel ut (16, nc, co) (kernel_transform_t) into y (nb, co, h +
  * 2 ph - 2, w + 2 pw - 2), each image cut into `bands` bands of tile rows (1 to th;
@@ -1189,25 +1206,8 @@ static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     if (!row && (c.bands < 1 || c.bands > c.th))
         return PyErr_Format(PyExc_ValueError, "conv: bands must be 1 to th (%lld), got %lld", (long long)c.th,
                             (long long)c.bands);
-    const int64_t P = conv_positions(&c);
-    buf_t b[3];
-    memset(b, 0, sizeof b);
-    PyObject *res = NULL;
-    _Atomic int failed = 0;
-    int64_t x_floats = c.nb * c.nc * c.h * c.w, u_floats = P * c.co * c.nc, y_floats = c.nb * c.co * c.oh * c.ow;
-    if (get_buf(args[0], &b[0], 0, x_floats * 4, "winograd input") &&
-        get_buf(args[1], &b[1], 0, u_floats * 4, "winograd kernel") &&
-        get_buf(args[2], &b[2], 1, y_floats * 4, "winograd output")) {
-        c.x = (const float *)b[0].view.buf, c.u = (const float *)b[1].view.buf, c.y = (float *)b[2].view.buf;
-        c.failed = &failed;
-        tallow_task_fn fn = row ? task_of(CONV) : lanes_task();
-        Py_BEGIN_ALLOW_THREADS
-        tallow_pool_run(fn, &c, c.nb * (row ? 1 : c.bands), 1, (x_floats + u_floats + y_floats) * 4);
-        Py_END_ALLOW_THREADS
-        res = none_or_no_memory(atomic_load(&failed));
-    }
-    release(b, 3);
-    return res;
+    const int64_t u_floats = conv_positions(&c) * c.co * c.nc;
+    return run_conv(&c, args, u_floats, &c.u, row ? task_of(CONV) : lanes_task(), c.nb * (row ? 1 : c.bands), u_floats);
 }
 
 /* conv_groups(x, k, y, nb, nc, co, h, w, ph, pw, th, tw, groups, flip): conv's result
@@ -1230,24 +1230,8 @@ static PyObject *py_conv_groups(PyObject *self, PyObject *const *args, Py_ssize_
         return PyErr_Format(PyExc_ValueError, "conv_groups: groups must be 1 to the blocks of 16 channels (%lld), got %lld",
                             (long long)(blocks > 0 ? blocks : 1), (long long)c.groups);
     if (a[10] > 1) return PyErr_Format(PyExc_ValueError, "conv_groups: flip is 0 or 1");
-    buf_t b[3];
-    memset(b, 0, sizeof b);
-    PyObject *res = NULL;
-    _Atomic int failed = 0;
-    int64_t x_floats = c.nb * c.nc * c.h * c.w, k_floats = 9 * c.co * c.nc, y_floats = c.nb * c.co * c.oh * c.ow;
-    if (get_buf(args[0], &b[0], 0, x_floats * 4, "winograd input") &&
-        get_buf(args[1], &b[1], 0, k_floats * 4, "winograd kernel") &&
-        get_buf(args[2], &b[2], 1, y_floats * 4, "winograd output")) {
-        c.x = (const float *)b[0].view.buf, c.k = (const float *)b[1].view.buf, c.y = (float *)b[2].view.buf;
-        c.failed = &failed;
-        tallow_task_fn fn = groups_task();
-        Py_BEGIN_ALLOW_THREADS
-        tallow_pool_run(fn, &c, c.nb * c.groups, 1, (x_floats + 16 * c.co * c.nc + y_floats) * 4);
-        Py_END_ALLOW_THREADS
-        res = none_or_no_memory(atomic_load(&failed));
-    }
-    release(b, 3);
-    return res;
+    /* (the work hint counts U's floats, as conv's: each unit writes its own columns) */
+    return run_conv(&c, args, 9 * c.co * c.nc, &c.k, groups_task(), c.nb * c.groups, 16 * c.co * c.nc);
 }
 
 static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
