@@ -492,6 +492,11 @@ def test_native_passes_refuse_short_buffers_and_bad_sizes():
     with pytest.raises(ValueError, match="channel"):
         mod.conv_transpose_images(xt, np.zeros(9, np.float32), out, 0, *geometry)
     assert np.all(out == 7.0)
+    # an empty product (no input channels, no columns) zeroes either output
+    empty, y0 = np.zeros(0, np.float32), np.full(4, 7.0, np.float32)
+    mod.conv_images(empty, empty, y0, 1, 1, 0, 4, 4, *geometry[4:])
+    mod.conv_transpose_images(xt, empty, out[:0].copy(), 1, 1, 0, 4, 4, *geometry[4:])
+    assert np.all(y0 == 0.0)
     parts = np.full(18, 7.0, np.float32)
     with pytest.raises(ValueError, match="parts_out"):  # room for 2 parts of 9, not 3
         mod.kernel_grad_parts(x, np.zeros(4, np.float32), parts, 3, 1, *geometry)
