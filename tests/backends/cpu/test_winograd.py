@@ -529,6 +529,39 @@ def test_the_transposed_kernel_transform_is_the_kernel_transform_transposed(co, 
     np.testing.assert_allclose(ut, want.reshape(16, ci, co), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("co,ci", [(1, 1), (5, 37), (70, 3), (130, 66), (17, 80)])
+def test_the_kernel_transforms_give_the_same_bits_in_zmm_registers(co, ci):
+    """The 16 kernels at a time gathered into AVX-512 registers (channel counts across
+    the 16-lane tails and the blocks of 64) give the scalar blocks' bits, in both
+    layouts, flipped or not; so does the kernel gradient's transform, scattered."""
+    if not W.avx512():
+        pytest.skip("the CPU has no AVX-512")
+    rng = np.random.default_rng(co * 1000 + ci + 2)
+    k = rng.standard_normal((co, ci, 3, 3)).astype(np.float32)
+    try:
+        for transform, shape in ((W.kernel_transform, (16, co, ci)), (W.kernel_transform_t, (16, ci, co))):
+            for flip in (0, 1):
+                out = []
+                for zmm in (False, True):
+                    W.set_avx512(zmm)
+                    u = np.full(shape, np.nan, np.float32)
+                    transform(k, u, co, ci, flip)
+                    out.append(u)
+                np.testing.assert_array_equal(out[1], out[0])
+                assert not np.isnan(out[0]).any()
+        du = rng.standard_normal((16, co, ci)).astype(np.float32)  # and the kernel gradient's G^T dU G
+        out = []
+        for zmm in (False, True):
+            W.set_avx512(zmm)
+            dk = np.full((co, ci, 3, 3), np.nan, np.float32)
+            W.kernel_grad_transform(du, dk, co, ci)
+            out.append(dk)
+        np.testing.assert_array_equal(out[1], out[0])
+        assert not np.isnan(out[0]).any()
+    finally:
+        W.set_avx512(True)
+
+
 @pytest.mark.parametrize("co,ci", [(1, 1), (5, 37), (70, 3), (130, 66)])
 def test_the_flipped_kernel_transforms_permute_the_positions(co, ci):
     """With flip, the transforms write U of each kernel flipped along both axes: the
