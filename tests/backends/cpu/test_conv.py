@@ -336,6 +336,75 @@ def test_native_im2col_is_the_definition(data):
             np.testing.assert_array_equal(got, want.transpose(1, 0, 2))
 
 
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@given(data=st.data())
+@settings(max_examples=40, deadline=None)
+def test_conv_images_packs_the_columns_from_the_planes_with_their_bits(data):
+    """conv_images's products packed straight from each image's zero-margined (phase)
+    planes (``set_windows``): the bits of the products of the built columns, for any
+    stride, padding, dilation and output width (panels of 16 positions spanning
+    several output rows, or part of one), more than one chunk of rows and of columns,
+    with the AVX-512 or the plain packing; and the definition's values."""
+    draw = data.draw
+    mod = cpu_conv._NATIVE["module"]
+    from tallow.backends.cpu.native import _gemm
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    h = draw(st.integers(max(1, dil[0] * (kh - 1) + 1 - 2 * pad[0]), 40))
+    w = draw(st.integers(max(1, dil[1] * (kw - 1) + 1 - 2 * pad[1]), 40))
+    b, c, co = draw(st.integers(1, 3)), draw(st.sampled_from([1, 3, 20])), draw(st.integers(1, 9))
+    oh, ow = cpu_conv._out_hw(h, w, kh, kw, pad, stride, dil)
+    rng = np.random.default_rng(draw(st.integers(0, 999)))
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    kern = rng.standard_normal((co, c, kh, kw)).astype(np.float32)
+    geometry = cpu_conv._geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow)
+    zmm = _gemm.avx512()
+    got = {}
+    try:
+        for windows, wide in ((False, zmm), (True, zmm), (True, False)):
+            mod.set_windows(windows)
+            _gemm.set_avx512(wide)
+            y = np.full((b, co, oh, ow), np.nan, np.float32)
+            mod.conv_images(x, kern, y, co, *geometry)
+            got[windows, wide] = y
+    finally:
+        mod.set_windows(True)
+        _gemm.set_avx512(zmm)
+    for y in got.values():
+        np.testing.assert_array_equal(y, got[False, zmm])
+    want = np.einsum("or,brp->bop", kern.reshape(co, -1).astype(np.float64),
+                     _columns(x, kh, kw, stride, pad, dil, oh, ow).astype(np.float64))
+    np.testing.assert_allclose(got[True, zmm].reshape(b, co, -1), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+def test_conv_images_packs_from_the_planes_across_chunks_of_rows_and_columns():
+    """More than 256 column rows (two chunks of the product's K) and more than 512
+    positions (two column blocks), an output width that cuts the panels: the built
+    columns' bits."""
+    mod = cpu_conv._NATIVE["module"]
+    rng = np.random.default_rng(21)
+    b, c, co, h, w, k = 2, 40, 10, 45, 27, 3  # 360 rows, 43 x 25 = 1075 positions
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    kern = rng.standard_normal((co, c, k, k)).astype(np.float32)
+    oh, ow = cpu_conv._out_hw(h, w, k, k, (0, 0), (1, 1), (1, 1))
+    geometry = cpu_conv._geometry(b, c, h, w, k, k, (1, 1), (0, 0), (1, 1), oh, ow)
+    got = []
+    try:
+        for windows in (False, True):
+            mod.set_windows(windows)
+            y = np.full((b, co, oh, ow), np.nan, np.float32)
+            mod.conv_images(x, kern, y, co, *geometry)
+            got.append(y)
+    finally:
+        mod.set_windows(True)
+    assert mod.windows()
+    np.testing.assert_array_equal(got[1], got[0])
+    assert not np.isnan(got[0]).any()
+
+
 def _by_images_with_the_batch_bits(run, monkeypatch):
     """``run()`` (a convolution) at one and two threads, taking the image-at-a-time path
     (``_by_images`` true both times) and giving the bits of the batch path (the rule

@@ -289,8 +289,33 @@ typedef struct {
     const float *x, *k; /* conv_transpose_images (below): x, kernel^T */
     float *y;           /* conv_transpose_images: the output */
     int64_t ch;         /* the kernel's other channel count: c_out (conv_images), c_in (transposed) */
+    const int64_t *row_off; /* conv_images with windows: each column row's window in an image's planes */
     _Atomic int *failed;
 } images_job;
+
+/* conv_images packs its products' columns straight from the image's zero-margined
+ * (phase) planes (tallow_windows) instead of building them (set_windows). */
+static int use_windows = 1;
+
+/* Floats of one channel's planes with their margins (phase_margins; stride 1: one plane). */
+static inline int64_t channel_planes_floats(const geom_t *g) { return padded_phase_floats(g); }
+
+/* Each column row's window (r = (c * kh + ki) * kw + kj) in an image's planes: channel
+ * c's planes one after another, the tap's phase plane, row qy and column qx of it
+ * (phase_margins, as im2col_plane reads them). */
+static void window_offsets(const geom_t *g, int64_t *off) {
+    margins_t mg;
+    phase_margins(g, &mg);
+    const int64_t per = channel_planes_floats(g), plane = mg.rows * mg.cols;
+    for (int64_t c = 0, r = 0; c < g->nc; c++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++, r++) {
+                int64_t qy, py, qx, px;
+                tap_phase(ki, g->dh, g->ph, g->sh, &qy, &py);
+                tap_phase(kj, g->dw, g->pw, g->sw, &qx, &px);
+                off[r] = c * per + (py * g->sw + px) * plane + (qy + mg.top) * mg.cols + qx + mg.left;
+            }
+}
 
 /* Whether an image's columns are the image itself: a 1x1 kernel, no padding, stride 1
  * over the whole image (rows = channels, positions = pixels). */
@@ -317,16 +342,28 @@ static inline __attribute__((always_inline)) void image_columns(const geom_t *g,
         const geom_t *g = &ij->g;                                                                 \
         const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
         const int64_t ph = cols_scratch_floats(g);                                                \
-        const size_t floats = (size_t)(rows * pos + ph);                                          \
+        const size_t floats = ij->row_off ? (size_t)(g->nc * channel_planes_floats(g)) : (size_t)(rows * pos + ph); \
         float *cols = scratch_get(floats);                                                        \
         if (!cols) {                                                                              \
             atomic_store(ij->failed, 1);                                                          \
             return;                                                                               \
         }                                                                                         \
+        margins_t mg;                                                                             \
+        phase_margins(g, &mg);                                                                    \
+        const int64_t per = channel_planes_floats(g);                                             \
+        const tallow_windows win = {cols, ij->row_off, g->ow, mg.cols};                           \
         for (int64_t b = lo; b < hi; b++) {                                                       \
-            image_columns(g, ij->x, b, cols);                                                     \
-            if (!tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, ij->y + b * ij->ch * pos, 1, ij->ch, \
-                                      pos, rows, 0)) {                                            \
+            float *y = ij->y + b * ij->ch * pos;                                                  \
+            int ok;                                                                               \
+            if (ij->row_off) { /* the planes, the product packed from their windows */           \
+                const float *xb = ij->x + b * g->nc * g->h * g->w;                                \
+                for (int64_t c = 0; c < g->nc; c++) split_phases(g, &mg, xb + c * g->h * g->w, cols + c * per); \
+                ok = tallow_gemm->product_windows(ij->k, rows, 1, &win, y, ij->ch, pos, rows, 0); \
+            } else {                                                                              \
+                image_columns(g, ij->x, b, cols);                                                 \
+                ok = tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, y, 1, ij->ch, pos, rows, 0); \
+            }                                                                                     \
+            if (!ok) {                                                                            \
                 atomic_store(ij->failed, 1);                                                      \
                 break;                                                                            \
             }                                                                                     \
@@ -399,6 +436,16 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
         get_buf(args[1], &b[1], 0, ij.ch * rows * 4, transposed ? "kt" : "k") &&
         get_buf(args[2], &b[2], 1, y_floats * 4, transposed ? "out" : "y")) {
         ij.x = (const float *)b[0].view.buf, ij.k = (const float *)b[1].view.buf, ij.y = (float *)b[2].view.buf;
+        ij.row_off = NULL;
+        int64_t *off = NULL;
+        if (!transposed && use_windows && rows > 0) {
+            if (!(off = (int64_t *)PyMem_Malloc((size_t)rows * sizeof(int64_t)))) {
+                release(b, 3);
+                return PyErr_NoMemory();
+            }
+            window_offsets(g, off);
+            ij.row_off = off;
+        }
         _Atomic int failed = 0;
         ij.failed = &failed;
         tallow_task_fn fn = transposed ? t_images_task_base : images_task_base;
@@ -412,9 +459,23 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
             memset(ij.y, 0, (size_t)y_floats * sizeof(float));
         Py_END_ALLOW_THREADS
         res = none_or_no_memory(atomic_load(&failed));
+        PyMem_Free(off);
     }
     release(b, 3);
     return res;
+}
+
+static PyObject *py_set_windows(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    use_windows = on;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_windows(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    return PyBool_FromLong(use_windows);
 }
 
 static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1639,6 +1700,8 @@ TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"conv_images", FC(py_conv_images), "im2col and the product an image at a time, one chunk of images per task."},
+    {"set_windows", py_set_windows, METH_O, "conv_images: pack the columns from the image's planes (True) or build them."},
+    {"windows", py_windows, METH_NOARGS, "Whether conv_images packs its columns from the image's planes."},
     {"conv_transpose_images", FC(py_conv_transpose_images), "The product and col2im an image at a time, one chunk of images per task."},
     {"kernel_grad_parts", FC(py_kernel_grad_parts), "The im2col kernel gradient an image at a time, in parts."},
     {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},

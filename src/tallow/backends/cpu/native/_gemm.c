@@ -253,6 +253,73 @@ static void pack_b(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t n
     }
 }
 
+/* B given as windows (tallow_windows, a convolution's columns not built): rows [pc, pc
+ * + kc) x columns [j0, j0 + nc) into the panels pack_b makes of the built columns, the
+ * same values. A panel's 16 columns are runs within output rows, the same for every
+ * row of B; rows are read in order, as pack_b reads a row-major B. */
+#define WIN_PANELS (NC_MAX / NR)
+#ifdef TALLOW_X86
+/* A panel's row of 16 as one register: each run loaded into its lanes under a mask
+ * (the lanes before it read from before the run: masked, not touched), one store. As
+ * scalar copies, runs of 8 or 12 floats (8x8 or 28x28 outputs) cost more than building
+ * the columns. */
+static AVX512F void pack_windows_zmm(const tallow_windows *w, int64_t pc, int64_t kc, int64_t panels,
+                                     const int8_t *runs, int8_t dof[][NR], int8_t n[][NR], int64_t sof[][NR],
+                                     float *dst) {
+    __mmask16 mask[WIN_PANELS][NR];
+    for (int64_t q = 0; q < panels; q++)
+        for (int r = 0; r < runs[q]; r++) mask[q][r] = (__mmask16)(((1u << n[q][r]) - 1) << dof[q][r]);
+    for (int64_t p = 0; p < kc; p++) {
+        const float *row = w->base + w->row_off[pc + p];
+        float *o = dst + p * NR;
+        for (int64_t q = 0; q < panels; q++) {
+            __m512 v = _mm512_setzero_ps();
+            for (int r = 0; r < runs[q]; r++) v = _mm512_mask_loadu_ps(v, mask[q][r], row + sof[q][r] - dof[q][r]);
+            _mm512_storeu_ps(o + q * kc * NR, v);
+        }
+    }
+}
+#endif
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) /* runs of 1-16 floats: inline */
+static void pack_b_windows(const tallow_windows *w, int64_t pc, int64_t kc, int64_t j0, int64_t nc, float *dst) {
+    const int64_t panels = (nc + NR - 1) / NR;
+    /* each panel's runs: at dst offset dof, source offset sof (from the row's window), n floats */
+    int8_t runs[WIN_PANELS], dof[WIN_PANELS][NR], n[WIN_PANELS][NR];
+    int64_t sof[WIN_PANELS][NR];
+    int whole = 1; /* every panel one run of NR */
+    for (int64_t q = 0; q < panels; q++) {
+        int64_t jj = j0 + q * NR, end = jj + (nc - q * NR < NR ? nc - q * NR : NR), d = 0;
+        runs[q] = 0;
+        while (jj < end) {
+            int64_t col = jj % w->ow, len = w->ow - col < end - jj ? w->ow - col : end - jj;
+            dof[q][runs[q]] = (int8_t)d, sof[q][runs[q]] = (jj / w->ow) * w->pitch + col, n[q][runs[q]] = (int8_t)len;
+            runs[q]++, d += len, jj += len;
+        }
+        if (d < NR) memset(dst + q * kc * NR, 0, (size_t)(kc * NR) * sizeof(float)); /* zero-padded */
+        whole &= runs[q] == 1 && d == NR;
+    }
+#ifdef TALLOW_X86
+    if (use_avx512 && use_avx2 && !whole) {
+        pack_windows_zmm(w, pc, kc, panels, runs, dof, n, sof, dst);
+        return;
+    }
+#endif
+    for (int64_t p = 0; p < kc; p++) {
+        const float *row = w->base + w->row_off[pc + p];
+        float *o = dst + p * NR;
+        if (whole) {
+            for (int64_t q = 0; q < panels; q++) memcpy(o + q * kc * NR, row + sof[q][0], NR * sizeof(float));
+            continue;
+        }
+        for (int64_t q = 0; q < panels; q++)
+            for (int r = 0; r < runs[q]; r++) {
+                float *od = o + q * kc * NR + dof[q][r];
+                const float *src = row + sof[q][r];
+                for (int i = 0; i < n[q][r]; i++) od[i] = src[i];
+            }
+    }
+}
+
 /* A rows [0, mc) x columns [0, kc) -> MR-row panels, k-major (a panel: rs 1, cs MR),
  * for an A whose rows are not contiguous (run_unit reads those in place).
  * Rows past mc are not written: the kernel does not read them (mr < MR). */
@@ -318,6 +385,7 @@ typedef struct {
     int accumulate;
     kernel_fn kern;
     kernel2_fn kern2; /* two panels at once, or NULL */
+    const tallow_windows *win; /* B as windows (b unused), or NULL */
     _Atomic int failed;
 } gemm_job;
 
@@ -349,7 +417,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     int64_t i0 = ib * j->mbh, i1 = i0 + j->mbh < j->m ? i0 + j->mbh : j->m;
     int64_t j0 = jb * j->nbw, j1 = j0 + j->nbw < j->n ? j0 + j->nbw : j->n;
     if (i0 >= i1 || j0 >= j1) return;
-    const float *A = j->a + bi * j->sab, *B = j->b + bi * j->sbb;
+    const float *A = j->a + bi * j->sab, *B = j->win ? NULL : j->b + bi * j->sbb;
     float *C = j->c + bi * j->m * j->n;
     const int64_t n = j->n, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
     /* A is packed only when its rows are not contiguous: rows read in place, six
@@ -359,7 +427,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     const int pack_rows = j->csa != 1 && nc >= 4 * NR;
     /* Few rows: B is read in place (rows contiguous) rather than packed for so little reuse;
      * only a last partial panel is packed (a full-width read would pass the row's end). */
-    const int direct_b = j->csb == 1 && i1 - i0 <= direct_b_rows && rows_spread_in_l1(j->rsb * 4, kc);
+    const int direct_b = !j->win && j->csb == 1 && i1 - i0 <= direct_b_rows && rows_spread_in_l1(j->rsb * 4, kc);
     scratch_t *s = scratch();
     if (!s || !grow(&s->b, &s->bcap, (size_t)(kc * (direct_b ? 1 : panels) * NR)) ||
         (pack_rows && !grow(&s->a, &s->acap, (size_t)(kc * ((MC + MR - 1) / MR) * MR)))) {
@@ -370,9 +438,10 @@ static void run_unit(gemm_job *j, int64_t u) {
     kernel2_fn kern2 = j->kern2;
     for (int64_t pc = 0; pc < k; pc += kc) {
         int64_t kcur = k - pc < kc ? k - pc : kc;
-        const float *bblk = B + pc * j->rsb + j0 * j->csb;
+        const float *bblk = j->win ? NULL : B + pc * j->rsb + j0 * j->csb;
         int64_t full = nc / NR;
-        if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
+        if (j->win) pack_b_windows(j->win, pc, kcur, j0, nc, s->b);
+        else if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
         else if (full < panels) pack_b(bblk + full * NR, j->rsb, 1, kcur, nc - full * NR, s->b);
         int flags = (pc > 0 || j->accumulate ? F_LOAD : 0) | (pc + kcur == k && j->bias ? F_BIAS : 0);
         for (int64_t ic = i0; ic < i1; ic += MC) {
@@ -478,7 +547,25 @@ static int serial_product(const float *a, int64_t sab, int64_t rsa, int64_t csa,
     return !atomic_load(&job.failed);
 }
 
-static const tallow_gemm_api gemm_api = {TALLOW_GEMM_ABI, serial_product};
+static int serial_product_windows(const float *a, int64_t rsa, int64_t csa, const tallow_windows *b, float *c,
+                                  int64_t m, int64_t n, int64_t k, int accumulate) {
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) {
+        if (!accumulate) memset(c, 0, (size_t)(m * n) * sizeof(float));
+        return 1;
+    }
+    gemm_job job;
+    memset(&job, 0, sizeof job);
+    job.a = a, job.win = b, job.c = c;
+    job.m = m, job.n = n, job.k = k, job.batch = 1, job.kern = kernel(), job.kern2 = kernel2();
+    job.accumulate = accumulate;
+    job.rsa = rsa, job.csa = csa;
+    plan(&job, 1);
+    gemm_task(&job, 0, job.nnb * job.nmb);
+    return !atomic_load(&job.failed);
+}
+
+static const tallow_gemm_api gemm_api = {TALLOW_GEMM_ABI, serial_product, serial_product_windows};
 
 /* ------------------------------------------------------------------ Python */
 typedef struct {
