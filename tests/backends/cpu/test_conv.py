@@ -405,21 +405,22 @@ def test_conv_images_packs_from_the_planes_across_chunks_of_rows_and_columns():
     assert not np.isnan(got[0]).any()
 
 
-def _by_images_with_the_batch_bits(run, monkeypatch):
+def _by_images_with_the_batch_bits(run, monkeypatch, rule="_by_images", off=False):
     """``run()`` (a convolution) at one and two threads, taking the image-at-a-time path
-    (``_by_images`` true both times) and giving the bits of the batch path (the rule
-    forced off) at either count; the one-thread result."""
-    taken, real = [], cpu_conv._by_images
-    monkeypatch.setattr(cpu_conv, "_by_images", lambda *a: taken.append(real(*a)) or taken[-1])
+    (the rule, ``_by_images`` or the forward's ``_image_groups``, true both times) and
+    giving the bits of the batch path (the rule forced ``off``) at either count; the
+    one-thread result."""
+    taken, real = [], getattr(cpu_conv, rule)
+    monkeypatch.setattr(cpu_conv, rule, lambda *a: taken.append(real(*a)) or taken[-1])
     got, batch = [], []
     for threads in (1, 2):
         with cpu_path(direct=False), split_pool(threads):
             native._workers.set_threads(threads)
             got.append(run())
             with monkeypatch.context() as mp:
-                mp.setattr(cpu_conv, "_by_images", lambda *a: False)
+                mp.setattr(cpu_conv, rule, lambda *a: off)
                 batch.append(run())
-    assert taken == [True, True]
+    assert len(taken) == 2 and all(taken)
     for y in got + batch[1:]:
         np.testing.assert_array_equal(y, batch[0])
     return got[0]
@@ -440,10 +441,46 @@ def test_the_im2col_convolution_by_images(b, c, co, n, k, stride, pad, dil, monk
     x = rng.standard_normal((b, c, n, n)).astype(np.float32)
     kern = rng.standard_normal((co, c, k, k)).astype(np.float32)
     got = _by_images_with_the_batch_bits(
-        lambda: cpu_conv._conv2d(x, kern, (pad, pad), (stride, stride), (dil, dil), 1), monkeypatch)
+        lambda: cpu_conv._conv2d(x, kern, (pad, pad), (stride, stride), (dil, dil), 1), monkeypatch,
+        "_image_groups", 0)
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
                     padding=pad, dilation=dil).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("b,c,co,n,k,stride,pad,units", [
+    (1, 16, 64, 20, 3, 2, 1, 2),   # one image on two threads: two blocks of channels
+    (3, 8, 40, 12, 5, 1, 2, 2),    # three images on two threads: six units
+    (1, 32, 96, 7, 3, 1, 1, 2),    # 49 positions (the batch path computes those transposed)
+    (2, 24, 70, 7, 3, 1, 1, 1),    # ... two images, one each
+])
+def test_the_im2col_convolution_in_blocks_of_output_channels(b, c, co, n, k, stride, pad, units, monkeypatch):
+    """Fewer images than the threads share evenly: each image's product cut into blocks
+    of output channels (``conv_images``' units), taken at two threads; the bits of one
+    unit per image (the one-thread path) for any block count, and PyTorch's values."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((b, c, n, n)).astype(np.float32)
+    kern = rng.standard_normal((co, c, k, k)).astype(np.float32)
+    run = lambda: cpu_conv._conv2d(x, kern, (pad, pad), (stride, stride), (1, 1), 1)  # noqa: E731
+    taken, real = [], cpu_conv._image_groups
+    monkeypatch.setattr(cpu_conv, "_image_groups", lambda *a: taken.append(real(*a)) or taken[-1])
+    got = []
+    for threads in (1, 2):
+        with cpu_path(direct=False), split_pool(threads):
+            native._workers.set_threads(threads)
+            got.append(run())
+    assert taken == [1, units]
+    np.testing.assert_array_equal(got[1], got[0])
+    oh = (n + 2 * pad - k) // stride + 1
+    geometry = cpu_conv._geometry(b, c, n, n, k, k, (stride, stride), (pad, pad), (1, 1), oh, oh)
+    for blocks in (1, 2, 3, 7, co):
+        y = np.full_like(got[0], np.nan)
+        cpu_conv._NATIVE["module"].conv_images(x, kern, y, co, *geometry, blocks)
+        np.testing.assert_array_equal(y, got[0])
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
+                    padding=pad).numpy()
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
@@ -520,6 +557,25 @@ def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
 
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+def test_the_rule_for_the_forward_by_images(monkeypatch):
+    mod = cpu_conv._NATIVE["module"]
+    monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 2)
+    monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 2)
+    assert cpu_conv._image_groups(mod, 4, 1, 128, 256, 576) == 1
+    assert cpu_conv._image_groups(mod, 4, 1, 128, 49, 576) == 1     # 49 positions too
+    assert cpu_conv._image_groups(mod, 1, 1, 128, 256, 576) == 2    # one image: blocks of channels
+    assert cpu_conv._image_groups(mod, 3, 1, 128, 256, 576) == 2    # 2 + 1 images on 2 threads
+    assert cpu_conv._image_groups(mod, 4, 2, 128, 256, 576) == 0    # groups
+    assert cpu_conv._image_groups(None, 4, 1, 128, 256, 576) == 0
+    with parallel.serial():
+        assert cpu_conv._image_groups(mod, 1, 1, 128, 256, 576) == 1
+    monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 1)
+    monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 1)
+    assert cpu_conv._image_groups(mod, 1, 1, 128, 256, 576) == 1
+    assert cpu_conv._image_groups(mod, 3, 1, 128, 256, 576) == 1
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_the_rule_for_the_im2col_convolution_by_images(monkeypatch):
     mod = cpu_conv._NATIVE["module"]
     monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 2)
@@ -549,6 +605,9 @@ def test_native_passes_refuse_short_buffers_and_bad_sizes():
         mod.conv_images(x, np.zeros(8, np.float32), y, 1, *geometry)
     with pytest.raises(ValueError, match="channel"):
         mod.conv_images(x, np.zeros(9, np.float32), y, 0, *geometry)
+    for blocks in (0, 2):  # blocks of output channels: 1 to c_out
+        with pytest.raises(ValueError, match="group"):
+            mod.conv_images(x, np.zeros(9, np.float32), y, 1, *geometry, blocks)
     assert np.all(y == 7.0)
     # transposed, an image at a time: x (1, 1, 2, 2) into a 4x4 output, kernel^T (9, 1)
     xt, out = np.zeros(4, np.float32), np.full(16, 7.0, np.float32)

@@ -290,6 +290,7 @@ typedef struct {
     float *y;           /* conv_transpose_images: the output */
     int64_t ch;         /* the kernel's other channel count: c_out (conv_images), c_in (transposed) */
     const int64_t *row_off; /* conv_images with windows: each column row's window in an image's planes */
+    int64_t groups;         /* conv_images: units per image, each a block of the output channels */
     _Atomic int *failed;
 } images_job;
 
@@ -336,6 +337,15 @@ static inline __attribute__((always_inline)) void image_columns(const geom_t *g,
     for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);
 }
 
+/* The first output channel of block `gi` of an image's `groups` (gi = groups: c_out),
+ * on whole tiles of the product's six rows. Each element is the same product's sum
+ * whichever block computes it: the same bits for any count. */
+static inline int64_t image_group(const images_job *ij, int64_t gi) {
+    if (gi >= ij->groups) return ij->ch;
+    const int64_t tiles = (ij->ch + 5) / 6;
+    return 6 * (tiles * gi / ij->groups);
+}
+
 #define IMAGES_TASK(NAME, ATTR)                                                                   \
     static ATTR void NAME(void *p, int64_t lo, int64_t hi) {                                      \
         const images_job *ij = (const images_job *)p;                                             \
@@ -352,16 +362,20 @@ static inline __attribute__((always_inline)) void image_columns(const geom_t *g,
         phase_margins(g, &mg);                                                                    \
         const int64_t per = channel_planes_floats(g);                                             \
         const tallow_windows win = {cols, ij->row_off, g->ow, mg.cols};                           \
-        for (int64_t b = lo; b < hi; b++) {                                                       \
-            float *y = ij->y + b * ij->ch * pos;                                                  \
+        for (int64_t u = lo; u < hi; u++) {                                                       \
+            const int64_t b = u / ij->groups, o0 = image_group(ij, u % ij->groups);              \
+            const int64_t o1 = image_group(ij, u % ij->groups + 1);                               \
+            if (o0 >= o1) continue;                                                               \
+            float *y = ij->y + (b * ij->ch + o0) * pos;                                           \
+            const float *k = ij->k + o0 * rows;                                                   \
             int ok;                                                                               \
             if (ij->row_off) { /* the planes, the product packed from their windows */           \
                 const float *xb = ij->x + b * g->nc * g->h * g->w;                                \
                 for (int64_t c = 0; c < g->nc; c++) split_phases(g, &mg, xb + c * g->h * g->w, cols + c * per); \
-                ok = tallow_gemm->product_windows(ij->k, rows, 1, &win, y, ij->ch, pos, rows, 0); \
+                ok = tallow_gemm->product_windows(k, rows, 1, &win, y, o1 - o0, pos, rows, 0);    \
             } else {                                                                              \
                 image_columns(g, ij->x, b, cols);                                                 \
-                ok = tallow_gemm->product(ij->k, 0, rows, 1, cols, 0, pos, 1, y, 1, ij->ch, pos, rows, 0); \
+                ok = tallow_gemm->product(k, 0, rows, 1, cols, 0, pos, 1, y, 1, o1 - o0, pos, rows, 0); \
             }                                                                                     \
             if (!ok) {                                                                            \
                 atomic_store(ij->failed, 1);                                                      \
@@ -420,10 +434,14 @@ T_IMAGES_TASK(t_images_task_avx2, AVX2 NO_MEMCPY_CALLS)
  * h, w). Both overwrite their output (zeros for an empty product). */
 static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transposed) {
     const char *name = transposed ? "conv_transpose_images" : "conv_images";
-    if (nargs != 18) return PyErr_Format(PyExc_TypeError, "%s takes 18 arguments", name);
+    if (nargs != 18 && (transposed || nargs != 19))
+        return PyErr_Format(PyExc_TypeError, transposed ? "%s takes 18 arguments" : "%s takes 18 or 19 arguments", name);
     images_job ij;
-    if (!parse_ints(args, 3, 1, &ij.ch) || !parse_geom(args, 4, &ij.g)) return NULL;
+    ij.groups = 1;
+    if (!parse_ints(args, 3, 1, &ij.ch) || !parse_geom(args, 4, &ij.g) || (nargs == 19 && !parse_ints(args, 18, 1, &ij.groups)))
+        return NULL;
     if (ij.ch < 1) return PyErr_Format(PyExc_ValueError, "%s: bad channel count", name);
+    if (ij.groups < 1 || ij.groups > ij.ch) return PyErr_Format(PyExc_ValueError, "%s: bad group count", name);
     if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "%s: the product module is missing", name);
     const geom_t *g = &ij.g;
     const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow, image = g->nc * g->h * g->w;
@@ -454,7 +472,7 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
 #endif
         Py_BEGIN_ALLOW_THREADS
         if (pos > 0 && rows > 0)
-            tallow_pool_run(fn, &ij, g->nb, 1, (x_floats + y_floats + ij.ch * rows) * 4);
+            tallow_pool_run(fn, &ij, g->nb * ij.groups, 1, (x_floats + y_floats + ij.ch * rows) * 4);
         else
             memset(ij.y, 0, (size_t)y_floats * sizeof(float));
         Py_END_ALLOW_THREADS
