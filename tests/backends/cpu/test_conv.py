@@ -380,6 +380,48 @@ def test_conv_images_packs_the_columns_from_the_planes_with_their_bits(data):
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@given(data=st.data())
+@settings(max_examples=40, deadline=None)
+def test_the_kernel_gradient_parts_pack_the_columns_from_the_planes_with_their_bits(data):
+    """kernel_grad_parts' products g[b] @ cols[b]^T with cols^T packed straight from the
+    planes' windows (16 positions x 16 windows transposed at a time, or one by one):
+    the bits of the built columns' for any geometry, and the definition's values."""
+    draw = data.draw
+    mod = cpu_conv._NATIVE["module"]
+    from tallow.backends.cpu.native import _gemm
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    h = draw(st.integers(max(1, dil[0] * (kh - 1) + 1 - 2 * pad[0]), 40))
+    w = draw(st.integers(max(1, dil[1] * (kw - 1) + 1 - 2 * pad[1]), 40))
+    b, c, co = draw(st.integers(1, 4)), draw(st.sampled_from([1, 3, 20])), draw(st.integers(1, 9))
+    parts = draw(st.integers(1, b))
+    oh, ow = cpu_conv._out_hw(h, w, kh, kw, pad, stride, dil)
+    rng = np.random.default_rng(draw(st.integers(0, 999)))
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    g = rng.standard_normal((b, co, oh, ow)).astype(np.float32)
+    geometry = cpu_conv._geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow)
+    zmm = _gemm.avx512()
+    got = {}
+    try:
+        for windows, wide in ((False, zmm), (True, zmm), (True, False)):
+            mod.set_windows(windows)
+            _gemm.set_avx512(wide)
+            out = np.full((parts, co, c * kh * kw), np.nan, np.float32)
+            mod.kernel_grad_parts(x, g, out, parts, co, *geometry)
+            got[windows, wide] = out[0]
+    finally:
+        mod.set_windows(True)
+        _gemm.set_avx512(zmm)
+    for dk in got.values():
+        np.testing.assert_array_equal(dk, got[False, zmm])
+    want = np.einsum("bop,brp->or", g.reshape(b, co, -1).astype(np.float64),
+                     _columns(x, kh, kw, stride, pad, dil, oh, ow).astype(np.float64))
+    np.testing.assert_allclose(got[True, zmm], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
 def test_conv_images_packs_from_the_planes_across_chunks_of_rows_and_columns():
     """More than 256 column rows (two chunks of the product's K) and more than 512
     positions (two column blocks), an output width that cuts the panels: the built

@@ -361,7 +361,7 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
         margins_t mg;                                                                             \
         phase_margins(g, &mg);                                                                    \
         const int64_t per = channel_planes_floats(g);                                             \
-        const tallow_windows win = {cols, ij->row_off, g->ow, mg.cols};                           \
+        const tallow_windows win = {cols, ij->row_off, g->ow, mg.cols, 0};                        \
         for (int64_t u = lo; u < hi; u++) {                                                       \
             const int64_t b = u / ij->groups, o0 = image_group(ij, u % ij->groups);              \
             const int64_t o1 = image_group(ij, u % ij->groups + 1);                               \
@@ -517,6 +517,7 @@ typedef struct {
     const float *x, *gr;
     float *parts_out;
     int64_t co, parts;
+    const int64_t *row_off; /* the columns as windows of each image's planes (window_offsets), or NULL */
     _Atomic int *failed;
 } kparts_job;
 
@@ -527,7 +528,10 @@ typedef struct {
         const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
         const int in_place = columns_are_image(g); /* read, not copied */                       \
         const int64_t ph = cols_scratch_floats(g);                                                \
-        const size_t floats = in_place ? 0 : (size_t)(rows * pos + ph);                           \
+        margins_t mg;                                                                             \
+        phase_margins(g, &mg);                                                                    \
+        const int64_t per = channel_planes_floats(g);                                             \
+        const size_t floats = in_place ? 0 : kj->row_off ? (size_t)(g->nc * per) : (size_t)(rows * pos + ph); \
         float *scratch = in_place ? NULL : scratch_get(floats), *cols = scratch;                  \
         if (!in_place && !scratch) {                                                              \
             atomic_store(kj->failed, 1);                                                          \
@@ -538,13 +542,22 @@ typedef struct {
             float *dk = kj->parts_out + part * kj->co * rows;                                     \
             if (a == z) memset(dk, 0, (size_t)(kj->co * rows) * sizeof(float));                  \
             for (int64_t b = a; b < z; b++) {                                                     \
-                if (in_place)                                                                     \
-                    cols = (float *)kj->x + b * rows * pos;                                       \
-                else                                                                              \
-                    image_columns(g, kj->x, b, cols);                                             \
-                /* dk (+)= g[b] (co, pos) @ cols^T (pos, rows) */                                 \
-                if (!tallow_gemm->product(kj->gr + b * kj->co * pos, 0, pos, 1, cols, 0, 1, pos, dk, 1, kj->co, \
-                                          rows, pos, b > a)) {                                    \
+                const float *gb = kj->gr + b * kj->co * pos;                                      \
+                int ok;                                                                           \
+                if (kj->row_off) { /* dk (+)= g[b] @ cols^T packed from the planes' windows */    \
+                    const float *xb = kj->x + b * g->nc * g->h * g->w;                            \
+                    for (int64_t c = 0; c < g->nc; c++) split_phases(g, &mg, xb + c * g->h * g->w, cols + c * per); \
+                    const tallow_windows win = {cols, kj->row_off, g->ow, mg.cols, 1};            \
+                    ok = tallow_gemm->product_windows(gb, pos, 1, &win, dk, kj->co, rows, pos, b > a); \
+                } else {                                                                          \
+                    if (in_place)                                                                 \
+                        cols = (float *)kj->x + b * rows * pos;                                   \
+                    else                                                                          \
+                        image_columns(g, kj->x, b, cols);                                         \
+                    /* dk (+)= g[b] (co, pos) @ cols^T (pos, rows) */                             \
+                    ok = tallow_gemm->product(gb, 0, pos, 1, cols, 0, 1, pos, dk, 1, kj->co, rows, pos, b > a); \
+                }                                                                                 \
+                if (!ok) {                                                                        \
                     atomic_store(kj->failed, 1);                                                  \
                     break;                                                                        \
                 }                                                                                 \
@@ -578,6 +591,16 @@ static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_
         get_buf(args[2], &b[2], 1, kj.parts * kj.co * rows * 4, "parts_out")) {
         kj.x = (const float *)b[0].view.buf, kj.gr = (const float *)b[1].view.buf;
         kj.parts_out = (float *)b[2].view.buf;
+        kj.row_off = NULL;
+        int64_t *off = NULL;
+        if (use_windows && !columns_are_image(g) && rows > 0) {
+            if (!(off = (int64_t *)PyMem_Malloc((size_t)rows * sizeof(int64_t)))) {
+                release(b, 3);
+                return PyErr_NoMemory();
+            }
+            window_offsets(g, off);
+            kj.row_off = off;
+        }
         _Atomic int failed = 0;
         kj.failed = &failed;
         tallow_task_fn fn = kparts_task_base;
@@ -593,6 +616,7 @@ static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_
         }
         Py_END_ALLOW_THREADS
         res = none_or_no_memory(atomic_load(&failed));
+        PyMem_Free(off);
     }
     release(b, 3);
     return res;

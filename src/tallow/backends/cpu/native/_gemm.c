@@ -320,6 +320,94 @@ static void pack_b_windows(const tallow_windows *w, int64_t pc, int64_t kc, int6
     }
 }
 
+/* The runs of output positions [p0, p0 + m) within output rows (ow each): at lane
+ * dof, source offset sof from a window, n floats; returns their count. */
+static int position_runs(const tallow_windows *w, int64_t p0, int64_t m, int8_t *dof, int64_t *sof, int8_t *n) {
+    int runs = 0;
+    for (int64_t p = p0, d = 0; p < p0 + m; runs++) {
+        int64_t col = p % w->ow, len = w->ow - col < p0 + m - p ? w->ow - col : p0 + m - p;
+        dof[runs] = (int8_t)d, sof[runs] = (p / w->ow) * w->pitch + col, n[runs] = (int8_t)len;
+        d += len, p += len;
+    }
+    return runs;
+}
+
+#ifdef TALLOW_X86
+/* r[i][l] <- r[l][i] */
+static AVX512F inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 4; i++) {
+            t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
+            t[8 * h + 4 + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0xDD);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    }
+}
+
+/* pack_b_windows_t on 16 positions x 16 windows at a time: each window's 16 positions
+ * loaded under masks (position_runs), the block transposed in registers, 16 stores. */
+static AVX512F void pack_windows_t_zmm(const tallow_windows *w, int64_t pc, int64_t kc, int64_t j0, int64_t nc,
+                                       float *dst) {
+    const int64_t panels = (nc + NR - 1) / NR;
+    int8_t dof[NR], n[NR];
+    int64_t sof[NR];
+    __mmask16 mask[NR];
+    for (int64_t pa = 0; pa < kc; pa += NR) {
+        const int64_t m = kc - pa < NR ? kc - pa : NR;
+        const int runs = position_runs(w, pc + pa, m, dof, sof, n);
+        for (int r = 0; r < runs; r++) mask[r] = (__mmask16)(((1u << n[r]) - 1) << dof[r]);
+        for (int64_t q = 0; q < panels; q++) {
+            __m512 v[16];
+            for (int l = 0; l < NR; l++) {
+                v[l] = _mm512_setzero_ps();
+                const int64_t j = j0 + q * NR + l;
+                if (j >= j0 + nc) continue;
+                const float *win = w->base + w->row_off[j];
+                for (int r = 0; r < runs; r++) v[l] = _mm512_mask_loadu_ps(v[l], mask[r], win + sof[r] - dof[r]);
+            }
+            transpose16(v);
+            float *o = dst + q * kc * NR + pa * NR;
+            for (int i = 0; i < m; i++) _mm512_storeu_ps(o + i * NR, v[i]);
+        }
+    }
+}
+#endif
+
+/* B = the windows transposed (a kernel gradient's cols^T): rows [pc, pc + kc) are
+ * positions, columns [j0, j0 + nc) windows, into 16-column panels, zero-padded: the
+ * values pack_b makes of the built columns' transpose. */
+static void pack_b_windows_t(const tallow_windows *w, int64_t pc, int64_t kc, int64_t j0, int64_t nc, float *dst) {
+#ifdef TALLOW_X86
+    if (use_avx512 && use_avx2) {
+        pack_windows_t_zmm(w, pc, kc, j0, nc, dst);
+        return;
+    }
+#endif
+    for (int64_t q = 0; q * NR < nc; q++) {
+        float *o = dst + q * kc * NR;
+        const int64_t cols = nc - q * NR < NR ? nc - q * NR : NR;
+        for (int64_t p = 0; p < kc; p++) {
+            const int64_t pos = pc + p, d = (pos / w->ow) * w->pitch + pos % w->ow;
+            int64_t l = 0;
+            for (; l < cols; l++) o[p * NR + l] = w->base[w->row_off[j0 + q * NR + l] + d];
+            for (; l < NR; l++) o[p * NR + l] = 0.0f;
+        }
+    }
+}
+
 /* A rows [0, mc) x columns [0, kc) -> MR-row panels, k-major (a panel: rs 1, cs MR),
  * for an A whose rows are not contiguous (run_unit reads those in place).
  * Rows past mc are not written: the kernel does not read them (mr < MR). */
@@ -440,7 +528,8 @@ static void run_unit(gemm_job *j, int64_t u) {
         int64_t kcur = k - pc < kc ? k - pc : kc;
         const float *bblk = j->win ? NULL : B + pc * j->rsb + j0 * j->csb;
         int64_t full = nc / NR;
-        if (j->win) pack_b_windows(j->win, pc, kcur, j0, nc, s->b);
+        if (j->win && j->win->transposed) pack_b_windows_t(j->win, pc, kcur, j0, nc, s->b);
+        else if (j->win) pack_b_windows(j->win, pc, kcur, j0, nc, s->b);
         else if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
         else if (full < panels) pack_b(bblk + full * NR, j->rsb, 1, kcur, nc - full * NR, s->b);
         int flags = (pc > 0 || j->accumulate ? F_LOAD : 0) | (pc + kcur == k && j->bias ? F_BIAS : 0);

@@ -20,11 +20,13 @@
 
 /* A convolution's columns described, not built: row r's column j (output position j,
  * ow to an output row) is base[row_off[r] + (j / ow) * pitch + j % ow], a window of a
- * zero-margined (phase) plane. */
+ * zero-margined (phase) plane. `transposed`: the product's b is their transpose (row j
+ * = position j, column r = window r: a kernel gradient's cols^T). */
 typedef struct {
     const float *base;
     const int64_t *row_off;
     int64_t ow, pitch;
+    int transposed;
 } tallow_windows;
 
 typedef struct {
@@ -35,8 +37,8 @@ typedef struct {
      * Returns 0 when its scratch could not be allocated. */
     int (*product)(const float *a, int64_t sab, int64_t rsa, int64_t csa, const float *b, int64_t sbb, int64_t rsb,
                    int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k, int accumulate);
-    /* The same with b (k, n) given as windows (packed straight from them: the bits of
-     * the product of the built columns). */
+    /* The same with b (k, n) given as windows or their transpose (packed straight from
+     * them: the bits of the product of the built columns). */
     int (*product_windows)(const float *a, int64_t rsa, int64_t csa, const tallow_windows *b, float *c, int64_t m,
                            int64_t n, int64_t k, int accumulate);
 } tallow_gemm_api;
