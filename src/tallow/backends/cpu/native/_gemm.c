@@ -140,44 +140,49 @@ static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs,
 #ifdef TALLOW_X86
 /* 6 rows x two panels (32 columns) in 12 zmm accumulators: per k two loads of B, six
  * broadcasts of A, twelve FMAs, each over twice the columns of the AVX2 kernel's.  Every
- * element is the same chain of FMAs in the same order as there: the same bits. */
-static AVX512F void kernel_avx512(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff,
-                                  int64_t bs, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {
-    const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);
-    const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0), *a5 = a + (mr > 5 ? 5 * rs : 0);
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    int64_t o = 0;
-#pragma GCC unroll 4
-    for (int64_t p = 0; p < kc; p++) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + boff), t;
-        b += bs;
-        t = _mm512_set1_ps(a0[o]); c00 = _mm512_fmadd_ps(t, b0, c00); c01 = _mm512_fmadd_ps(t, b1, c01);
-        t = _mm512_set1_ps(a1[o]); c10 = _mm512_fmadd_ps(t, b0, c10); c11 = _mm512_fmadd_ps(t, b1, c11);
-        t = _mm512_set1_ps(a2[o]); c20 = _mm512_fmadd_ps(t, b0, c20); c21 = _mm512_fmadd_ps(t, b1, c21);
-        t = _mm512_set1_ps(a3[o]); c30 = _mm512_fmadd_ps(t, b0, c30); c31 = _mm512_fmadd_ps(t, b1, c31);
-        t = _mm512_set1_ps(a4[o]); c40 = _mm512_fmadd_ps(t, b0, c40); c41 = _mm512_fmadd_ps(t, b1, c41);
-        t = _mm512_set1_ps(a5[o]); c50 = _mm512_fmadd_ps(t, b0, c50); c51 = _mm512_fmadd_ps(t, b1, c51);
-        o += cs;
+ * element is the same chain of FMAs in the same order as there: the same bits.  B's row
+ * p is at b + p * bs (kernel_avx512), or at b + off[p] (kernel_avx512_rows: a
+ * convolution's windows read in place, tallow_windows, no packing). */
+#define KERNEL_AVX512(NAME, BSTEP, BROW)                                                                \
+    static AVX512F void NAME(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff, \
+                             BSTEP, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {    \
+        const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);                   \
+        const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0);                        \
+        const float *a5 = a + (mr > 5 ? 5 * rs : 0);                                                          \
+        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;             \
+        __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                             \
+        int64_t o = 0;                                                                                        \
+        _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++) {                                            \
+            const float *bp = BROW;                                                                           \
+            __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + boff), t;                              \
+            t = _mm512_set1_ps(a0[o]); c00 = _mm512_fmadd_ps(t, b0, c00); c01 = _mm512_fmadd_ps(t, b1, c01);  \
+            t = _mm512_set1_ps(a1[o]); c10 = _mm512_fmadd_ps(t, b0, c10); c11 = _mm512_fmadd_ps(t, b1, c11);  \
+            t = _mm512_set1_ps(a2[o]); c20 = _mm512_fmadd_ps(t, b0, c20); c21 = _mm512_fmadd_ps(t, b1, c21);  \
+            t = _mm512_set1_ps(a3[o]); c30 = _mm512_fmadd_ps(t, b0, c30); c31 = _mm512_fmadd_ps(t, b1, c31);  \
+            t = _mm512_set1_ps(a4[o]); c40 = _mm512_fmadd_ps(t, b0, c40); c41 = _mm512_fmadd_ps(t, b1, c41);  \
+            t = _mm512_set1_ps(a5[o]); c50 = _mm512_fmadd_ps(t, b0, c50); c51 = _mm512_fmadd_ps(t, b1, c51);  \
+            o += cs;                                                                                          \
+        }                                                                                                     \
+        __m512 acc[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};                   \
+        if (mr == MR && nr == 2 * NR) {                                                                       \
+            __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;                                                \
+            if (flags & F_BIAS) { bias0 = _mm512_loadu_ps(bias); bias1 = _mm512_loadu_ps(bias + NR); }         \
+            for (int i = 0; i < MR; i++) {                                                                    \
+                float *ci = c + i * ldc;                                                                      \
+                __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];                                                  \
+                if (flags & F_LOAD) { v0 = _mm512_add_ps(_mm512_loadu_ps(ci), v0); v1 = _mm512_add_ps(_mm512_loadu_ps(ci + NR), v1); } \
+                if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }         \
+                _mm512_storeu_ps(ci, v0);                                                                     \
+                _mm512_storeu_ps(ci + NR, v1);                                                                \
+            }                                                                                                 \
+            return;                                                                                           \
+        }                                                                                                     \
+        float t[MR * 2 * NR] __attribute__((aligned(64)));                                                   \
+        for (int i = 0; i < 2 * MR; i++) _mm512_store_ps(t + NR * i, acc[i]);                                \
+        store_tile_w(t, 2 * NR, c, ldc, mr, nr, flags, bias);                                                \
     }
-    __m512 acc[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
-    if (mr == MR && nr == 2 * NR) {
-        __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
-        if (flags & F_BIAS) { bias0 = _mm512_loadu_ps(bias); bias1 = _mm512_loadu_ps(bias + NR); }
-        for (int i = 0; i < MR; i++) {
-            float *ci = c + i * ldc;
-            __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];
-            if (flags & F_LOAD) { v0 = _mm512_add_ps(_mm512_loadu_ps(ci), v0); v1 = _mm512_add_ps(_mm512_loadu_ps(ci + NR), v1); }
-            if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }
-            _mm512_storeu_ps(ci, v0);
-            _mm512_storeu_ps(ci + NR, v1);
-        }
-        return;
-    }
-    float t[MR * 2 * NR] __attribute__((aligned(64)));
-    for (int i = 0; i < 2 * MR; i++) _mm512_store_ps(t + NR * i, acc[i]);
-    store_tile_w(t, 2 * NR, c, ldc, mr, nr, flags, bias);
-}
+KERNEL_AVX512(kernel_avx512, int64_t bs, b + p * bs)
+KERNEL_AVX512(kernel_avx512_rows, const int64_t *off, b + off[p])
 #endif
 
 /* The two-panel kernel, or NULL (one panel at a time). */
@@ -499,6 +504,19 @@ static int64_t kc_of(int64_t k) {
     return (k + chunks - 1) / chunks;
 }
 
+/* Whether the windows' columns [j0, j0 + nc) are whole panels, each one run of 16 in an
+ * output row (an output width a multiple of 16), each panel's start in sof: then the
+ * AVX-512 kernel reads them in place through the rows' offsets (kernel_avx512_rows), no
+ * packing (a stride-2 layer's 16x16 outputs: the packing was a tenth of its time). */
+static int windows_whole(const tallow_windows *w, int64_t j0, int64_t nc, int64_t *sof) {
+    if (w->transposed || nc % NR || j0 % NR || w->ow % NR || nc > NC_MAX) return 0;
+    for (int64_t q = 0; q < nc / NR; q++) {
+        const int64_t jj = j0 + q * NR;
+        sof[q] = (jj / w->ow) * w->pitch + jj % w->ow;
+    }
+    return 1;
+}
+
 /* One unit: rows [i0, i1) x columns [j0, j1) of batch item bi. */
 static void run_unit(gemm_job *j, int64_t u) {
     int64_t ib = u % j->nmb, jb = (u / j->nmb) % j->nnb, bi = u / (j->nmb * j->nnb);
@@ -524,11 +542,19 @@ static void run_unit(gemm_job *j, int64_t u) {
     }
     kernel_fn kern = j->kern;
     kernel2_fn kern2 = j->kern2;
+    int64_t wsof[WIN_PANELS];
+#ifdef TALLOW_X86
+    const int win_direct = j->win && kern2 && windows_whole(j->win, j0, nc, wsof);
+#else
+    const int win_direct = 0;
+#endif
     for (int64_t pc = 0; pc < k; pc += kc) {
         int64_t kcur = k - pc < kc ? k - pc : kc;
         const float *bblk = j->win ? NULL : B + pc * j->rsb + j0 * j->csb;
         int64_t full = nc / NR;
-        if (j->win && j->win->transposed) pack_b_windows_t(j->win, pc, kcur, j0, nc, s->b);
+        if (win_direct) { /* read in place, but for an odd last panel */
+            if (panels & 1) pack_b_windows(j->win, pc, kcur, j0 + (panels - 1) * NR, NR, s->b);
+        } else if (j->win && j->win->transposed) pack_b_windows_t(j->win, pc, kcur, j0, nc, s->b);
         else if (j->win) pack_b_windows(j->win, pc, kcur, j0, nc, s->b);
         else if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
         else if (full < panels) pack_b(bblk + full * NR, j->rsb, 1, kcur, nc - full * NR, s->b);
@@ -553,6 +579,19 @@ static void run_unit(gemm_job *j, int64_t u) {
                 }
                 const float *bias = j->bias ? j->bias + j0 + jr * NR : NULL;
                 float *cp = C + ic * n + j0 + jr * NR;
+#ifdef TALLOW_X86
+                if (win_direct && jr + 1 < panels) { /* two panels of windows, in place */
+                    const float *wb = j->win->base + wsof[jr];
+                    for (int64_t ir = 0; ir < mcur; ir += MR) {
+                        int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
+                        kernel_avx512_rows(kcur, ablk + (ir / MR) * astep, ars, acs, wb, wsof[jr + 1] - wsof[jr],
+                                           j->win->row_off + pc, cp + ir * n, n, mr, 2 * NR, flags, bias);
+                    }
+                    jr++;
+                    continue;
+                }
+#endif
+                if (win_direct) bp = s->b; /* the odd last panel, packed */
                 /* two panels read the same way (both in place, or both packed) */
                 if (kern2 && jr + 1 < (direct_b ? full : panels)) {
                     int nr2 = nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR;
