@@ -327,12 +327,15 @@ COLS_TASKS(_base, NO_MEMCPY_CALLS)
 COLS_TASKS(_avx2, AVX2 NO_MEMCPY_CALLS)
 #endif
 
-/* conv_images(x, k, y, co, geometry): the im2col convolution an image at a time, one
- * chunk of images per task of the pool: each image's columns (in this thread's
- * scratch, in the cache) and then its product k (co, rows) @ cols (rows, oh * ow) into
- * y[b] through the capsule of the f32 kernel.  Gathering the whole batch's columns
- * and then splitting the products over the threads left each core reading columns
- * the other one wrote, from a buffer past the L2 cache.  Same sums, same bits. */
+/* conv_images(x, k, y, co, geometry[, units]): the im2col convolution an image at a
+ * time, one chunk of units per task of the pool, `units` per image (each a block of
+ * output channels, whole 6-row tiles: image_group): the image's zero-margined planes
+ * in this thread's scratch, then its product k (co, rows) @ cols (rows, oh * ow) into
+ * y[b] through the capsule of the f32 kernel, the columns packed straight from the
+ * planes' windows (product_windows; set_windows(False): built first, as im2col does).
+ * Gathering the whole batch's columns and then splitting the products over the
+ * threads left each core reading columns the other one wrote, from a buffer past the
+ * L2 cache.  Same sums, same bits, for any units and either way. */
 typedef struct {
     geom_t g;
     const float *x, *k; /* conv_transpose_images (below): x, kernel^T */
@@ -477,7 +480,7 @@ T_IMAGES_TASK(t_images_task_base, NO_MEMCPY_CALLS)
 T_IMAGES_TASK(t_images_task_avx2, AVX2 NO_MEMCPY_CALLS)
 #endif
 
-/* conv_images(x, k, y, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow): x (nb,
+/* conv_images(x, k, y, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow[, units]): x (nb,
  * nc, h, w), k (co, nc * kh * kw), y (nb, co, oh, ow); and conv_transpose_images(x, kt,
  * out, ci, <col2im's geometry>): x (nb, ci, oh, ow), kt (nc * kh * kw, ci), out (nb, nc,
  * h, w). Both overwrite their output (zeros for an empty product). */
@@ -558,9 +561,10 @@ static PyObject *py_conv_transpose_images(PyObject *self, PyObject *const *args,
 /* kernel_grad_parts(x, g, parts_out, parts, co, geometry): the im2col kernel gradient
  * dk = sum over images of g[b] (co, oh * ow) @ cols[b]^T, the images cut into `parts`
  * ranges (a count the caller takes from the shape alone), each range summed image by
- * image into its own (co, rows) by one task (each image's columns in that thread's
- * scratch), then the parts added in order into parts_out[0]: the same bits at any
- * thread count. */
+ * image into its own (co, rows) by one task (each image's planes in that thread's
+ * scratch, cols^T packed from their windows; a 1x1 stride-1 kernel's columns, the
+ * image itself, read in place), then the parts added in order into parts_out[0]: the
+ * same bits at any thread count. */
 typedef struct {
     geom_t g;
     const float *x, *gr;
