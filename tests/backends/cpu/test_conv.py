@@ -611,6 +611,13 @@ def test_the_rule_for_the_forward_by_images(monkeypatch):
     assert cpu_conv._image_groups(None, 4, 1, 128, 256, 576) == 0
     with parallel.serial():
         assert cpu_conv._image_groups(mod, 1, 1, 128, 256, 576) == 1
+    monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 8)
+    monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 8)
+    assert cpu_conv._image_groups(mod, 1, 1, 128, 256, 576) == 8
+    assert cpu_conv._image_groups(mod, 2, 1, 128, 256, 576) == 4    # 2 images x 4 blocks
+    assert cpu_conv._image_groups(mod, 1, 1, 5, 256, 576) == 5      # at most one block per channel
+    monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 2)
+    monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 2)
     monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 1)
     monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 1)
     assert cpu_conv._image_groups(mod, 1, 1, 128, 256, 576) == 1

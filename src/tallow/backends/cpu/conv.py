@@ -196,12 +196,14 @@ def _pointwise_input(x, stride):
 
 
 def _by_images(native, b, groups, co, pos, rows) -> bool:
-    """Whether an im2col convolution runs an image at a time in C (``conv_images``: each
-    image's columns and product on one thread, in its cache) rather than the batch's
-    columns and then the products split over the threads. For the native product's
-    shapes (``gemm.native_takes``, not computed transposed), so that either way gives
-    the same bits; on one thread, or when the images share out evenly enough over
-    the threads (as Winograd's, ``winograd._by_images``)."""
+    """Whether a transposed convolution (``rows`` x ``co`` kernel^T products of ``pos``
+    positions) runs an image at a time in C (``conv_transpose_images``: each image's
+    columns and their col2im on one thread, in its cache) rather than the batch's
+    products split over the threads and then col2im. For the native product's shapes
+    (``gemm.native_takes``, not computed transposed), so that either way gives the
+    same bits; on one thread, or when the images share out evenly enough over the
+    threads (as Winograd's, ``winograd._by_images``). The forward's rule is
+    ``_image_groups``."""
     if native is None or groups != 1 or b < 2 or gemm._narrow_and_tall(co, pos):
         return False
     return gemm.native_takes(co, pos, rows, b) and winograd._by_images(b)  # (the kernel's products)
@@ -224,7 +226,7 @@ def _image_groups(native, b, groups, co, pos, rows) -> int:
     threads = CONFIG.get()
     if threads <= 1 or parallel.in_serial() or (b >= 2 and winograd._by_images(b)):
         return 1
-    return threads // math.gcd(b, threads)
+    return min(co, threads // math.gcd(b, threads))
 
 
 def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> int:

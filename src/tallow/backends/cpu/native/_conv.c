@@ -121,10 +121,6 @@ static inline int64_t padded_phase_floats(const geom_t *g) {
 }
 
 #ifdef TALLOW_X86
-/* split_phases for two column phases: each image row's even and odd pixels into the
- * two planes of its row phase in one pass, 32 pixels a pair of zmm registers (the
- * plain loops, a plane at a time, read every row twice a float apart: a stride-2
- * layer's 32x32 images, 18% of its forward). */
 /* n zeros at d, a masked store per 16 (margins of a float or two: a memset call each
  * cost as much as the row's copy) */
 static AVX512F inline void zero_run(float *d, int64_t n) {
@@ -132,6 +128,10 @@ static AVX512F inline void zero_run(float *d, int64_t n) {
     if (n > 0) _mm512_mask_storeu_ps(d, (__mmask16)((1u << n) - 1), _mm512_setzero_ps());
 }
 
+/* split_phases for two column phases: each image row's even and odd pixels into the
+ * two planes of its row phase in one pass, 32 pixels a pair of zmm registers (the
+ * plain loops, a plane at a time, read every row twice a float apart: a stride-2
+ * layer's 32x32 images, 18% of its forward). */
 static AVX512F void split_phases_w2(const geom_t *g, const margins_t *mg, const float *x, float *P) {
     const int64_t hp = phase_rows(g), sh = g->sh, h = g->h, w = g->w;
     const int64_t rows = mg->rows, cols = mg->cols, top = mg->top, left = mg->left, plane = rows * cols;
@@ -370,6 +370,14 @@ static void window_offsets(const geom_t *g, int64_t *off) {
             }
 }
 
+/* Image b's planes, channel after channel (window_offsets' layout), into P. */
+static inline __attribute__((always_inline)) void image_planes(const geom_t *g, const margins_t *mg, const float *x,
+                                                                int64_t b, float *P) {
+    const int64_t per = channel_planes_floats(g), hw = g->h * g->w;
+    const float *xb = x + b * g->nc * hw;
+    for (int64_t c = 0; c < g->nc; c++) split_phases(g, mg, xb + c * hw, P + c * per);
+}
+
 /* Whether an image's columns are the image itself: a 1x1 kernel, no padding, stride 1
  * over the whole image (rows = channels, positions = pixels). */
 static inline int columns_are_image(const geom_t *g) {
@@ -412,8 +420,8 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
         }                                                                                         \
         margins_t mg;                                                                             \
         phase_margins(g, &mg);                                                                    \
-        const int64_t per = channel_planes_floats(g);                                             \
         const tallow_windows win = {cols, ij->row_off, g->ow, mg.cols, 0};                        \
+        int64_t made = -1; /* the image whose planes or columns are in the scratch */             \
         for (int64_t u = lo; u < hi; u++) {                                                       \
             const int64_t b = u / ij->groups, o0 = image_group(ij, u % ij->groups);              \
             const int64_t o1 = image_group(ij, u % ij->groups + 1);                               \
@@ -422,13 +430,13 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
             const float *k = ij->k + o0 * rows;                                                   \
             int ok;                                                                               \
             if (ij->row_off) { /* the planes, the product packed from their windows */           \
-                const float *xb = ij->x + b * g->nc * g->h * g->w;                                \
-                for (int64_t c = 0; c < g->nc; c++) split_phases(g, &mg, xb + c * g->h * g->w, cols + c * per); \
+                if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
                 ok = tallow_gemm->product_windows(k, rows, 1, &win, y, o1 - o0, pos, rows, 0);    \
             } else {                                                                              \
-                image_columns(g, ij->x, b, cols);                                                 \
+                if (made != b) image_columns(g, ij->x, b, cols);                                  \
                 ok = tallow_gemm->product(k, 0, rows, 1, cols, 0, pos, 1, y, 1, o1 - o0, pos, rows, 0); \
             }                                                                                     \
+            made = b;                                                                             \
             if (!ok) {                                                                            \
                 atomic_store(ij->failed, 1);                                                      \
                 break;                                                                            \
@@ -508,7 +516,9 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
         ij.x = (const float *)b[0].view.buf, ij.k = (const float *)b[1].view.buf, ij.y = (float *)b[2].view.buf;
         ij.row_off = NULL;
         int64_t *off = NULL;
-        if (!transposed && use_windows && rows > 0) {
+        /* (without AVX-512, panels that cut the output rows are packed a float at a
+         * time: slower than building the columns, 1.3x for 28-wide outputs) */
+        if (!transposed && use_windows && rows > 0 && ((use_avx2 && use_avx512) || g->ow % 16 == 0)) {
             if (!(off = (int64_t *)PyMem_Malloc((size_t)rows * sizeof(int64_t)))) {
                 release(b, 3);
                 return PyErr_NoMemory();
@@ -583,8 +593,8 @@ typedef struct {
         const int64_t ph = cols_scratch_floats(g);                                                \
         margins_t mg;                                                                             \
         phase_margins(g, &mg);                                                                    \
-        const int64_t per = channel_planes_floats(g);                                             \
-        const size_t floats = in_place ? 0 : kj->row_off ? (size_t)(g->nc * per) : (size_t)(rows * pos + ph); \
+        const size_t floats = in_place ? 0 : kj->row_off ? (size_t)(g->nc * channel_planes_floats(g)) \
+                                                         : (size_t)(rows * pos + ph);             \
         float *scratch = in_place ? NULL : scratch_get(floats), *cols = scratch;                  \
         if (!in_place && !scratch) {                                                              \
             atomic_store(kj->failed, 1);                                                          \
@@ -598,8 +608,7 @@ typedef struct {
                 const float *gb = kj->gr + b * kj->co * pos;                                      \
                 int ok;                                                                           \
                 if (kj->row_off) { /* dk (+)= g[b] @ cols^T packed from the planes' windows */    \
-                    const float *xb = kj->x + b * g->nc * g->h * g->w;                            \
-                    for (int64_t c = 0; c < g->nc; c++) split_phases(g, &mg, xb + c * g->h * g->w, cols + c * per); \
+                    image_planes(g, &mg, kj->x, b, cols);                                         \
                     const tallow_windows win = {cols, kj->row_off, g->ow, mg.cols, 1};            \
                     ok = tallow_gemm->product_windows(gb, pos, 1, &win, dk, kj->co, rows, pos, b > a); \
                 } else {                                                                          \
