@@ -103,3 +103,20 @@ def test_broadcast_copies(shape, source, fill, threads):
     np.testing.assert_array_equal(got, np.ascontiguousarray(x))
     if through is not None:
         np.testing.assert_array_equal(through, np.ascontiguousarray(x))
+
+
+@pytest.mark.parametrize("shape", [(49, 2304), (3, 50, 70), (1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transpose_into_writes_the_transpose_into_place(shape, threads):
+    """parallel.transpose_into: a transposed view (unit stride along the second-to-last
+    dim) copied into an existing C-contiguous array, as NumPy's copy would."""
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        src = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+        view = src.swapaxes(-1, -2)
+        out = np.full(view.shape, np.nan, np.float32)
+        parallel.transpose_into(out, view)
+        np.testing.assert_array_equal(out, view)
+    finally:
+        tl.utils.set_num_threads(before)

@@ -135,7 +135,8 @@ def _native_matmul(a, b, batch_shape, batch, m, n, k, out, bias, split):
         # tiles, then transposed into place (m * n values against m * n * k products).
         ct = np.empty(c.shape[:-2] + (n, m), np.float32)
         _native.gemm(b.swapaxes(-1, -2), a.swapaxes(-1, -2), ct, False, None, split)
-        np.copyto(c, ct.swapaxes(-1, -2))
+        # (tiled in C, over the threads: NumPy's copy took 8% of a 7x7 layer's input gradient)
+        parallel.transpose_into(c, ct.swapaxes(-1, -2))
         if bias is not None:
             c += bias
         return out

@@ -174,6 +174,19 @@ def _transpose_module():
     return _TRANSPOSE["module"]
 
 
+def transpose_into(out: np.ndarray, x: np.ndarray) -> None:
+    """``out[...] = x`` for a C-contiguous ``out`` and an ``x`` whose second-to-last dim
+    has unit stride (a transposed matrix, or a batch of them): tiled in C and split
+    over the threads when the extension is built, else NumPy's copy."""
+    kernel = _transpose_module()
+    if kernel is None or x.dtype.itemsize not in (1, 2, 4, 8):
+        np.copyto(out, x)
+        return
+    from . import native
+
+    kernel.transpose_copy(x, out, not in_serial() and native.sync_threads() > 1)
+
+
 def copy(x: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of a (strided) array: tiled for transposed layouts (in C
     when the extension is built: 2048x2048 f32 in ~5 ms against ~17 ms for NumPy's
