@@ -28,7 +28,9 @@ except ImportError:  # pragma: no cover - without a compiler
 
 
 def _has_avx512() -> bool:
-    if _gemm is None or not _gemm.simd():
+    # (TALLOW_NATIVE_ISA=scalar or avx2 switches the kernels off when tallow first loads
+    # them, which may come after this module's collection)
+    if _gemm is None or not _gemm.simd() or native.isa_wanted() in ("scalar", "avx2"):
         return False
     was = _gemm.avx512()
     try:
