@@ -336,6 +336,47 @@ def test_native_im2col_is_the_definition(data):
             np.testing.assert_array_equal(got, want.transpose(1, 0, 2))
 
 
+def _draw_windows_case(draw, max_batch):
+    """A convolution's geometry for the windows tests: any stride, padding, dilation and
+    output width (panels of 16 positions spanning several output rows, or part of one),
+    more than one chunk of rows and of columns; its input x and a seeded generator."""
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    h = draw(st.integers(max(1, dil[0] * (kh - 1) + 1 - 2 * pad[0]), 40))
+    w = draw(st.integers(max(1, dil[1] * (kw - 1) + 1 - 2 * pad[1]), 40))
+    b, c, co = draw(st.integers(1, max_batch)), draw(st.sampled_from([1, 3, 20])), draw(st.integers(1, 9))
+    oh, ow = cpu_conv._out_hw(h, w, kh, kw, pad, stride, dil)
+    rng = np.random.default_rng(draw(st.integers(0, 999)))
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    geometry = cpu_conv._geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow)
+    cols = _columns(x, kh, kw, stride, pad, dil, oh, ow).astype(np.float64)
+    return x, co, geometry, cols, rng
+
+
+def _windows_give_the_columns_bits(run):
+    """``run()`` with the columns built, then packed from the planes' windows with the
+    AVX-512 and with the plain packing: the same bits all three times; the packed
+    result."""
+    from tallow.backends.cpu.native import _gemm
+
+    mod = cpu_conv._NATIVE["module"]
+    zmm = _gemm.avx512()
+    got = {}
+    try:
+        for windows, wide in ((False, zmm), (True, zmm), (True, False)):
+            mod.set_windows(windows)
+            _gemm.set_avx512(wide)
+            got[windows, wide] = run()
+    finally:
+        mod.set_windows(True)
+        _gemm.set_avx512(zmm)
+    for y in got.values():
+        np.testing.assert_array_equal(y, got[False, zmm])
+    return got[True, zmm]
+
+
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
 @given(data=st.data())
 @settings(max_examples=40, deadline=None)
@@ -345,38 +386,18 @@ def test_conv_images_packs_the_columns_from_the_planes_with_their_bits(data):
     stride, padding, dilation and output width (panels of 16 positions spanning
     several output rows, or part of one), more than one chunk of rows and of columns,
     with the AVX-512 or the plain packing; and the definition's values."""
-    draw = data.draw
-    mod = cpu_conv._NATIVE["module"]
-    from tallow.backends.cpu.native import _gemm
-    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
-    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    h = draw(st.integers(max(1, dil[0] * (kh - 1) + 1 - 2 * pad[0]), 40))
-    w = draw(st.integers(max(1, dil[1] * (kw - 1) + 1 - 2 * pad[1]), 40))
-    b, c, co = draw(st.integers(1, 3)), draw(st.sampled_from([1, 3, 20])), draw(st.integers(1, 9))
-    oh, ow = cpu_conv._out_hw(h, w, kh, kw, pad, stride, dil)
-    rng = np.random.default_rng(draw(st.integers(0, 999)))
-    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    x, co, geometry, cols, rng = _draw_windows_case(data.draw, 3)
+    b, c, _, _, kh, kw, *_, oh, ow = geometry
     kern = rng.standard_normal((co, c, kh, kw)).astype(np.float32)
-    geometry = cpu_conv._geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow)
-    zmm = _gemm.avx512()
-    got = {}
-    try:
-        for windows, wide in ((False, zmm), (True, zmm), (True, False)):
-            mod.set_windows(windows)
-            _gemm.set_avx512(wide)
-            y = np.full((b, co, oh, ow), np.nan, np.float32)
-            mod.conv_images(x, kern, y, co, *geometry)
-            got[windows, wide] = y
-    finally:
-        mod.set_windows(True)
-        _gemm.set_avx512(zmm)
-    for y in got.values():
-        np.testing.assert_array_equal(y, got[False, zmm])
-    want = np.einsum("or,brp->bop", kern.reshape(co, -1).astype(np.float64),
-                     _columns(x, kh, kw, stride, pad, dil, oh, ow).astype(np.float64))
-    np.testing.assert_allclose(got[True, zmm].reshape(b, co, -1), want, rtol=1e-4, atol=1e-4)
+
+    def run():
+        y = np.full((b, co, oh, ow), np.nan, np.float32)
+        cpu_conv._NATIVE["module"].conv_images(x, kern, y, co, *geometry)
+        return y
+
+    got = _windows_give_the_columns_bits(run)
+    want = np.einsum("or,brp->bop", kern.reshape(co, -1).astype(np.float64), cols)
+    np.testing.assert_allclose(got.reshape(b, co, -1), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
@@ -386,39 +407,19 @@ def test_the_kernel_gradient_parts_pack_the_columns_from_the_planes_with_their_b
     """kernel_grad_parts' products g[b] @ cols[b]^T with cols^T packed straight from the
     planes' windows (16 positions x 16 windows transposed at a time, or one by one):
     the bits of the built columns' for any geometry, and the definition's values."""
-    draw = data.draw
-    mod = cpu_conv._NATIVE["module"]
-    from tallow.backends.cpu.native import _gemm
-    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
-    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
-    h = draw(st.integers(max(1, dil[0] * (kh - 1) + 1 - 2 * pad[0]), 40))
-    w = draw(st.integers(max(1, dil[1] * (kw - 1) + 1 - 2 * pad[1]), 40))
-    b, c, co = draw(st.integers(1, 4)), draw(st.sampled_from([1, 3, 20])), draw(st.integers(1, 9))
-    parts = draw(st.integers(1, b))
-    oh, ow = cpu_conv._out_hw(h, w, kh, kw, pad, stride, dil)
-    rng = np.random.default_rng(draw(st.integers(0, 999)))
-    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    x, co, geometry, cols, rng = _draw_windows_case(data.draw, 4)
+    b, c, _, _, kh, kw, *_, oh, ow = geometry
+    parts = data.draw(st.integers(1, b))
     g = rng.standard_normal((b, co, oh, ow)).astype(np.float32)
-    geometry = cpu_conv._geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow)
-    zmm = _gemm.avx512()
-    got = {}
-    try:
-        for windows, wide in ((False, zmm), (True, zmm), (True, False)):
-            mod.set_windows(windows)
-            _gemm.set_avx512(wide)
-            out = np.full((parts, co, c * kh * kw), np.nan, np.float32)
-            mod.kernel_grad_parts(x, g, out, parts, co, *geometry)
-            got[windows, wide] = out[0]
-    finally:
-        mod.set_windows(True)
-        _gemm.set_avx512(zmm)
-    for dk in got.values():
-        np.testing.assert_array_equal(dk, got[False, zmm])
-    want = np.einsum("bop,brp->or", g.reshape(b, co, -1).astype(np.float64),
-                     _columns(x, kh, kw, stride, pad, dil, oh, ow).astype(np.float64))
-    np.testing.assert_allclose(got[True, zmm], want, rtol=1e-4, atol=1e-4)
+
+    def run():
+        out = np.full((parts, co, c * kh * kw), np.nan, np.float32)
+        cpu_conv._NATIVE["module"].kernel_grad_parts(x, g, out, parts, co, *geometry)
+        return out[0]
+
+    got = _windows_give_the_columns_bits(run)
+    want = np.einsum("bop,brp->or", g.reshape(b, co, -1).astype(np.float64), cols)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
