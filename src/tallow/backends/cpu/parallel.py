@@ -175,9 +175,10 @@ def _transpose_module():
 
 
 def transpose_into(out: np.ndarray, x: np.ndarray) -> None:
-    """``out[...] = x`` for a C-contiguous ``out`` and an ``x`` whose second-to-last dim
-    has unit stride (a transposed matrix, or a batch of them): tiled in C and split
-    over the threads when the extension is built, else NumPy's copy."""
+    """``out[...] = x`` for an ``out`` whose last dim has unit stride (a C-contiguous
+    array) and an ``x`` whose second-to-last dim has (a transposed matrix, or a batch
+    of them): tiled in C and split over the threads when the extension is built, else
+    NumPy's copy."""
     kernel = _transpose_module()
     if kernel is None or x.dtype.itemsize not in (1, 2, 4, 8):
         np.copyto(out, x)
@@ -197,12 +198,8 @@ def copy(x: np.ndarray) -> np.ndarray:
         return out
     axis = _transposed_axis(x)
     if axis is not None:
-        kernel = _transpose_module()
-        if kernel is not None and x.dtype.itemsize in (1, 2, 4, 8):
-            from . import native
-
-            split = not in_serial() and native.sync_threads() > 1
-            kernel.transpose_copy(np.moveaxis(x, axis, -2), np.moveaxis(out, axis, -2), split)
+        if _transpose_module() is not None and x.dtype.itemsize in (1, 2, 4, 8):
+            transpose_into(np.moveaxis(out, axis, -2), np.moveaxis(x, axis, -2))
             return out
         if worth_splitting(x.shape) and axis != 0:
             run_rows(lambda o, v: _tiled(o, v, axis), out, x)

@@ -355,8 +355,11 @@ static inline int64_t channel_planes_floats(const geom_t *g) { return padded_pha
 
 /* Each column row's window (r = (c * kh + ki) * kw + kj) in an image's planes: channel
  * c's planes one after another, the tap's phase plane, row qy and column qx of it
- * (phase_margins, as im2col_plane reads them). */
-static void window_offsets(const geom_t *g, int64_t *off) {
+ * (phase_margins, as im2col_plane reads them); a new array (PyMem_Free), or NULL when
+ * out of memory. */
+static int64_t *window_offsets(const geom_t *g) {
+    int64_t *off = (int64_t *)PyMem_Malloc((size_t)(g->nc * g->kh * g->kw) * sizeof(int64_t));
+    if (!off) return NULL;
     margins_t mg;
     phase_margins(g, &mg);
     const int64_t per = channel_planes_floats(g), plane = mg.rows * mg.cols;
@@ -368,6 +371,7 @@ static void window_offsets(const geom_t *g, int64_t *off) {
                 tap_phase(kj, g->dw, g->pw, g->sw, &qx, &px);
                 off[r] = c * per + (py * g->sw + px) * plane + (qy + mg.top) * mg.cols + qx + mg.left;
             }
+    return off;
 }
 
 /* Image b's planes, channel after channel (window_offsets' layout), into P. */
@@ -518,13 +522,10 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
         int64_t *off = NULL;
         /* (without AVX-512, panels that cut the output rows are packed a float at a
          * time: slower than building the columns, 1.3x for 28-wide outputs) */
-        if (!transposed && use_windows && rows > 0 && ((use_avx2 && use_avx512) || g->ow % 16 == 0)) {
-            if (!(off = (int64_t *)PyMem_Malloc((size_t)rows * sizeof(int64_t)))) {
-                release(b, 3);
-                return PyErr_NoMemory();
-            }
-            window_offsets(g, off);
-            ij.row_off = off;
+        const int windows = !transposed && use_windows && rows > 0 && ((use_avx2 && use_avx512) || g->ow % 16 == 0);
+        if (windows && !(ij.row_off = off = window_offsets(g))) {
+            release(b, 3);
+            return PyErr_NoMemory();
         }
         _Atomic int failed = 0;
         ij.failed = &failed;
@@ -655,13 +656,9 @@ static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_
         kj.parts_out = (float *)b[2].view.buf;
         kj.row_off = NULL;
         int64_t *off = NULL;
-        if (use_windows && !columns_are_image(g) && rows > 0) {
-            if (!(off = (int64_t *)PyMem_Malloc((size_t)rows * sizeof(int64_t)))) {
-                release(b, 3);
-                return PyErr_NoMemory();
-            }
-            window_offsets(g, off);
-            kj.row_off = off;
+        if (use_windows && !columns_are_image(g) && rows > 0 && !(kj.row_off = off = window_offsets(g))) {
+            release(b, 3);
+            return PyErr_NoMemory();
         }
         _Atomic int failed = 0;
         kj.failed = &failed;

@@ -258,6 +258,18 @@ static void pack_b(const float *b, int64_t rs, int64_t cs, int64_t kc, int64_t n
     }
 }
 
+/* The runs of output positions [p0, p0 + m) within output rows (ow each): at lane
+ * dof, source offset sof from a window, n floats; returns their count. */
+static int position_runs(const tallow_windows *w, int64_t p0, int64_t m, int8_t *dof, int64_t *sof, int8_t *n) {
+    int runs = 0;
+    for (int64_t p = p0, d = 0; p < p0 + m; runs++) {
+        int64_t col = p % w->ow, len = w->ow - col < p0 + m - p ? w->ow - col : p0 + m - p;
+        dof[runs] = (int8_t)d, sof[runs] = (p / w->ow) * w->pitch + col, n[runs] = (int8_t)len;
+        d += len, p += len;
+    }
+    return runs;
+}
+
 /* B given as windows (tallow_windows, a convolution's columns not built): rows [pc, pc
  * + kc) x columns [j0, j0 + nc) into the panels pack_b makes of the built columns, the
  * same values. A panel's 16 columns are runs within output rows, the same for every
@@ -293,13 +305,8 @@ static void pack_b_windows(const tallow_windows *w, int64_t pc, int64_t kc, int6
     int64_t sof[WIN_PANELS][NR];
     int whole = 1; /* every panel one run of NR */
     for (int64_t q = 0; q < panels; q++) {
-        int64_t jj = j0 + q * NR, end = jj + (nc - q * NR < NR ? nc - q * NR : NR), d = 0;
-        runs[q] = 0;
-        while (jj < end) {
-            int64_t col = jj % w->ow, len = w->ow - col < end - jj ? w->ow - col : end - jj;
-            dof[q][runs[q]] = (int8_t)d, sof[q][runs[q]] = (jj / w->ow) * w->pitch + col, n[q][runs[q]] = (int8_t)len;
-            runs[q]++, d += len, jj += len;
-        }
+        const int64_t d = nc - q * NR < NR ? nc - q * NR : NR; /* the panel's columns */
+        runs[q] = (int8_t)position_runs(w, j0 + q * NR, d, dof[q], sof[q], n[q]);
         if (d < NR) memset(dst + q * kc * NR, 0, (size_t)(kc * NR) * sizeof(float)); /* zero-padded */
         whole &= runs[q] == 1 && d == NR;
     }
@@ -323,18 +330,6 @@ static void pack_b_windows(const tallow_windows *w, int64_t pc, int64_t kc, int6
                 for (int i = 0; i < n[q][r]; i++) od[i] = src[i];
             }
     }
-}
-
-/* The runs of output positions [p0, p0 + m) within output rows (ow each): at lane
- * dof, source offset sof from a window, n floats; returns their count. */
-static int position_runs(const tallow_windows *w, int64_t p0, int64_t m, int8_t *dof, int64_t *sof, int8_t *n) {
-    int runs = 0;
-    for (int64_t p = p0, d = 0; p < p0 + m; runs++) {
-        int64_t col = p % w->ow, len = w->ow - col < p0 + m - p ? w->ow - col : p0 + m - p;
-        dof[runs] = (int8_t)d, sof[runs] = (p / w->ow) * w->pitch + col, n[runs] = (int8_t)len;
-        d += len, p += len;
-    }
-    return runs;
 }
 
 #ifdef TALLOW_X86

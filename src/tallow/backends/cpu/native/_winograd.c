@@ -116,21 +116,16 @@ static inline int flipped_position(int xi) {
 }
 
 #ifdef TALLOW_X86
-/* kernel_run on 16 kernels at a time, their 9 taps gathered into 9 zmm registers (the
- * same sums in the same order as kernel_block: the same bits). Read tap by tap through
- * the stride, a 256x256 kernel's transform took 0.8 ms on one thread, ~37 cycles a
- * kernel; each plane's 16 values are one store. */
-static AVX512F void kernel_run_zmm(const float *src, int64_t stride, int64_t n, float *dst, int64_t plane,
-                                   int flip) {
+/* kernel_block on 16 kernels at a time, their 9 taps gathered into 9 zmm registers (the
+ * same sums in the same order: the same bits). Read tap by tap through the stride, a
+ * 256x256 kernel's transform took 0.8 ms on one thread, ~37 cycles a kernel. */
+static AVX512F void kernel_block_zmm(const float *src, int64_t stride, int64_t n, float blk[16][KBLOCK]) {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)stride));
     const __m512 half = _mm512_set1_ps(0.5f);
-    float blk[16][KBLOCK] __attribute__((aligned(64)));
-    for (int64_t b0 = 0; b0 < n; b0 += KBLOCK) {
-    const int64_t m = n - b0 < KBLOCK ? n - b0 : KBLOCK;
-    for (int64_t i0 = 0; i0 < m; i0 += 16) {
-        const __mmask16 mask = m - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i0)) - 1);
-        const float *s = src + (b0 + i0) * stride;
+    for (int64_t i0 = 0; i0 < n; i0 += 16) {
+        const __mmask16 mask = n - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i0)) - 1);
+        const float *s = src + i0 * stride;
         __m512 h[3][4];
         for (int r = 0; r < 3; r++) { /* g G^T for kernel row r */
             __m512 a = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, idx, s + 3 * r, 4);
@@ -145,11 +140,8 @@ static AVX512F void kernel_run_zmm(const float *src, int64_t stride, int64_t n, 
             const __m512 u[4] = {h[0][q], _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(h[0][q], h[1][q]), h[2][q])),
                                  _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(h[0][q], h[1][q]), h[2][q])),
                                  h[2][q]};
-            for (int p = 0; p < 4; p++) _mm512_store_ps(blk[4 * p + q] + i0, u[p]);
+            for (int p = 0; p < 4; p++) _mm512_storeu_ps(blk[4 * p + q] + i0, u[p]);
         }
-    }
-    for (int xi = 0; xi < 16; xi++)
-        memcpy(dst + (flip ? flipped_position(xi) : xi) * plane + b0, blk[xi], (size_t)m * sizeof(float));
     }
 }
 #endif
@@ -160,15 +152,17 @@ static AVX512F void kernel_run_zmm(const float *src, int64_t stride, int64_t n, 
 static inline __attribute__((always_inline)) void kernel_run(const float *src, int64_t stride, int64_t n, float *dst,
                                                               int64_t plane, int flip) {
 #ifdef TALLOW_X86
-    if (use_avx512 && use_avx2 && stride <= INT32_MAX / 16) {
-        kernel_run_zmm(src, stride, n, dst, plane, flip);
-        return;
-    }
+    const int zmm = use_avx512 && use_avx2 && stride <= INT32_MAX / 16; /* (the gathers' int32 offsets) */
 #endif
-    float blk[16][KBLOCK];
+    float blk[16][KBLOCK] __attribute__((aligned(64)));
     for (int64_t i0 = 0; i0 < n; i0 += KBLOCK) {
         const int64_t m = n - i0 < KBLOCK ? n - i0 : KBLOCK;
-        kernel_block(src + i0 * stride, stride, m, blk);
+#ifdef TALLOW_X86
+        if (zmm)
+            kernel_block_zmm(src + i0 * stride, stride, m, blk);
+        else
+#endif
+            kernel_block(src + i0 * stride, stride, m, blk);
         for (int xi = 0; xi < 16; xi++)
             memcpy(dst + (flip ? flipped_position(xi) : xi) * plane + i0, blk[xi], (size_t)m * sizeof(float));
     }
