@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) (and F(2, 3) for 1x3 kernels: 1-D convolutions) against
+"""Winograd F(2x2, 3x3) (and F(4, 3) for 1x3 kernels: 1-D convolutions) against
 PyTorch (float64), values and gradients (the input gradient through the flipped
 kernel, the kernel gradient through its own transforms).
 
@@ -155,7 +155,7 @@ def test_a_stride_1_transposed_convolution_s_kernel_gradient_goes_to_winograd(mo
        w=st.integers(1, 12), pw=st.integers(0, 2), seed=st.integers(0, 999))
 @SETTINGS
 def test_row_transforms_match_a_direct_convolution(b, c, co, h, w, pw, seed):
-    """1x3 kernels: F(2, 3) along each row, odd and even widths, padding 0-2."""
+    """1x3 kernels: F(4, 3) along each row, every width modulo 4, padding 0-2."""
     if w + 2 * pw < 3:
         return
     rng = np.random.default_rng(seed)
@@ -209,7 +209,7 @@ def test_row_kernel_gradient_transforms_match_pytorch(b, c, co, h, w, pw, seed):
 @pytest.mark.parametrize("pad", [0, 1, 2])
 def test_conv1d_and_its_gradients_through_the_winograd_path(pad, monkeypatch):
     """conv1d forward and its input gradient (a stride-1 transposed convolution) go to
-    F(2, 3); values and both gradients against PyTorch."""
+    F(4, 3); values and both gradients against PyTorch."""
     rng = np.random.default_rng(30 + pad)
     x = rng.standard_normal((3, 32, 41)).astype(np.float32)  # 96 column rows: past the direct kernel's
     k = rng.standard_normal((40, 32, 3)).astype(np.float32)
@@ -244,10 +244,11 @@ def test_the_rule(monkeypatch):
     assert not winograd.applies_to_kernel_grad(x, g, k.shape, (1, 1), (1, 1), (1, 1), 1)
 
 
-def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
+@pytest.mark.parametrize("k_shape,pad", [((3, 3), (1, 1)), ((1, 3), (0, 1))])
+def test_the_same_bits_with_either_build_and_at_one_or_two_threads(k_shape, pad):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((4, 32, 15, 18)).astype(np.float32)
-    k = rng.standard_normal((40, 32, 3, 3)).astype(np.float32)
+    k = rng.standard_normal((40, 32) + k_shape).astype(np.float32)
     g = rng.standard_normal((4, 40, 15, 18)).astype(np.float32)
     results, grads = [], []
     w = native._workers
@@ -264,8 +265,8 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
                 native.sync_threads()
                 w.set_min_bytes(0)
                 w.set_load_check(False)
-                results.append(winograd.conv2d(x, k, (1, 1)))
-                grads.append(winograd.kernel_grad(x, g, k.shape, (1, 1)))
+                results.append(winograd.conv2d(x, k, pad))
+                grads.append(winograd.kernel_grad(x, g, k.shape, pad))
     finally:
         W.set_simd(simd)
         W.set_avx512(zmm)
@@ -277,8 +278,8 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads():
         np.testing.assert_array_equal(r, results[0])
     for r in grads[1:]:
         np.testing.assert_array_equal(r, grads[0])
-    _close(results[0], _reference("conv2d", x, k, padding=1))
-    _close_sum(grads[0], _reference_kernel_grad(x, g, k.shape, (1, 1)))
+    _close(results[0], _reference("conv2d", x, k, padding=pad))
+    _close_sum(grads[0], _reference_kernel_grad(x, g, k.shape, pad))
 
 
 def _pass_by_pass(x, k, pad, monkeypatch):
@@ -315,7 +316,7 @@ def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, gro
             native.sync_threads()
             w.set_min_bytes(0)
             w.set_load_check(False)
-            u = np.empty(((16, 24, 20) if k_shape[0] == 3 else (4, 20, 24)), np.float32)
+            u = np.empty(((16, 24, 20) if k_shape[0] == 3 else (winograd.ROW_POSITIONS, 20, 24)), np.float32)
             b, c, h, wd = x.shape
             if k_shape[0] == 3:
                 W.kernel_transform_t(k, u, 20, 24)  # conv's layout: (16, c_in, c_out)
@@ -328,7 +329,7 @@ def test_the_convolution_by_images_gives_the_pass_by_pass_bits(k_shape, pad, gro
             else:
                 y = np.full(want.shape, np.nan, np.float32)
                 W.kernel_transform_row(k, u, 20, 24)
-                W.conv_row(x, u, y, b, c, 20, h, wd, pad[1], (want.shape[3] + 1) // 2)
+                W.conv_row(x, u, y, b, c, 20, h, wd, pad[1], winograd._row_tiles(want.shape[3]))
                 np.testing.assert_array_equal(y, want)
     finally:
         W.set_group_bytes(old_group)
@@ -566,7 +567,8 @@ def test_the_kernel_transforms_give_the_same_bits_in_zmm_registers(co, ci):
 def test_the_flipped_kernel_transforms_permute_the_positions(co, ci):
     """With flip, the transforms write U of each kernel flipped along both axes: the
     plain transform's bits at permuted positions (0 and 3 of each axis swapped), and G
-    flip(k) G^T in float64; the same for the 1x3 kernels' four positions."""
+    flip(k) G^T in float64. The 1x3 kernels' F(4, 3) transform reads the taps reversed:
+    the plain transform's bits of the reversed kernel, and G flip(k) in float64."""
     rng = np.random.default_rng(co * 1000 + ci + 1)
     k = rng.standard_normal((co, ci, 3, 3)).astype(np.float32)
     perm = np.array([4 * p + q for p in (3, 1, 2, 0) for q in (3, 1, 2, 0)])
@@ -580,10 +582,15 @@ def test_the_flipped_kernel_transforms_permute_the_positions(co, ci):
         np.testing.assert_array_equal(flipped, plain[perm])
         np.testing.assert_allclose(flipped, want.transpose(layout), rtol=1e-6, atol=1e-6)
     kr = k[:, :, 1:2, :].copy()
-    plain, flipped = np.empty((4, co, ci), np.float32), np.full((4, co, ci), np.nan, np.float32)
-    W.kernel_transform_row(kr, plain, co, ci)
+    shape = (winograd.ROW_POSITIONS, co, ci)
+    reversed_plain, flipped = np.empty(shape, np.float32), np.full(shape, np.nan, np.float32)
+    W.kernel_transform_row(kr[..., ::-1].copy(), reversed_plain, co, ci)
     W.kernel_transform_row(kr, flipped, co, ci, 1)
-    np.testing.assert_array_equal(flipped, plain[[3, 1, 2, 0]])
+    np.testing.assert_array_equal(flipped, reversed_plain)
+    g4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+    want = np.einsum("pa,oia->poi", g4, kr[:, :, 0, ::-1].astype(np.float64))
+    np.testing.assert_allclose(flipped, want, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="flip"):
         W.kernel_transform(k, plain, co, ci, 2)
 
@@ -611,10 +618,10 @@ def test_bad_buffers_are_refused_before_any_write():
     with pytest.raises(ValueError):
         W.kernel_transform_t(np.zeros((2, 2, 3, 3), np.float32), np.zeros((16, 2, 1), np.float32), 2, 2)
     with pytest.raises(ValueError, match="too few tiles"):
-        W.input_transform_row(x, np.zeros((4, 2, 4), np.float32), 1, 2, 4, 4, 1, 1)
+        W.input_transform_row(x, np.zeros((6, 2, 4), np.float32), 1, 2, 4, 4, 1, 0)
     with pytest.raises(ValueError, match="too few tiles"):
-        W.output_transform_row(np.zeros((4, 2, 4), np.float32), np.zeros((1, 2, 4, 4), np.float32), 1, 2, 4, 4, 1)
-    vr = np.full((4, 2, 7), 7.0, np.float32)  # 4 rows x 2 tiles need 8 per channel and position
+        W.output_transform_row(np.zeros((6, 2, 4), np.float32), np.zeros((1, 2, 4, 5), np.float32), 1, 2, 4, 5, 1)
+    vr = np.full((6, 2, 7), 7.0, np.float32)  # 4 rows x 2 tiles need 8 per channel and position
     with pytest.raises(ValueError):
         W.input_transform_row(x, vr, 1, 2, 4, 4, 1, 2)
     with pytest.raises(ValueError, match="too few tiles"):
@@ -622,7 +629,7 @@ def test_bad_buffers_are_refused_before_any_write():
     with pytest.raises(ValueError):  # room for 3 of the 4 tiles
         W.grad_transform(x, v, 1, 2, 4, 4, 2, 2)
     with pytest.raises(ValueError, match="too few tiles"):
-        W.grad_transform_row(x, np.zeros((4, 2, 4), np.float32), 1, 2, 4, 4, 1)
+        W.grad_transform_row(np.zeros((1, 2, 4, 5), np.float32), np.zeros((6, 2, 4), np.float32), 1, 2, 4, 5, 1)
     with pytest.raises(ValueError):
         W.grad_transform_row(x, vr, 1, 2, 4, 4, 2)
     dk = np.full((2, 2, 3, 3), 7.0, np.float32)

@@ -1,4 +1,5 @@
-/* Winograd F(2x2, 3x3) transforms for stride-1 3x3 convolutions of f32 NCHW images.
+/* Winograd F(2x2, 3x3) transforms for stride-1 3x3 convolutions of f32 NCHW images
+ * (and F(4, 3) for 1x3 kernels).
  *
  * A 3x3 convolution computed on 2x2 output tiles needs 16 products per tile and
  * channel pair instead of 36 (Lavin & Gray, "Fast Algorithms for Convolutional
@@ -14,9 +15,9 @@
  *    input rows 2ty - ph .. +3 and columns 2tx - pw .. +3, zero outside the image;
  *  - output_transform(m, y, nb, nco, oh, ow, th, tw): m (16, nco, T) -> y (nb, nco,
  *    oh, ow), the tiles past oh / ow cropped;
- *  - the same three for 1x3 kernels (a 1-D convolution), F(2, 3) along each row:
+ *  - the same three for 1x3 kernels (a 1-D convolution), F(4, 3) along each row:
  *    kernel_transform_row, input_transform_row(x, v, nb, nc, h, w, pw, tw) and
- *    output_transform_row(m, y, nb, nco, h, ow, tw), 4 positions, T = nb * h * tw;
+ *    output_transform_row(m, y, nb, nco, h, ow, tw), 6 positions, T = nb * h * tw;
  *  - for the kernel gradient, the adjoints of the output and kernel transforms
  *    (grad_transform, kernel_grad_transform and their _row forms, below).
  *
@@ -109,7 +110,8 @@ static inline __attribute__((always_inline)) void kernel_block(const float *src,
 /* Where position xi of U goes for the kernel flipped along both axes (a stride-1
  * transposed convolution's): G J = P G, J reversing the three taps and P swapping
  * rows 0 and 3 of G, so G (J g J) G^T = P U P^T: U's positions permuted, no new sums.
- * The 1x3 kernels' four positions swap 0 and 3 alike. */
+ * (The 1x3 kernels' F(4, 3) has no such permutation: their transform reads the taps
+ * reversed.) */
 static inline int flipped_position(int xi) {
     static const int p[4] = {3, 1, 2, 0};
     return 4 * p[xi / 4] + p[xi % 4];
@@ -321,49 +323,102 @@ static inline __attribute__((always_inline)) void output_plane(const wg_job *j, 
     }
 }
 
-/* ------------------------------------------------------------------ 1x3 kernels: F(2, 3) per row */
+/* ------------------------------------------------------------------ 1x3 kernels: F(4, 3) per row */
 /* A 1x3 kernel (a 1-D convolution is one of height 1) convolves each image row on its
- * own: tiles of 2 outputs from 4 inputs, 4 positions (U = G g, V = B^T d, Y = A^T m,
- * the same matrices in one dimension), tile t = (b * h + y) * tw + tx. */
+ * own: tiles of 4 outputs from 6 inputs, 6 positions (U = G g, V = B^T d, Y = A^T m over
+ * the points 0, 1, -1, 2, -2 and infinity), tile t = (b * h + y) * tw + tx reading padded
+ * columns 4 tx .. 4 tx + 5.  Two multiplies per output and input channel instead of F(2,
+ * 3)'s three (and im2col's three): the product over the channels, most of the time, is
+ * 0.75x F(2, 3)'s.  Its rounding is a few times F(2, 3)'s (G's sixths and 24ths, the
+ * transforms' 4s and 8s): about 2e-6 of the output's scale against float64 for 64-256
+ * channels, F(2, 3)'s 3e-7 to 5e-7.
+ *
+ *   B^T = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+ *          [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
+ *   G   = [[1/4, 0, 0], [-1/6, -1/6, -1/6], [-1/6, 1/6, -1/6],
+ *          [1/24, 1/12, 1/6], [1/24, -1/12, 1/6], [0, 0, 1]]
+ *   A^T = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
+ *
+ * The flipped kernel (a stride-1 transposed convolution's) is the same sums over the
+ * taps reversed. */
+#define ROW_POSITIONS 6
 static inline __attribute__((always_inline)) void kernel_row_1x3(const float *k, float *u, int64_t co, int64_t ci,
                                                                   int64_t o, int flip) {
     const int64_t plane = co * ci;
-    float *first = u + o * ci, *last = first + 3 * plane; /* (flip: swapped, flipped_position) */
-    float *u0 = flip ? last : first, *u1 = first + plane, *u2 = u1 + plane, *u3 = flip ? first : last;
+    float *u0 = u + o * ci, *u1 = u0 + plane, *u2 = u1 + plane, *u3 = u2 + plane, *u4 = u3 + plane, *u5 = u4 + plane;
     const float *src = k + o * ci * 3;
+    const int first = flip ? 2 : 0, last = 2 - first;
 #pragma GCC ivdep
     for (int64_t c = 0; c < ci; c++) {
-        float a = src[3 * c], b = src[3 * c + 1], d = src[3 * c + 2];
-        u0[c] = a;
-        u1[c] = 0.5f * (a + b + d);
-        u2[c] = 0.5f * (a - b + d);
-        u3[c] = d;
+        float a = src[3 * c + first], b = src[3 * c + 1], d = src[3 * c + last];
+        float s = a + d, q = a + 4.0f * d;
+        u0[c] = 0.25f * a;
+        u1[c] = -(s + b) / 6.0f;
+        u2[c] = -(s - b) / 6.0f;
+        u3[c] = (q + 2.0f * b) / 24.0f;
+        u4[c] = (q - 2.0f * b) / 24.0f;
+        u5[c] = d;
     }
 }
 
-static inline int64_t input_row_scratch_floats(const wg_job *j) { return 2 * (j->tw + 1) + 4 * j->h * j->tw; }
+/* A row of w values split into n of each of four phases: p[r][i] = row[4 i + r - shift],
+ * zero outside [0, w).  The tiles between the edges read the row in place (a copy into
+ * a padded row first cost a store-forwarding stall per load). */
+static inline __attribute__((always_inline)) void split_row4(const float *row, int64_t w, int64_t shift, int64_t n,
+                                                              float *p0, float *p1, float *p2, float *p3) {
+    /* i in [lo, hi): 4 i - shift >= 0 and 4 i + 3 - shift < w (shift >= 0) */
+    int64_t lo = (shift + 3) / 4, hi = (w + shift) / 4;
+    if (hi > n) hi = n;
+    if (lo > hi) hi = lo; /* (none in place) */
+    float *p[4] = {p0, p1, p2, p3};
+    for (int64_t i = 0; i < n; i++) {
+        if (i == lo) i = hi;
+        if (i >= n) break;
+        for (int r = 0; r < 4; r++) {
+            int64_t x = 4 * i + r - shift;
+            p[r][i] = x >= 0 && x < w ? row[x] : 0.0f;
+        }
+    }
+    const float *src = row - shift;
+#pragma GCC ivdep
+    for (int64_t i = lo; i < hi; i++) {
+        p0[i] = src[4 * i];
+        p1[i] = src[4 * i + 1];
+        p2[i] = src[4 * i + 2];
+        p3[i] = src[4 * i + 3];
+    }
+}
+
+/* scratch: the row's four phases (tw + 1 each), and the plane's 6 runs */
+static inline int64_t input_row_scratch_floats(const wg_job *j) { return 4 * (j->tw + 1) + 6 * j->h * j->tw; }
 
 static inline __attribute__((always_inline)) void input_plane_1x3(const wg_job *j, int64_t u, float *scratch) {
-    const int64_t b = u / j->nc, c = u % j->nc, h = j->h, tw = j->tw, half = tw + 1;
+    const int64_t b = u / j->nc, c = u % j->nc, h = j->h, tw = j->tw, n = tw + 1;
     const int64_t tiles = j->nb * h * tw, plane = j->nc * tiles;
     const float *img = j->src + u * h * j->w;
-    float *e = scratch, *o = e + half, *out = o + half;
+    float *p0 = scratch, *p1 = p0 + n, *p2 = p1 + n, *p3 = p2 + n, *out = p3 + n;
     for (int64_t y = 0; y < h; y++) {
-        split_row(img + y * j->w, j->w, j->pw, half, e, o);
-        float *v0 = out + y * tw, *v1 = v0 + h * tw, *v2 = v1 + h * tw, *v3 = v2 + h * tw;
+        split_row4(img + y * j->w, j->w, j->pw, n, p0, p1, p2, p3);
+        float *v0 = out + y * tw, *v1 = v0 + h * tw, *v2 = v1 + h * tw, *v3 = v2 + h * tw, *v4 = v3 + h * tw,
+              *v5 = v4 + h * tw;
 #pragma GCC ivdep
-        for (int64_t x = 0; x < tw; x++) {
-            v0[x] = e[x] - e[x + 1];
-            v1[x] = o[x] + e[x + 1];
-            v2[x] = e[x + 1] - o[x];
-            v3[x] = o[x] - o[x + 1];
+        for (int64_t x = 0; x < tw; x++) { /* d0 .. d5 = p0[x], p1[x], p2[x], p3[x], p0[x + 1], p1[x + 1] */
+            float d0 = p0[x], d1 = p1[x], d2 = p2[x], d3 = p3[x], d4 = p0[x + 1], d5 = p1[x + 1];
+            float e = d4 - d2, f = 2.0f * (d3 - d1);
+            v0[x] = (4.0f * d0 - 5.0f * d2) + d4;
+            v1[x] = (d3 + d4) - 4.0f * (d1 + d2);
+            v2[x] = (d4 - d3) + 4.0f * (d1 - d2);
+            v3[x] = e + f;
+            v4[x] = e - f;
+            v5[x] = (4.0f * d1 - 5.0f * d3) + d5;
         }
     }
     float *dst = j->dst + c * tiles + b * h * tw;
-    for (int xi = 0; xi < 4; xi++) memcpy(dst + xi * plane, out + xi * h * tw, (size_t)(h * tw) * sizeof(float));
+    for (int xi = 0; xi < ROW_POSITIONS; xi++)
+        memcpy(dst + xi * plane, out + xi * h * tw, (size_t)(h * tw) * sizeof(float));
 }
 
-static inline int64_t output_row_scratch_floats(const wg_job *j) { return 2 * j->tw; }
+static inline int64_t output_row_scratch_floats(const wg_job *j) { return 4 * j->tw; }
 
 static inline __attribute__((always_inline)) void output_plane_1x3(const wg_job *j, int64_t u, float *scratch) {
     const int64_t b = u / j->nc, o = u % j->nc, h = j->oh, tw = j->tw, tiles = j->nb * h * tw;
@@ -371,10 +426,14 @@ static inline __attribute__((always_inline)) void output_plane_1x3(const wg_job 
     float *img = j->dst + u * h * j->ow;
     for (int64_t y = 0; y < h; y++) {
         const float *m0 = j->src + o * tiles + (b * h + y) * tw, *m1 = m0 + plane, *m2 = m1 + plane, *m3 = m2 + plane;
+        const float *m4 = m3 + plane, *m5 = m4 + plane;
 #pragma GCC ivdep
         for (int64_t x = 0; x < tw; x++) {
-            scratch[2 * x] = m0[x] + m1[x] + m2[x];
-            scratch[2 * x + 1] = m1[x] - m2[x] - m3[x];
+            float a = m1[x] + m2[x], bb = m1[x] - m2[x], cc = m3[x] + m4[x], dd = m3[x] - m4[x];
+            scratch[4 * x] = m0[x] + a + cc;
+            scratch[4 * x + 1] = bb + 2.0f * dd;
+            scratch[4 * x + 2] = a + 4.0f * cc;
+            scratch[4 * x + 3] = (bb + 8.0f * dd) + m5[x];
         }
         memcpy(img + y * j->ow, scratch, (size_t)j->ow * sizeof(float));
     }
@@ -390,8 +449,9 @@ static inline __attribute__((always_inline)) void output_plane_1x3(const wg_job 
  *  - grad_transform(dy, w, nb, nco, oh, ow, th, tw): dy (nb, nco, oh, ow) -> w (16, nco, T),
  *    each 2x2 tile (zero past oh / ow) to A dY A^T, A = [[1, 0], [1, 1], [1, -1], [0, -1]];
  *  - kernel_grad_transform(m, dk, co, ci): m (16, co, ci) -> dk (co, ci, 3, 3) = G^T M G;
- *  - and the same for 1x3 kernels: grad_transform_row(dy, w, nb, nco, h, ow, tw) ->
- *    (4, nco, nb * h * tw) and kernel_grad_transform_row(m, dk, co, ci) -> (co, ci, 1, 3). */
+ *  - and the same for 1x3 kernels (F(4, 3)): grad_transform_row(dy, w, nb, nco, h, ow,
+ *    tw) -> (6, nco, nb * h * tw) and kernel_grad_transform_row(m, dk, co, ci) -> (co, ci,
+ *    1, 3). */
 static inline int64_t grad_scratch_floats(const wg_job *j) { return 4 * j->tw + 16 * j->th * j->tw; }
 
 static inline __attribute__((always_inline)) void grad_plane(const wg_job *j, int64_t u, float *scratch) {
@@ -511,39 +571,46 @@ static inline __attribute__((always_inline)) void kernel_grad_rows(const float *
     }
 }
 
-static inline int64_t grad_row_scratch_floats(const wg_job *j) { return 2 * j->tw + 4 * j->oh * j->tw; }
+/* The row form's adjoints: W = A dy per tile of 4 outputs (zero past ow), A = (A^T)^T;
+ * dk = G^T m. scratch: the row's four phases (tw each), the plane's 6 runs. */
+static inline int64_t grad_row_scratch_floats(const wg_job *j) { return 4 * j->tw + 6 * j->oh * j->tw; }
 
 static inline __attribute__((always_inline)) void grad_plane_1x3(const wg_job *j, int64_t u, float *scratch) {
     const int64_t b = u / j->nc, o = u % j->nc, h = j->oh, tw = j->tw, run = h * tw;
     const int64_t tiles = j->nb * run, plane = j->nc * tiles;
     const float *img = j->src + u * h * j->ow;
-    float *e = scratch, *od = e + tw, *out = od + tw;
+    float *q0 = scratch, *q1 = q0 + tw, *q2 = q1 + tw, *q3 = q2 + tw, *out = q3 + tw;
     for (int64_t y = 0; y < h; y++) {
-        split_row(img + y * j->ow, j->ow, 0, tw, e, od);
+        split_row4(img + y * j->ow, j->ow, 0, tw, q0, q1, q2, q3);
         float *w0 = out + y * tw;
 #pragma GCC ivdep
-        for (int64_t x = 0; x < tw; x++) { /* A (a, b) = (a, a + b, a - b, -b) */
-            float a = e[x], bb = od[x];
-            w0[x] = a;
-            w0[run + x] = a + bb;
-            w0[2 * run + x] = a - bb;
-            w0[3 * run + x] = -bb;
+        for (int64_t x = 0; x < tw; x++) { /* A (y0, y1, y2, y3) */
+            float y0 = q0[x], y1 = q1[x], y2 = q2[x], y3 = q3[x];
+            float s = y0 + y2, t = y1 + y3, s2 = y0 + 4.0f * y2, t2 = 2.0f * y1 + 8.0f * y3;
+            w0[x] = y0;
+            w0[run + x] = s + t;
+            w0[2 * run + x] = s - t;
+            w0[3 * run + x] = s2 + t2;
+            w0[4 * run + x] = s2 - t2;
+            w0[5 * run + x] = y3;
         }
     }
     float *dst = j->dst + o * tiles + b * run;
-    for (int xi = 0; xi < 4; xi++) memcpy(dst + xi * plane, out + xi * run, (size_t)run * sizeof(float));
+    for (int xi = 0; xi < ROW_POSITIONS; xi++)
+        memcpy(dst + xi * plane, out + xi * run, (size_t)run * sizeof(float));
 }
 
 static inline __attribute__((always_inline)) void kernel_grad_row_1x3(const float *m, float *dk, int64_t co,
                                                                        int64_t ci, int64_t o) {
     const int64_t plane = co * ci;
-    const float *m0 = m + o * ci, *m1 = m0 + plane, *m2 = m1 + plane, *m3 = m2 + plane;
+    const float *m0 = m + o * ci, *m1 = m0 + plane, *m2 = m1 + plane, *m3 = m2 + plane, *m4 = m3 + plane;
+    const float *m5 = m4 + plane;
     float *dst = dk + o * ci * 3;
     for (int64_t c = 0; c < ci; c++) {
-        float half = 0.5f * (m1[c] + m2[c]);
-        dst[3 * c] = m0[c] + half;
-        dst[3 * c + 1] = 0.5f * (m1[c] - m2[c]);
-        dst[3 * c + 2] = half + m3[c];
+        float a = m1[c] + m2[c], bb = m1[c] - m2[c], cc = m3[c] + m4[c], dd = m3[c] - m4[c];
+        dst[3 * c] = (0.25f * m0[c] - a / 6.0f) + cc / 24.0f;
+        dst[3 * c + 1] = (0.5f * dd - bb) / 6.0f;
+        dst[3 * c + 2] = (cc - a) / 6.0f + m5[c];
     }
 }
 
@@ -558,7 +625,7 @@ static inline __attribute__((always_inline)) void kernel_grad_row_1x3(const floa
  * `group_bytes`; the same sums as the pass-by-pass path, so the same bits. */
 typedef struct {
     int64_t nb, nc, co, h, w, ph, pw, oh, ow, th, tw; /* th = h for a 1x3 kernel */
-    int row;                                           /* 1x3 kernel: F(2, 3) per image row */
+    int row;                                           /* 1x3 kernel: F(4, 3) per image row */
     int64_t bands; /* conv's 3x3 form: tile-row bands per image, one pool unit each (1: whole images) */
     /* conv_groups: each unit one image and one group of output channels, transforming
      * its own columns of U^T from the kernel k (flip: k is a transposed convolution's,
@@ -574,7 +641,7 @@ typedef struct {
 static int64_t group_bytes = 256 << 10;
 
 
-static inline int64_t conv_positions(const conv_job *c) { return c->row ? 4 : 16; }
+static inline int64_t conv_positions(const conv_job *c) { return c->row ? ROW_POSITIONS : 16; }
 
 /* Images per product: their tiles (input and output, every position) in group_bytes. */
 static inline int64_t conv_group(const conv_job *c) {
@@ -583,7 +650,7 @@ static inline int64_t conv_group(const conv_job *c) {
     return g < 1 ? 1 : g;
 }
 
-/* A 1x3 kernel's input tiles of images [i0, i0 + n) into v (4, nc, n * h * tw), through
+/* A 1x3 kernel's input tiles of images [i0, i0 + n) into v (6, nc, n * h * tw), through
  * `in` (3x3 kernels take LANES_INPUTS, below). */
 static inline __attribute__((always_inline)) void group_inputs(const conv_job *c, wg_job *in, int64_t i0, int64_t n,
                                                                 float *v, float *scratch) {
@@ -1116,7 +1183,7 @@ static PyObject *kernel_call(PyObject *const *args, Py_ssize_t nargs, int row, i
     j.flip = (int)a[2];
     j.nb = a[0]; /* co */
     j.nc = a[1]; /* ci */
-    int64_t taps = row ? 3 : 9, positions = row ? 4 : 16;
+    int64_t taps = row ? 3 : 9, positions = row ? ROW_POSITIONS : 16;
     int64_t units = transposed ? a[1] : a[0], across = transposed ? a[0] : a[1]; /* rows written, their length */
     return run(args[0], args[1], a[0] * a[1] * taps, positions * a[0] * a[1],
                row ? KERNEL_ROW : transposed ? KERNEL_T : KERNEL, &j, units, 4096 / (across * (taps + positions) + 1));
@@ -1168,31 +1235,31 @@ static PyObject *py_kernel_transform_row(PyObject *self, PyObject *const *args, 
     return kernel_call(args, nargs, 1, 0);
 }
 
-/* input_transform_row(x, v, nb, nc, h, w, pw, tw): x (nb, nc, h, w) -> v (4, nc, nb * h * tw) */
+/* input_transform_row(x, v, nb, nc, h, w, pw, tw): x (nb, nc, h, w) -> v (6, nc, nb * h * tw) */
 static PyObject *py_input_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     int64_t a[6];
     if (nargs != 8) return PyErr_Format(PyExc_TypeError, "input_transform_row takes 8 arguments");
     if (!ints(args, 2, 6, a)) return NULL;
     wg_job j = {a[0], a[1], a[2], a[3], 0, a[4], 0, 0, a[2], a[5], NULL, NULL, NULL};
-    if (j.tw < (j.w + 2 * j.pw - 2 + 1) / 2)
+    if (4 * j.tw < j.w + 2 * j.pw - 2)
         return PyErr_Format(PyExc_ValueError, "input_transform_row: too few tiles for the output");
     int64_t tiles = j.nb * j.h * j.tw;
-    return run(args[0], args[1], j.nb * j.nc * j.h * j.w, 4 * j.nc * tiles, INPUT_ROW, &j, j.nb * j.nc,
-               4096 / (4 * j.h * j.tw + 1));
+    return run(args[0], args[1], j.nb * j.nc * j.h * j.w, ROW_POSITIONS * j.nc * tiles, INPUT_ROW, &j, j.nb * j.nc,
+               4096 / (ROW_POSITIONS * j.h * j.tw + 1));
 }
 
-/* output_transform_row(m, y, nb, nco, h, ow, tw): m (4, nco, nb * h * tw) -> y (nb, nco, h, ow) */
+/* output_transform_row(m, y, nb, nco, h, ow, tw): m (6, nco, nb * h * tw) -> y (nb, nco, h, ow) */
 static PyObject *py_output_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     int64_t a[5];
     if (nargs != 7) return PyErr_Format(PyExc_TypeError, "output_transform_row takes 7 arguments");
     if (!ints(args, 2, 5, a)) return NULL;
     wg_job j = {a[0], a[1], 0, 0, 0, 0, a[2], a[3], a[2], a[4], NULL, NULL, NULL};
-    if (2 * j.tw < j.ow) return PyErr_Format(PyExc_ValueError, "output_transform_row: too few tiles for the output");
+    if (4 * j.tw < j.ow) return PyErr_Format(PyExc_ValueError, "output_transform_row: too few tiles for the output");
     int64_t tiles = j.nb * j.oh * j.tw;
-    return run(args[0], args[1], 4 * j.nc * tiles, j.nb * j.nc * j.oh * j.ow, OUTPUT_ROW, &j, j.nb * j.nc,
-               4096 / (4 * j.oh * j.tw + 1));
+    return run(args[0], args[1], ROW_POSITIONS * j.nc * tiles, j.nb * j.nc * j.oh * j.ow, OUTPUT_ROW, &j, j.nb * j.nc,
+               4096 / (ROW_POSITIONS * j.oh * j.tw + 1));
 }
 
 /* grad_transform(dy, w, nb, nco, oh, ow, th, tw): dy (nb, nco, oh, ow) -> w (16, nco, T) */
@@ -1209,17 +1276,17 @@ static PyObject *py_grad_transform(PyObject *self, PyObject *const *args, Py_ssi
                4096 / (16 * j.th * j.tw + 1));
 }
 
-/* grad_transform_row(dy, w, nb, nco, h, ow, tw): dy (nb, nco, h, ow) -> w (4, nco, nb * h * tw) */
+/* grad_transform_row(dy, w, nb, nco, h, ow, tw): dy (nb, nco, h, ow) -> w (6, nco, nb * h * tw) */
 static PyObject *py_grad_transform_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     int64_t a[5];
     if (nargs != 7) return PyErr_Format(PyExc_TypeError, "grad_transform_row takes 7 arguments");
     if (!ints(args, 2, 5, a)) return NULL;
     wg_job j = {a[0], a[1], 0, 0, 0, 0, a[2], a[3], a[2], a[4], NULL, NULL, NULL};
-    if (2 * j.tw < j.ow) return PyErr_Format(PyExc_ValueError, "grad_transform_row: too few tiles for the gradient");
+    if (4 * j.tw < j.ow) return PyErr_Format(PyExc_ValueError, "grad_transform_row: too few tiles for the gradient");
     int64_t tiles = j.nb * j.oh * j.tw;
-    return run(args[0], args[1], j.nb * j.nc * j.oh * j.ow, 4 * j.nc * tiles, GRAD_ROW, &j, j.nb * j.nc,
-               4096 / (4 * j.oh * j.tw + 1));
+    return run(args[0], args[1], j.nb * j.nc * j.oh * j.ow, ROW_POSITIONS * j.nc * tiles, GRAD_ROW, &j, j.nb * j.nc,
+               4096 / (ROW_POSITIONS * j.oh * j.tw + 1));
 }
 
 /* The sizes (nb, nc, co, h, w, ph, pw, th, tw), or (nb, nc, co, h, w, pw, tw) for a 1x3
@@ -1232,7 +1299,8 @@ static int conv_geometry(conv_job *c, const int64_t *a, int row) {
         c->ph = a[5], c->pw = a[6], c->th = a[7], c->tw = a[8], c->oh = c->h + 2 * c->ph - 2;
     }
     c->ow = c->w + 2 * c->pw - 2;
-    return c->oh >= 1 && c->ow >= 1 && 2 * c->tw >= c->ow && 2 * c->tw <= c->ow + 1 &&
+    const int64_t m = row ? 4 : 2; /* outputs per tile along a row */
+    return c->oh >= 1 && c->ow >= 1 && m * c->tw >= c->ow && m * c->tw <= c->ow + m - 1 &&
            (row || (2 * c->th >= c->oh && 2 * c->th <= c->oh + 1));
 }
 
@@ -1265,7 +1333,7 @@ static PyObject *run_conv(conv_job *c, PyObject *const *args, int64_t kernel_flo
  * with the transformed kernel ut (16, nc, co) (kernel_transform_t) into y (nb, co, h +
  * 2 ph - 2, w + 2 pw - 2), each image cut into `bands` bands of tile rows (1 to th;
  * default 1: whole images, a few per product); and conv_row(x, u, y, nb, nc, co, h, w,
- * pw, tw) with u (4, co, nc) into y (nb, co, h, w + 2 pw - 2). */
+ * pw, tw) with u (6, co, nc) into y (nb, co, h, w + 2 pw - 2). */
 static PyObject *conv_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     int64_t a[10];
     int count = row ? 7 : 9;
@@ -1324,7 +1392,7 @@ static PyObject *py_conv_row(PyObject *self, PyObject *const *args, Py_ssize_t n
 /* kernel_grad_parts(x, g, du, parts, nb, nc, co, h, w, ph, pw, th, tw) and
  * kernel_grad_parts_row(x, g, du, parts, nb, nc, co, h, w, pw, tw): x (nb, nc, h, w), g
  * (nb, co, oh, ow); du (parts, P, co, nc) gets each part's sum and, in du[0], their sum
- * (P = 16, or 4 for the row form). */
+ * (P = 16, or 6 for the row form). */
 static PyObject *kgrad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     int64_t a[10];
     int count = row ? 8 : 10;
@@ -1385,7 +1453,7 @@ static PyObject *py_set_group_bytes(PyObject *self, PyObject *arg) {
 }
 
 /* kernel_grad_transform(m, dk, co, ci) and its _row form: m (16, co, ci) -> dk (co, ci, 3, 3),
- * or m (4, co, ci) -> dk (co, ci, 1, 3). */
+ * or m (6, co, ci) -> dk (co, ci, 1, 3). */
 static PyObject *kernel_grad_call(PyObject *const *args, Py_ssize_t nargs, int row) {
     int64_t a[2];
     if (nargs != 4)
@@ -1395,7 +1463,7 @@ static PyObject *kernel_grad_call(PyObject *const *args, Py_ssize_t nargs, int r
     wg_job j = {0};
     j.nb = a[0]; /* co */
     j.nc = a[1]; /* ci */
-    int64_t taps = row ? 3 : 9, positions = row ? 4 : 16;
+    int64_t taps = row ? 3 : 9, positions = row ? ROW_POSITIONS : 16;
     return run(args[0], args[1], positions * a[0] * a[1], a[0] * a[1] * taps, row ? KERNEL_GRAD_ROW : KERNEL_GRAD,
                &j, a[0], 4096 / (a[1] * (taps + positions) + 1));
 }
@@ -1417,17 +1485,17 @@ static PyMethodDef methods[] = {
     {"kernel_transform_t", FC(py_kernel_transform_t), "k (co, ci, 3, 3) -> G k G^T as (16, ci, co), f32 (for conv)."},
     {"input_transform", FC(py_input_transform), "Input tiles B^T d B as (16, nc, tiles), f32."},
     {"output_transform", FC(py_output_transform), "A^T m A of (16, nco, tiles) into f32 NCHW output."},
-    {"kernel_transform_row", FC(py_kernel_transform_row), "k (co, ci, 1, 3) -> G k as (4, co, ci), f32."},
-    {"input_transform_row", FC(py_input_transform_row), "Row tiles B^T d as (4, nc, tiles), f32."},
-    {"output_transform_row", FC(py_output_transform_row), "A^T m of (4, nco, tiles) into f32 NCHW output."},
+    {"kernel_transform_row", FC(py_kernel_transform_row), "k (co, ci, 1, 3) -> G k as (6, co, ci), f32 (F(4, 3))."},
+    {"input_transform_row", FC(py_input_transform_row), "Row tiles B^T d as (6, nc, tiles), f32."},
+    {"output_transform_row", FC(py_output_transform_row), "A^T m of (6, nco, tiles) into f32 NCHW output."},
     {"grad_transform", FC(py_grad_transform), "Output-gradient tiles A dY A^T as (16, nco, tiles), f32."},
     {"kernel_grad_transform", FC(py_kernel_grad_transform), "G^T m G of (16, co, ci) into dk (co, ci, 3, 3), f32."},
-    {"grad_transform_row", FC(py_grad_transform_row), "Row gradient tiles A dy as (4, nco, tiles), f32."},
-    {"kernel_grad_transform_row", FC(py_kernel_grad_transform_row), "G^T m of (4, co, ci) into dk (co, ci, 1, 3), f32."},
+    {"grad_transform_row", FC(py_grad_transform_row), "Row gradient tiles A dy as (6, nco, tiles), f32."},
+    {"kernel_grad_transform_row", FC(py_kernel_grad_transform_row), "G^T m of (6, co, ci) into dk (co, ci, 1, 3), f32."},
     {"conv", FC(py_conv), "x (nb, nc, h, w) convolved with ut (16, nc, co) into y, a few images (or tile-row bands) a task."},
-    {"conv_row", FC(py_conv_row), "x (nb, nc, h, w) convolved with u (4, co, nc) (1x3) into y, a few images per task."},
+    {"conv_row", FC(py_conv_row), "x (nb, nc, h, w) convolved with u (6, co, nc) (1x3) into y, a few images per task."},
     {"kernel_grad_parts", FC(py_kernel_grad_parts), "The kernel gradient's sums dU a few images at a time, in parts."},
-    {"kernel_grad_parts_row", FC(py_kernel_grad_parts_row), "The same for 1x3 kernels (4 positions)."},
+    {"kernel_grad_parts_row", FC(py_kernel_grad_parts_row), "The same for 1x3 kernels (6 positions)."},
     {"set_group_bytes", py_set_group_bytes, METH_O, "Bytes of tiles per product in conv (returns the old value)."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build of the transforms."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build of the transforms is used."},
