@@ -1016,9 +1016,7 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
             else direct_flat_few8(jb, planes, wide, p0);
             pb = p0 + 16 * nb;
             u += nb - 1;
-            continue;
-        }
-        if (jb->wide) {
+        } else if (jb->wide) {
             for (int64_t o0 = 0; o0 < co;) {
                 int64_t left = co - o0;
                 int64_t nb = direct_block_size(co, o0, 1);
@@ -1033,17 +1031,24 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
                     o0 += 8;
                 }
             }
-            continue;
-        }
-        for (int64_t o0 = 0; o0 < co;) {
-            int64_t left = co - o0;
-            if (direct_block_size(co, o0, 0) == 6) {
-                direct_flat_block6(jb, planes, wide, p0, o0, left < 6 ? left : 6);
-                o0 += 6;
-            } else {
-                direct_flat_block4(jb, planes, wide, p0, o0, left < 4 ? left : 4);
-                o0 += 4;
+        } else {
+            for (int64_t o0 = 0; o0 < co;) {
+                int64_t left = co - o0;
+                if (direct_block_size(co, o0, 0) == 6) {
+                    direct_flat_block6(jb, planes, wide, p0, o0, left < 6 ? left : 6);
+                    o0 += 6;
+                } else {
+                    direct_flat_block4(jb, planes, wide, p0, o0, left < 4 ? left : 4);
+                    o0 += 4;
+                }
             }
+        }
+        /* the rows completed so far go out now, between the blocks' FMAs, not in one
+         * burst per image: the output's writes to memory overlap the arithmetic */
+        const int64_t edge = pb / jb->fw * jb->fw;
+        if (edge - pa >= jb->fw) {
+            direct_flat_flush(jb, wide, b, pa, edge);
+            pa = edge;
         }
     }
     if (filled >= 0) direct_flat_flush(jb, wide, filled, pa, pb);
