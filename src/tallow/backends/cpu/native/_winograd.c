@@ -327,9 +327,9 @@ static inline __attribute__((always_inline)) void output_plane(const wg_job *j, 
 /* A 1x3 kernel (a 1-D convolution is one of height 1) convolves each image row on its
  * own: tiles of 4 outputs from 6 inputs, 6 positions (U = G g, V = B^T d, Y = A^T m over
  * the points 0, 1, -1, 2, -2 and infinity), tile t = (b * h + y) * tw + tx reading padded
- * columns 4 tx .. 4 tx + 5.  Two multiplies per output and input channel instead of F(2,
- * 3)'s three (and im2col's three): the product over the channels, most of the time, is
- * 0.75x F(2, 3)'s.  Its rounding is a few times F(2, 3)'s (G's sixths and 24ths, the
+ * columns 4 tx .. 4 tx + 5.  1.5 multiplies per output and input channel where F(2, 3)
+ * has 2 and im2col 3: the products over the channels (most of the time) are 0.75x as
+ * long as F(2, 3)'s.  Its rounding is a few times F(2, 3)'s (G's sixths and 24ths, the
  * transforms' 4s and 8s): about 2e-6 of the output's scale against float64 for 64-256
  * channels, F(2, 3)'s 3e-7 to 5e-7.
  *
@@ -362,8 +362,8 @@ static inline __attribute__((always_inline)) void kernel_row_1x3(const float *k,
 }
 
 /* A row of w values split into n of each of four phases: p[r][i] = row[4 i + r - shift],
- * zero outside [0, w).  The tiles between the edges read the row in place (a copy into
- * a padded row first cost a store-forwarding stall per load). */
+ * zero outside [0, w).  Between the edges the row is read in place (through a padded
+ * copy of the row, 28% of the transforms' time sat on the first load after the copy). */
 static inline __attribute__((always_inline)) void split_row4(const float *row, int64_t w, int64_t shift, int64_t n,
                                                               float *p0, float *p1, float *p2, float *p3) {
     /* i in [lo, hi): 4 i - shift >= 0 and 4 i + 3 - shift < w (shift >= 0) */
