@@ -47,8 +47,11 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)(?:I?B)?", re.ASCII)
 
 
+_KNOWN = frozenset(VARIABLES)
+
+
 def _check_name(name: str) -> None:
-    if name not in VARIABLES:  # a typo here would silently read an unset variable
+    if name not in _KNOWN:  # a typo here would silently read an unset variable
         raise KeyError(f"{name} is not one of tallow's environment variables {VARIABLES}")
 
 

@@ -80,6 +80,8 @@ def _native(*arrays):
     (``TALLOW_NO_NATIVE``) and every array is f32, else None."""
     if _NATIVE["checked"] is False:
         # (the module set before the flag: another thread may ask at the same time)
+        from . import native
+
         try:
             from .native import _conv, apply_isa
 
@@ -87,19 +89,22 @@ def _native(*arrays):
             _NATIVE["module"] = _conv
         except ImportError:  # not built: the numba and NumPy paths serve
             _NATIVE["module"] = None
+        _NATIVE["native"] = native
         _NATIVE["checked"] = True
     mod = _NATIVE["module"]
-    if mod is None or any(a.dtype != np.float32 for a in arrays):
+    if mod is None:
         return None
-    from . import native
-
+    for a in arrays:  # (a loop: this runs a few times per convolution)
+        if a.dtype != np.float32:
+            return None
+    native = _NATIVE["native"]
     if native.disabled():
         return None
     native.sync_threads()  # the compiled pool follows set_num_threads
     return mod
 
 
-_NATIVE = {"checked": False, "module": None}
+_NATIVE = {"checked": False, "module": None, "native": None}
 
 # A convolution whose columns would have at most this many rows (c_in / groups * kh *
 # kw: a first layer's 1-8 channels under a 3x3 kernel) runs as a direct convolution

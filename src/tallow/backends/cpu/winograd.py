@@ -55,7 +55,7 @@ from .threads import CONFIG
 MIN_CHANNELS = 16
 MIN_TILES = 64
 
-_MODULE = {"checked": False, "module": None}
+_MODULE = {"checked": False, "module": None, "native": None}
 
 
 def _module():
@@ -63,6 +63,8 @@ def _module():
     off (``TALLOW_NO_NATIVE``), else None."""
     if not _MODULE["checked"]:
         # (the module set before the flag: another thread may ask at the same time)
+        from . import native
+
         try:
             from .native import _winograd, apply_isa
 
@@ -70,12 +72,12 @@ def _module():
             _MODULE["module"] = _winograd
         except ImportError:  # not built: im2col serves
             _MODULE["module"] = None
+        _MODULE["native"] = native
         _MODULE["checked"] = True
     mod = _MODULE["module"]
     if mod is None:
         return None
-    from . import native
-
+    native = _MODULE["native"]
     if native.disabled():
         return None
     native.sync_threads()  # the compiled pool follows set_num_threads

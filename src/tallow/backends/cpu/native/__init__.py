@@ -129,12 +129,18 @@ def sync_threads() -> int:
     Called by the decode path once per step and by the products that split, so a
     changed setting takes effect at the next token.
     """
-    from ....utils import get_num_threads
+    get = _THREAD_SETTING.get("get")
+    if get is None:  # (imported here: tallow.utils is not loaded when this module is)
+        from ....utils import get_num_threads as get
 
-    n = get_num_threads()
+        _THREAD_SETTING["get"] = get
+    n = get()
     if _workers is not None and _workers.threads() != n:
         _workers.set_threads(n)
     return n
+
+
+_THREAD_SETTING = {}
 
 
 # ------------------------------------------------------------------- repacking
