@@ -217,6 +217,59 @@ def test_conv1d_and_its_gradients_through_the_winograd_path(pad, monkeypatch):
     assert calls == [(40, 32, 1, 3), (32, 40, 1, 3), ("grad", (40, 32, 1, 3))]
 
 
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("op,where", [("conv1d", "input"), ("conv2d", "input"), ("conv2d", "kernel"),
+                                      ("conv_transpose2d", "input")])
+def test_a_non_finite_value_takes_another_path(op, where, bad, monkeypatch):
+    """The transforms mix a tile's values before multiplying: an infinity would come out
+    as NaNs over its tiles, where a direct sum gives infinities at the outputs it
+    reaches. Such a convolution takes another path: PyTorch's values, infinities and
+    NaNs at the same places, in the output and both gradients."""
+    rng = np.random.default_rng(40)
+    rank = 1 if op == "conv1d" else 2
+    x = rng.standard_normal((3, 32) + (13,) * rank).astype(np.float32)  # 96+ column rows: not direct
+    channels = (32, 20) if op == "conv_transpose2d" else (20, 32)  # (c_in, c_out) or (c_out, c_in)
+    k = rng.standard_normal(channels + (3,) * rank).astype(np.float32)
+    if where == "input":
+        x[(1, 5) + (6,) * rank] = bad
+    else:
+        k[(2, 7) + (1,) * rank] = bad
+    calls = _spy(monkeypatch)
+    with every_size():
+        tx, tk = tl.Var(x), tl.Var(k)
+        out = getattr(tx, op)(tk, padding=1)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        grads = (out * tl.Tensor(g)).sum_all().backward()
+    assert calls  # (Winograd applied and declined)
+    px = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    pk = torch.tensor(k, dtype=torch.float64, requires_grad=True)
+    ref = getattr(F, op)(px, pk, padding=1)
+    (ref * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    assert not np.isfinite(ref.detach().numpy()).all()  # (the case reaches this value)
+    for got, want in ((out, ref.detach()), (grads[tx], px.grad), (grads[tk], pk.grad)):
+        got, want = got.numpy(), want.numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-3)
+
+
+def test_all_finite():
+    a = np.zeros((3, 70), np.float32)
+    assert W.all_finite(a) and W.all_finite(a[:0])
+    for bad in (np.inf, -np.inf, np.nan):
+        for at in (0, 69, 209):
+            b = a.copy()
+            b.flat[at] = bad
+            assert not W.all_finite(b)
+    b = a.copy()
+    b.flat[5] = np.finfo(np.float32).max
+    assert W.all_finite(b)
+    with pytest.raises(TypeError):
+        W.all_finite(np.zeros(4, np.float64))
+
+
 def test_the_rule(monkeypatch):
     f32 = np.float32
     x, k = np.zeros((8, 64, 16, 16), f32), np.zeros((64, 64, 3, 3), f32)

@@ -267,7 +267,9 @@ def _conv2d(x, k, pad, stride, dil, groups):
                       *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
         return y
     if winograd.applies(x, k, pad, stride, dil, groups):
-        return winograd.conv2d(x, k, pad)
+        y = winograd.conv2d(x, k, pad)
+        if y is not None:  # (None: a non-finite value, which its transforms would spread)
+            return y
     kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
     if b == 1 or oh * ow >= SMALL_IMAGE or gemm.native_takes(co // groups, oh * ow, cg * kh * kw, b * groups):
@@ -322,7 +324,9 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
             return y
         flipped = k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
         if winograd.applies(x, flipped, cpad, (1, 1), dil, 1):
-            return winograd.conv2d(x, k, cpad, flipped=True)
+            y = winograd.conv2d(x, k, cpad, flipped=True)
+            if y is not None:
+                return y
     kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     if b > 1:
         # Row-major (a copy of the kernel's size): read transposed, the native kernel
@@ -391,7 +395,9 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
                            *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
         return gk
     if winograd.applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-        return winograd.kernel_grad(x, g, k_shape, pad)
+        dk = winograd.kernel_grad(x, g, k_shape, pad)
+        if dk is not None:
+            return dk
     CONFIG.apply()
     parts = _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, oh * ow)
     if parts:

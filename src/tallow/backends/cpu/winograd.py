@@ -132,12 +132,28 @@ def applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups) -> bool:
     return g.dtype == np.float32 and _fits(x, k_shape, pad, stride, dil, groups) == g.shape[2:]
 
 
+# Non-finite values: the transforms mix a tile's values before multiplying, so an
+# infinity in the input or the kernel would come out as NaNs over its tiles (where a
+# direct sum gives infinities at the outputs it reaches) and a NaN would spread over
+# them. Such convolutions take another path. A non-finite input always leaves a
+# non-finite value in the transforms' result (sums and products keep infinities and
+# NaNs), so the forward checks its output, in the cache and often smaller than the
+# input and kernel (a 256x256 kernel is 2.4 MB); the kernel gradient checks its inputs.
+
+
 def conv2d(x, k, pad, flipped=False):
     """``x`` (b, c, h, w) convolved with ``k`` (c_out, c, 3, 3) or (c_out, c, 1, 3),
     stride 1, ``pad`` (rows, columns) zeros around each image; f32 arrays, ``applies``
     checked. ``flipped``: ``k`` is (c, c_out, kh, kw) and ``x`` is convolved with its
     transpose flipped along both axes (a stride-1 transposed convolution), whose
-    transform is ``k``'s with the positions permuted: no flipped copy is made."""
+    transform is ``k``'s with the positions permuted: no flipped copy is made.
+    None when ``x`` or ``k`` holds an infinity or a NaN (see above): the caller takes
+    another path."""
+    y = _conv2d(x, k, pad, flipped)
+    return y if _module().all_finite(y) else None
+
+
+def _conv2d(x, k, pad, flipped):
     mod = _module()
     b, c, h, w = x.shape
     co = k.shape[1] if flipped else k.shape[0]
@@ -252,11 +268,14 @@ def kernel_grad(x, g, k_shape, pad):
     """The kernel gradient of ``conv2d(x, k, pad)`` (``applies`` checked for it) from
     the output gradient ``g`` (b, c_out, oh, ow): the forward is linear in ``U = G k
     G^T``, so ``dk = G^T dU G`` with ``dU[xi] = W[xi] (c_out, T) @ V[xi]^T (T, c_in)``,
-    ``W = A dY A^T`` per tile and ``V`` the forward's input transform."""
+    ``W = A dY A^T`` per tile and ``V`` the forward's input transform. None when ``x``
+    or ``g`` holds an infinity or a NaN (see above)."""
     mod = _module()
     b, c, h, w = x.shape
     co = k_shape[0]
     x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
+    if not (mod.all_finite(x) and mod.all_finite(g)):
+        return None
     dk = np.empty(k_shape, np.float32)
     parts = _kernel_grad_parts(b)
     if k_shape[2] == 1:  # 1x3: tiles of one row
