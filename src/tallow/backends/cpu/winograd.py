@@ -147,13 +147,14 @@ def conv2d(x, k, pad, flipped=False):
     checked. ``flipped``: ``k`` is (c, c_out, kh, kw) and ``x`` is convolved with its
     transpose flipped along both axes (a stride-1 transposed convolution), whose
     transform is ``k``'s with the positions permuted: no flipped copy is made.
-    None when ``x`` or ``k`` holds an infinity or a NaN (see above): the caller takes
-    another path."""
+    None when ``x`` or ``k`` holds an infinity or a NaN, or the result overflowed (see
+    above): the caller takes another path."""
     y = _conv2d(x, k, pad, flipped)
     return y if _module().all_finite(y) else None
 
 
 def _conv2d(x, k, pad, flipped):
+    """``conv2d``'s result, whatever values it holds."""
     mod = _module()
     b, c, h, w = x.shape
     co = k.shape[1] if flipped else k.shape[0]
