@@ -149,13 +149,13 @@ def conv2d(x, k, pad, flipped=False):
     transform is ``k``'s with the positions permuted: no flipped copy is made.
     None when ``x`` or ``k`` holds an infinity or a NaN, or the result overflowed (see
     above): the caller takes another path."""
-    y = _conv2d(x, k, pad, flipped)
-    return y if _module().all_finite(y) else None
-
-
-def _conv2d(x, k, pad, flipped):
-    """``conv2d``'s result, whatever values it holds."""
     mod = _module()
+    y = _conv2d(mod, x, k, pad, flipped)
+    return y if mod.all_finite(y) else None
+
+
+def _conv2d(mod, x, k, pad, flipped):
+    """``conv2d``'s result, whatever values it holds."""
     b, c, h, w = x.shape
     co = k.shape[1] if flipped else k.shape[0]
     x, k = np.ascontiguousarray(x), np.ascontiguousarray(k)

@@ -1371,14 +1371,6 @@ static flat_geom kgrad_flat_geom(const geom_t *g) {
     return f;
 }
 
-/* Whether the n floats at x are all finite (no exponent of all ones). */
-static int all_finite(const float *x, int64_t n) {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
-    return !bad;
-}
-
 AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
     const kgrad_job *jb = (const kgrad_job *)p;
     const geom_t *g = &jb->g;

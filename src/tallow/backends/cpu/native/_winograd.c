@@ -1232,13 +1232,8 @@ TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 /* all_finite(a): whether every float of the C-contiguous f32 buffer a is finite (no
  * exponent of all ones: an infinity or a NaN), for winograd.py, which sends such
- * convolutions elsewhere (the transforms would spread them over their tiles). */
-static int finite_base(const float *x, int64_t n) {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
-    return !bad;
-}
+ * convolutions elsewhere (the transforms would spread them over their tiles); the
+ * baseline form is common.h's all_finite. */
 
 #ifdef TALLOW_X86
 /* The largest magnitude's bits (sign cleared) below an infinity's: two operations a
@@ -1258,7 +1253,7 @@ AVX2 static int finite_avx2(const float *x, int64_t n) {
     _mm256_storeu_si256((__m256i *)lanes, m0);
     uint32_t top = 0;
     for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-    return top < 0x7f800000u && finite_base(x + i, n - i);
+    return top < 0x7f800000u && all_finite(x + i, n - i);
 }
 #endif
 
@@ -1281,7 +1276,7 @@ static PyObject *py_all_finite(PyObject *self, PyObject *arg) {
     if (use_avx2) ok = finite_avx2(x, n);
     else
 #endif
-        ok = finite_base(x, n);
+        ok = all_finite(x, n);
     release(&b, 1);
     return PyBool_FromLong(ok);
 }

@@ -216,6 +216,14 @@ static inline PyObject *none_or_no_memory(int failed) {
     Py_RETURN_NONE;
 }
 
+/* Whether the n floats at x are all finite (no exponent of all ones). */
+static inline int all_finite(const float *x, int64_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
+    return !bad;
+}
+
 /* ------------------------------------------------------------------ buffers */
 typedef struct {
     Py_buffer view;
