@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import dtype as dt
+from ... import bf16_numpy, dtype as dt
 from ...errors import UnsupportedDTypeError
 from ...op import INT_UNARY_OPS
 from . import parallel
@@ -381,4 +381,4 @@ class CpuElementwise:
         if dtype.is_int and self.dtype.is_float:
             return self._wrap(_float_to_int(x, dtype), dtype)
         with np.errstate(over="ignore"):  # out-of-range floats become inf, as documented
-            return self._wrap(x.astype(dtype.np, order="C"), dtype)
+            return self._wrap(bf16_numpy.cast(x, dtype.np), dtype)

@@ -27,9 +27,13 @@ fn py_floor_div(a: T, b: T) -> T {
 // Integers: the divisor was checked for zero before the launch.
 fn py_rem(a: T, b: T) -> T {
     if (b == T(0)) { return T(0); }
-    var m = a % b;
 //#if T_SIGNED
+    // From the quotient, not `%`: NVIDIA's Vulkan driver computes the 64-bit signed
+    // remainder as if both operands were unsigned (-1 % 5 gave 0).
+    var m = a - (a / b) * b;
     if (m != T(0) && ((b < T(0)) != (m < T(0)))) { m = m + b; }
+//#else
+    let m = a % b;
 //#endif
     return m;
 }

@@ -49,6 +49,50 @@ fn m_sqrt(x: T) -> T {
 }
 
 //#if T_F64
+// frexp of a positive finite double as (fraction in [0.5, 1), exponent), by exact
+// scalings with powers of two: NVIDIA's Vulkan compiler fails on the SPIR-V frexp of
+// a double ("NVVM compilation failed"), and the failed pipeline loses the device.
+fn fr_down(me: vec2<f64>, p: f64, inv_p: f64, k: f64) -> vec2<f64> {
+    return select(me, vec2<f64>(me.x * inv_p, me.y + k), me.x >= p);
+}
+fn fr_up(me: vec2<f64>, p: f64, below: f64, k: f64) -> vec2<f64> {
+    return select(me, vec2<f64>(me.x * p, me.y - k), me.x < below);
+}
+fn m_frexp(x: T) -> vec2<T> {
+    // A subnormal first goes up by 2^64, so that the steps below (1023 in all) reach 1.
+    var me = select(vec2<f64>(x, 0.0), vec2<f64>(x * 18446744073709551616.0, -64.0),
+                    x < 2.2250738585072014e-308);
+    // Greedy binary steps: the exponent's bits from the highest, down to [1, 2).
+    me = fr_down(me, 1.3407807929942597e+154, 7.458340731200207e-155, 512.0);
+    me = fr_down(me, 1.157920892373162e+77, 8.636168555094445e-78, 256.0);
+    me = fr_down(me, 3.402823669209385e+38, 2.938735877055719e-39, 128.0);
+    me = fr_down(me, 1.8446744073709552e+19, 5.421010862427522e-20, 64.0);
+    me = fr_down(me, 4294967296.0, 2.3283064365386963e-10, 32.0);
+    me = fr_down(me, 65536.0, 1.52587890625e-05, 16.0);
+    me = fr_down(me, 256.0, 0.00390625, 8.0);
+    me = fr_down(me, 16.0, 0.0625, 4.0);
+    me = fr_down(me, 4.0, 0.25, 2.0);
+    me = fr_down(me, 2.0, 0.5, 1.0);
+    me = fr_up(me, 1.3407807929942597e+154, 1.4916681462400413e-154, 512.0);
+    me = fr_up(me, 1.157920892373162e+77, 1.727233711018889e-77, 256.0);
+    me = fr_up(me, 3.402823669209385e+38, 5.877471754111438e-39, 128.0);
+    me = fr_up(me, 1.8446744073709552e+19, 1.0842021724855044e-19, 64.0);
+    me = fr_up(me, 4294967296.0, 4.656612873077393e-10, 32.0);
+    me = fr_up(me, 65536.0, 3.0517578125e-05, 16.0);
+    me = fr_up(me, 256.0, 0.0078125, 8.0);
+    me = fr_up(me, 16.0, 0.125, 4.0);
+    me = fr_up(me, 4.0, 0.5, 2.0);
+    me = fr_up(me, 2.0, 1.0, 1.0);
+    return vec2<f64>(me.x * 0.5, me.y + 1.0);
+}
+//#else
+fn m_frexp(x: T) -> vec2<T> {
+    let fr = frexp(x);
+    return vec2<T>(fr.fract, T(fr.exp));
+}
+//#endif
+
+//#if T_F64
 fn m_exp(x: T) -> T {
     if (m_isnan(x)) { return x; }
     if (x > 709.782712893384) { return m_inf(); }
@@ -80,14 +124,11 @@ fn m_log(x: T) -> T {
     if (x < T(0)) { return m_nan(); }
     if (x == T(0)) { return -m_inf(); }
     if (x == m_inf()) { return x; }
-    // frexp of a subnormal gives the smallest normal's exponent on some drivers:
-    // scale subnormals by 2^54 first and take 54 off the exponent.
-    let sub = x < T(2.2250738585072014e-308);
-    let fr = frexp(select(x, x * T(18014398509481984.0), sub));
+    let fr = m_frexp(x);
     // select, not a branch: llvmpipe's LLVM fails on a branchy f64 / i32 phi here
-    let adj = fr.fract < 0.70710678118654752440;
-    let m = select(fr.fract, fr.fract * 2.0, adj);
-    let e = select(fr.exp, fr.exp - 1, adj);
+    let adj = fr.x < 0.70710678118654752440;
+    let m = select(fr.x, fr.x * 2.0, adj);
+    let e = select(fr.y, fr.y - 1.0, adj);
     let f = m - 1.0;
     let s = f / (2.0 + f);
     let z = s * s;
@@ -105,8 +146,7 @@ fn m_log(x: T) -> T {
     p = p * z + T(1.0 / 3.0);
     p = p * z + T(1.0);
     let lg = 2.0 * s * p;
-    let fe = T(e) - select(T(0), T(54), sub);
-    return fe * 6.93147180369123816490e-01 + (lg + fe * 1.90821492927058770002e-10);
+    return e * 6.93147180369123816490e-01 + (lg + e * 1.90821492927058770002e-10);
 }
 
 // sin and cos of |r| <= pi/4 (Taylor series, exact to double precision there).
@@ -298,9 +338,9 @@ fn m_powi_exact(ax: T, n: i32) -> T {
     let bits = 24;
     let lo = T(1.17549435e-38);
 //#endif
-    let fr = frexp(ax);
-    var m = fr.fract * P;
-    var k = i32(fr.exp) - bits;
+    let fr = m_frexp(ax);
+    var m = fr.x * P;
+    var k = i32(fr.y) - bits;
     for (var i = 0; i < bits; i = i + 1) {
         let h = m * T(0.5);
         if (floor(h) != h) { break; }

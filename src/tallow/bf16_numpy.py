@@ -1,0 +1,47 @@
+"""bfloat16 arrays in NumPy with the same results whatever ml_dtypes' version.
+
+ml_dtypes supplies the bfloat16 NumPy type, but some of its releases convert float64
+through float32 (rounding twice: 1 + 2^-8 + 2^-30 became 1, not 1 + 2^-7) and order
+NaN among the numbers when sorting. tallow's results must not depend on that, so:
+
+- ``from_f64`` rounds once: to float32 with round-to-odd (24 bits, far more than the
+  8 + 2 that bfloat16's single rounding needs), then float32 -> bfloat16, which every
+  release rounds to nearest-even;
+- ``ordered`` gives the float32 values of a bfloat16 array (exact) for sorting and
+  extremes, where NumPy's own rules for NaN hold.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def from_f64(x: np.ndarray) -> np.ndarray:
+    """float64 -> bfloat16, rounded once to nearest-even."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.asarray(x.astype(np.float32))
+        back = r.astype(np.float64)
+        inexact = (back != x) & ~np.isnan(x)
+    if inexact.any():
+        bits = r.view(np.uint32).copy()
+        # Truncate toward zero (the magnitude's bits one lower where float32 rounded
+        # away, inf included: it becomes float32's max), then set the sticky bit.
+        bits -= (inexact & (np.abs(back) > np.abs(x))).astype(np.uint32)
+        bits |= inexact.astype(np.uint32)
+        r = bits.view(np.float32)
+    return r.astype(BF16)
+
+
+def cast(x: np.ndarray, np_dtype) -> np.ndarray:
+    """``x.astype(np_dtype)`` (a new C-contiguous array), float64 -> bfloat16 rounded once."""
+    if np.dtype(np_dtype) == BF16 and x.dtype == np.float64:
+        return np.ascontiguousarray(from_f64(x))
+    return x.astype(np_dtype, order="C")
+
+
+def ordered(x: np.ndarray) -> np.ndarray:
+    """float32 values of a bfloat16 array (exact), other arrays as they are."""
+    return x.astype(np.float32) if x.dtype == BF16 else x
