@@ -88,7 +88,8 @@ def bench_elementwise(dev, n, repeats):
     torch = have_torch()
     where = _torch_device(torch)
     a = np.random.default_rng(1).random(n, dtype=np.float32)
-    ga, gb = tl.Tensor(a, device=dev), tl.Tensor(a[::-1].copy(), device=dev)
+    b = a[::-1].copy()  # every candidate reads two arrays, as the bandwidth counts
+    ga, gb = tl.Tensor(a, device=dev), tl.Tensor(b, device=dev)
     chain = 10
 
     def gpu_add():
@@ -98,15 +99,15 @@ def bench_elementwise(dev, n, repeats):
 
     def np_add():
         for _ in range(chain):
-            np.add(a, a)
+            np.add(a, b)
 
     cands = {"gpu add": gpu_add, "numpy add": np_add}
     if torch is not None:
-        ta = torch.from_numpy(a).to(where)
+        ta, tb = torch.from_numpy(a).to(where), torch.from_numpy(b).to(where)
 
         def t_add():
             for _ in range(chain):
-                ta + ta
+                ta + tb
             _sync_torch(torch, where)
 
         cands[f"torch add ({where})"] = t_add

@@ -2,7 +2,8 @@
 // shader-f64). IEEE special cases are spelled out, because WGSL leaves many of
 // them (log of a negative, pow of a negative, max with a NaN) to the driver, and
 // the f64 transcendental functions are computed here in software: drivers are not
-// required to implement them in double precision (llvmpipe returns garbage).
+// required to implement them in double precision (llvmpipe returns garbage, and
+// NVIDIA's compiler rejects log of a double, losing the device).
 
 fn m_nan() -> T { return T(bitcast<f32>(F32_NAN_BITS)); }
 fn m_inf() -> T { return T(bitcast<f32>(F32_INF_BITS)); }
@@ -50,8 +51,9 @@ fn m_sqrt(x: T) -> T {
 
 //#if T_F64
 // frexp of a positive finite double as (fraction in [0.5, 1), exponent), by exact
-// scalings with powers of two: NVIDIA's Vulkan compiler fails on the SPIR-V frexp of
-// a double ("NVVM compilation failed"), and the failed pipeline loses the device.
+// scalings with powers of two: written with WGSL's frexp (whose exponent naga makes
+// 64-bit for a double), the f64 log failed NVIDIA's Vulkan compiler ("NVVM
+// compilation failed"), and a failed pipeline loses the whole device.
 fn fr_down(me: vec2<f64>, p: f64, inv_p: f64, k: f64) -> vec2<f64> {
     return select(me, vec2<f64>(me.x * inv_p, me.y + k), me.x >= p);
 }
