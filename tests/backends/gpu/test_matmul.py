@@ -103,14 +103,15 @@ def test_empty_and_zero_k(gpu):
 
 
 def test_tile_choice():
-    assert pick_tile(1024, 1024, 1, tl.f32) == (4, 4)
-    assert pick_tile(1024, 1024, 1, tl.f32, gpu_class=True) == (8, 8)
-    assert pick_tile(1024, 1024, 1, tl.f16, gpu_class=True) == (8, 8)
-    assert pick_tile(1024, 1024, 1, tl.f64, gpu_class=True) == (2, 2)
-    assert pick_tile(1024, 1024, 1, tl.f64) == (2, 2)
-    assert pick_tile(64, 64, 1, tl.f32) == (1, 1)  # few tiles: small ones fill the device
-    assert pick_tile(256, 256, 1, tl.f32) == (2, 2)
-    assert pick_tile(64, 64, 64, tl.f32) == (4, 4)
+    # Types of at most 4 bytes: the register-tiled 8 x 8 kernel, whatever the size.
+    for dt_ in (tl.f32, tl.f16, tl.bf16, tl.u32, tl.u8):
+        assert pick_tile(1024, 1024, 1, dt_) == (8, 8)
+        assert pick_tile(3, 5, 1, dt_) == (8, 8)
+    # 8-byte types: the small tiles, as small as it takes to give 32 workgroups.
+    for dt_ in (tl.f64, tl.i64):
+        assert pick_tile(1024, 1024, 1, dt_) == (2, 2)
+        assert pick_tile(64, 64, 1, dt_) == (1, 1)
+        assert pick_tile(64, 64, 8, dt_) == (2, 2)
 
 
 def test_large_matmul_against_numpy(gpu):
