@@ -1,14 +1,12 @@
-"""bfloat16 arrays in NumPy with the same results whatever ml_dtypes' version.
+"""float64 -> bfloat16 in NumPy, rounded once whatever ml_dtypes' release.
 
 ml_dtypes supplies the bfloat16 NumPy type, but some of its releases convert float64
 through float32 (rounding twice: 1 + 2^-8 + 2^-30 became 1, not 1 + 2^-7) and order
-NaN among the numbers when sorting. tallow's results must not depend on that, so:
-
-- ``from_f64`` rounds once: to float32 with round-to-odd (24 bits, far more than the
-  8 + 2 that bfloat16's single rounding needs), then float32 -> bfloat16, which every
-  release rounds to nearest-even;
-- ``ordered`` gives the float32 values of a bfloat16 array (exact) for sorting and
-  extremes, where NumPy's own rules for NaN hold.
+NaN among the numbers when sorting. tallow's results must not depend on that:
+``from_f64`` rounds once, to float32 with round-to-odd (24 bits, far more than the
+8 + 2 that bfloat16's single rounding needs), then float32 -> bfloat16, which every
+release rounds to nearest-even. (Sorts and extremes of bfloat16 run on the exact
+float32 values, in the CPU backend's reductions.)
 """
 
 from __future__ import annotations
@@ -34,14 +32,3 @@ def from_f64(x: np.ndarray) -> np.ndarray:
         r = bits.view(np.float32)
     return r.astype(BF16)
 
-
-def cast(x: np.ndarray, np_dtype) -> np.ndarray:
-    """``x.astype(np_dtype)`` (a new C-contiguous array), float64 -> bfloat16 rounded once."""
-    if np.dtype(np_dtype) == BF16 and x.dtype == np.float64:
-        return np.ascontiguousarray(from_f64(x))
-    return x.astype(np_dtype, order="C")
-
-
-def ordered(x: np.ndarray) -> np.ndarray:
-    """float32 values of a bfloat16 array (exact), other arrays as they are."""
-    return x.astype(np.float32) if x.dtype == BF16 else x

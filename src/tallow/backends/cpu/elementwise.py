@@ -380,5 +380,7 @@ class CpuElementwise:
         x = self.view(layout)
         if dtype.is_int and self.dtype.is_float:
             return self._wrap(_float_to_int(x, dtype), dtype)
+        if dtype is dt.bf16 and self.dtype is dt.f64:
+            return self._wrap(bf16_numpy.from_f64(x), dtype)  # rounded once
         with np.errstate(over="ignore"):  # out-of-range floats become inf, as documented
-            return self._wrap(bf16_numpy.cast(x, dtype.np), dtype)
+            return self._wrap(x.astype(dtype.np, order="C"), dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import bf16_numpy, dtype as dt
+from ... import dtype as dt
 from ...errors import TallowError
 
 
@@ -66,7 +66,8 @@ class CpuReduce:
             if x.shape[d] == 0:
                 raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {x.shape})")
         x, _ = collapse_broadcast_dims(x, dims)
-        x = bf16_numpy.ordered(x)  # NumPy's NaN rules, not those of ml_dtypes' release
+        if dtype is dt.bf16:
+            x = x.astype(np.float32)  # exact; NumPy's NaN rules, not ml_dtypes' release's
         if op == "max":
             return self._wrap(np.max(x, axis=dims, keepdims=True).astype(dtype.np, copy=False), dtype)
         if op == "min":
@@ -84,7 +85,9 @@ class CpuReduce:
         return self._wrap(out.astype(dtype.np, copy=False), dtype)
 
     def arg_sort_last_dim(self, layout, ascending):
-        x = bf16_numpy.ordered(self.view(layout))  # NaN last, whatever ml_dtypes' release
+        x = self.view(layout)
+        if self.dtype is dt.bf16:
+            x = x.astype(np.float32)  # exact; NaN last, whatever ml_dtypes' release
         if ascending:
             idx = np.argsort(x, axis=-1, kind="stable")
         else:
