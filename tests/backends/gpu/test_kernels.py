@@ -58,7 +58,7 @@ def test_matmul_alignment_constants_make_new_pipelines():
     (a @ a).values()
     b = tl.ones((50, 50), device=dev)
     (b @ b).values()
-    st = dev.kernel_stats()["gemm.wgsl<f32>"]
+    st = dev.kernel_stats()["gemm.wgsl[gemm_big]<f32>"]
     assert st["pipelines"] == 2  # aligned and unaligned variants of one module
     keys = [k for k in dev._state.kernels._pipes if k[0] in ("gemm", "gemm_big")]
     aligned = {dict(k[3])["ALIGNED"] for k in keys}
@@ -101,3 +101,16 @@ def test_second_device_has_its_own_cache(gpu):
     (tl.ones((4,), device=d1).exp()).values()
     assert "unary.wgsl<f32>" in d1.kernel_stats()
     assert "unary.wgsl<f32>" not in d2.kernel_stats()
+
+
+def test_families_sharing_a_file_keep_their_own_statistics():
+    # fill, copy and copy_into all build from copy.wgsl: one name for all three would
+    # leave the statistics of the last module built only.
+    dev = tl.Device.of(new_device_state(0))
+    t = tl.full((4, 4), 2.0, device=dev)  # fill
+    c = t.t().contiguous()  # copy
+    t[1:3] = c[0:2]  # copy_into
+    t.values()
+    stats = dev.kernel_stats()
+    for name in ("copy.wgsl<f32>", "copy.wgsl[fill]<f32>", "copy.wgsl[copy_into]<f32>"):
+        assert stats[name]["pipelines"] >= 1, name

@@ -66,6 +66,15 @@ def family(name, bindings, main=0, math=False, file=None, flags=(), includes=())
 
 # -- source assembly --------------------------------------------------------------------
 
+def _module_label(fam: Family) -> str:
+    """The file's name, and the family's too where other families build from that file
+    ("copy.wgsl[fill_into]"): one name for two modules would merge their statistics."""
+    shared = any(f.file == fam.file and f.name != fam.name for f in FAMILIES.values())
+    if shared and fam.file != f"{fam.name}.wgsl":
+        return f"{fam.file}[{fam.name}]"
+    return fam.file
+
+
 _SOURCES: dict = {}
 
 
@@ -311,7 +320,7 @@ class Kernels:
             st = self._modules.get(mkey)
             dev = self._state.device
             if st is None:
-                st = ModuleStats(f"{fam.file}<{','.join(dtypes)}>")
+                st = ModuleStats(f"{_module_label(fam)}<{','.join(dtypes)}>")
                 code = assemble(fam, dtypes)
                 t0 = time.perf_counter()
                 try:
