@@ -58,9 +58,9 @@ def test_matmul_alignment_constants_make_new_pipelines():
     (a @ a).values()
     b = tl.ones((50, 50), device=dev)
     (b @ b).values()
-    st = dev.kernel_stats()["gemm.wgsl[gemm_big]<f32>"]
+    st = dev.kernel_stats()["gemm.wgsl<f32>"]
     assert st["pipelines"] == 2  # aligned and unaligned variants of one module
-    keys = [k for k in dev._state.kernels._pipes if k[0] in ("gemm", "gemm_big")]
+    keys = [k for k in dev._state.kernels._pipes if k[0] == "gemm"]
     aligned = {dict(k[3])["ALIGNED"] for k in keys}
     assert aligned == {True, False}
 

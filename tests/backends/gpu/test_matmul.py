@@ -1,6 +1,6 @@
-"""Matrix products on the GPU: the tiled GEMM (tile picked by shape, dtype and
-transposition), the matrix-vector path, and every batch-stride pattern, against
-the CPU backend."""
+"""Matrix products on the GPU: the tiled GEMM (128 x 128 tiles, loads ordered by
+transposition, k-slices by dtype), the matrix-vector path, and every batch-stride
+pattern, against the CPU backend."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,6 @@ import pytest
 import tallow as tl
 from support.gpu import check, skip_unless, values
 from support.differential import ALL_DTYPES
-from tallow.backends.gpu.matmul import pick_tile
 
 pytestmark = pytest.mark.gpu
 
@@ -102,18 +101,6 @@ def test_empty_and_zero_k(gpu):
         check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)
 
 
-def test_tile_choice():
-    # Types of at most 4 bytes: the register-tiled 8 x 8 kernel, whatever the size.
-    for dt_ in (tl.f32, tl.f16, tl.bf16, tl.u32, tl.u8):
-        assert pick_tile(1024, 1024, 1, dt_) == (8, 8)
-        assert pick_tile(3, 5, 1, dt_) == (8, 8)
-    # 8-byte types: the small tiles, as small as it takes to give 32 workgroups.
-    for dt_ in (tl.f64, tl.i64):
-        assert pick_tile(1024, 1024, 1, dt_) == (2, 2)
-        assert pick_tile(64, 64, 1, dt_) == (1, 1)
-        assert pick_tile(64, 64, 8, dt_) == (2, 2)
-
-
 def test_large_matmul_against_numpy(gpu):
     rng = np.random.default_rng(7)
     a = rng.standard_normal((257, 300)).astype(np.float32)
@@ -125,21 +112,18 @@ def test_large_matmul_against_numpy(gpu):
     np.testing.assert_allclose(h.astype(np.float32), ref, rtol=2e-3, atol=3e-2)
 
 
-@pytest.mark.parametrize("tile", [1, 2, 4, 8])
-def test_every_tile_size_is_right(gpu, tile, monkeypatch):
-    # Real GPUs get 8 x 8 per-thread tiles; check every variant here whatever the adapter.
-    import tallow.backends.gpu.matmul as mm
-
-    monkeypatch.setattr(mm, "pick_tile", lambda *a, **k: (tile, tile))
-    for m, k, n in ((128, 64, 128), (130, 70, 129), (17, 200, 300), (256, 16, 256)):
-        a = values((2, m, k), tl.f32, m)
-        b = values((2, k, n), tl.f32, n)
-        check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)
+@pytest.mark.parametrize("dtype", [tl.f32, tl.f16, tl.f64, tl.i64, tl.u32], ids=str)
+def test_tiles_edges_and_transpositions(gpu, dtype):
+    # Whole tiles (no bounds checks), ragged edges in m, n and k (k-slices of 16, or
+    # 8 for the 8-byte types), several tiles, and every transposition of the loads.
+    skip_unless(gpu, dtype)
+    for m, k, n in ((128, 64, 128), (130, 70, 129), (17, 200, 300), (256, 16, 256), (5, 9, 3)):
+        a = values((2, m, k), dtype, m)
+        b = values((2, k, n), dtype, n)
+        loose = dtype is tl.f16
+        check(lambda x, y: x.matmul(y), [a, b], dtype, gpu, loose=loose)
         check(lambda x, y: x.transpose(1, 2).contiguous().transpose(1, 2).matmul(y.transpose(1, 2).contiguous().transpose(1, 2)),
-              [a, b], tl.f32, gpu)
-    a = values((70, 40), tl.f16, 1)
-    b = values((40, 90), tl.f16, 2)
-    check(lambda x, y: x.matmul(y), [a, b], tl.f16, gpu, loose=True)
+              [a, b], dtype, gpu, loose=loose)
 
 
 def test_matrix_vector_with_more_rows_than_two_grid_rows(gpu):
@@ -156,8 +140,7 @@ def test_grids_over_the_workgroup_limit(gpu, monkeypatch):
     import tallow.backends.gpu.matmul as mm
 
     monkeypatch.setattr(mm, "max_groups", lambda state: 3)
-    monkeypatch.setattr(mm, "pick_tile", lambda *a, **k: (1, 1))
-    for m, k, n in ((100, 7, 90), (33, 16, 17)):
+    for m, k, n in ((520, 7, 400), (33, 16, 17)):  # 5 x 4 tiles, and one
         a = values((2, m, k), tl.f32, m)
         b = values((2, k, n), tl.f32, n)
         check(lambda x, y: x.matmul(y), [a, b], tl.f32, gpu)

@@ -1,5 +1,5 @@
-"""Matrix products: a tiled GEMM with tiles chosen by shape, dtype and
-transposition, and a matrix-vector path for m == 1 or n == 1.
+"""Matrix products: a register-tiled GEMM (128 x 128 tiles) and a matrix-vector path
+for m == 1 or n == 1.
 
 Every batch index is decomposed over the batch dims with each operand's own
 strides, so non-mergeable batch strides (a narrowed 4-D operand) and broadcast
@@ -17,26 +17,9 @@ from .launch import compact_via_host
 
 
 GEMM = family("gemm", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)])
-GEMM_BIG = family("gemm_big", [("a", "in", 0), ("b", "in", 0), ("y", "atomic", 0)],
-                  file="gemm.wgsl", flags=("BIG",))
 MAX_BATCH_RANK = 6
-
-
-def pick_tile(m: int, n: int, batch: int, dtype) -> tuple:
-    """(TM, TN): each thread computes TM x TN outputs of a (16 TM) x (16 TN) tile.
-
-    Types of at most 4 bytes always take 8 x 8, the register-tiled ``gemm4`` (128 x 128
-    tiles), however few its tiles: measured on an H200 it beats the 4 x 4 tile 12x
-    with 4 workgroups (n = 256) and 19x at n = 1024, and on lavapipe 4.4-6.1x at n =
-    256 ... 1024. f64 and i64 keep `gemm`'s small tiles (workgroup memory), as small as
-    it takes to give 32 workgroups."""
-    if dtype.size_in_bytes < 8:
-        return 8, 8
-    for t in (2, 1):
-        tiles = ((m + 16 * t - 1) // (16 * t)) * ((n + 16 * t - 1) // (16 * t)) * batch
-        if tiles >= 32:
-            return t, t
-    return 1, 1
+# The GEMM's output tile (gemm.wgsl): one workgroup computes TILE x TILE outputs.
+TILE = 128
 
 
 def _batch_words(batch_shape, a_strides, b_strides):
@@ -101,16 +84,12 @@ class GpuMatmul:
                              sr, sk, sv, 0, len(bshape), 0, 0, 0, 0, 0) + bw
                     cmd.dispatch(pipe, (lhs.buf, rhs.buf, out.buf), words, gx, gy, min(limit, nb - z0))
             return out
-        tm, tn = pick_tile(m, n, nb, dtype)
-        bm, bn = 16 * tm, 16 * tn
-        aligned = m % bm == 0 and n % bn == 0 and k % 16 == 0
-        consts = (("TM", tm), ("TN", tn), ("A_MMAJOR", sam == 1 and sak != 1),
+        aligned = m % TILE == 0 and n % TILE == 0 and k % 16 == 0
+        # 8-byte types take 8-deep k-slices: 16 would pass 16 KiB of workgroup memory.
+        consts = (("BK", 8 if dtype.size_in_bytes == 8 else 16), ("A_MMAJOR", sam == 1 and sak != 1),
                   ("B_KMAJOR", sbk == 1 and sbn != 1), ("ALIGNED", aligned))
-        if tm == 8:
-            pipe = state.kernels.get(GEMM_BIG, key, "gemm4", consts)
-        else:
-            pipe = state.kernels.get(GEMM, key, "gemm", consts)
-        tiles_n, tiles_m = (n + bn - 1) // bn, (m + bm - 1) // bm
+        pipe = state.kernels.get(GEMM, key, "gemm", consts)
+        tiles_n, tiles_m = (n + TILE - 1) // TILE, (m + TILE - 1) // TILE
         limit = max_groups(state)
         with cmd.lock:
             # More tiles than a dispatch may have per dimension: several dispatches, each

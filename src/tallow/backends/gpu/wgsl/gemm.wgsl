@@ -1,23 +1,26 @@
 // gemm.wgsl: batched matrix products y[b] = a[b] @ b[b] over strided operands.
 // Word map: 0 M, 1 N, 2 K, 3 first batch of this dispatch, 4 a offset, 5 b offset,
 // 6 a stride along m, 7 a stride along k, 8 b stride along k, 9 b stride along n,
-// 10 batch rank, 16..21 batch shape, 24..29 a batch strides, 32..37 b batch strides.
-// Any batch strides work (each batch's offset comes from its full index), which is
-// what candle's Metal kernel gets wrong for non-mergeable batch dims. y is
-// contiguous (batch, M, N). T accumulates (f32 for f16 / bf16).
+// 10 batch rank, 11 / 12 the dispatch's first tile row / column, 16..21 batch shape,
+// 24..29 a batch strides, 32..37 b batch strides. Any batch strides work (each
+// batch's offset comes from its full index), which is what candle's Metal kernel gets
+// wrong for non-mergeable batch dims. y is contiguous (batch, M, N). T accumulates
+// (f32 for f16 / bf16).
 //
-// gemm: a 16x16 workgroup computes a (16 TM) x (16 TN) tile, TM x TN per thread (at most
-// 4 x 4; the 8-byte types), staging BK-deep slices of a and b in workgroup memory.
-// Override constants pick the tile (TM, TN), the load order that reads consecutive
-// addresses for the operands' transpositions (A_MMAJOR, B_KMAJOR), and drop bounds
-// checks when the sizes are multiples of the tile (ALIGNED).
-// gemm4 (the gemm_big family): the same with 128 x 128 tiles and 8 x 8 outputs per
-// thread in registers, for every type of at most 4 bytes (below).
+// gemm: a 16x16 workgroup computes a 128 x 128 tile, each thread's 8 x 8 outputs in 16
+// vec4 registers: rows 4 lid.y .. +3 and 64 + 4 lid.y .. +3, the same for columns.
+// BK-deep slices of a and b sit in workgroup memory as vec4, so one k step is 4
+// vector loads (two of them the same address across a row of threads) and 16 vector
+// multiply-adds. Nothing is indexed at run time, so the accumulators stay in
+// registers: a kernel holding them in arrays indexed by loop counters ran at 0.7
+// TFLOPS on an H200 where this one runs at 14, and 5-8x slower on lavapipe. Override
+// constants: BK (16; 8 for the 8-byte types, whose slices would pass the 16 KiB of
+// workgroup memory every adapter has), the load order that reads consecutive
+// addresses for the operands' transpositions (A_MMAJOR, B_KMAJOR), and ALIGNED (the
+// sizes are multiples of the tile: no bounds checks).
 // gemv: the matrix-vector path (m == 1 or n == 1): MAT_IS_B says which operand is
 // the matrix; ROWS_WG uses a workgroup per output (k contiguous) instead of an
 // invocation per output.
-override TM: u32 = 4u;
-override TN: u32 = 4u;
 override A_MMAJOR: bool = false;
 override B_KMAJOR: bool = false;
 override ALIGNED: bool = false;
@@ -25,86 +28,10 @@ override MAT_IS_B: bool = false;
 override ROWS_WG: bool = false;
 override BK: u32 = 16u;
 
-var<workgroup> As: array<T, BK * 16u * TM>;
-var<workgroup> Bs: array<T, BK * 16u * TN>;
 var<workgroup> red: array<T, 256>;
 
 fn batch_off(bz: u32, sw: u32) -> u32 { return strided(bz, pw(10u), 16u, sw, 0u); }
 
-@compute @workgroup_size(16, 16)
-fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let M = pw(0u);
-    let N = pw(1u);
-    let K = pw(2u);
-    let bz = pw(3u) + wid.z;
-    let aoff = pw(4u) + batch_off(bz, 24u);
-    let boff = pw(5u) + batch_off(bz, 32u);
-    let sam = pw(6u);
-    let sak = pw(7u);
-    let sbk = pw(8u);
-    let sbn = pw(9u);
-    let BM = 16u * TM;
-    let BN = 16u * TN;
-    let m0 = (pw(11u) + wid.y) * BM;  // the dispatch's first tile row and column
-    let n0 = (pw(12u) + wid.x) * BN;
-    let tid = lid.y * 16u + lid.x;
-    var acc: array<T, 16>;
-    for (var i = 0u; i < TM * TN; i = i + 1u) { acc[i] = T(0); }
-    for (var kt = 0u; kt < K; kt = kt + BK) {
-        for (var r = 0u; r < TM * BK / 16u; r = r + 1u) {
-            let e = tid + r * 256u;
-            var mm: u32;
-            var kk: u32;
-            if (A_MMAJOR) { mm = e % BM; kk = e / BM; } else { kk = e % BK; mm = e / BK; }
-            let gm = m0 + mm;
-            let gk = kt + kk;
-            var v = T(0);
-            if (ALIGNED || (gm < M && gk < K)) { v = T(ld_a(aoff + gm * sam + gk * sak)); }
-            As[kk * BM + mm] = v;
-        }
-        for (var r = 0u; r < TN * BK / 16u; r = r + 1u) {
-            let e = tid + r * 256u;
-            var nn: u32;
-            var kk: u32;
-            if (B_KMAJOR) { kk = e % BK; nn = e / BK; } else { nn = e % BN; kk = e / BN; }
-            let gn = n0 + nn;
-            let gk = kt + kk;
-            var v = T(0);
-            if (ALIGNED || (gn < N && gk < K)) { v = T(ld_b(boff + gk * sbk + gn * sbn)); }
-            Bs[kk * BN + nn] = v;
-        }
-        workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk = kk + 1u) {
-            var av: array<T, 4>;
-            var bv: array<T, 4>;
-            for (var i = 0u; i < TM; i = i + 1u) { av[i] = As[kk * BM + lid.y + 16u * i]; }
-            for (var j = 0u; j < TN; j = j + 1u) { bv[j] = Bs[kk * BN + lid.x + 16u * j]; }
-            for (var i = 0u; i < TM; i = i + 1u) {
-                for (var j = 0u; j < TN; j = j + 1u) {
-                    acc[i * TN + j] = acc[i * TN + j] + av[i] * bv[j];
-                }
-            }
-        }
-        workgroupBarrier();
-    }
-    let ybase = bz * M * N;
-    for (var i = 0u; i < TM; i = i + 1u) {
-        let gm = m0 + lid.y + 16u * i;
-        for (var j = 0u; j < TN; j = j + 1u) {
-            let gn = n0 + lid.x + 16u * j;
-            if (ALIGNED || (gm < M && gn < N)) { st_y(ybase + gm * N + gn, TY(acc[i * TN + j])); }
-        }
-    }
-}
-
-//#if BIG
-// gemm4 (the gemm_big family): 128 x 128 tiles, each thread's 8 x 8 outputs in 16
-// vec4 registers: rows 4 lid.y .. +3 and 64 + 4 lid.y .. +3, the same for columns.
-// The k-slices sit in workgroup memory as vec4, so one k step is 4 vector loads (two
-// of them the same address across a row of threads) and 16 vector multiply-adds;
-// nothing is indexed at run time, so the accumulators stay in registers (the 8 x 8
-// version of `gemm`, whose arrays are indexed by loop counters, ran at 0.7 TFLOPS on
-// an H200 where this one runs at 14, and 5x slower on lavapipe).
 var<workgroup> A4: array<vec4<T>, BK * 32u>;
 var<workgroup> B4: array<vec4<T>, BK * 32u>;
 
@@ -115,7 +42,7 @@ fn put4(ybase: u32, gm: u32, gn: u32, M: u32, N: u32, v: vec4<T>) {
 }
 
 @compute @workgroup_size(16, 16)
-fn gemm4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+fn gemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let M = pw(0u);
     let N = pw(1u);
     let K = pw(2u);
@@ -211,7 +138,6 @@ fn gemm4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
     put4(ybase, 64u + m0 + 4u * lid.y + 3u, n0 + 4u * lid.x, M, N, c14);
     put4(ybase, 64u + m0 + 4u * lid.y + 3u, n0 + 64u + 4u * lid.x, M, N, c15);
 }
-//#endif
 
 // gemv word map: 0 R (outputs per batch), 1 K, 3 first batch, 4 a offset,
 // 5 b offset, 6 matrix stride along the outputs, 7 matrix stride along k,
