@@ -47,6 +47,17 @@ def test_f64_to_bf16_rounds_once():
     np.testing.assert_array_equal(_bits(bf16_numpy.from_f64(x))[~nan], want[~nan])
 
 
+def test_views_round_the_same():
+    x = _values()[:4000].reshape(40, 100)
+    want = bf16_bits(x)
+    t = tl.tensor(x)
+    for view, ref in ((t.t(), want.T), (t[::3, 1::2], want[::3, 1::2]), (t.narrow(1, 7, 50), want[:, 7:57])):
+        got = view.to_dtype(tl.bf16)
+        nan = np.isnan(view.numpy())
+        np.testing.assert_array_equal(_bits(got.numpy())[~nan], ref[~nan])
+    np.testing.assert_array_equal(_bits(tl.tensor(np.asfortranarray(x), dtype=tl.bf16).numpy()), want)
+
+
 def test_the_edges_by_hand():
     # 1 + 2^-8 + 2^-30 is past the tie between 1 and 1 + 2^-7: up; through f32 it is
     # the tie itself and goes to 1 (even).

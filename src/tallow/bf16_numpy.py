@@ -18,9 +18,10 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def from_f64(x: np.ndarray) -> np.ndarray:
-    """float64 -> bfloat16, rounded once to nearest-even."""
+    """float64 -> bfloat16 (a new C-contiguous array), rounded once to nearest-even."""
     with np.errstate(over="ignore", invalid="ignore"):
-        r = np.asarray(x.astype(np.float32))
+        r = x.astype(np.float32, order="C")
+        x = np.ascontiguousarray(x)
         back = r.astype(np.float64)
         inexact = (back != x) & ~np.isnan(x)
     if inexact.any():

@@ -46,7 +46,7 @@ def from_data(data, dtype=None):
         if dtype is None:
             dtype = dt.from_numpy_dtype(data.dtype, allow_widening=True)
         if data.dtype == np.float64 and dtype is dt.bf16:
-            return bf16_numpy.from_f64(np.ascontiguousarray(data)), dtype  # rounded once, as to_dtype
+            return bf16_numpy.from_f64(data), dtype  # rounded once, as to_dtype
         return np.array(data, dtype=dtype.np, order="C", copy=True), dtype
     if isinstance(data, np.generic):
         return from_data(np.asarray(data), dtype)

@@ -66,15 +66,6 @@ def family(name, bindings, main=0, math=False, file=None, flags=(), includes=())
 
 # -- source assembly --------------------------------------------------------------------
 
-def _module_label(fam: Family) -> str:
-    """The file's name, and the family's too where other families build from that file
-    ("copy.wgsl[fill_into]"): one name for two modules would merge their statistics."""
-    shared = any(f.file == fam.file and f.name != fam.name for f in FAMILIES.values())
-    if shared and fam.file != f"{fam.name}.wgsl":
-        return f"{fam.file}[{fam.name}]"
-    return fam.file
-
-
 _SOURCES: dict = {}
 
 
@@ -220,6 +211,15 @@ def assemble(fam: Family, dtypes: tuple) -> str:
 
 
 # -- caches ---------------------------------------------------------------------------------
+
+def _module_label(fam: Family) -> str:
+    """The file's name, and the family's too where other families build from that file
+    ("copy.wgsl[fill_into]"): one name for two modules would merge their statistics."""
+    shared = any(f.file == fam.file and f.name != fam.name for f in FAMILIES.values())
+    if shared and fam.file != f"{fam.name}.wgsl":
+        return f"{fam.file}[{fam.name}]"
+    return fam.file
+
 
 class ModuleStats:
     __slots__ = ("name", "compile_s", "pipeline_s", "pipelines", "misses", "module")

@@ -125,8 +125,13 @@ fn qmm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
     let wn = tid / 2u;
     let wg = tid % 2u;
     let wrow = min(n0 + wn, N - 1u);
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
+    // Row i of this invocation's outputs, columns lid.x + 16 j (j < 4), in register
+    // i: named, not an array indexed by loop counters, which NVIDIA's compiler keeps
+    // in memory (the float GEMM written that way ran 20x slower there).
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     let slices = ((K + 15u) / 16u + 1u) / 2u;
     for (var t = 0u; t < slices; t = t + 1u) {
         let kk = xcol(2u * t + kx / 16u, (kx % 16u) / 4u) + kx % 4u;
@@ -151,28 +156,27 @@ fn qmm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
         }
         workgroupBarrier();
         for (var kk = 0u; kk < QBK; kk = kk + 1u) {
-            var av: array<f32, 4>;
-            for (var i = 0u; i < TM; i = i + 1u) { av[i] = Xs[kk * BM + lid.y + 16u * i]; }
-            let b0 = Ws[kk * QBN + lid.x];
-            let b1 = Ws[kk * QBN + lid.x + 16u];
-            let b2 = Ws[kk * QBN + lid.x + 32u];
-            let b3 = Ws[kk * QBN + lid.x + 48u];
-            for (var i = 0u; i < TM; i = i + 1u) {
-                acc[4u * i] = acc[4u * i] + av[i] * b0;
-                acc[4u * i + 1u] = acc[4u * i + 1u] + av[i] * b1;
-                acc[4u * i + 2u] = acc[4u * i + 2u] + av[i] * b2;
-                acc[4u * i + 3u] = acc[4u * i + 3u] + av[i] * b3;
-            }
+            let b = kk * QBN + lid.x;
+            let bv = vec4<f32>(Ws[b], Ws[b + 16u], Ws[b + 32u], Ws[b + 48u]);
+            let a = kk * BM + lid.y;
+            acc0 = acc0 + Xs[a] * bv;
+            // TM is a pipeline constant: the rows a smaller tile lacks are compiled out.
+            if (TM > 1u) { acc1 = acc1 + Xs[a + 16u] * bv; }
+            if (TM > 2u) { acc2 = acc2 + Xs[a + 32u] * bv; }
+            if (TM > 3u) { acc3 = acc3 + Xs[a + 48u] * bv; }
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < TM; i = i + 1u) {
-        let gm = m0 + lid.y + 16u * i;
-        if (gm < M) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let gn = n0 + lid.x + 16u * j;
-                if (gn < N) { st_y(pw(8u) + gm * pw(9u) + gn, acc[4u * i + j]); }
-            }
-        }
+    qmm_put(m0 + lid.y, n0 + lid.x, M, N, acc0);
+    if (TM > 1u) { qmm_put(m0 + lid.y + 16u, n0 + lid.x, M, N, acc1); }
+    if (TM > 2u) { qmm_put(m0 + lid.y + 32u, n0 + lid.x, M, N, acc2); }
+    if (TM > 3u) { qmm_put(m0 + lid.y + 48u, n0 + lid.x, M, N, acc3); }
+}
+
+// Outputs (gm, gn + 16 j), j < 4, inside the product.
+fn qmm_put(gm: u32, gn: u32, M: u32, N: u32, v: vec4<f32>) {
+    if (gm >= M) { return; }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        if (gn + 16u * j < N) { st_y(pw(8u) + gm * pw(9u) + gn + 16u * j, v[j]); }
     }
 }
