@@ -20,8 +20,8 @@ from .dtype import (  # PyTorch's names for the same dtypes
     bfloat16, float16, float32, float64, int64, uint8, uint32,
 )
 from .errors import (
-    CaptureError, DeviceMismatchError, DimOutOfRangeError, DistributedError, DTypeMismatchError,
-    EmbeddingIndexError, FileFormatError, FileWriteError, IndexOutOfRangeError,
+    CaptureError, DeviceLostError, DeviceMismatchError, DimOutOfRangeError, DistributedError,
+    DTypeMismatchError, EmbeddingIndexError, FileFormatError, FileWriteError, IndexOutOfRangeError,
     InplaceOnTrackedError, InvalidArgumentError, NarrowOutOfBoundsError, NoGradientError,
     NotContiguousError, NotDifferentiableError, OverlappingWriteError, ShapeMismatchError,
     ShapeTooLargeError, StaleGraphError, TallowError, UnsupportedDTypeError,
@@ -56,7 +56,7 @@ __all__ = [
     "arange", "linspace", "rand", "randn", "rand_like", "randn_like", "cat", "stack",
     "from_numpy", "from_dlpack", "tril2", "triu2", "meshgrid",
     "CustomOp1", "CustomOp2", "CustomOp3", "InplaceOp1", "InplaceOp2",
-    "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError",
+    "TallowError", "ShapeMismatchError", "DTypeMismatchError", "DeviceMismatchError", "DeviceLostError",
     "UnsupportedDTypeError", "DimOutOfRangeError", "NarrowOutOfBoundsError",
     "IndexOutOfRangeError", "NotDifferentiableError", "FileFormatError",
     "InplaceOnTrackedError", "OverlappingWriteError", "NotContiguousError",

@@ -38,6 +38,11 @@ class IndexOutOfRangeError(TallowError, IndexError):
     """An index value (in ``index_select``, ``gather``, ...) is outside the indexed dim."""
 
 
+class DeviceLostError(TallowError, RuntimeError):
+    """The GPU device is gone (a driver failure, a GPU reset, ``destroy()``): nothing more
+    runs on it in this process."""
+
+
 class NotDifferentiableError(TallowError):
     """Backward reached an op that has no gradient."""
 

@@ -33,6 +33,7 @@ from wgpu.backends.wgpu_native._ffi import ffi, lib
 from ... import config
 from ...errors import TallowError
 from .kernels import IN_BASE, OUT_BASE
+from .lost import is_lost, lost
 from .pool import PoolBuffer
 
 libf = _api.libf
@@ -267,13 +268,15 @@ class Commands:
         try:
             self._close_pass()
             cb = self.encoder.finish()
-        except Exception:
+        except Exception as e:
             # A bad command invalidated the batch: drop it (its ops are lost and the
             # error says why) so the device keeps working for what comes next.
             self._pass = self._pass_raw = self.encoder = self._last_pipe = None
             self.batch += 1
             self.ring_pos = 0
             self.in_batch = 0
+            if is_lost(e):
+                raise lost(self._state, "submitting the queued work", e) from e
             raise
         if self.ring_pos:
             _write_buffer(self._queue_raw, self.ring_buf._internal, 0, self._ring_ptr, self.ring_pos)
@@ -361,8 +364,10 @@ class Commands:
             mv = staging.read_mapped(0, size, copy=False)
             out[:] = np.frombuffer(mv, np.uint8, nbytes, offset - a0)
             staging.unmap()
-        except BaseException:
+        except BaseException as e:
             staging.destroy()
+            if is_lost(e):
+                raise lost(self._state, "reading a result back", e) from e
             raise
         with self.lock:
             self._staging_put(staging)
@@ -373,7 +378,12 @@ class Commands:
         if lst:
             self._staging_bytes -= s
             return lst.pop()
-        return self.device.create_buffer(size=s, usage=BufferUsage.MAP_READ | BufferUsage.COPY_DST)
+        try:
+            return self.device.create_buffer(size=s, usage=BufferUsage.MAP_READ | BufferUsage.COPY_DST)
+        except Exception as e:
+            if is_lost(e):
+                raise lost(self._state, "reading a result back", e) from e
+            raise
 
     def _staging_put(self, staging):
         s = staging.size

@@ -29,6 +29,7 @@ from wgpu import BufferUsage
 
 from ... import config
 from ...errors import TallowError
+from .lost import is_lost, lost
 
 MIN_BUCKET = 16
 DEFAULT_CACHE_LIMIT = 1 << 30
@@ -126,7 +127,12 @@ class BufferPool:
                     self.peak_bytes = self.active_bytes
                 self.reused += 1
                 return b
-        gpu = self._device.create_buffer(size=size, usage=_USAGE)
+        try:
+            gpu = self._device.create_buffer(size=size, usage=_USAGE)
+        except Exception as e:
+            if is_lost(e):
+                raise lost(self._state, f"allocating {size} bytes", e) from e
+            raise
         self.allocated += 1
         self._count[size] += 1
         self.active_bytes += size

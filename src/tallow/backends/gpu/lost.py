@@ -1,0 +1,28 @@
+"""A lost GPU device as one clear error.
+
+When a driver fails (NVIDIA's compiler rejecting a shader did it), the GPU resets or
+the device is destroyed, wgpu answers every later call with a validation error
+naming whichever call came next ("In wgpuDeviceCreateBuffer: Parent device is
+lost"), and a shader compiled after that looks broken. The places that create GPU
+objects or submit work turn such an error into ``DeviceLostError``, which names the
+device and what was being done.
+"""
+
+from __future__ import annotations
+
+from ...errors import DeviceLostError
+
+
+def is_lost(exc: BaseException) -> bool:
+    """Whether a wgpu error says the device is gone."""
+    text = str(exc).lower()
+    return "device is lost" in text or "device lost" in text
+
+
+def lost(state, doing: str, exc: BaseException) -> DeviceLostError:
+    """The error to raise (``from exc``) for a lost device while ``doing``."""
+    said = " ".join(str(exc).split())
+    return DeviceLostError(
+        f"gpu:{state.ordinal} ({state.adapter_name}) is lost: {doing} failed. The device is "
+        "gone (a driver failure, a GPU reset or destroy()), and nothing more can run on it "
+        f"in this process. wgpu said: {said}")
