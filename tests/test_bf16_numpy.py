@@ -1,6 +1,6 @@
 """bfloat16 on the CPU gives the same results whatever ml_dtypes' release.
 
-Older releases of ml_dtypes (0.5) convert float64 to bfloat16 through float32,
+Releases 0.5 and 0.6 of ml_dtypes convert float64 to bfloat16 through float32,
 rounding twice, and sort NaN among the numbers; tallow rounds once (as the GPU, and
 candle's ``half``) and orders NaN as NumPy does for float32.
 """
