@@ -33,7 +33,7 @@ from wgpu.backends.wgpu_native._ffi import ffi, lib
 from ... import config
 from ...errors import TallowError
 from .kernels import IN_BASE, OUT_BASE
-from .lost import is_lost, lost
+from .lost import raise_if_lost
 from .pool import PoolBuffer
 
 libf = _api.libf
@@ -275,8 +275,7 @@ class Commands:
             self.batch += 1
             self.ring_pos = 0
             self.in_batch = 0
-            if is_lost(e):
-                raise lost(self._state, "submitting the queued work", e) from e
+            raise_if_lost(self._state, "submitting the queued work", e)
             raise
         if self.ring_pos:
             _write_buffer(self._queue_raw, self.ring_buf._internal, 0, self._ring_ptr, self.ring_pos)
@@ -366,8 +365,7 @@ class Commands:
             staging.unmap()
         except BaseException as e:
             staging.destroy()
-            if is_lost(e):
-                raise lost(self._state, "reading a result back", e) from e
+            raise_if_lost(self._state, "reading a result back", e)
             raise
         with self.lock:
             self._staging_put(staging)
@@ -381,8 +379,7 @@ class Commands:
         try:
             return self.device.create_buffer(size=s, usage=BufferUsage.MAP_READ | BufferUsage.COPY_DST)
         except Exception as e:
-            if is_lost(e):
-                raise lost(self._state, "reading a result back", e) from e
+            raise_if_lost(self._state, "reading a result back", e)
             raise
 
     def _staging_put(self, staging):

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ...op import wgsl_constants
-from .lost import is_lost, lost
+from .lost import raise_if_lost
 from .wgsl_types import TYPES
 
 _OP_CONSTANTS = wgsl_constants()  # const OP_NEG: u32 = 0u; ... (the op table's GPU codes)
@@ -327,8 +327,7 @@ class Kernels:
                 try:
                     st.module = dev.create_shader_module(label=st.name, code=code)
                 except Exception as e:  # a compile error is a tallow bug: say where
-                    if is_lost(e):
-                        raise lost(self._state, f"compiling {st.name}", e) from e
+                    raise_if_lost(self._state, f"compiling {st.name}", e)
                     raise RuntimeError(f"WGSL module {st.name} failed to compile: {e}") from None
                 st.compile_s = time.perf_counter() - t0
                 self._modules[mkey] = st
@@ -341,8 +340,7 @@ class Kernels:
                     compute={"module": st.module, "entry_point": entry, "constants": dict(constants)},
                 )
             except Exception as e:  # the driver's own compile: a failure there can lose the device
-                if is_lost(e):
-                    raise lost(self._state, f"building the pipeline {label}", e) from e
+                raise_if_lost(self._state, f"building the pipeline {label}", e)
                 raise
             dt_ = time.perf_counter() - t0
             st.pipeline_s += dt_

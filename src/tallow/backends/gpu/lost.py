@@ -19,10 +19,13 @@ def is_lost(exc: BaseException) -> bool:
     return "device is lost" in text or "device lost" in text
 
 
-def lost(state, doing: str, exc: BaseException) -> DeviceLostError:
-    """The error to raise (``from exc``) for a lost device while ``doing``."""
+def raise_if_lost(state, doing: str, exc: BaseException) -> None:
+    """Raise ``DeviceLostError`` (from ``exc``) when ``exc`` says the device is gone, naming
+    the device and what was being done; else return, for the caller to handle ``exc``."""
+    if not is_lost(exc):
+        return
     said = " ".join(str(exc).split())
-    return DeviceLostError(
+    raise DeviceLostError(
         f"gpu:{state.ordinal} ({state.adapter_name}) is lost: {doing} failed. The device is "
         "gone (a driver failure, a GPU reset or destroy()), and nothing more can run on it "
-        f"in this process. wgpu said: {said}")
+        f"in this process. wgpu said: {said}") from exc

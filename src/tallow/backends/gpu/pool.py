@@ -29,7 +29,7 @@ from wgpu import BufferUsage
 
 from ... import config
 from ...errors import TallowError
-from .lost import is_lost, lost
+from .lost import raise_if_lost
 
 MIN_BUCKET = 16
 DEFAULT_CACHE_LIMIT = 1 << 30
@@ -130,8 +130,7 @@ class BufferPool:
         try:
             gpu = self._device.create_buffer(size=size, usage=_USAGE)
         except Exception as e:
-            if is_lost(e):
-                raise lost(self._state, f"allocating {size} bytes", e) from e
+            raise_if_lost(self._state, f"allocating {size} bytes", e)
             raise
         self.allocated += 1
         self._count[size] += 1
