@@ -13,8 +13,7 @@ from tallow.backends.cpu import conv as cpu_conv
 @pytest.fixture(params=["native", "numba", "numpy"])
 def pool_path(request, monkeypatch):
     if request.param != "native":
-        monkeypatch.setitem(cpu_conv._NATIVE, "checked", True)
-        monkeypatch.setitem(cpu_conv._NATIVE, "module", None)
+        monkeypatch.setattr(cpu_conv, "_CONV", lambda: None)  # as if not built
     if request.param == "numpy":
         monkeypatch.setattr(cpu_conv, "_compiled", lambda: None)  # the NumPy path
     return request.param

@@ -56,8 +56,7 @@ def cpu_path(compiled=True, batched=False, split=False, native_c=True, direct=Fa
     (``SMALL_IMAGE``, ``FEW_ROWS``), one thread or work split over two."""
     with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
         if not native_c:
-            mp.setitem(cpu_conv._NATIVE, "checked", True)
-            mp.setitem(cpu_conv._NATIVE, "module", None)
+            mp.setattr(cpu_conv, "_CONV", lambda: None)  # as if not built
         if not compiled:
             mp.setattr(cpu_conv, "_compiled", lambda: None)  # the NumPy path
         mp.setattr(cpu_conv, "SMALL_IMAGE", 10**9 if batched else 0)
@@ -329,10 +328,10 @@ def test_native_im2col_is_the_definition(data):
         with split_pool(threads):
             native._workers.set_threads(threads)
             got = np.full((b, rows, pos), np.nan, np.float32)
-            cpu_conv._NATIVE["module"].im2col(x, got, rows * pos, pos, *geometry)
+            cpu_conv._CONV().im2col(x, got, rows * pos, pos, *geometry)
             np.testing.assert_array_equal(got, want)
             got = np.full((rows, b, pos), np.nan, np.float32)
-            cpu_conv._NATIVE["module"].im2col(x, got, pos, b * pos, *geometry)
+            cpu_conv._CONV().im2col(x, got, pos, b * pos, *geometry)
             np.testing.assert_array_equal(got, want.transpose(1, 0, 2))
 
 
@@ -361,7 +360,7 @@ def _windows_give_the_columns_bits(run):
     result."""
     from tallow.backends.cpu.native import _gemm
 
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     zmm = _gemm.avx512()
     got = {}
     try:
@@ -392,7 +391,7 @@ def test_conv_images_packs_the_columns_from_the_planes_with_their_bits(data):
 
     def run():
         y = np.full((b, co, oh, ow), np.nan, np.float32)
-        cpu_conv._NATIVE["module"].conv_images(x, kern, y, co, *geometry)
+        cpu_conv._CONV().conv_images(x, kern, y, co, *geometry)
         return y
 
     got = _windows_give_the_columns_bits(run)
@@ -414,7 +413,7 @@ def test_the_kernel_gradient_parts_pack_the_columns_from_the_planes_with_their_b
 
     def run():
         out = np.full((parts, co, c * kh * kw), np.nan, np.float32)
-        cpu_conv._NATIVE["module"].kernel_grad_parts(x, g, out, parts, co, *geometry)
+        cpu_conv._CONV().kernel_grad_parts(x, g, out, parts, co, *geometry)
         return out[0]
 
     got = _windows_give_the_columns_bits(run)
@@ -427,7 +426,7 @@ def test_conv_images_packs_from_the_planes_across_chunks_of_rows_and_columns():
     """More than 256 column rows (two chunks of the product's K) and more than 512
     positions (two column blocks), an output width that cuts the panels: the built
     columns' bits."""
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     rng = np.random.default_rng(21)
     b, c, co, h, w, k = 2, 40, 10, 45, 27, 3  # 360 rows, 43 x 25 = 1075 positions
     x = rng.standard_normal((b, c, h, w)).astype(np.float32)
@@ -519,7 +518,7 @@ def test_the_im2col_convolution_in_blocks_of_output_channels(b, c, co, n, k, str
     geometry = cpu_conv._geometry(b, c, n, n, k, k, (stride, stride), (pad, pad), (1, 1), oh, oh)
     for blocks in (1, 2, 3, 7, co):
         y = np.full_like(got[0], np.nan)
-        cpu_conv._NATIVE["module"].conv_images(x, kern, y, co, *geometry, blocks)
+        cpu_conv._CONV().conv_images(x, kern, y, co, *geometry, blocks)
         np.testing.assert_array_equal(y, got[0])
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
                     padding=pad).numpy()
@@ -583,7 +582,7 @@ def test_the_im2col_kernel_gradient_in_parts(b, c, co, n, k, stride, pad, dil, m
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     monkeypatch.setattr(cpu_conv, "SMALL_IMAGE", 256)
     one = (1, 1)
     assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, one, 64, 288, 256) == 4
@@ -601,7 +600,7 @@ def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_the_rule_for_the_forward_by_images(monkeypatch):
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 2)
     monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 2)
     assert cpu_conv._image_groups(mod, 4, 1, 128, 256, 576) == 1
@@ -627,7 +626,7 @@ def test_the_rule_for_the_forward_by_images(monkeypatch):
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_the_rule_for_the_im2col_convolution_by_images(monkeypatch):
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     monkeypatch.setattr(cpu_conv.winograd.CONFIG, "get", lambda: 2)
     assert cpu_conv._by_images(mod, 4, 1, 128, 256, 576)
     assert not cpu_conv._by_images(mod, 1, 1, 128, 256, 576)      # one image: the split product
@@ -641,7 +640,7 @@ def test_the_rule_for_the_im2col_convolution_by_images(monkeypatch):
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
 def test_native_passes_refuse_short_buffers_and_bad_sizes():
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     x = np.zeros((1, 1, 4, 4), np.float32)
     geometry = (1, 1, 4, 4, 3, 3, 1, 1, 0, 0, 1, 1, 2, 2)
     with pytest.raises(ValueError, match="cols"):
@@ -717,7 +716,7 @@ def test_wide_max_pool_rows_with_ties_and_nans_match_torch(kernel, stride, nativ
 def test_direct_convolution_without_simd_matches_torch():
     """The scalar direct convolution (CPUs without AVX2); the kernel gradient then takes
     the im2col path, as the AVX2-only direct kernel gradient refuses to run."""
-    mod = cpu_conv._NATIVE["module"]
+    mod = cpu_conv._CONV()
     before = mod.simd()
     rng = np.random.default_rng(8)
     x = rng.standard_normal((3, 3, 11, 10))
@@ -747,7 +746,7 @@ def test_direct_convolution_of_an_image_too_large_for_its_padded_planes(stride):
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not HAVE_NATIVE or not cpu_conv._NATIVE["module"].simd(),
+@pytest.mark.skipif(not HAVE_NATIVE or not cpu_conv._CONV().simd(),
                     reason="the AVX2 direct kernel gradient is not built")
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
 @pytest.mark.parametrize("pad", [0, 1])

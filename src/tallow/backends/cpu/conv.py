@@ -45,6 +45,7 @@ from numpy.lib.stride_tricks import as_strided
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
 from . import gemm, numba_kernels, parallel, winograd
+from .native_module import NativeModule
 from .threads import CONFIG
 
 
@@ -78,33 +79,13 @@ def _compiled():
 def _native(*arrays):
     """The compiled module (``native/_conv.c``) when it is built, not disabled
     (``TALLOW_NO_NATIVE``) and every array is f32, else None."""
-    if _NATIVE["checked"] is False:
-        # (the module set before the flag: another thread may ask at the same time)
-        from . import native
-
-        try:
-            from .native import _conv, apply_isa
-
-            apply_isa(_conv)  # TALLOW_NATIVE_ISA: narrower builds, as on an older CPU
-            _NATIVE["module"] = _conv
-        except ImportError:  # not built: the numba and NumPy paths serve
-            _NATIVE["module"] = None
-        _NATIVE["native"] = native
-        _NATIVE["checked"] = True
-    mod = _NATIVE["module"]
-    if mod is None:
-        return None
     for a in arrays:  # (a loop: this runs a few times per convolution)
         if a.dtype != np.float32:
             return None
-    native = _NATIVE["native"]
-    if native.disabled():
-        return None
-    native.sync_threads()  # the compiled pool follows set_num_threads
-    return mod
+    return _CONV()
 
 
-_NATIVE = {"checked": False, "module": None, "native": None}
+_CONV = NativeModule("_conv")
 
 # A convolution whose columns would have at most this many rows (c_in / groups * kh *
 # kw: a first layer's 1-8 channels under a 3x3 kernel) runs as a direct convolution

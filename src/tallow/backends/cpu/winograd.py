@@ -50,38 +50,15 @@ import math
 import numpy as np
 
 from . import gemm, parallel
+from .native_module import NativeModule
 from .threads import CONFIG
 
 MIN_CHANNELS = 16
 MIN_TILES = 64
 
-_MODULE = {"checked": False, "module": None, "native": None}
-
-
-def _module():
-    """``native/_winograd`` when it is built and the compiled kernels are not switched
-    off (``TALLOW_NO_NATIVE``), else None."""
-    if not _MODULE["checked"]:
-        # (the module set before the flag: another thread may ask at the same time)
-        from . import native
-
-        try:
-            from .native import _winograd, apply_isa
-
-            apply_isa(_winograd)  # TALLOW_NATIVE_ISA: narrower builds, as on an older CPU
-            _MODULE["module"] = _winograd
-        except ImportError:  # not built: im2col serves
-            _MODULE["module"] = None
-        _MODULE["native"] = native
-        _MODULE["checked"] = True
-    mod = _MODULE["module"]
-    if mod is None:
-        return None
-    native = _MODULE["native"]
-    if native.disabled():
-        return None
-    native.sync_threads()  # the compiled pool follows set_num_threads
-    return mod
+# native/_winograd when it is built and the compiled kernels are not switched off
+# (TALLOW_NO_NATIVE), else None (im2col serves).
+_module = NativeModule("_winograd")
 
 
 def _tiles(oh, ow):
