@@ -760,6 +760,10 @@ typedef struct {
     int64_t *flat_off;
     int wide; /* the flat form's AVX-512 blocks (direct_block_size's `wide`) */
     int few;  /* 4 (at most 4 output channels) or 2 (5-8): blocks at once, AVX-512 */
+    /* AVX-512 flat form, per 16-position block of an image: which lanes are outputs
+     * (column < ow, row < oh) and where the first of them goes in an output plane */
+    uint16_t *fmask;
+    int64_t *fdst;
 } direct_job;
 
 /* The channel blocks the kernels walk.  AVX2 (16 positions in two registers per
@@ -910,14 +914,30 @@ AVX2 static void direct_row_avx2(const direct_job *jb, const float *rows, float 
 DIRECT_FLAT_BLOCK(4)
 DIRECT_FLAT_BLOCK(6)
 
+/* One channel's 16-position block straight into its output plane: the lanes that are
+ * outputs (column < ow, row < oh) are consecutive in the plane (a row's last column is
+ * followed by the next row's first), so a compress and a masked store of that many
+ * lanes write them all; `d` is the plane offset of the first. Staging the blocks in
+ * padded-width rows and copying each output row out (a memcpy of ow floats per channel
+ * and row) took a third of a first layer's time. */
+AVX512F static inline void flat_put(float *plane, __m512 v, uint16_t m, int64_t d) {
+    if (m == 0xFFFF) {
+        _mm512_storeu_ps(plane + d, v);
+        return;
+    }
+    __mmask16 n = (__mmask16)((1u << __builtin_popcount(m)) - 1);
+    _mm512_mask_storeu_ps(plane + d, n, _mm512_maskz_compress_ps((__mmask16)m, v));
+}
+
 /* The same with AVX-512: NCO channels x 16 positions, one register per channel (per
- * tap one load, NCO broadcasts and NCO FMAs, twice the AVX2 block's columns per FMA);
- * every output is the same FMAs in the same order: the same bits. */
+ * tap one load, NCO broadcasts and NCO FMAs, twice the AVX2 block's columns per FMA),
+ * stored with flat_put; every output is the same FMAs in the same order: the same
+ * bits. Block j of image b. */
 #define DIRECT_FLAT_WIDE(NCO)                                                                          \
-    AVX512F static void direct_flat_wide##NCO(const direct_job *jb, const float *planes, float *wide,      \
-                                              int64_t p0, int64_t o0, int64_t nco) {                   \
+    AVX512F static void direct_flat_wide##NCO(const direct_job *jb, const float *planes, int64_t b,        \
+                                              int64_t j, int64_t o0, int64_t nco) {                    \
         const geom_t *g = &jb->g;                                                                      \
-        int64_t taps = g->nc * g->kh * g->kw, span = jb->fblocks * 16;                                 \
+        int64_t taps = g->nc * g->kh * g->kw, p0 = j * 16, plane = g->oh * g->ow;                      \
         const float *kp = jb->kpack + o0 * taps;                                                       \
         const float *base = planes + p0;                                                               \
         __m512 a[NCO];                                                                                 \
@@ -927,9 +947,10 @@ DIRECT_FLAT_BLOCK(6)
             _Pragma("GCC unroll 16") for (int q = 0; q < NCO; q++)                                     \
                 a[q] = _mm512_fmadd_ps(_mm512_set1_ps(kp[tap * NCO + q]), v, a[q]);                    \
         }                                                                                              \
+        float *img = jb->out + (b * jb->co + o0) * plane;                                              \
         _Pragma("GCC unroll 16") for (int q = 0; q < NCO; q++) {                                       \
             if (q >= nco) break;                                                                       \
-            _mm512_storeu_ps(wide + (o0 + q) * span + p0, a[q]);                                       \
+            flat_put(img + q * plane, a[q], jb->fmask[j], jb->fdst[j]);                                \
         }                                                                                              \
     }
 DIRECT_FLAT_WIDE(8)
@@ -941,12 +962,14 @@ DIRECT_FLAT_WIDE(16)
  * = 16 zmm accumulators, per tap NB loads, NCO broadcasts and 16 FMAs (4 x 64: the
  * AVX2 block of 4 channels x 16 positions had eight accumulators and 0.75 loads per
  * FMA; 8 x 32: the 16-lane block of 8 channels, eight accumulators, waited on the FMA
- * latency). The kernel is packed in blocks of NCO. Same sums, same bits. */
+ * latency). The kernel is packed in blocks of NCO. Blocks j .. j + nblk - 1 of image b
+ * are stored (nblk <= NB: the last ones of an image or a chunk; the blocks past them
+ * are computed from the planes' slack and dropped). Same sums, same bits. */
 #define DIRECT_FLAT_FEW(NCO, NB)                                                                       \
-    AVX512F static void direct_flat_few##NCO(const direct_job *jb, const float *planes, float *wide,       \
-                                             int64_t p0) {                                             \
+    AVX512F static void direct_flat_few##NCO(const direct_job *jb, const float *planes, int64_t b,         \
+                                             int64_t j, int64_t nblk) {                                \
         const geom_t *g = &jb->g;                                                                      \
-        int64_t taps = g->nc * g->kh * g->kw, span = jb->fblocks * 16;                                 \
+        int64_t taps = g->nc * g->kh * g->kw, p0 = j * 16, plane = g->oh * g->ow;                      \
         const float *kp = jb->kpack, *base = planes + p0;                                              \
         __m512 a[NCO * NB], v[NB];                                                                     \
         _Pragma("GCC unroll 16") for (int q = 0; q < NCO * NB; q++) a[q] = _mm512_setzero_ps();        \
@@ -959,10 +982,11 @@ DIRECT_FLAT_WIDE(16)
                     a[NB * q + i] = _mm512_fmadd_ps(w, v[i], a[NB * q + i]);                           \
             }                                                                                          \
         }                                                                                              \
+        float *img = jb->out + b * jb->co * plane;                                                     \
         _Pragma("GCC unroll 8") for (int q = 0; q < NCO; q++) {                                        \
             if (q >= jb->co) break;                                                                    \
             _Pragma("GCC unroll 4") for (int i = 0; i < NB; i++)                                       \
-                _mm512_storeu_ps(wide + q * span + p0 + 16 * i, a[NB * q + i]);                        \
+                if (i < nblk) flat_put(img + q * plane, a[NB * q + i], jb->fmask[j + i], jb->fdst[j + i]); \
         }                                                                                              \
     }
 DIRECT_FLAT_FEW(4, 4)
@@ -983,9 +1007,19 @@ static void direct_flat_flush(const direct_job *jb, const float *wide, int64_t b
     }
 }
 
-/* scratch: the image's nc padded planes (fplane floats each: hp rows of fw, then zeros
- * for the furthest tap of the last block), and its outputs at width fw (co rows of
- * fblocks * 16), copied out when the chunk leaves the image */
+/* Image b's nc zero-padded planes (fplane floats each: hp rows of fw, then zeros for
+ * the furthest tap of the last block), and `slack` more zeros after the last. */
+static void flat_planes(const direct_job *jb, float *planes, int64_t b, int64_t slack) {
+    const geom_t *g = &jb->g;
+    memset(planes, 0, (size_t)(g->nc * jb->fplane + slack) * sizeof(float));
+    for (int64_t ci = 0; ci < g->nc; ci++)
+        for (int64_t r = 0; r < g->h; r++)
+            memcpy(planes + ci * jb->fplane + (r + g->ph) * jb->fw + g->pw,
+                   jb->x + ((b * g->nc + ci) * g->h + r) * g->w, (size_t)g->w * sizeof(float));
+}
+
+/* AVX2: scratch holds the image's planes (flat_planes) and its outputs at width fw (co
+ * rows of fblocks * 16), copied out row by row as they complete */
 AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
     const direct_job *jb = (const direct_job *)p;
     const geom_t *g = &jb->g;
@@ -1001,46 +1035,19 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
         int64_t b = u / jb->fblocks, p0 = (u % jb->fblocks) * 16;
         if (b != filled) {
             if (filled >= 0) direct_flat_flush(jb, wide, filled, pa, pb);
-            memset(planes, 0, (size_t)(g->nc * jb->fplane) * sizeof(float));
-            for (int64_t ci = 0; ci < g->nc; ci++)
-                for (int64_t r = 0; r < g->h; r++)
-                    memcpy(planes + ci * jb->fplane + (r + g->ph) * jb->fw + g->pw,
-                           jb->x + ((b * g->nc + ci) * g->h + r) * g->w, (size_t)g->w * sizeof(float));
+            flat_planes(jb, planes, b, 0);
             filled = b;
             pa = p0;
         }
         pb = p0 + 16;
-        const int64_t nb = jb->few; /* blocks of this image at once, or 0 */
-        if (nb && u + nb - 1 < hi && (u + nb - 1) / jb->fblocks == b) {
-            if (nb == 4) direct_flat_few4(jb, planes, wide, p0);
-            else direct_flat_few8(jb, planes, wide, p0);
-            pb = p0 + 16 * nb;
-            u += nb - 1;
-        } else if (jb->wide) {
-            for (int64_t o0 = 0; o0 < co;) {
-                int64_t left = co - o0;
-                int64_t nb = direct_block_size(co, o0, 1);
-                if (nb == 16) {
-                    direct_flat_wide16(jb, planes, wide, p0, o0, 16);
-                    o0 += 16;
-                } else if (nb == 12) {
-                    direct_flat_wide12(jb, planes, wide, p0, o0, left < 12 ? left : 12);
-                    o0 += 12;
-                } else {
-                    direct_flat_wide8(jb, planes, wide, p0, o0, left < 8 ? left : 8);
-                    o0 += 8;
-                }
-            }
-        } else {
-            for (int64_t o0 = 0; o0 < co;) {
-                int64_t left = co - o0;
-                if (direct_block_size(co, o0, 0) == 6) {
-                    direct_flat_block6(jb, planes, wide, p0, o0, left < 6 ? left : 6);
-                    o0 += 6;
-                } else {
-                    direct_flat_block4(jb, planes, wide, p0, o0, left < 4 ? left : 4);
-                    o0 += 4;
-                }
+        for (int64_t o0 = 0; o0 < co;) {
+            int64_t left = co - o0;
+            if (direct_block_size(co, o0, 0) == 6) {
+                direct_flat_block6(jb, planes, wide, p0, o0, left < 6 ? left : 6);
+                o0 += 6;
+            } else {
+                direct_flat_block4(jb, planes, wide, p0, o0, left < 4 ? left : 4);
+                o0 += 4;
             }
         }
         /* the rows completed so far go out now, between the blocks' FMAs, not in one
@@ -1052,6 +1059,56 @@ AVX2 static void direct_flat_task(void *p, int64_t lo, int64_t hi) {
         }
     }
     if (filled >= 0) direct_flat_flush(jb, wide, filled, pa, pb);
+    free(planes);
+}
+
+/* The planes' slack for direct_flat_few's blocks past an image's last (never stored). */
+#define FLAT_FEW_SLACK (3 * 16)
+
+/* AVX-512: scratch holds the image's planes; the blocks go straight to the output
+ * (flat_put). Up to 8 channels, `few` blocks of one image at a time; more, one block
+ * at a time in channel blocks of 16, 12 or 8. */
+AVX512F static void direct_flat_task512(void *p, int64_t lo, int64_t hi) {
+    const direct_job *jb = (const direct_job *)p;
+    const geom_t *g = &jb->g;
+    int64_t co = jb->co;
+    float *planes = (float *)malloc((size_t)(g->nc * jb->fplane + FLAT_FEW_SLACK) * sizeof(float));
+    if (!planes) {
+        atomic_store(jb->failed, 1);
+        return;
+    }
+    int64_t filled = -1;
+    for (int64_t u = lo; u < hi;) {
+        int64_t b = u / jb->fblocks, j = u % jb->fblocks;
+        if (b != filled) {
+            flat_planes(jb, planes, b, FLAT_FEW_SLACK);
+            filled = b;
+        }
+        if (jb->few) {
+            int64_t n = jb->few;
+            if (n > hi - u) n = hi - u;
+            if (n > jb->fblocks - j) n = jb->fblocks - j;
+            if (jb->few == 4) direct_flat_few4(jb, planes, b, j, n);
+            else direct_flat_few8(jb, planes, b, j, n);
+            u += n;
+            continue;
+        }
+        for (int64_t o0 = 0; o0 < co;) {
+            int64_t left = co - o0;
+            int64_t nb = direct_block_size(co, o0, 1);
+            if (nb == 16) {
+                direct_flat_wide16(jb, planes, b, j, o0, 16);
+                o0 += 16;
+            } else if (nb == 12) {
+                direct_flat_wide12(jb, planes, b, j, o0, left < 12 ? left : 12);
+                o0 += 12;
+            } else {
+                direct_flat_wide8(jb, planes, b, j, o0, left < 8 ? left : 8);
+                o0 += 8;
+            }
+        }
+        u++;
+    }
     free(planes);
 }
 #endif
@@ -1135,6 +1192,28 @@ static float *pack_kernel(const float *k, int64_t co, int64_t taps, int wide) {
     return p;
 }
 
+/* flat_put's table for every block of an image (fmask, fdst); 0 when out of memory. */
+static int flat_stores(direct_job *jb) {
+    const geom_t *g = &jb->g;
+    jb->fmask = (uint16_t *)PyMem_Malloc((size_t)jb->fblocks * sizeof(uint16_t));
+    jb->fdst = (int64_t *)PyMem_Malloc((size_t)jb->fblocks * sizeof(int64_t));
+    if (!jb->fmask || !jb->fdst) return 0;
+    for (int64_t j = 0; j < jb->fblocks; j++) {
+        uint16_t m = 0;
+        int64_t d = 0;
+        for (int i = 15; i >= 0; i--) { /* down, so that d ends at the first output lane */
+            int64_t p = j * 16 + i, y = p / jb->fw, x = p % jb->fw;
+            if (y < g->oh && x < g->ow) {
+                m |= (uint16_t)(1u << i);
+                d = y * g->ow + x;
+            }
+        }
+        jb->fmask[j] = m;
+        jb->fdst[j] = d;
+    }
+    return 1;
+}
+
 /* direct(x, k, out, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow) */
 static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -1164,6 +1243,8 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     /* the flat form: stride 1, the AVX2 kernels, an image's padded planes in scratch */
     jb.fw = jb.fplane = jb.fblocks = 0;
     jb.flat_off = NULL;
+    jb.fmask = NULL;
+    jb.fdst = NULL;
     jb.wide = jb.few = 0;
     if (g->sh == 1 && g->sw == 1 && use_avx2 && g->oh > 0 && g->ow > 0) {
         int64_t fw = g->w + 2 * g->pw, hp = g->h + 2 * g->ph;
@@ -1186,6 +1267,13 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
             int avx512 = use_avx512 && use_avx2;
             jb.wide = avx512 && jb.co > 4;
             jb.few = !avx512 ? 0 : jb.co <= 4 ? 4 : jb.co <= 8 ? 2 : 0;
+            if (avx512 && !flat_stores(&jb)) {
+                PyMem_Free(jb.fmask);
+                PyMem_Free(jb.fdst);
+                PyMem_Free(jb.flat_off);
+                PyMem_Free(jb.tap_off);
+                return PyErr_NoMemory();
+            }
         }
     }
     buf_t b[3];
@@ -1211,7 +1299,8 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #ifdef TALLOW_X86
         if (jb.flat_off) { /* blocks of 16 positions; chunks of a few per thread, as planes mode */
             int64_t units = g->nb * jb.fblocks, fgrain = units / (4 * tallow_pool_threads());
-            tallow_pool_run(direct_flat_task, &jb, units, fgrain < 1 ? 1 : fgrain, g->nb * g->oh * row_macs);
+            tallow_pool_run(jb.fmask ? direct_flat_task512 : direct_flat_task, &jb, units, fgrain < 1 ? 1 : fgrain,
+                            g->nb * g->oh * row_macs);
         } else
 #endif
         tallow_pool_run(direct_task, &jb, g->nb * g->oh, grain < 1 ? 1 : grain, g->nb * g->oh * row_macs);
@@ -1220,6 +1309,8 @@ static PyObject *py_direct(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     release(b, 3);
     PyMem_Free(jb.flat_off);
+    PyMem_Free(jb.fmask);
+    PyMem_Free(jb.fdst);
     PyMem_Free(jb.tap_off);
     PyMem_Free(jb.kpack);
     return res;
