@@ -1,6 +1,7 @@
 """The AVX-512 kernels against the AVX2 ones they widen: the f32 product's 6x32
-tile and the flat direct convolution's 16-lane blocks (16, 12 or 8 channels x 16
-positions; up to 4 channels x 64 positions) compute every output with the same
+tile, the flat direct convolution's 16-lane blocks (16, 12 or 8 channels x 16
+positions; up to 4 channels x 64 positions) and the flat kernel gradient's pairs of
+channels (two 8-lane sums in one register) compute every output with the same
 operations in the same order, so they must give the AVX2 kernels' bits (and so
 PyTorch's values, which the AVX2 kernels' own tests check). They run where the CPU
 has AVX-512F; ``TALLOW_NATIVE_ISA=avx2`` switches them off.
@@ -125,6 +126,41 @@ def test_the_flat_direct_convolution_s_16_lane_blocks_give_the_avx2_bits(b, c, c
     np.testing.assert_array_equal(wide, plain)
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=pad).numpy()
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
+
+
+@given(b=st.integers(1, 6), c=st.integers(1, 4), co=st.integers(1, 19), h=st.integers(3, 30),
+       w=st.integers(3, 40), kh=st.integers(1, 4), kw=st.integers(1, 5), pad=st.integers(0, 2),
+       dil=st.integers(1, 2), threads=st.sampled_from([1, 2]), seed=st.integers(0, 99))
+@SETTINGS
+def test_the_flat_kernel_gradient_s_channel_pairs_give_the_avx2_bits(b, c, co, h, w, kh, kw, pad, dil,
+                                                                      threads, seed):
+    """Pairs of output channels in a register's halves (an odd count's last one alone),
+    blocks of eight channels, any width (the positions past each row read zeros), one or
+    two threads and up to four image ranges."""
+    oh, ow = h + 2 * pad - dil * (kh - 1), w + 2 * pad - dil * (kw - 1)
+    if oh < 1 or ow < 1:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    g = rng.standard_normal((b, co, oh, ow)).astype(np.float32)
+
+    def kernel_grad():
+        gk = np.full((co, c, kh, kw), np.nan, np.float32)
+        _conv.kernel_grad(x, g, gk, co, b, c, h, w, kh, kw, 1, 1, pad, pad, dil, dil, oh, ow)
+        return gk
+
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        native.sync_threads()
+        plain, wide = _both(_conv, kernel_grad)
+    finally:
+        tl.utils.set_num_threads(before)
+    np.testing.assert_array_equal(wide, plain)
+    want = torch.ops.aten.convolution_backward(
+        torch.from_numpy(g).double(), torch.from_numpy(x).double(), torch.zeros(co, c, kh, kw, dtype=torch.float64),
+        None, [1, 1], [pad, pad], [dil, dil], False, [0, 0], 1, [False, True, False])[1].numpy()
+    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4 * np.sqrt(b * oh * ow))
 
 
 @pytest.mark.parametrize("co", [1, 3, 4, 5, 8])

@@ -1337,6 +1337,7 @@ typedef struct {
      * co x taps), added in order into gk at the end */
     int64_t parts;
     float *part_out;
+    int wide; /* the flat form's AVX-512 kernel (kgrad_flat_wide) */
 } kgrad_job;
 
 /* The flat kernel gradient's image ranges: a count that follows the batch alone. */
@@ -1462,66 +1463,156 @@ static flat_geom kgrad_flat_geom(const geom_t *g) {
     return f;
 }
 
+/* Where the flat form keeps the sum of output channel o and tap t (8 lanes) in a unit's
+ * sums: AVX2, [o][t] (blocks of KF_CO channels); AVX-512, [o / 2][t][o % 2] (a pair of
+ * channels in one register's halves). */
+static inline int64_t kgrad_flat_sum(int wide, int64_t o, int64_t t) {
+    return (wide ? ((o / 2) * KG_TAPS + t) * 2 + o % 2 : o * KG_TAPS + t) * 8;
+}
+
+/* Output channels the flat form's sums cover: whole blocks (KF_CO, or KW_CO with AVX-512). */
+#define KW_CO 8
+static inline int64_t kgrad_flat_channels(int wide, int64_t co) {
+    int64_t blk = wide ? KW_CO : KF_CO;
+    return (co + blk - 1) / blk * blk;
+}
+
+/* One tap unit of an image, channel block cb, AVX2: KF_CO channels x 3 taps, twelve sums. */
+AVX2 static void kgrad_flat_unit(const kgrad_job *jb, const flat_geom *f, const float *const *xs,
+                                 const float *gpad, float *sums, int64_t cb) {
+    int64_t co = jb->co;
+    {
+        const float *gp[KF_CO];
+        for (int q = 0; q < KF_CO; q++) gp[q] = gpad + (cb * KF_CO + q < co ? cb * KF_CO + q : cb * KF_CO) * f->npos;
+        float *sp = sums + cb * KF_CO * KG_TAPS * 8;
+        __m256 a[KF_CO * KG_TAPS];
+        for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+        for (int64_t pos = 0; pos < f->npos; pos += 8) {
+            __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
+            __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
+            for (int q = 0; q < KF_CO; q++) {
+                __m256 gv = _mm256_loadu_ps(gp[q] + pos);
+                a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
+                a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
+                a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
+            }
+        }
+        for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
+    }
+}
+
+/* 8 floats in both halves of a register (AVX-512F: as 4 doubles) */
+AVX512F static inline __m512 bcast8(const float *p) {
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+/* The same with AVX-512: the gradient interleaved by pairs of channels (gil: for pair
+ * j and position block m, channel 2j's 8 positions then channel 2j + 1's), each tap's
+ * inputs broadcast to both halves, so that one FMA does two AVX2 FMAs' work: each half
+ * is one channel's 8 lanes, summed over the same positions in the same order as
+ * kgrad_flat_unit's: the same bits. Block cb of KW_CO channels x 3 taps, twelve sums. */
+AVX512F static void kgrad_flat_wide(const kgrad_job *jb, const flat_geom *f, const float *const *xs,
+                                    const float *gil, float *sums, int64_t cb) {
+    (void)jb;
+    {
+        const float *gp = gil + cb * KW_CO * f->npos; /* KW_CO / 2 pairs of 2 * npos floats */
+        float *sp = sums + cb * KW_CO * KG_TAPS * 8;
+        __m512 a[KW_CO / 2 * KG_TAPS];
+        _Pragma("GCC unroll 12") for (int q = 0; q < KW_CO / 2 * KG_TAPS; q++) a[q] = _mm512_loadu_ps(sp + 16 * q);
+        for (int64_t pos = 0; pos < f->npos; pos += 8) {
+            __m512 v0 = bcast8(xs[0] + pos);
+            __m512 v1 = bcast8(xs[1] + pos);
+            __m512 v2 = bcast8(xs[2] + pos);
+            _Pragma("GCC unroll 4") for (int j = 0; j < KW_CO / 2; j++) {
+                __m512 gv = _mm512_loadu_ps(gp + j * 2 * f->npos + 2 * pos);
+                a[j * KG_TAPS] = _mm512_fmadd_ps(gv, v0, a[j * KG_TAPS]);
+                a[j * KG_TAPS + 1] = _mm512_fmadd_ps(gv, v1, a[j * KG_TAPS + 1]);
+                a[j * KG_TAPS + 2] = _mm512_fmadd_ps(gv, v2, a[j * KG_TAPS + 2]);
+            }
+        }
+        _Pragma("GCC unroll 12") for (int q = 0; q < KW_CO / 2 * KG_TAPS; q++) _mm512_storeu_ps(sp + 16 * q, a[q]);
+    }
+}
+
+/* Image b's gradient into gil, at width W and interleaved by pairs (kgrad_flat_wide):
+ * position p = y * W + x of channel o at gil[(o & ~1) * npos + 16 * (p / 8) + 8 * (o & 1)
+ * + p % 8], straight from the gradient's rows with masked loads and stores (a memcpy
+ * per row and channel, then the interleaving pass, took 40% of the FMAs' time). The
+ * positions past ow and the channels past co are never written: zeros from the start. */
+AVX512F static void kgrad_interleave(const kgrad_job *jb, const flat_geom *f, int64_t b, float *gil) {
+    const geom_t *g = &jb->g;
+    int64_t co = jb->co, ow = g->ow, plane = g->oh * ow;
+    const float *gb = jb->gr + b * co * plane;
+    for (int64_t o = 0; o < co; o += 2) {
+        const float *g0 = gb + o * plane, *g1 = o + 1 < co ? g0 + plane : NULL;
+        float *dst = gil + o * f->npos;
+        for (int64_t y = 0; y < g->oh; y++) {
+            int64_t p0 = y * f->wp, p1 = p0 + ow; /* the row's flat positions [p0, p1) */
+            for (int64_t m = p0 / 8; m * 8 < p1; m++) {
+                int64_t l0 = p0 - 8 * m > 0 ? p0 - 8 * m : 0, l1 = p1 - 8 * m < 8 ? p1 - 8 * m : 8;
+                __mmask16 k = (__mmask16)(((1u << l1) - 1) & ~((1u << l0) - 1));
+                int64_t at = 8 * m - p0 + y * ow; /* where lane 0 would read in the plane */
+                __m512 v = _mm512_maskz_loadu_ps(k, g0 + at);
+                if (g1) v = _mm512_mask_loadu_ps(v, (__mmask16)(k << 8), g1 + at - 8);
+                _mm512_mask_storeu_ps(dst + 16 * m, g1 ? (__mmask16)(k | k << 8) : k, v);
+            }
+        }
+    }
+}
+
 AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
     const kgrad_job *jb = (const kgrad_job *)p;
     const geom_t *g = &jb->g;
     const flat_geom f = kgrad_flat_geom(g);
-    int64_t co = jb->co, ncb = (co + KF_CO - 1) / KF_CO, per_unit = ncb * KF_CO * KG_TAPS * 8;
+    const int wide = jb->wide;
+    int64_t co = jb->co, cop = kgrad_flat_channels(wide, co), per_unit = cop * KG_TAPS * 8;
+    int64_t ncb = cop / (wide ? KW_CO : KF_CO);
     int64_t ntb = (g->kw + KG_TAPS - 1) / KG_TAPS, taps = g->nc * g->kh * g->kw;
     const int64_t ntu = g->nc * g->kh * ntb; /* tap units per image range */
-    size_t floats = (size_t)(f.plane + co * f.npos + (hi - lo) * per_unit);
-    float *plane = (float *)malloc(floats * sizeof(float));
-    if (!plane) {
+    /* the image's padded planes, its padded gradient (AVX-512: interleaved, on a cache
+     * line, so that each 64-byte load reads one line, not two), the units' sums */
+    int64_t grad_floats = wide ? cop * f.npos + 16 : co * f.npos;
+    size_t floats = (size_t)(g->nc * f.plane + grad_floats + (hi - lo) * per_unit);
+    float *planes = (float *)malloc(floats * sizeof(float));
+    if (!planes) {
         atomic_store(jb->failed, 1);
         return;
     }
-    float *gpad = plane + f.plane, *all_sums = gpad + co * f.npos;
+    float *gpad = planes + g->nc * f.plane, *all_sums = gpad + grad_floats;
+    float *gil = (float *)(((uintptr_t)gpad + 63) & ~(uintptr_t)63);
     memset(all_sums, 0, (size_t)((hi - lo) * per_unit) * sizeof(float));
-    memset(gpad, 0, (size_t)(co * f.npos) * sizeof(float));
+    memset(gpad, 0, (size_t)grad_floats * sizeof(float));
+    memset(planes, 0, (size_t)(g->nc * f.plane) * sizeof(float));
     /* unit u: tap unit u % ntu over the images of range u / ntu */
     for (int64_t part = lo / ntu; part * ntu < hi; part++) {
         const int64_t ua = part * ntu > lo ? part * ntu : lo, ub = (part + 1) * ntu < hi ? (part + 1) * ntu : hi;
         const int64_t b0 = g->nb * part / jb->parts, b1 = g->nb * (part + 1) / jb->parts;
         for (int64_t b = b0; b < b1; b++) {
-            for (int64_t o = 0; o < co; o++) /* the gradient at width W (the columns past ow stay 0) */
-                for (int64_t y = 0; y < g->oh; y++)
-                    memcpy(gpad + o * f.npos + y * f.wp, jb->gr + ((b * co + o) * g->oh + y) * g->ow,
-                           (size_t)g->ow * sizeof(float));
-            int64_t plane_ci = -1;
-            for (int64_t u = ua; u < ub; u++) {
-                int64_t r = (u % ntu) / ntb, tb = (u % ntu) % ntb, ci = r / g->kh, ki = r % g->kh;
-                int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
-                if (ci != plane_ci) { /* the zero-padded plane of input channel ci */
-                    memset(plane, 0, (size_t)f.plane * sizeof(float));
-                    for (int64_t y = 0; y < g->h; y++)
-                        memcpy(plane + (y + g->ph) * f.wp + g->pw, jb->x + ((b * g->nc + ci) * g->h + y) * g->w,
-                               (size_t)g->w * sizeof(float));
-                    plane_ci = ci;
-                }
-                const float *xs[KG_TAPS];
-                for (int64_t t = 0; t < KG_TAPS; t++)
-                    xs[t] = plane + ki * g->dh * f.wp + (tb * KG_TAPS + (t < nt ? t : 0)) * g->dw;
-                float *sums = all_sums + (u - lo) * per_unit;
-                for (int64_t cb = 0; cb < ncb; cb++) {
-                    const float *gp[KF_CO];
-                    for (int q = 0; q < KF_CO; q++)
-                        gp[q] = gpad + (cb * KF_CO + q < co ? cb * KF_CO + q : cb * KF_CO) * f.npos;
-                    float *sp = sums + cb * KF_CO * KG_TAPS * 8;
-                    __m256 a[KF_CO * KG_TAPS];
-                    for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
-                    for (int64_t pos = 0; pos < f.npos; pos += 8) {
-                        __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
-                        __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
-                        for (int q = 0; q < KF_CO; q++) {
-                            __m256 gv = _mm256_loadu_ps(gp[q] + pos);
-                            a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
-                            a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
-                            a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
-                        }
-                    }
-                    for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
-                }
+            if (wide) {
+                kgrad_interleave(jb, &f, b, gil);
+            } else {
+                for (int64_t o = 0; o < co; o++) /* the gradient at width W (the columns past ow stay 0) */
+                    for (int64_t y = 0; y < g->oh; y++)
+                        memcpy(gpad + o * f.npos + y * f.wp, jb->gr + ((b * co + o) * g->oh + y) * g->ow,
+                               (size_t)g->ow * sizeof(float));
             }
+            for (int64_t ci = 0; ci < g->nc; ci++) /* the input planes (their margins stay 0) */
+                for (int64_t y = 0; y < g->h; y++)
+                    memcpy(planes + ci * f.plane + (y + g->ph) * f.wp + g->pw,
+                           jb->x + ((b * g->nc + ci) * g->h + y) * g->w, (size_t)g->w * sizeof(float));
+            /* a channel block's gradient stays in L1 over the units (each unit's sums are
+             * its own: the same sums in the same order whatever the loops' nesting) */
+            for (int64_t cb = 0; cb < ncb; cb++)
+                for (int64_t u = ua; u < ub; u++) {
+                    int64_t r = (u % ntu) / ntb, tb = (u % ntu) % ntb, ci = r / g->kh, ki = r % g->kh;
+                    int64_t nt = g->kw - tb * KG_TAPS < KG_TAPS ? g->kw - tb * KG_TAPS : KG_TAPS;
+                    const float *xs[KG_TAPS];
+                    for (int64_t t = 0; t < KG_TAPS; t++)
+                        xs[t] = planes + ci * f.plane + ki * g->dh * f.wp + (tb * KG_TAPS + (t < nt ? t : 0)) * g->dw;
+                    float *sums = all_sums + (u - lo) * per_unit;
+                    if (wide) kgrad_flat_wide(jb, &f, xs, gil, sums, cb);
+                    else kgrad_flat_unit(jb, &f, xs, gpad, sums, cb);
+                }
         }
         for (int64_t u = ua; u < ub; u++) { /* the range's sums, reduced lane by lane */
             int64_t r = (u % ntu) / ntb, tb = (u % ntu) % ntb, ci = r / g->kh, ki = r % g->kh;
@@ -1529,13 +1620,12 @@ AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
             const float *sums = all_sums + (u - lo) * per_unit;
             float *out = jb->part_out + part * co * taps;
             for (int64_t o = 0; o < co; o++)
-                for (int64_t t = 0; t < nt; t++) {
-                    const float *sp = sums + ((o / KF_CO) * KF_CO * KG_TAPS + (o % KF_CO) * KG_TAPS + t) * 8;
-                    out[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] = hsum8(_mm256_loadu_ps(sp));
-                }
+                for (int64_t t = 0; t < nt; t++)
+                    out[o * taps + (ci * g->kh + ki) * g->kw + tb * KG_TAPS + t] =
+                        hsum8(_mm256_loadu_ps(sums + kgrad_flat_sum(wide, o, t)));
         }
     }
-    free(plane);
+    free(planes);
 }
 #endif
 
@@ -1566,6 +1656,7 @@ static PyObject *py_kernel_grad(PyObject *self, PyObject *const *args, Py_ssize_
         int64_t units = g->nc * g->kh * ((g->kw + KG_TAPS - 1) / KG_TAPS);
         int flat = g->sh == 1 && g->sw == 1 && all_finite(jb.x, g->nb * g->nc * g->h * g->w);
         jb.parts = g->nb < KGRAD_PARTS ? (g->nb > 0 ? g->nb : 1) : KGRAD_PARTS;
+        jb.wide = use_avx512 && use_avx2;
         jb.part_out = flat ? (float *)PyMem_Malloc((size_t)(jb.parts * jb.co * taps) * sizeof(float)) : NULL;
         if (flat && !jb.part_out) {
             release(b, 3);
