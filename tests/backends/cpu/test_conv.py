@@ -356,24 +356,60 @@ def _draw_windows_case(draw, max_batch):
 
 def _windows_give_the_columns_bits(run):
     """``run()`` with the columns built, then packed from the planes' windows with the
-    AVX-512 and with the plain packing: the same bits all three times; the packed
-    result."""
+    AVX-512 and with the plain packing, and without the flat columns of narrow outputs:
+    the same bits every time; the packed result."""
     from tallow.backends.cpu.native import _gemm
 
     mod = cpu_conv._CONV()
     zmm = _gemm.avx512()
     got = {}
     try:
-        for windows, wide in ((False, zmm), (True, zmm), (True, False)):
+        for windows, wide, flat in ((False, zmm, True), (True, zmm, True), (True, False, True), (True, zmm, False)):
             mod.set_windows(windows)
+            mod.set_flat(flat)
             _gemm.set_avx512(wide)
-            got[windows, wide] = run()
+            got[windows, wide, flat] = run()
     finally:
         mod.set_windows(True)
+        mod.set_flat(True)
         _gemm.set_avx512(zmm)
     for y in got.values():
-        np.testing.assert_array_equal(y, got[False, zmm])
-    return got[True, zmm]
+        np.testing.assert_array_equal(y, got[False, zmm, True])
+    return got[True, zmm, True]
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("b, c, co, n, stride, pad, dil", [
+    (1, 256, 256, 7, 1, 1, 1),   # 7 rows of 9: 63 columns, the 49 outputs' four panels
+    (2, 64, 70, 10, 1, 1, 1),    # 10 x 12 = 120 columns for 100 outputs; a partial tile of rows
+    (1, 48, 64, 14, 2, 1, 1),    # stride 2: the phase planes' rows
+    (1, 32, 40, 14, 1, 2, 2),    # dilation 2: 14 rows of 18
+])
+@pytest.mark.parametrize("units", [1, 2])
+def test_conv_images_over_the_planes_whole_rows_gives_the_packed_bits(b, c, co, n, stride, pad, dil, units):
+    """Outputs narrower than a panel computed over the planes' whole rows (the columns
+    past each output row computed and dropped, the reads past the last plane zeros):
+    the bits of the packed product, every output written, and the definition's values."""
+    mod = cpu_conv._CONV()
+    rng = np.random.default_rng(n + co)
+    x = rng.standard_normal((b, c, n, n)).astype(np.float32)
+    kern = (rng.standard_normal((co, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    oh, ow = cpu_conv._out_hw(n, n, 3, 3, (pad, pad), (stride, stride), (dil, dil))
+    geometry = cpu_conv._geometry(b, c, n, n, 3, 3, (stride, stride), (pad, pad), (dil, dil), oh, ow)
+    got = []
+    try:
+        for flat in (False, True):
+            mod.set_flat(flat)
+            y = np.full((b, co, oh, ow), np.nan, np.float32)
+            mod.conv_images(x, kern, y, co, *geometry, units)
+            got.append(y)
+    finally:
+        mod.set_flat(True)
+    assert mod.flat()
+    np.testing.assert_array_equal(got[1], got[0])
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
+                    padding=pad, dilation=dil).numpy()
+    np.testing.assert_allclose(got[1], want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")

@@ -343,12 +343,14 @@ typedef struct {
     int64_t ch;         /* the kernel's other channel count: c_out (conv_images), c_in (transposed) */
     const int64_t *row_off; /* conv_images with windows: each column row's window in an image's planes */
     int64_t groups;         /* conv_images: units per image, each a block of the output channels */
+    int64_t flat;           /* conv_images: the product's columns in flat_windows, else 0 */
     _Atomic int *failed;
 } images_job;
 
 /* conv_images packs its products' columns straight from the image's zero-margined
  * (phase) planes (tallow_windows) instead of building them (set_windows). */
 static int use_windows = 1;
+static int use_flat = 1; /* the flat columns (flat_windows) where they apply (set_flat) */
 
 /* Floats of one channel's planes with their margins (phase_margins; stride 1: one plane). */
 static inline int64_t channel_planes_floats(const geom_t *g) { return padded_phase_floats(g); }
@@ -401,6 +403,24 @@ static inline __attribute__((always_inline)) void image_columns(const geom_t *g,
     for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);
 }
 
+/* Outputs narrower than a panel's 16 columns (a 7x7 or 28x28 image) make panels that
+ * cut across output rows, which the product packs from the windows. Flat instead: the
+ * product's column p = i * pitch + j (pitch: the planes' row length) reads every
+ * window's row at base + row_off[r] + p, one run for the whole image, so that its
+ * panels are read in place (kernel_avx512_rows), and the columns j >= ow are computed
+ * into a scratch block and dropped. Each output is the same sum as from the packed
+ * columns: the same bits. The columns (oh * pitch, rounded up to a panel) when AVX-512
+ * reads them in place and they are at most 1.25x the packed product's (a 7x7 image's
+ * 63 of 64 against 49 of 64; 10x10 and 14x14 ones 1.14x and 1.08x: their forward
+ * 0.84-1.03x the packed product's time, a 512-channel 7x7 one 0.92-0.95x), else 0. */
+static int64_t flat_windows(const geom_t *g) {
+    margins_t mg;
+    phase_margins(g, &mg);
+    const int64_t flat = (g->oh * mg.cols + 15) / 16 * 16, packed = (g->oh * g->ow + 15) / 16 * 16;
+    if (!(use_avx2 && use_avx512) || g->ow % 16 == 0 || flat * 4 > packed * 5 || flat > 512) return 0;
+    return flat;
+}
+
 /* The first output channel of block `gi` of an image's `groups` (gi = groups: c_out),
  * on whole tiles of the product's six rows. Each element is the same product's sum
  * whichever block computes it: the same bits for any count. */
@@ -416,7 +436,10 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
         const geom_t *g = &ij->g;                                                                 \
         const int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;                          \
         const int64_t ph = cols_scratch_floats(g);                                                \
-        const size_t floats = ij->row_off ? (size_t)(g->nc * channel_planes_floats(g)) : (size_t)(rows * pos + ph); \
+        const int64_t planes = g->nc * channel_planes_floats(g), flat = ij->flat;                  \
+        /* flat: the planes, the reads past the last one (zeros), the block's columns */         \
+        const size_t floats = !ij->row_off ? (size_t)(rows * pos + ph)                            \
+                              : (size_t)(planes + (flat ? flat + ij->ch * flat : 0));             \
         float *cols = scratch_get(floats);                                                        \
         if (!cols) {                                                                              \
             atomic_store(ij->failed, 1);                                                          \
@@ -424,7 +447,9 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
         }                                                                                         \
         margins_t mg;                                                                             \
         phase_margins(g, &mg);                                                                    \
-        const tallow_windows win = {cols, ij->row_off, g->ow, mg.cols, 0};                        \
+        float *wide = cols + planes + flat;                                                       \
+        if (flat) memset(cols + planes, 0, (size_t)flat * sizeof(float));                        \
+        const tallow_windows win = {cols, ij->row_off, flat ? flat : g->ow, flat ? flat : mg.cols, 0}; \
         int64_t made = -1; /* the image whose planes or columns are in the scratch */             \
         for (int64_t u = lo; u < hi; u++) {                                                       \
             const int64_t b = u / ij->groups, o0 = image_group(ij, u % ij->groups);              \
@@ -433,7 +458,14 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
             float *y = ij->y + (b * ij->ch + o0) * pos;                                           \
             const float *k = ij->k + o0 * rows;                                                   \
             int ok;                                                                               \
-            if (ij->row_off) { /* the planes, the product packed from their windows */           \
+            if (ij->row_off && flat) { /* the product over the flat columns, then each row out */ \
+                if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
+                ok = tallow_gemm->product_windows(k, rows, 1, &win, wide, o1 - o0, flat, rows, 0); \
+                for (int64_t o = 0; ok && o < o1 - o0; o++)                                       \
+                    for (int64_t i = 0; i < g->oh; i++)                                           \
+                        memcpy(y + o * pos + i * g->ow, wide + o * flat + i * mg.cols,            \
+                               (size_t)g->ow * sizeof(float));                                    \
+            } else if (ij->row_off) { /* the planes, the product packed from their windows */    \
                 if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
                 ok = tallow_gemm->product_windows(k, rows, 1, &win, y, o1 - o0, pos, rows, 0);    \
             } else {                                                                              \
@@ -519,6 +551,7 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
         get_buf(args[2], &b[2], 1, y_floats * 4, transposed ? "out" : "y")) {
         ij.x = (const float *)b[0].view.buf, ij.k = (const float *)b[1].view.buf, ij.y = (float *)b[2].view.buf;
         ij.row_off = NULL;
+        ij.flat = 0;
         int64_t *off = NULL;
         /* (without AVX-512, panels that cut the output rows are packed a float at a
          * time: slower than building the columns, 1.3x for 28-wide outputs) */
@@ -527,6 +560,7 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
             release(b, 3);
             return PyErr_NoMemory();
         }
+        if (windows && use_flat) ij.flat = flat_windows(g);
         _Atomic int failed = 0;
         ij.failed = &failed;
         tallow_task_fn fn = transposed ? t_images_task_base : images_task_base;
@@ -557,6 +591,19 @@ static PyObject *py_set_windows(PyObject *self, PyObject *arg) {
 static PyObject *py_windows(PyObject *self, PyObject *noargs) {
     (void)self, (void)noargs;
     return PyBool_FromLong(use_windows);
+}
+
+static PyObject *py_set_flat(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    use_flat = on;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_flat(PyObject *self, PyObject *noargs) {
+    (void)self, (void)noargs;
+    return PyBool_FromLong(use_flat);
 }
 
 static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1982,6 +2029,8 @@ static PyMethodDef methods[] = {
     {"conv_images", FC(py_conv_images), "im2col and the product an image at a time, one chunk of images per task."},
     {"set_windows", py_set_windows, METH_O, "conv_images: pack the columns from the image's planes (True) or build them."},
     {"windows", py_windows, METH_NOARGS, "Whether conv_images packs its columns from the image's planes."},
+    {"set_flat", py_set_flat, METH_O, "conv_images: narrow outputs' columns over the planes' whole rows (True) or packed."},
+    {"flat", py_flat, METH_NOARGS, "Whether conv_images computes narrow outputs over the planes' whole rows."},
     {"conv_transpose_images", FC(py_conv_transpose_images), "The product and col2im an image at a time, one chunk of images per task."},
     {"kernel_grad_parts", FC(py_kernel_grad_parts), "The im2col kernel gradient an image at a time, in parts."},
     {"im2col", FC(py_im2col), "Columns of f32 NCHW images (padding, stride, dilation in the gather)."},
