@@ -1527,25 +1527,22 @@ static inline int64_t kgrad_flat_channels(int wide, int64_t co) {
 /* One tap unit of an image, channel block cb, AVX2: KF_CO channels x 3 taps, twelve sums. */
 AVX2 static void kgrad_flat_unit(const kgrad_job *jb, const flat_geom *f, const float *const *xs,
                                  const float *gpad, float *sums, int64_t cb) {
-    int64_t co = jb->co;
-    {
-        const float *gp[KF_CO];
-        for (int q = 0; q < KF_CO; q++) gp[q] = gpad + (cb * KF_CO + q < co ? cb * KF_CO + q : cb * KF_CO) * f->npos;
-        float *sp = sums + cb * KF_CO * KG_TAPS * 8;
-        __m256 a[KF_CO * KG_TAPS];
-        for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
-        for (int64_t pos = 0; pos < f->npos; pos += 8) {
-            __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
-            __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
-            for (int q = 0; q < KF_CO; q++) {
-                __m256 gv = _mm256_loadu_ps(gp[q] + pos);
-                a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
-                a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
-                a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
-            }
+    const float *gp[KF_CO];
+    for (int q = 0; q < KF_CO; q++) gp[q] = gpad + (cb * KF_CO + q < jb->co ? cb * KF_CO + q : cb * KF_CO) * f->npos;
+    float *sp = sums + cb * KF_CO * KG_TAPS * 8;
+    __m256 a[KF_CO * KG_TAPS];
+    for (int q = 0; q < KF_CO * KG_TAPS; q++) a[q] = _mm256_loadu_ps(sp + 8 * q);
+    for (int64_t pos = 0; pos < f->npos; pos += 8) {
+        __m256 v0 = _mm256_loadu_ps(xs[0] + pos), v1 = _mm256_loadu_ps(xs[1] + pos);
+        __m256 v2 = _mm256_loadu_ps(xs[2] + pos);
+        for (int q = 0; q < KF_CO; q++) {
+            __m256 gv = _mm256_loadu_ps(gp[q] + pos);
+            a[q * KG_TAPS] = _mm256_fmadd_ps(gv, v0, a[q * KG_TAPS]);
+            a[q * KG_TAPS + 1] = _mm256_fmadd_ps(gv, v1, a[q * KG_TAPS + 1]);
+            a[q * KG_TAPS + 2] = _mm256_fmadd_ps(gv, v2, a[q * KG_TAPS + 2]);
         }
-        for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
     }
+    for (int q = 0; q < KF_CO * KG_TAPS; q++) _mm256_storeu_ps(sp + 8 * q, a[q]);
 }
 
 /* 8 floats in both halves of a register (AVX-512F: as 4 doubles) */
@@ -1558,30 +1555,25 @@ AVX512F static inline __m512 bcast8(const float *p) {
  * inputs broadcast to both halves, so that one FMA does two AVX2 FMAs' work: each half
  * is one channel's 8 lanes, summed over the same positions in the same order as
  * kgrad_flat_unit's: the same bits. Block cb of KW_CO channels x 3 taps, twelve sums. */
-AVX512F static void kgrad_flat_wide(const kgrad_job *jb, const flat_geom *f, const float *const *xs,
-                                    const float *gil, float *sums, int64_t cb) {
-    (void)jb;
-    {
-        const float *gp = gil + cb * KW_CO * f->npos; /* KW_CO / 2 pairs of 2 * npos floats */
-        float *sp = sums + cb * KW_CO * KG_TAPS * 8;
-        __m512 a[KW_CO / 2 * KG_TAPS];
-        _Pragma("GCC unroll 12") for (int q = 0; q < KW_CO / 2 * KG_TAPS; q++) a[q] = _mm512_loadu_ps(sp + 16 * q);
-        for (int64_t pos = 0; pos < f->npos; pos += 8) {
-            __m512 v0 = bcast8(xs[0] + pos);
-            __m512 v1 = bcast8(xs[1] + pos);
-            __m512 v2 = bcast8(xs[2] + pos);
-            _Pragma("GCC unroll 4") for (int j = 0; j < KW_CO / 2; j++) {
-                __m512 gv = _mm512_loadu_ps(gp + j * 2 * f->npos + 2 * pos);
-                /* one load for its three FMAs (folded into each, the 15 loads per 12 FMAs
-                 * were the loop's limit: 0.71-0.88x the time without) */
-                __asm__("" : "+v"(gv));
-                a[j * KG_TAPS] = _mm512_fmadd_ps(gv, v0, a[j * KG_TAPS]);
-                a[j * KG_TAPS + 1] = _mm512_fmadd_ps(gv, v1, a[j * KG_TAPS + 1]);
-                a[j * KG_TAPS + 2] = _mm512_fmadd_ps(gv, v2, a[j * KG_TAPS + 2]);
-            }
+AVX512F static void kgrad_flat_wide(const flat_geom *f, const float *const *xs, const float *gil, float *sums,
+                                    int64_t cb) {
+    const float *gp = gil + cb * KW_CO * f->npos; /* KW_CO / 2 pairs of 2 * npos floats */
+    float *sp = sums + cb * KW_CO * KG_TAPS * 8;
+    __m512 a[KW_CO / 2 * KG_TAPS];
+    _Pragma("GCC unroll 12") for (int q = 0; q < KW_CO / 2 * KG_TAPS; q++) a[q] = _mm512_loadu_ps(sp + 16 * q);
+    for (int64_t pos = 0; pos < f->npos; pos += 8) {
+        __m512 v0 = bcast8(xs[0] + pos), v1 = bcast8(xs[1] + pos), v2 = bcast8(xs[2] + pos);
+        _Pragma("GCC unroll 4") for (int j = 0; j < KW_CO / 2; j++) {
+            __m512 gv = _mm512_loadu_ps(gp + j * 2 * f->npos + 2 * pos);
+            /* one load for its three FMAs (folded into each, the 15 loads per 12 FMAs
+             * were the loop's limit: 0.71-0.88x the time without) */
+            __asm__("" : "+v"(gv));
+            a[j * KG_TAPS] = _mm512_fmadd_ps(gv, v0, a[j * KG_TAPS]);
+            a[j * KG_TAPS + 1] = _mm512_fmadd_ps(gv, v1, a[j * KG_TAPS + 1]);
+            a[j * KG_TAPS + 2] = _mm512_fmadd_ps(gv, v2, a[j * KG_TAPS + 2]);
         }
-        _Pragma("GCC unroll 12") for (int q = 0; q < KW_CO / 2 * KG_TAPS; q++) _mm512_storeu_ps(sp + 16 * q, a[q]);
     }
+    _Pragma("GCC unroll 12") for (int q = 0; q < KW_CO / 2 * KG_TAPS; q++) _mm512_storeu_ps(sp + 16 * q, a[q]);
 }
 
 /* Image b's gradient into gil, at width W and interleaved by pairs (kgrad_flat_wide):
@@ -1660,7 +1652,7 @@ AVX2 static void kgrad_flat_task(void *p, int64_t lo, int64_t hi) {
                     for (int64_t t = 0; t < KG_TAPS; t++)
                         xs[t] = planes + ci * f.plane + ki * g->dh * f.wp + (tb * KG_TAPS + (t < nt ? t : 0)) * g->dw;
                     float *sums = all_sums + (u - lo) * per_unit;
-                    if (wide) kgrad_flat_wide(jb, &f, xs, gil, sums, cb);
+                    if (wide) kgrad_flat_wide(&f, xs, gil, sums, cb);
                     else kgrad_flat_unit(jb, &f, xs, gpad, sums, cb);
                 }
         }
