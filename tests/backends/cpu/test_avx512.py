@@ -66,6 +66,17 @@ def _both(module, fn):
     return out
 
 
+def _both_at(threads, module, fn):
+    """``_both`` with tallow (and the compiled pool) at ``threads`` threads."""
+    before = tl.utils.get_num_threads()
+    try:
+        tl.utils.set_num_threads(threads)
+        native.sync_threads()
+        return _both(module, fn)
+    finally:
+        tl.utils.set_num_threads(before)
+
+
 @given(m=st.integers(1, 80), k=st.integers(1, 300), n=st.integers(1, 140), batch=st.integers(1, 3),
        transposed=st.booleans(), accumulate=st.booleans(), bias=st.booleans(), seed=st.integers(0, 99))
 @SETTINGS
@@ -149,13 +160,7 @@ def test_the_flat_kernel_gradient_s_channel_pairs_give_the_avx2_bits(b, c, co, h
         _conv.kernel_grad(x, g, gk, co, b, c, h, w, kh, kw, 1, 1, pad, pad, dil, dil, oh, ow)
         return gk
 
-    before = tl.utils.get_num_threads()
-    try:
-        tl.utils.set_num_threads(threads)
-        native.sync_threads()
-        plain, wide = _both(_conv, kernel_grad)
-    finally:
-        tl.utils.set_num_threads(before)
+    plain, wide = _both_at(threads, _conv, kernel_grad)
     np.testing.assert_array_equal(wide, plain)
     want = torch.ops.aten.convolution_backward(
         torch.from_numpy(g).double(), torch.from_numpy(x).double(), torch.zeros(co, c, kh, kw, dtype=torch.float64),
@@ -167,7 +172,8 @@ def test_the_flat_kernel_gradient_s_channel_pairs_give_the_avx2_bits(b, c, co, h
 @pytest.mark.parametrize("threads", [1, 2])
 def test_few_output_channels_four_blocks_at_once(co, threads):
     """Up to 4 output channels (a first layer's input gradient): 64 positions per step,
-    the image's last blocks (fewer than four) and the chunks' edges one at a time."""
+    the image's last blocks and a chunk's edge in a partial step (the blocks past them
+    computed from the planes' zero slack and not stored)."""
     rng = np.random.default_rng(co)
     x = rng.standard_normal((3, 16, 27, 30)).astype(np.float32)
     k = rng.standard_normal((co, 16, 3, 3)).astype(np.float32)
@@ -177,13 +183,7 @@ def test_few_output_channels_four_blocks_at_once(co, threads):
         _conv.direct(x, k, out, co, 3, 16, 27, 30, 3, 3, 1, 1, 1, 1, 1, 1, 27, 30)
         return out
 
-    before = tl.utils.get_num_threads()
-    try:
-        tl.utils.set_num_threads(threads)
-        native.sync_threads()
-        plain, wide = _both(_conv, direct)
-    finally:
-        tl.utils.set_num_threads(before)
+    plain, wide = _both_at(threads, _conv, direct)
     np.testing.assert_array_equal(wide, plain)
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=1).numpy()
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)

@@ -580,31 +580,21 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
     return res;
 }
 
-static PyObject *py_set_windows(PyObject *self, PyObject *arg) {
-    (void)self;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
-    use_windows = on;
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_windows(PyObject *self, PyObject *noargs) {
-    (void)self, (void)noargs;
-    return PyBool_FromLong(use_windows);
-}
-
-static PyObject *py_set_flat(PyObject *self, PyObject *arg) {
-    (void)self;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
-    use_flat = on;
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_flat(PyObject *self, PyObject *noargs) {
-    (void)self, (void)noargs;
-    return PyBool_FromLong(use_flat);
-}
+/* py_set_NAME(on) / py_NAME(): a module switch (a test or a bench compares both ways). */
+#define MODULE_SWITCH(NAME, VAR)                                                                  \
+    static PyObject *py_set_##NAME(PyObject *self, PyObject *arg) {                               \
+        (void)self;                                                                               \
+        int on = PyObject_IsTrue(arg);                                                            \
+        if (on < 0) return NULL;                                                                  \
+        VAR = on;                                                                                 \
+        Py_RETURN_NONE;                                                                           \
+    }                                                                                             \
+    static PyObject *py_##NAME(PyObject *self, PyObject *noargs) {                                \
+        (void)self, (void)noargs;                                                                 \
+        return PyBool_FromLong(VAR);                                                              \
+    }
+MODULE_SWITCH(windows, use_windows)
+MODULE_SWITCH(flat, use_flat)
 
 static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
