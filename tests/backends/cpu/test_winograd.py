@@ -622,7 +622,8 @@ def test_the_flipped_kernel_transforms_permute_the_positions(co, ci):
     """With flip, the transforms write U of each kernel flipped along both axes: the
     plain transform's bits at permuted positions (0 and 3 of each axis swapped), and G
     flip(k) G^T in float64. The 1x3 kernels' F(4, 3) transform reads the taps reversed:
-    the plain transform's bits of the reversed kernel, and G flip(k) in float64."""
+    the plain transform's bits of the reversed kernel, and G flip(k) in float64; given
+    a transposed convolution's kernel (swapped), the bits of its transposed copy."""
     rng = np.random.default_rng(co * 1000 + ci + 1)
     k = rng.standard_normal((co, ci, 3, 3)).astype(np.float32)
     perm = np.array([4 * p + q for p in (3, 1, 2, 0) for q in (3, 1, 2, 0)])
@@ -645,8 +646,16 @@ def test_the_flipped_kernel_transforms_permute_the_positions(co, ci):
                    [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
     want = np.einsum("pa,oia->poi", g4, kr[:, :, 0, ::-1].astype(np.float64))
     np.testing.assert_allclose(flipped, want, rtol=1e-6, atol=1e-6)
+    # a transposed convolution's kernel (ci, co, 1, 3), read as its transpose in place
+    swapped = np.full(shape, np.nan, np.float32)
+    W.kernel_transform_row(kr.transpose(1, 0, 2, 3).copy(), swapped, co, ci, 1, 1)
+    np.testing.assert_array_equal(swapped, flipped)
     with pytest.raises(ValueError, match="flip"):
         W.kernel_transform(k, plain, co, ci, 2)
+    with pytest.raises(ValueError, match="swapped"):
+        W.kernel_transform_row(kr, swapped, co, ci, 1, 2)
+    with pytest.raises(TypeError):
+        W.kernel_transform(k, plain, co, ci, 1, 1)
 
 
 def test_bad_buffers_are_refused_before_any_write():

@@ -144,8 +144,8 @@ def _conv2d(mod, x, k, pad, flipped):
         ow = w + 2 * pad[1] - 2
         tw = _row_tiles(ow)
         u = np.empty((ROW_POSITIONS, co, c), np.float32)
-        if flipped:  # (6, co, c) from k (c, co, 1, 3): the transposed copy of k is small
-            mod.kernel_transform_row(np.ascontiguousarray(k.transpose(1, 0, 2, 3)), u, co, c, 1)
+        if flipped:  # (6, co, c) from k (c, co, 1, 3), read as its transpose
+            mod.kernel_transform_row(k, u, co, c, 1, 1)
         else:
             mod.kernel_transform_row(k, u, co, c)
         y = np.empty((b, co, h, ow), np.float32)
