@@ -403,7 +403,7 @@ static inline __attribute__((always_inline)) void image_columns(const geom_t *g,
     for (int64_t c = 0; c < g->nc; c++) im2col_plane(&jb, c, cols + rows * pos);
 }
 
-/* Outputs narrower than a panel's 16 columns (a 7x7 or 28x28 image) make panels that
+/* Outputs narrower than a panel's 16 columns (a 7x7 or 14x14 image) make panels that
  * cut across output rows, which the product packs from the windows. Flat instead: the
  * product's column p = i * pitch + j (pitch: the planes' row length) reads every
  * window's row at base + row_off[r] + p, one run for the whole image, so that its
