@@ -11,10 +11,9 @@ float32 values, in the CPU backend's reductions.)
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from . import dtype as dt
 
 
 def from_f64(x: np.ndarray) -> np.ndarray:
@@ -31,5 +30,4 @@ def from_f64(x: np.ndarray) -> np.ndarray:
         bits -= (inexact & (np.abs(back) > np.abs(x))).astype(np.uint32)
         bits |= inexact.astype(np.uint32)
         r = bits.view(np.float32)
-    return r.astype(BF16)
-
+    return r.astype(dt.bf16.np)
