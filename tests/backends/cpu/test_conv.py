@@ -445,11 +445,18 @@ def test_the_kernel_gradient_parts_pack_the_columns_from_the_planes_with_their_b
     x, co, geometry, cols, rng = _draw_windows_case(data.draw, 4)
     b, c, _, _, kh, kw, *_, oh, ow = geometry
     parts = data.draw(st.integers(1, b))
+    # each part's product cut into blocks (of columns packed from the windows, else of
+    # rows), one task each: the bits of one block
+    units = data.draw(st.integers(1, co))
     g = rng.standard_normal((b, co, oh, ow)).astype(np.float32)
 
     def run():
         out = np.full((parts, co, c * kh * kw), np.nan, np.float32)
-        cpu_conv._CONV().kernel_grad_parts(x, g, out, parts, co, *geometry)
+        cpu_conv._CONV().kernel_grad_parts(x, g, out, parts, co, *geometry, units)
+        if units > 1:
+            one = np.full_like(out, np.nan)
+            cpu_conv._CONV().kernel_grad_parts(x, g, one, parts, co, *geometry)
+            np.testing.assert_array_equal(out[0], one[0])
         return out[0]
 
     got = _windows_give_the_columns_bits(run)
@@ -591,6 +598,8 @@ def test_the_transposed_convolution_by_images(b, ci, co, n, k, stride, pad, opad
     (5, 10, 20, 24, 3, 1, 2, 2),   # dilated
     (64, 64, 256, 8, 1, 1, 0, 1),  # 1x1 on small images: the images read in place
     (6, 64, 64, 9, 1, 1, 0, 1),    # 1x1, odd sizes
+    (1, 64, 64, 7, 3, 1, 1, 1),    # one image: one part, cut in blocks of columns at two threads
+    (1, 24, 70, 14, 3, 2, 1, 1),   # one strided image, an odd channel count
 ])
 def test_the_im2col_kernel_gradient_in_parts(b, c, co, n, k, stride, pad, dil, monkeypatch):
     """The kernel gradient's sum over the images in parts, each image's columns made on
@@ -623,7 +632,9 @@ def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
     one = (1, 1)
     assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, one, 64, 288, 256) == 4
     assert cpu_conv._kernel_grad_parts(mod, 3, 1, False, one, 64, 288, 256) == 3
-    assert cpu_conv._kernel_grad_parts(mod, 1, 1, False, one, 64, 288, 256) == 0    # one image
+    assert cpu_conv._kernel_grad_parts(mod, 1, 1, False, one, 64, 288, 256) == 1    # one image
+    assert cpu_conv._kernel_grad_parts(mod, 1, 1, False, one, 256, 2304, 49) == 1   # one 7x7 image
+    assert cpu_conv._kernel_grad_parts(mod, 1, 1, True, one, 256, 64, 256) == 0     # one image, 1x1
     assert cpu_conv._kernel_grad_parts(mod, 16, 2, False, one, 64, 288, 256) == 0   # groups
     assert cpu_conv._kernel_grad_parts(mod, 16, 1, False, one, 64, 288, 64) == 0    # small images
     assert cpu_conv._kernel_grad_parts(mod, 64, 1, True, one, 256, 64, 64) == 4     # 1x1, in place
@@ -632,6 +643,13 @@ def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
     for threads in (1, 2):  # not the threads
         monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda threads=threads: threads)
         assert cpu_conv._kernel_grad_parts(mod, 8, 1, False, one, 64, 288, 256) == 4
+    # the blocks each part is cut into (the bits do not depend on them): every thread busy
+    monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 2)
+    assert cpu_conv._part_units(1, 64) == 2 and cpu_conv._part_units(3, 64) == 2
+    assert cpu_conv._part_units(4, 64) == 1 and cpu_conv._part_units(2, 64) == 1
+    assert cpu_conv._part_units(1, 1) == 1
+    monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 1)
+    assert cpu_conv._part_units(1, 64) == 1
 
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
@@ -717,6 +735,9 @@ def test_native_passes_refuse_short_buffers_and_bad_sizes():
         mod.kernel_grad_parts(x, np.zeros(3, np.float32), parts, 2, 1, *geometry)
     with pytest.raises(ValueError, match="part"):
         mod.kernel_grad_parts(x, np.zeros(4, np.float32), parts, 0, 1, *geometry)
+    for units in (0, 2):  # blocks of the one output channel
+        with pytest.raises(ValueError, match="unit"):
+            mod.kernel_grad_parts(x, np.zeros(4, np.float32), parts, 2, 1, *geometry, units)
     assert np.all(parts == 7.0)
     with pytest.raises(ValueError, match="bad sizes"):
         mod.im2col(x, np.zeros(36, np.float32), 36, 4, *geometry[:4], 0, *geometry[5:])

@@ -224,12 +224,26 @@ def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> i
     ``SMALL_IMAGE`` positions or more, where the per-image products already ran, or a
     1x1 kernel of stride 1 at any size, whose columns are the images themselves (read
     in place: 64->256 on 8x8 images, batch 64, forward + backward 0.82-0.84x the time
-    of one product over the batch's transposed copies). A strided 1x1 kernel keeps
-    that product (its gathered columns made the parts 1.1x slower)."""
-    if (native is None or groups != 1 or b < 2 or not gemm.native_takes(co, rows, pos)
-            or (pointwise and stride != (1, 1)) or (not pointwise and pos < SMALL_IMAGE)):
+    of one product over the batch's transposed copies). A single image of any size
+    (its one product is the batch's: the same bits) packs its columns from the
+    windows too, built by neither (a 7x7 256->256 layer's kernel gradient 0.82x the
+    time at one thread). A strided 1x1 kernel keeps that product (its gathered columns
+    made the parts 1.1x slower)."""
+    if (native is None or groups != 1 or not gemm.native_takes(co, rows, pos)
+            or (pointwise and stride != (1, 1))
+            or (b < 2 and pointwise) or (b >= 2 and not pointwise and pos < SMALL_IMAGE)):
         return 0
     return min(b, winograd.KERNEL_GRAD_PARTS)
+
+
+def _part_units(parts, co) -> int:
+    """Blocks of output channels each part of ``kernel_grad_parts`` is cut into, one
+    task each, so that fewer parts than threads (a single image) keep every thread
+    busy; 1 when the parts share out evenly. The same bits for any count."""
+    threads = CONFIG.get()
+    if threads <= 1 or parallel.in_serial() or parts % threads == 0:
+        return 1
+    return min(co, threads // math.gcd(parts, threads))
 
 
 def _conv2d(x, k, pad, stride, dil, groups):
@@ -384,7 +398,8 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     if parts:
         out = np.empty((parts, co, rows), np.float32)
         native.kernel_grad_parts(x, np.ascontiguousarray(g), out, parts, co,
-                                 *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
+                                 *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow),
+                                 _part_units(parts, co))
         return out[0].reshape(co, cg, kh, kw)
     if (x.dtype == np.float32 and g.dtype == np.float32 and gemm.native_available()
             and oh * ow >= SMALL_IMAGE):

@@ -421,13 +421,22 @@ static int64_t flat_windows(const geom_t *g) {
     return flat;
 }
 
-/* The first output channel of block `gi` of an image's `groups` (gi = groups: c_out),
- * on whole tiles of the product's six rows. Each element is the same product's sum
- * whichever block computes it: the same bits for any count. */
-static inline int64_t image_group(const images_job *ij, int64_t gi) {
-    if (gi >= ij->groups) return ij->ch;
-    const int64_t tiles = (ij->ch + 5) / 6;
-    return 6 * (tiles * gi / ij->groups);
+/* The first of n rows in block i of `blocks` (i = blocks: n), on whole tiles of the
+ * product's six rows (image_group: an image's output channels). Each element is the
+ * same product's sum whichever block computes it: the same bits for any count. */
+static inline int64_t tile_block(int64_t n, int64_t blocks, int64_t i) {
+    if (i >= blocks) return n;
+    const int64_t tiles = (n + 5) / 6;
+    return 6 * (tiles * i / blocks);
+}
+static inline int64_t image_group(const images_job *ij, int64_t gi) { return tile_block(ij->ch, ij->groups, gi); }
+
+/* The first of n columns in block i of `blocks`, on whole pairs of the product's
+ * 16-column panels (i = blocks: n). */
+static inline int64_t pair_block(int64_t n, int64_t blocks, int64_t i) {
+    if (i >= blocks) return n;
+    const int64_t pairs = (n + 31) / 32;
+    return 32 * (pairs * i / blocks);
 }
 
 #define IMAGES_TASK(NAME, ATTR)                                                                   \
@@ -460,14 +469,14 @@ static inline int64_t image_group(const images_job *ij, int64_t gi) {
             int ok;                                                                               \
             if (ij->row_off && flat) { /* the product over the flat columns, then each row out */ \
                 if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
-                ok = tallow_gemm->product_windows(k, rows, 1, &win, wide, o1 - o0, flat, rows, 0); \
+                ok = tallow_gemm->product_windows(k, rows, 1, &win, wide, flat, o1 - o0, flat, rows, 0); \
                 for (int64_t o = 0; ok && o < o1 - o0; o++)                                       \
                     for (int64_t i = 0; i < g->oh; i++)                                           \
                         memcpy(y + o * pos + i * g->ow, wide + o * flat + i * mg.cols,            \
                                (size_t)g->ow * sizeof(float));                                    \
             } else if (ij->row_off) { /* the planes, the product packed from their windows */    \
                 if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
-                ok = tallow_gemm->product_windows(k, rows, 1, &win, y, o1 - o0, pos, rows, 0);    \
+                ok = tallow_gemm->product_windows(k, rows, 1, &win, y, pos, o1 - o0, pos, rows, 0); \
             } else {                                                                              \
                 if (made != b) image_columns(g, ij->x, b, cols);                                  \
                 ok = tallow_gemm->product(k, 0, rows, 1, cols, 0, pos, 1, y, 1, o1 - o0, pos, rows, 0); \
@@ -612,12 +621,15 @@ static PyObject *py_conv_transpose_images(PyObject *self, PyObject *const *args,
  * image into its own (co, rows) by one task (each image's planes in that thread's
  * scratch, cols^T packed from their windows; a 1x1 stride-1 kernel's columns, the
  * image itself, read in place), then the parts added in order into parts_out[0]: the
- * same bits at any thread count. */
+ * same bits at any thread count. `units` cuts each part's product into blocks, one
+ * task each, so that fewer parts than threads (a single image) still use them all:
+ * blocks of columns (windows, each packing only its own) when packed from windows,
+ * else of rows; each element the same sum. */
 typedef struct {
     geom_t g;
     const float *x, *gr;
     float *parts_out;
-    int64_t co, parts;
+    int64_t co, parts, units;
     const int64_t *row_off; /* the columns as windows of each image's planes (window_offsets), or NULL */
     _Atomic int *failed;
 } kparts_job;
@@ -638,25 +650,36 @@ typedef struct {
             atomic_store(kj->failed, 1);                                                          \
             return;                                                                               \
         }                                                                                         \
-        for (int64_t part = lo; part < hi; part++) {                                              \
+        int64_t made = -1; /* the image whose planes or columns are in the scratch */             \
+        for (int64_t t = lo; t < hi; t++) {                                                       \
+            const int64_t part = t / kj->units, ui = t % kj->units;                               \
+            /* the unit's block: columns (windows) when packed from them, else rows */           \
+            int64_t r0 = 0, r1 = kj->co, c0 = 0, c1 = rows;                                       \
+            if (kj->row_off)                                                                      \
+                c0 = pair_block(rows, kj->units, ui), c1 = pair_block(rows, kj->units, ui + 1);   \
+            else                                                                                  \
+                r0 = tile_block(kj->co, kj->units, ui), r1 = tile_block(kj->co, kj->units, ui + 1); \
+            if (r0 >= r1 || c0 >= c1) continue;                                                   \
             const int64_t a = g->nb * part / kj->parts, z = g->nb * (part + 1) / kj->parts;       \
-            float *dk = kj->parts_out + part * kj->co * rows;                                     \
-            if (a == z) memset(dk, 0, (size_t)(kj->co * rows) * sizeof(float));                  \
+            float *dk = kj->parts_out + (part * kj->co + r0) * rows + c0;                         \
+            for (int64_t r = r0; a == z && r < r1; r++)                                           \
+                memset(dk + (r - r0) * rows, 0, (size_t)(c1 - c0) * sizeof(float));               \
             for (int64_t b = a; b < z; b++) {                                                     \
-                const float *gb = kj->gr + b * kj->co * pos;                                      \
+                const float *gb = kj->gr + (b * kj->co + r0) * pos;                               \
                 int ok;                                                                           \
                 if (kj->row_off) { /* dk (+)= g[b] @ cols^T packed from the planes' windows */    \
-                    image_planes(g, &mg, kj->x, b, cols);                                         \
-                    const tallow_windows win = {cols, kj->row_off, g->ow, mg.cols, 1};            \
-                    ok = tallow_gemm->product_windows(gb, pos, 1, &win, dk, kj->co, rows, pos, b > a); \
+                    if (made != b) image_planes(g, &mg, kj->x, b, cols);                          \
+                    const tallow_windows win = {cols, kj->row_off + c0, g->ow, mg.cols, 1};       \
+                    ok = tallow_gemm->product_windows(gb, pos, 1, &win, dk, rows, kj->co, c1 - c0, pos, b > a); \
                 } else {                                                                          \
                     if (in_place)                                                                 \
                         cols = (float *)kj->x + b * rows * pos;                                   \
-                    else                                                                          \
+                    else if (made != b)                                                           \
                         image_columns(g, kj->x, b, cols);                                         \
                     /* dk (+)= g[b] (co, pos) @ cols^T (pos, rows) */                             \
-                    ok = tallow_gemm->product(gb, 0, pos, 1, cols, 0, 1, pos, dk, 1, kj->co, rows, pos, b > a); \
+                    ok = tallow_gemm->product(gb, 0, pos, 1, cols, 0, 1, pos, dk, 1, r1 - r0, rows, pos, b > a); \
                 }                                                                                 \
+                made = b;                                                                         \
                 if (!ok) {                                                                        \
                     atomic_store(kj->failed, 1);                                                  \
                     break;                                                                        \
@@ -671,15 +694,19 @@ KPARTS_TASK(kparts_task_avx2, AVX2 NO_MEMCPY_CALLS)
 #endif
 
 /* kernel_grad_parts(x, g, parts_out, parts, co, nb, nc, h, w, kh, kw, sh, sw, ph, pw, dh,
- * dw, oh, ow): x (nb, nc, h, w), g (nb, co, oh, ow), parts_out (parts, co, nc * kh * kw). */
+ * dw, oh, ow[, units]): x (nb, nc, h, w), g (nb, co, oh, ow), parts_out (parts, co, nc *
+ * kh * kw). */
 static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 19) return PyErr_Format(PyExc_TypeError, "kernel_grad_parts takes 19 arguments");
+    if (nargs != 19 && nargs != 20) return PyErr_Format(PyExc_TypeError, "kernel_grad_parts takes 19 or 20 arguments");
     kparts_job kj;
     int64_t pc[2];
-    if (!parse_ints(args, 3, 2, pc) || !parse_geom(args, 5, &kj.g)) return NULL;
+    kj.units = 1;
+    if (!parse_ints(args, 3, 2, pc) || !parse_geom(args, 5, &kj.g) || (nargs == 20 && !parse_ints(args, 19, 1, &kj.units)))
+        return NULL;
     kj.parts = pc[0], kj.co = pc[1];
     if (kj.parts < 1 || kj.co < 1) return PyErr_Format(PyExc_ValueError, "kernel_grad_parts: bad part or channel count");
+    if (kj.units < 1 || kj.units > kj.co) return PyErr_Format(PyExc_ValueError, "kernel_grad_parts: bad unit count");
     if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "kernel_grad_parts: the product module is missing");
     const geom_t *g = &kj.g;
     int64_t rows = g->nc * g->kh * g->kw, pos = g->oh * g->ow;
@@ -705,7 +732,7 @@ static PyObject *py_kernel_grad_parts(PyObject *self, PyObject *const *args, Py_
 #endif
         Py_BEGIN_ALLOW_THREADS
         if (pos > 0 && rows > 0) {
-            tallow_pool_run(fn, &kj, kj.parts, 1, g->nb * (g->nc * g->h * g->w + kj.co * pos) * 4);
+            tallow_pool_run(fn, &kj, kj.parts * kj.units, 1, g->nb * (g->nc * g->h * g->w + kj.co * pos) * 4);
             if (!atomic_load(&failed)) sum_parts(kj.parts_out, kj.parts_out, kj.parts, kj.co * rows);
         } else {
             memset(kj.parts_out, 0, (size_t)(kj.co * rows) * sizeof(float));

@@ -468,6 +468,7 @@ typedef struct {
     const float *a, *b, *bias;
     float *c;
     int64_t m, n, k, batch;
+    int64_t ldc; /* C's row stride (n, but for a product into columns of a wider C) */
     int64_t sab, rsa, csa, sbb, rsb, csb; /* element strides (batch, row, column) */
     int64_t nbw, nnb, mbh, nmb;            /* column block width and count, row block height and count */
     int accumulate;
@@ -520,7 +521,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     if (i0 >= i1 || j0 >= j1) return;
     const float *A = j->a + bi * j->sab, *B = j->win ? NULL : j->b + bi * j->sbb;
     float *C = j->c + bi * j->m * j->n;
-    const int64_t n = j->n, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
+    const int64_t ldc = j->ldc, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
     /* A is packed only when its rows are not contiguous: rows read in place, six
      * streams, ran as fast as packed ones for wide products and up to 1.5x faster for
      * narrow ones (2048x576x64: 100 -> 151 GFLOP/s), where packing (a strided store
@@ -573,14 +574,14 @@ static void run_unit(gemm_job *j, int64_t u) {
                     bp = s->b;
                 }
                 const float *bias = j->bias ? j->bias + j0 + jr * NR : NULL;
-                float *cp = C + ic * n + j0 + jr * NR;
+                float *cp = C + ic * ldc + j0 + jr * NR;
 #ifdef TALLOW_X86
                 if (win_direct && jr + 1 < panels) { /* two panels of windows, in place */
                     const float *wb = j->win->base + wsof[jr];
                     for (int64_t ir = 0; ir < mcur; ir += MR) {
                         int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
                         kernel_avx512_rows(kcur, ablk + (ir / MR) * astep, ars, acs, wb, wsof[jr + 1] - wsof[jr],
-                                           j->win->row_off + pc, cp + ir * n, n, mr, 2 * NR, flags, bias);
+                                           j->win->row_off + pc, cp + ir * ldc, ldc, mr, 2 * NR, flags, bias);
                     }
                     jr++;
                     continue;
@@ -593,7 +594,7 @@ static void run_unit(gemm_job *j, int64_t u) {
                     int64_t boff = direct_b ? NR : kcur * NR;
                     for (int64_t ir = 0; ir < mcur; ir += MR) {
                         int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
-                        kern2(kcur, ablk + (ir / MR) * astep, ars, acs, bp, boff, bs, cp + ir * n, n, mr, nr2, flags,
+                        kern2(kcur, ablk + (ir / MR) * astep, ars, acs, bp, boff, bs, cp + ir * ldc, ldc, mr, nr2, flags,
                               bias);
                     }
                     jr++;
@@ -601,7 +602,7 @@ static void run_unit(gemm_job *j, int64_t u) {
                 }
                 for (int64_t ir = 0; ir < mcur; ir += MR) {
                     int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
-                    kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, bs, cp + ir * n, n, mr, nr, flags, bias);
+                    kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, bs, cp + ir * ldc, ldc, mr, nr, flags, bias);
                 }
             }
         }
@@ -660,7 +661,7 @@ static int serial_product(const float *a, int64_t sab, int64_t rsa, int64_t csa,
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.a = a, job.b = b, job.c = c;
-    job.m = m, job.n = n, job.k = k, job.batch = batch, job.kern = kernel(), job.kern2 = kernel2();
+    job.m = m, job.n = n, job.ldc = n, job.k = k, job.batch = batch, job.kern = kernel(), job.kern2 = kernel2();
     job.accumulate = accumulate;
     job.sab = batch > 1 ? sab : 0, job.rsa = rsa, job.csa = csa;
     job.sbb = batch > 1 ? sbb : 0, job.rsb = rsb, job.csb = csb;
@@ -671,16 +672,16 @@ static int serial_product(const float *a, int64_t sab, int64_t rsa, int64_t csa,
 }
 
 static int serial_product_windows(const float *a, int64_t rsa, int64_t csa, const tallow_windows *b, float *c,
-                                  int64_t m, int64_t n, int64_t k, int accumulate) {
+                                  int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate) {
     if (m <= 0 || n <= 0) return 1;
     if (k <= 0) {
-        if (!accumulate) memset(c, 0, (size_t)(m * n) * sizeof(float));
+        for (int64_t i = 0; i < m && !accumulate; i++) memset(c + i * ldc, 0, (size_t)n * sizeof(float));
         return 1;
     }
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.a = a, job.win = b, job.c = c;
-    job.m = m, job.n = n, job.k = k, job.batch = 1, job.kern = kernel(), job.kern2 = kernel2();
+    job.m = m, job.n = n, job.ldc = ldc, job.k = k, job.batch = 1, job.kern = kernel(), job.kern2 = kernel2();
     job.accumulate = accumulate;
     job.rsa = rsa, job.csa = csa;
     plan(&job, 1);
@@ -767,7 +768,7 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     gemm_job job;
     memset(&job, 0, sizeof job);
     job.a = (const float *)v[0].v.buf, job.b = (const float *)v[1].v.buf, job.c = (float *)v[2].v.buf, job.bias = bias;
-    job.m = m, job.n = n, job.k = k, job.batch = batch, job.accumulate = accumulate, job.kern = kernel();
+    job.m = m, job.n = n, job.ldc = n, job.k = k, job.batch = batch, job.accumulate = accumulate, job.kern = kernel();
     job.kern2 = kernel2();
     job.sab = da[3], job.rsa = da[4], job.csa = da[5], job.sbb = db[3], job.rsb = db[4], job.csb = db[5];
     merge_shared_b(&job);

@@ -16,7 +16,7 @@
 #include "_workers.h" /* tallow_capsule */
 
 #define TALLOW_GEMM_CAPSULE "tallow.backends.cpu.native._gemm._C_API"
-#define TALLOW_GEMM_ABI 2
+#define TALLOW_GEMM_ABI 3
 
 /* A convolution's columns described, not built: row r's column j (output position j,
  * ow to an output row) is base[row_off[r] + (j / ow) * pitch + j % ow], a window of a
@@ -37,10 +37,11 @@ typedef struct {
      * Returns 0 when its scratch could not be allocated. */
     int (*product)(const float *a, int64_t sab, int64_t rsa, int64_t csa, const float *b, int64_t sbb, int64_t rsb,
                    int64_t csb, float *c, int64_t batch, int64_t m, int64_t n, int64_t k, int accumulate);
-    /* The same with b (k, n) given as windows or their transpose (packed straight from
-     * them: the bits of the product of the built columns). */
-    int (*product_windows)(const float *a, int64_t rsa, int64_t csa, const tallow_windows *b, float *c, int64_t m,
-                           int64_t n, int64_t k, int accumulate);
+    /* The same (one matrix) with b (k, n) given as windows or their transpose (packed
+     * straight from them: the bits of the product of the built columns), c's rows ldc
+     * floats apart (the columns of a wider matrix). */
+    int (*product_windows)(const float *a, int64_t rsa, int64_t csa, const tallow_windows *b, float *c, int64_t ldc,
+                           int64_t m, int64_t n, int64_t k, int accumulate);
 } tallow_gemm_api;
 
 static const tallow_gemm_api *tallow_gemm = NULL;
