@@ -142,6 +142,42 @@ def set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
+def cpu_ticks():
+    """(stolen, total) clock ticks of this machine's CPUs so far, from Linux's
+    ``/proc/stat`` (stolen: time a virtual machine's host ran something else while
+    this machine had work), or None where it is not there."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = [int(v) for v in fields[1:9]]
+    except (OSError, ValueError):
+        return None
+    if fields[0] != "cpu" or len(ticks) < 8:
+        return None
+    return ticks[7], sum(ticks)  # user nice system idle iowait irq softirq steal
+
+
+def stolen_percent(before, after):
+    """The share of CPU time stolen between two ``cpu_ticks()`` (percent), or None."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
+@contextlib.contextmanager
+def steal_reported(results: dict):
+    """``with steal_reported(results):`` a suite; after it, the share of CPU time a
+    virtual machine's host stole meanwhile is printed and stored in ``results``
+    (``host_steal_percent``) where the system counts it: figures from a run with
+    much of it swing with the host's other work, not the code's."""
+    before = cpu_ticks()
+    yield
+    stolen = stolen_percent(before, cpu_ticks())
+    if stolen is not None:
+        print(f"CPU time stolen by the host during the suite: {stolen:.1f}%")
+        results["host_steal_percent"] = round(stolen, 2)
+
+
 def run_suite(args, key: str, measure) -> int:
     """The ``run`` of a suite measured by one function: ``measure(repeats, quick)``
     gives the results stored under ``key``; the thread count is restored after."""
@@ -151,8 +187,10 @@ def run_suite(args, key: str, measure) -> int:
     repeats = args.repeats or (3 if quick else 7)
     set_quick(quick)
     default = get_num_threads()
+    results = {}
     try:
-        results = {key: measure(repeats, quick)}
+        with steal_reported(results):
+            results[key] = measure(repeats, quick)
     finally:
         set_threads(default)
     write_json(getattr(args, "json", None), results)

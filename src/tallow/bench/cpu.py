@@ -33,7 +33,7 @@ import numpy as np
 import tallow as tl
 
 from .common import (alternate, by_threads, competing, have_torch, load_average, ms, ratio, set_quick,
-                     set_threads, table, with_blas_threads, write_json)
+                     set_threads, steal_reported, table, with_blas_threads, write_json)
 from .compile import bench_compile
 from .embed import bench_embed
 from .train import bench_train
@@ -271,19 +271,20 @@ def run(args) -> int:
           f"processor: {tl.cpu.info()['name']}")
     results = {"threads": default_threads}
     try:
-        results["overhead"] = bench_overhead(repeats, chain=1000 if quick else 5000)
-        sizes = (128, 256) if quick else (256, 512, 1024)
-        results["matmul"] = bench_matmul(sizes, repeats, default_threads, quick)
-        results["elementwise"] = bench_elementwise(repeats, default_threads, n=512 if quick else 2048,
-                                                   number=1 if quick else 3)
-        results["network"] = bench_network(repeats, default_threads, passes=5 if quick else 200,
-                                           rounds=1 if quick else 2)
-        results["train"] = bench_train(repeats, number=1 if quick else 5)
-        results["compile"] = bench_compile(repeats, number=1 if quick else 5)
-        if getattr(args, "busy", False):
-            results["busy"] = bench_busy(repeats, passes=50 if quick else 200)
-        results["embed"] = (bench_embed(n=32, repeats=1, onnx=False) if quick
-                            else bench_embed(repeats=min(repeats, 5)))
+        with steal_reported(results):
+            results["overhead"] = bench_overhead(repeats, chain=1000 if quick else 5000)
+            sizes = (128, 256) if quick else (256, 512, 1024)
+            results["matmul"] = bench_matmul(sizes, repeats, default_threads, quick)
+            results["elementwise"] = bench_elementwise(repeats, default_threads, n=512 if quick else 2048,
+                                                       number=1 if quick else 3)
+            results["network"] = bench_network(repeats, default_threads, passes=5 if quick else 200,
+                                               rounds=1 if quick else 2)
+            results["train"] = bench_train(repeats, number=1 if quick else 5)
+            results["compile"] = bench_compile(repeats, number=1 if quick else 5)
+            if getattr(args, "busy", False):
+                results["busy"] = bench_busy(repeats, passes=50 if quick else 200)
+            results["embed"] = (bench_embed(n=32, repeats=1, onnx=False) if quick
+                                else bench_embed(repeats=min(repeats, 5)))
     finally:
         set_threads(default_threads)
     write_json(getattr(args, "json", None), results)
