@@ -7,6 +7,7 @@ BLAS) and GPU (WebGPU through wgpu).
 
 import importlib
 
+from . import float_warnings
 from .backprop import GradStore
 from .creation import (
     arange, cat, eye, from_dlpack, from_numpy, full, full_like, linspace, meshgrid, multinomial,
@@ -37,6 +38,8 @@ from . import testing, utils  # noqa: E402  (they import the names above)
 from .compile import CompiledFunction, compile  # noqa: E402,A004
 
 __version__ = "0.1.0"
+
+float_warnings.install()
 
 _LAZY = ("nn", "models", "quantized", "functional")
 _LAZY_NAMES = {"QTensor": "quantized", "QMatMul": "quantized"}

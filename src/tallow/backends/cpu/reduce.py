@@ -59,7 +59,9 @@ class CpuReduce:
             # f16/bf16 accumulate in f32; integers wrap in their own dtype, as candle.
             acc = np.float32 if dtype in _HALF else dtype.np
             x, copies = collapse_broadcast_dims(x, dims)
-            out = np.asarray(np.sum(x, axis=dims, dtype=acc, keepdims=True))
+            # (the ufunc called from here, so that its floating-point warnings come from
+            # tallow's module: float_warnings; np.sum's own result, the same bits)
+            out = np.asarray(np.add.reduce(x, axis=dims, dtype=acc, keepdims=True))
             out = _times_copies(out, copies, acc)
             return self._wrap(out.astype(dtype.np, copy=False), dtype)
         for d in dims:
