@@ -20,6 +20,15 @@ from support.model_fixtures import minilm_dir, smollm2_gguf, st_minilm, tiny_ber
 REQUIRE_GPU = os.environ.get("TALLOW_REQUIRE_GPU") == "1" or os.environ.get("CI") == "true"
 
 
+def pytest_configure(config):
+    # tallow's filter of NumPy's floating-point warnings (tallow/float_warnings.py),
+    # added where pytest's own warning contexts start from: one added while a module
+    # imports tallow during collection is dropped with the collection's context.
+    from tallow import float_warnings
+
+    float_warnings.install()
+
+
 def gpu_or_skip():
     if tl.utils.gpu_is_available():
         return tl.Device.gpu(0)
