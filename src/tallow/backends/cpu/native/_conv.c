@@ -458,7 +458,7 @@ static inline int64_t pair_block(int64_t n, int64_t blocks, int64_t i) {
         phase_margins(g, &mg);                                                                    \
         float *wide = cols + planes + flat;                                                       \
         if (flat) memset(cols + planes, 0, (size_t)flat * sizeof(float));                        \
-        const tallow_windows win = {cols, ij->row_off, flat ? flat : g->ow, flat ? flat : mg.cols, 0}; \
+        const tallow_windows win = {cols, ij->row_off, flat ? flat : g->ow, flat ? flat : mg.cols, 0, flat > 0}; \
         int64_t made = -1; /* the image whose planes or columns are in the scratch */             \
         for (int64_t u = lo; u < hi; u++) {                                                       \
             const int64_t b = u / ij->groups, o0 = image_group(ij, u % ij->groups);              \
@@ -669,7 +669,7 @@ typedef struct {
                 int ok;                                                                           \
                 if (kj->row_off) { /* dk (+)= g[b] @ cols^T packed from the planes' windows */    \
                     if (made != b) image_planes(g, &mg, kj->x, b, cols);                          \
-                    const tallow_windows win = {cols, kj->row_off + c0, g->ow, mg.cols, 1};       \
+                    const tallow_windows win = {cols, kj->row_off + c0, g->ow, mg.cols, 1, 0};    \
                     ok = tallow_gemm->product_windows(gb, pos, 1, &win, dk, rows, kj->co, c1 - c0, pos, b > a); \
                 } else {                                                                          \
                     if (in_place)                                                                 \

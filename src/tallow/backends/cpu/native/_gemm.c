@@ -516,12 +516,15 @@ static int64_t kc_of(int64_t k) {
     return (k + chunks - 1) / chunks;
 }
 
-/* Whether the windows' columns [j0, j0 + nc) are whole panels, each one run of 16 in an
- * output row (an output width a multiple of 16), each panel's start in sof: then the
- * AVX-512 kernel reads them in place through the rows' offsets (kernel_avx512_rows), no
- * packing (a stride-2 layer's 16x16 outputs: the packing was a tenth of its time). */
+/* Whether the windows' columns [j0, j0 + nc) are to be read in place (w->in_place) and
+ * are whole panels, each one run of 16 in an output row, each panel's start in sof:
+ * then the AVX-512 kernel reads them through the rows' offsets (kernel_avx512_rows), no
+ * packing. Only the flat columns ask for it: for windows of output rows 16, 32 or 64
+ * wide (stride-2 and dilated layers), packing them (a 64-byte copy per panel row) gave
+ * 0.88-1.02x the time of reading them in place over eleven shapes at one and two
+ * threads (the stride-2 64->128 layer, batch 4 of 32x32: 0.93x and 0.84-0.88x). */
 static int windows_whole(const tallow_windows *w, int64_t j0, int64_t nc, int64_t *sof) {
-    if (w->transposed || nc % NR || j0 % NR || w->ow % NR || nc > NC_MAX) return 0;
+    if (!w->in_place || w->transposed || nc % NR || j0 % NR || w->ow % NR || nc > NC_MAX) return 0;
     for (int64_t q = 0; q < nc / NR; q++) {
         const int64_t jj = j0 + q * NR;
         sof[q] = (jj / w->ow) * w->pitch + jj % w->ow;

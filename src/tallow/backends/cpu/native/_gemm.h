@@ -16,17 +16,19 @@
 #include "_workers.h" /* tallow_capsule */
 
 #define TALLOW_GEMM_CAPSULE "tallow.backends.cpu.native._gemm._C_API"
-#define TALLOW_GEMM_ABI 3
+#define TALLOW_GEMM_ABI 4
 
 /* A convolution's columns described, not built: row r's column j (output position j,
  * ow to an output row) is base[row_off[r] + (j / ow) * pitch + j % ow], a window of a
  * zero-margined (phase) plane. `transposed`: the product's b is their transpose (row j
- * = position j, column r = window r: a kernel gradient's cols^T). */
+ * = position j, column r = window r: a kernel gradient's cols^T). `in_place`: whole
+ * 16-column panels are read where they lie by the AVX-512 kernel, not packed (the flat
+ * columns of narrow outputs, one run per window). */
 typedef struct {
     const float *base;
     const int64_t *row_off;
     int64_t ow, pitch;
-    int transposed;
+    int transposed, in_place;
 } tallow_windows;
 
 typedef struct {
