@@ -32,6 +32,8 @@ def test_cpu_ticks_reads_the_steal_column_of_proc_stat(monkeypatch):
     assert common.cpu_ticks() is None
     line = "cpu  1 2 3\n"  # too old a kernel to count steal
     assert common.cpu_ticks() is None
+    line = ""
+    assert common.cpu_ticks() is None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")

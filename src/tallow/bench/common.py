@@ -152,7 +152,7 @@ def cpu_ticks():
         ticks = [int(v) for v in fields[1:9]]
     except (OSError, ValueError):
         return None
-    if fields[0] != "cpu" or len(ticks) < 8:
+    if not fields or fields[0] != "cpu" or len(ticks) < 8:
         return None
     return ticks[7], sum(ticks)  # user nice system idle iowait irq softirq steal
 

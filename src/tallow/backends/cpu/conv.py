@@ -226,9 +226,9 @@ def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> i
     in place: 64->256 on 8x8 images, batch 64, forward + backward 0.82-0.84x the time
     of one product over the batch's transposed copies). A single image of any size
     (its one product is the batch's: the same bits) packs its columns from the
-    windows too, built by neither (a 7x7 256->256 layer's kernel gradient 0.82x the
-    time at one thread). A strided 1x1 kernel keeps that product (its gathered columns
-    made the parts 1.1x slower)."""
+    windows too, built by neither (a 7x7 256->256 layer's kernel gradient 0.90-0.92x
+    the time at one thread, 0.86-0.98x at two). A strided 1x1 kernel keeps that
+    product (its gathered columns made the parts 1.1x slower)."""
     if (native is None or groups != 1 or not gemm.native_takes(co, rows, pos)
             or (pointwise and stride != (1, 1))
             or (b < 2 and pointwise) or (b >= 2 and not pointwise and pos < SMALL_IMAGE)):
@@ -237,9 +237,11 @@ def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> i
 
 
 def _part_units(parts, co) -> int:
-    """Blocks of output channels each part of ``kernel_grad_parts`` is cut into, one
-    task each, so that fewer parts than threads (a single image) keep every thread
-    busy; 1 when the parts share out evenly. The same bits for any count."""
+    """Blocks each part of ``kernel_grad_parts`` is cut into (of the product's columns
+    when they are packed from the windows, else of its ``co`` rows), one task each, so
+    that fewer parts than threads (a single image) keep every thread busy: a stride-2
+    128->256 image at 32x32, 0.60x the time at two threads; 1 when the parts share out
+    evenly. The same bits for any count."""
     threads = CONFIG.get()
     if threads <= 1 or parallel.in_serial() or parts % threads == 0:
         return 1
