@@ -645,11 +645,11 @@ def test_the_rule_for_the_kernel_gradient_in_parts(monkeypatch):
         assert cpu_conv._kernel_grad_parts(mod, 8, 1, False, one, 64, 288, 256) == 4
     # the blocks each part is cut into (the bits do not depend on them): every thread busy
     monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 2)
-    assert cpu_conv._part_units(1, 64) == 2 and cpu_conv._part_units(3, 64) == 2
-    assert cpu_conv._part_units(4, 64) == 1 and cpu_conv._part_units(2, 64) == 1
-    assert cpu_conv._part_units(1, 1) == 1
+    assert cpu_conv._blocks_per_item(1, 64) == 2 and cpu_conv._blocks_per_item(3, 64) == 2
+    assert cpu_conv._blocks_per_item(4, 64) == 1 and cpu_conv._blocks_per_item(2, 64) == 1
+    assert cpu_conv._blocks_per_item(1, 1) == 1
     monkeypatch.setattr(cpu_conv.CONFIG, "get", lambda: 1)
-    assert cpu_conv._part_units(1, 64) == 1
+    assert cpu_conv._blocks_per_item(1, 64) == 1
 
 
 @pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")

@@ -209,10 +209,20 @@ def _image_groups(native, b, groups, co, pos, rows) -> int:
     element is the same product's sum either way: the same bits."""
     if native is None or groups != 1 or not gemm.native_takes(co, pos, rows, b):
         return 0
-    threads = CONFIG.get()
-    if threads <= 1 or parallel.in_serial() or (b >= 2 and winograd._by_images(b)):
+    if b >= 2 and winograd._by_images(b):
         return 1
-    return min(co, threads // math.gcd(b, threads))
+    return _blocks_per_item(b, co)
+
+
+def _blocks_per_item(items, co) -> int:
+    """Blocks (of at most ``co``) each of ``items`` pool tasks is cut into so that they
+    share out evenly over the threads: threads / gcd(items, threads), 1 on one thread or
+    inside a serial section. Each element is the same sum whatever the blocks: the same
+    bits for any count."""
+    threads = CONFIG.get()
+    if threads <= 1 or parallel.in_serial():
+        return 1
+    return min(co, threads // math.gcd(items, threads))
 
 
 def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> int:
@@ -234,18 +244,6 @@ def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> i
             or (b < 2 and pointwise) or (b >= 2 and not pointwise and pos < SMALL_IMAGE)):
         return 0
     return min(b, winograd.KERNEL_GRAD_PARTS)
-
-
-def _part_units(parts, co) -> int:
-    """Blocks each part of ``kernel_grad_parts`` is cut into (of the product's columns
-    when they are packed from the windows, else of its ``co`` rows), one task each, so
-    that fewer parts than threads (a single image) keep every thread busy: a stride-2
-    128->256 image at 32x32, 0.60x the time at two threads; 1 when the parts share out
-    evenly. The same bits for any count."""
-    threads = CONFIG.get()
-    if threads <= 1 or parallel.in_serial() or parts % threads == 0:
-        return 1
-    return min(co, threads // math.gcd(parts, threads))
 
 
 def _conv2d(x, k, pad, stride, dil, groups):
@@ -401,7 +399,11 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
         out = np.empty((parts, co, rows), np.float32)
         native.kernel_grad_parts(x, np.ascontiguousarray(g), out, parts, co,
                                  *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow),
-                                 _part_units(parts, co))
+                                 # fewer parts than threads (a single image): each cut in
+                                 # blocks of columns (packed from the windows) or rows, one
+                                 # task each (a stride-2 128->256 image at 32x32: 0.60x the
+                                 # time at two threads)
+                                 _blocks_per_item(parts, co))
         return out[0].reshape(co, cg, kh, kw)
     if (x.dtype == np.float32 and g.dtype == np.float32 and gemm.native_available()
             and oh * ow >= SMALL_IMAGE):
