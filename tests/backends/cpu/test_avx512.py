@@ -102,6 +102,34 @@ def test_the_product_s_avx512_tile_gives_the_avx2_bits(m, k, n, batch, transpose
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
+@pytest.mark.parametrize("m", [2, 7, 8, 10, 12, 15, 20, 30, 64, 70, 100, 127, 128, 129, 136, 250])
+@pytest.mark.parametrize("n", [16, 40, 80, 130])
+@pytest.mark.parametrize("a_transposed", [False, True])
+def test_the_8_row_tiles_give_the_6_row_tiles_bits(m, n, a_transposed):
+    """Every plan of 8-row and 6-row tiles (``eight_rows``): 8-row tiles only (8, 64,
+    a last one of 7 rows: 7, 15, 127), 6-row ones only (2, 10, 12), both (20, 30, 70,
+    100), blocks of 120 rows and the rest (128-250), A read in place and packed in
+    panels of each tile's height (a transposed A of 64 columns or more), one panel read
+    twice (16 and 80 columns: a lone last panel), with a bias row and accumulation."""
+    rng = np.random.default_rng(m * n)
+    k = 200
+    a = (rng.standard_normal((k, m)).astype(np.float32).T if a_transposed
+         else rng.standard_normal((m, k)).astype(np.float32))
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    row = rng.standard_normal(n).astype(np.float32)
+
+    def product():
+        c = c0.copy()
+        _gemm.gemm(a, b, c, True, row, False)
+        return c
+
+    plain, wide = _both(_gemm, product)
+    np.testing.assert_array_equal(wide, plain)
+    want = a.astype(np.float64) @ b + c0 + row
+    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
 def test_the_product_through_the_split_and_the_python_entry():
     """gemm.matmul (the pool's split at two threads) with and without the tile."""
     rng = np.random.default_rng(3)

@@ -422,12 +422,13 @@ static int64_t flat_windows(const geom_t *g) {
 }
 
 /* The first of n rows in block i of `blocks` (i = blocks: n), on whole tiles of the
- * product's six rows (image_group: an image's output channels). Each element is the
+ * product's rows (image_group: an image's output channels): 8 with AVX-512 (a
+ * 128-channel layer in two blocks of 64, not 66 and 62), else 6. Each element is the
  * same product's sum whichever block computes it: the same bits for any count. */
 static inline int64_t tile_block(int64_t n, int64_t blocks, int64_t i) {
     if (i >= blocks) return n;
-    const int64_t tiles = (n + 5) / 6;
-    return 6 * (tiles * i / blocks);
+    const int64_t h = use_avx2 && use_avx512 ? 8 : 6, tiles = (n + h - 1) / h;
+    return h * (tiles * i / blocks);
 }
 static inline int64_t image_group(const images_job *ij, int64_t gi) { return tile_block(ij->ch, ij->groups, gi); }
 

@@ -17,6 +17,9 @@
  *    two loads of B, six broadcasts of A, twelve FMAs.  Edge tiles run the same
  *    kernel (missing A rows read row 0 again, B panels are zero-padded) and are
  *    stored through a small buffer.  A scalar C kernel serves CPUs without AVX2.
+ *    With AVX-512 the tiles are two panels wide, 8 rows high (and 6 where that
+ *    leaves fewer rows computed: eight_rows), so that the usual 64-512 rows leave
+ *    no tile part-empty.
  *  - Work units are (batch item, column block, row block).  Every output element is
  *    one tile's register sum over each K chunk, added to C chunk by chunk in the
  *    same order, whatever the units: results are bit-identical at any thread count
@@ -41,6 +44,7 @@
 #endif
 
 #define MR 6
+#define TILE8 8         /* the AVX-512 kernel's tile height (kernel_avx512_8, tile_rows) */
 #define NR 16
 #define KC 256          /* K chunk: a 16-column panel of B (16 KiB) stays in L1 */
 #define MC 120          /* rows of A per pass over the panels: 120 KiB, in L2 */
@@ -183,6 +187,61 @@ static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs,
     }
 KERNEL_AVX512(kernel_avx512, int64_t bs, b + p * bs)
 KERNEL_AVX512(kernel_avx512_rows, const int64_t *off, b + off[p])
+
+/* 8 rows x two panels in 16 zmm accumulators (TILE8 rows): per k two loads of B, eight
+ * broadcasts, sixteen FMAs. The tile AVX-512 products are cut into (eight_rows): a
+ * multiple of 8 rows (64-512 channels, a batch of 64) leaves no tile part-empty, where
+ * 6-row tiles computed 66 rows for 64 and 132 for 128 (the 6-row kernel serves the
+ * rest). The same chains of FMAs per element as the kernels above: the same bits. */
+#define KERNEL_AVX512_8(NAME, BSTEP, BROW)                                                              \
+    static AVX512F void NAME(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff, \
+                             BSTEP, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {    \
+        const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);                   \
+        const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0);                        \
+        const float *a5 = a + (mr > 5 ? 5 * rs : 0), *a6 = a + (mr > 6 ? 6 * rs : 0);                        \
+        const float *a7 = a + (mr > 7 ? 7 * rs : 0);                                                          \
+        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;             \
+        __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                             \
+        __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00;                                                   \
+        int64_t o = 0;                                                                                        \
+        _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++) {                                            \
+            const float *bp = BROW;                                                                           \
+            __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + boff), t;                              \
+            t = _mm512_set1_ps(a0[o]); c00 = _mm512_fmadd_ps(t, b0, c00); c01 = _mm512_fmadd_ps(t, b1, c01);  \
+            t = _mm512_set1_ps(a1[o]); c10 = _mm512_fmadd_ps(t, b0, c10); c11 = _mm512_fmadd_ps(t, b1, c11);  \
+            t = _mm512_set1_ps(a2[o]); c20 = _mm512_fmadd_ps(t, b0, c20); c21 = _mm512_fmadd_ps(t, b1, c21);  \
+            t = _mm512_set1_ps(a3[o]); c30 = _mm512_fmadd_ps(t, b0, c30); c31 = _mm512_fmadd_ps(t, b1, c31);  \
+            t = _mm512_set1_ps(a4[o]); c40 = _mm512_fmadd_ps(t, b0, c40); c41 = _mm512_fmadd_ps(t, b1, c41);  \
+            t = _mm512_set1_ps(a5[o]); c50 = _mm512_fmadd_ps(t, b0, c50); c51 = _mm512_fmadd_ps(t, b1, c51);  \
+            t = _mm512_set1_ps(a6[o]); c60 = _mm512_fmadd_ps(t, b0, c60); c61 = _mm512_fmadd_ps(t, b1, c61);  \
+            t = _mm512_set1_ps(a7[o]); c70 = _mm512_fmadd_ps(t, b0, c70); c71 = _mm512_fmadd_ps(t, b1, c71);  \
+            o += cs;                                                                                          \
+        }                                                                                                     \
+        __m512 acc[2 * TILE8] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71}; \
+        if (mr == TILE8) { /* whole rows: stores under masks for the columns (nr of 32) */                  \
+            const __mmask16 m0 = (__mmask16)(nr >= NR ? 0xFFFF : (1u << nr) - 1);                            \
+            const __mmask16 m1 = (__mmask16)(nr >= 2 * NR ? 0xFFFF : nr > NR ? (1u << (nr - NR)) - 1 : 0);     \
+            __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;                                                \
+            if (flags & F_BIAS) { bias0 = _mm512_maskz_loadu_ps(m0, bias); bias1 = _mm512_maskz_loadu_ps(m1, bias + NR); } \
+            for (int i = 0; i < TILE8; i++) {                                                                 \
+                float *ci = c + i * ldc;                                                                      \
+                __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];                                                  \
+                if (flags & F_LOAD) {                                                                         \
+                    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v0);                                    \
+                    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + NR), v1);                               \
+                }                                                                                             \
+                if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }         \
+                _mm512_mask_storeu_ps(ci, m0, v0);                                                            \
+                _mm512_mask_storeu_ps(ci + NR, m1, v1);                                                       \
+            }                                                                                                 \
+            return;                                                                                           \
+        }                                                                                                     \
+        float t[TILE8 * 2 * NR] __attribute__((aligned(64)));                                                \
+        for (int i = 0; i < 2 * TILE8; i++) _mm512_store_ps(t + NR * i, acc[i]);                             \
+        store_tile_w(t, 2 * NR, c, ldc, mr, nr, flags, bias);                                                \
+    }
+KERNEL_AVX512_8(kernel_avx512_8, int64_t bs, b + p * bs)
+KERNEL_AVX512_8(kernel_avx512_8_rows, const int64_t *off, b + off[p])
 #endif
 
 /* The two-panel kernel, or NULL (one panel at a time). */
@@ -424,20 +483,39 @@ static void pack_b_windows_t(const tallow_windows *w, int64_t pc, int64_t kc, in
     }
 }
 
-/* A rows [0, mc) x columns [0, kc) -> MR-row panels, k-major (a panel: rs 1, cs MR),
- * for an A whose rows are not contiguous (run_unit reads those in place).
- * Rows past mc are not written: the kernel does not read them (mr < MR). */
-static void pack_a(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, float *dst) {
-    for (int64_t i0 = 0; i0 < mc; i0 += MR, dst += kc * MR) {
-        int mr = mc - i0 < MR ? (int)(mc - i0) : MR;
+/* With the AVX-512 kernels, a block of mc rows is cut into 8-row tiles
+ * (kernel_avx512_8) and then 6-row ones, as many 8-row ones as leave the fewest rows
+ * computed (64 or 128 rows: all of them; 10: none, two 6-row tiles; 20: one and two):
+ * the rows the 8-row tiles cover (a multiple of 8, or mc), then the tile at row ir is
+ * 8 rows high below it and MR above. */
+static int64_t eight_rows(int64_t mc) {
+    int64_t best = -1, rows = 0;
+    for (int64_t a = 0; a <= (mc + TILE8 - 1) / TILE8; a++) {
+        const int64_t rest = mc - TILE8 * a, cost = TILE8 * a + (rest > 0 ? (rest + MR - 1) / MR * MR : 0);
+        if (best < 0 || cost <= best) best = cost, rows = TILE8 * a; /* (a tie: fewer, taller tiles) */
+    }
+    return rows < mc ? rows : mc;
+}
+static inline int64_t tile_rows(int64_t ir, int64_t e8) { return ir < e8 ? TILE8 : MR; }
+
+/* A rows [0, mc) x columns [0, kc) -> panels of tile_rows each (e8: eight_rows, or 0),
+ * k-major (a panel of h rows: rs 1, cs h; the panel of rows ir.. at dst + ir * kc), for
+ * an A whose rows are not contiguous (run_unit reads those in place). Rows past mc are
+ * not written: the kernels do not read them (mr < h). */
+static void pack_a(const float *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int64_t e8, float *dst) {
+    for (int64_t i0 = 0, h; i0 < mc; i0 += h, dst += kc * h) {
+        h = tile_rows(i0, e8);
+        const int mr = mc - i0 < h ? (int)(mc - i0) : (int)h;
         const float *src = a + i0 * rs;
-        if (rs == 1 && mr == MR) {
-            /* a transposed A: a panel's six values per k are contiguous (a fixed-size copy,
+        if (rs == 1 && mr == MR && h == MR) {
+            /* a transposed A: a panel's values per k are contiguous (a fixed-size copy,
              * two moves, where the general loop below stored float by float) */
             for (int64_t p = 0; p < kc; p++) memcpy(dst + p * MR, src + p * cs, MR * sizeof(float));
+        } else if (rs == 1 && mr == TILE8) {
+            for (int64_t p = 0; p < kc; p++) memcpy(dst + p * TILE8, src + p * cs, TILE8 * sizeof(float));
         } else {
             for (int64_t p = 0; p < kc; p++)
-                for (int i = 0; i < mr; i++) dst[p * MR + i] = src[i * rs + p * cs];
+                for (int i = 0; i < mr; i++) dst[p * h + i] = src[i * rs + p * cs];
         }
     }
 }
@@ -551,12 +629,13 @@ static void run_unit(gemm_job *j, int64_t u) {
     const int direct_b = !j->win && j->csb == 1 && i1 - i0 <= direct_b_rows && rows_spread_in_l1(j->rsb * 4, kc);
     scratch_t *s = scratch();
     if (!s || !grow(&s->b, &s->bcap, (size_t)(kc * (direct_b ? 1 : panels) * NR)) ||
-        (pack_rows && !grow(&s->a, &s->acap, (size_t)(kc * ((MC + MR - 1) / MR) * MR)))) {
+        (pack_rows && !grow(&s->a, &s->acap, (size_t)(kc * (MC + TILE8))))) {
         atomic_store(&j->failed, 1);
         return;
     }
     kernel_fn kern = j->kern;
     kernel2_fn kern2 = j->kern2;
+    const int wide = kern2 != NULL; /* 8-row tiles (eight_rows) */
     int64_t wsof[WIN_PANELS];
 #ifdef TALLOW_X86
     const int win_direct = j->win && kern2 && windows_whole(j->win, j0, nc, wsof);
@@ -574,14 +653,21 @@ static void run_unit(gemm_job *j, int64_t u) {
         else if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
         else if (full < panels) pack_b(bblk + full * NR, j->rsb, 1, kcur, nc - full * NR, s->b);
         int flags = (pc > 0 || j->accumulate ? F_LOAD : 0) | (pc + kcur == k && j->bias ? F_BIAS : 0);
-        for (int64_t ic = i0; ic < i1; ic += MC) {
+        for (int64_t ic = i0; ic < i1; ic += MC) { /* (MC: whole tiles of 6 and of 8 rows) */
             int64_t mcur = i1 - ic < MC ? i1 - ic : MC;
             const float *ablk = A + ic * j->rsa + pc * j->csa;
-            int64_t ars = j->rsa, acs = j->csa, astep = MR * j->rsa;
+            /* the tile of rows ir..: at ablk + ir * astep, rows ars apart, k steps acs apart
+             * (tile_h: its height); packed, each tile is a panel of its own height */
+            int64_t ars = j->rsa, acs = j->csa, astep = j->rsa;
+            const int64_t e8 = wide ? eight_rows(mcur) : 0;
             if (pack_rows) {
-                pack_a(ablk, j->rsa, j->csa, mcur, kcur, s->a);
-                ablk = s->a, ars = 1, acs = MR, astep = kcur * MR;
+                pack_a(ablk, j->rsa, j->csa, mcur, kcur, e8, s->a);
+                ablk = s->a, ars = 1, astep = kcur;
             }
+#define TILES_OF(mcur)                                                                   \
+    for (int64_t ir = 0, tile_h; ir < (mcur) && (tile_h = tile_rows(ir, e8)); ir += tile_h)
+#define TILE_MR ((int)((mcur) - ir < tile_h ? (mcur) - ir : tile_h))
+#define TILE_A ablk + ir * astep, ars, pack_rows ? tile_h : acs
             for (int64_t jr = 0; jr < panels; jr++) {
                 int nr = nc - jr * NR < NR ? (int)(nc - jr * NR) : NR;
                 const float *bp = s->b + jr * kcur * NR;
@@ -597,10 +683,10 @@ static void run_unit(gemm_job *j, int64_t u) {
 #ifdef TALLOW_X86
                 if (win_direct && jr + 1 < panels) { /* two panels of windows, in place */
                     const float *wb = j->win->base + wsof[jr];
-                    for (int64_t ir = 0; ir < mcur; ir += MR) {
-                        int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
-                        kernel_avx512_rows(kcur, ablk + (ir / MR) * astep, ars, acs, wb, wsof[jr + 1] - wsof[jr],
-                                           j->win->row_off + pc, cp + ir * ldc, ldc, mr, 2 * NR, flags, bias);
+                    const int64_t boff = wsof[jr + 1] - wsof[jr];
+                    TILES_OF(mcur) {
+                        (tile_h == TILE8 ? kernel_avx512_8_rows : kernel_avx512_rows)(
+                            kcur, TILE_A, wb, boff, j->win->row_off + pc, cp + ir * ldc, ldc, TILE_MR, 2 * NR, flags, bias);
                     }
                     jr++;
                     continue;
@@ -611,18 +697,30 @@ static void run_unit(gemm_job *j, int64_t u) {
                 if (kern2 && jr + 1 < (direct_b ? full : panels)) {
                     int nr2 = nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR;
                     int64_t boff = direct_b ? NR : kcur * NR;
-                    for (int64_t ir = 0; ir < mcur; ir += MR) {
-                        int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
-                        kern2(kcur, ablk + (ir / MR) * astep, ars, acs, bp, boff, bs, cp + ir * ldc, ldc, mr, nr2, flags,
-                              bias);
+                    TILES_OF(mcur) {
+#ifdef TALLOW_X86
+                        if (tile_h == TILE8) {
+                            kernel_avx512_8(kcur, TILE_A, bp, boff, bs, cp + ir * ldc, ldc, TILE_MR, nr2, flags, bias);
+                            continue;
+                        }
+#endif
+                        kern2(kcur, TILE_A, bp, boff, bs, cp + ir * ldc, ldc, TILE_MR, nr2, flags, bias);
                     }
                     jr++;
                     continue;
                 }
-                for (int64_t ir = 0; ir < mcur; ir += MR) {
-                    int mr = mcur - ir < MR ? (int)(mcur - ir) : MR;
-                    kern(kcur, ablk + (ir / MR) * astep, ars, acs, bp, bs, cp + ir * ldc, ldc, mr, nr, flags, bias);
+                TILES_OF(mcur) {
+#ifdef TALLOW_X86
+                    if (tile_h == TILE8) { /* one panel: the 8-row kernel reading it twice, half stored */
+                        kernel_avx512_8(kcur, TILE_A, bp, 0, bs, cp + ir * ldc, ldc, TILE_MR, nr, flags, bias);
+                        continue;
+                    }
+#endif
+                    kern(kcur, TILE_A, bp, bs, cp + ir * ldc, ldc, TILE_MR, nr, flags, bias);
                 }
+#undef TILES_OF
+#undef TILE_MR
+#undef TILE_A
             }
         }
     }
@@ -648,11 +746,12 @@ static void plan(gemm_job *j, int threads) {
         j->nnb = (j->n + j->nbw - 1) / j->nbw;
     }
     int64_t units = j->batch * j->nnb;
-    if (units < want) { /* too few columns: cut rows too, in multiples of MR, at least 4 tiles high */
+    if (units < want) { /* too few columns: cut rows too, in whole tiles, at least 4 tiles high */
+        const int64_t th = j->kern2 ? TILE8 : MR;
         int64_t parts = (want + units - 1) / units;
         int64_t h = (j->m + parts - 1) / parts;
-        h = (h + MR - 1) / MR * MR;
-        if (h < 4 * MR) h = 4 * MR;
+        h = (h + th - 1) / th * th;
+        if (h < 4 * th) h = 4 * th;
         if (h < j->m) {
             j->mbh = h;
             j->nmb = (j->m + h - 1) / h;
@@ -873,7 +972,7 @@ static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     gemm_job job;
     memset(&job, 0, sizeof job);
-    job.m = a[0], job.n = a[1], job.k = a[2], job.batch = a[3];
+    job.m = a[0], job.n = a[1], job.k = a[2], job.batch = a[3], job.kern2 = kernel2();
     plan(&job, (int)a[4]);
     return Py_BuildValue("(LLLL)", (long long)job.nbw, (long long)job.nnb, (long long)job.mbh, (long long)job.nmb);
 }
