@@ -106,7 +106,8 @@ def test_the_product_s_avx512_tile_gives_the_avx2_bits(m, k, n, batch, transpose
 @pytest.mark.parametrize("n", [16, 40, 80, 130])
 @pytest.mark.parametrize("a_transposed", [False, True])
 def test_the_8_row_tiles_give_the_6_row_tiles_bits(m, n, a_transposed):
-    """Every plan of 8-row and 6-row tiles (``eight_rows``): 8-row tiles only (8, 64,
+    """The AVX-512 product's 8-row tiles against its 6-row ones and the AVX2 kernel's:
+    every plan of 8-row and 6-row tiles (``eight_rows``): 8-row tiles only (8, 64,
     a last one of 7 rows: 7, 15, 127), 6-row ones only (2, 10, 12), both (20, 30, 70,
     100), blocks of 120 rows and the rest (128-250), A read in place and packed in
     panels of each tile's height (a transposed A of 64 columns or more), one panel read
@@ -125,7 +126,15 @@ def test_the_8_row_tiles_give_the_6_row_tiles_bits(m, n, a_transposed):
         return c
 
     plain, wide = _both(_gemm, product)
+    assert _gemm.tile8()
+    try:
+        _gemm.set_tile8(False)
+        assert not _gemm.tile8()
+        six = product()  # the AVX-512 kernel's 6-row tiles
+    finally:
+        _gemm.set_tile8(True)
     np.testing.assert_array_equal(wide, plain)
+    np.testing.assert_array_equal(wide, six)
     want = a.astype(np.float64) @ b + c0 + row
     np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 

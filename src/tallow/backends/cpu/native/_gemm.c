@@ -68,6 +68,8 @@ typedef void (*kernel2_fn)(int64_t kc, const float *a, int64_t rs, int64_t cs, c
                            int64_t bs, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias);
 /* The 6x32 AVX-512 kernel on CPUs that have it (set_avx512 switches it off). */
 static int use_avx512 = 0;
+/* ... and with it, 8-row tiles (eight_rows; set_tile8 switches them off: 6-row ones). */
+static int use_tile8 = 1;
 
 /* ------------------------------------------------------------------ micro-kernels */
 /* Store a tile (rows `width` floats apart in t): C = (flags & F_LOAD ? C : 0) + acc (+ bias),
@@ -635,7 +637,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     }
     kernel_fn kern = j->kern;
     kernel2_fn kern2 = j->kern2;
-    const int wide = kern2 != NULL; /* 8-row tiles (eight_rows) */
+    const int wide = kern2 != NULL && use_tile8; /* 8-row tiles (eight_rows) */
     int64_t wsof[WIN_PANELS];
 #ifdef TALLOW_X86
     const int win_direct = j->win && kern2 && windows_whole(j->win, j0, nc, wsof);
@@ -747,7 +749,7 @@ static void plan(gemm_job *j, int threads) {
     }
     int64_t units = j->batch * j->nnb;
     if (units < want) { /* too few columns: cut rows too, in whole tiles, at least 4 tiles high */
-        const int64_t th = j->kern2 ? TILE8 : MR;
+        const int64_t th = j->kern2 && use_tile8 ? TILE8 : MR;
         int64_t parts = (want + units - 1) / units;
         int64_t h = (j->m + parts - 1) / parts;
         h = (h + th - 1) / th * th;
@@ -962,6 +964,20 @@ static PyObject *py_threads_for(PyObject *self, PyObject *arg) {
 }
 
 /* plan(m, n, k, batch, threads) -> (column block, column blocks, row block, row blocks): the units. */
+static PyObject *py_set_tile8(PyObject *self, PyObject *arg) {
+    (void)self;
+    const int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    use_tile8 = on;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_tile8(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(use_tile8 && kernel2() != NULL);
+}
+
 static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 5) return PyErr_Format(PyExc_TypeError, "plan takes 5 arguments");
@@ -983,6 +999,8 @@ static PyMethodDef methods[] = {
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2+FMA kernel."},
     {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 kernel (two panels at once)."},
     {"avx512", py_avx512, METH_NOARGS, "Whether the AVX-512 kernel is used."},
+    {"set_tile8", py_set_tile8, METH_O, "Use (True) or not 8-row tiles with the AVX-512 kernel (else 6-row ones)."},
+    {"tile8", py_tile8, METH_NOARGS, "Whether products are cut into 8-row tiles (AVX-512 on and tile8 set)."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2+FMA kernel is used."},
     {"set_split_min", py_set_split_min, METH_O, "Smallest product (multiply-adds) split across threads."},
     {"set_direct_b_rows", py_set_direct_b_rows, METH_O, "Units of at most this many rows read B unpacked."},
