@@ -144,6 +144,46 @@ static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs,
 #endif
 
 #ifdef TALLOW_X86
+/* A two-panel tile's accumulators (two per row) into C: mr of its `rows` rows, nr of its
+ * 32 columns, C = (flags & F_LOAD ? C : 0) + acc (+ bias) as store_tile_w does (the same
+ * adds in the same order); a part tile's columns under masks, its missing rows not
+ * stored (a tile stored through a buffer, float by float, cost a 10-column layer's
+ * product more than its FMAs). */
+static AVX512F inline __attribute__((always_inline)) void store_rows_zmm(const __m512 *acc, int rows, float *c,
+                                                                          int64_t ldc, int mr, int nr, int flags,
+                                                                          const float *bias) {
+    const int whole = mr == rows && nr == 2 * NR;
+    const __mmask16 m0 = (__mmask16)(nr >= NR ? 0xFFFF : (1u << nr) - 1);
+    const __mmask16 m1 = (__mmask16)(nr >= 2 * NR ? 0xFFFF : nr > NR ? (1u << (nr - NR)) - 1 : 0);
+    __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
+    if (flags & F_BIAS) {
+        bias0 = whole ? _mm512_loadu_ps(bias) : _mm512_maskz_loadu_ps(m0, bias);
+        bias1 = whole ? _mm512_loadu_ps(bias + NR) : _mm512_maskz_loadu_ps(m1, bias + NR);
+    }
+    if (whole) {
+        for (int i = 0; i < rows; i++) {
+            float *ci = c + i * ldc;
+            __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];
+            if (flags & F_LOAD) { v0 = _mm512_add_ps(_mm512_loadu_ps(ci), v0); v1 = _mm512_add_ps(_mm512_loadu_ps(ci + NR), v1); }
+            if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }
+            _mm512_storeu_ps(ci, v0);
+            _mm512_storeu_ps(ci + NR, v1);
+        }
+        return;
+    }
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];
+        if (flags & F_LOAD) {
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + NR), v1);
+        }
+        if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }
+        _mm512_mask_storeu_ps(ci, m0, v0);
+        _mm512_mask_storeu_ps(ci + NR, m1, v1);
+    }
+}
+
 /* 6 rows x two panels (32 columns) in 12 zmm accumulators: per k two loads of B, six
  * broadcasts of A, twelve FMAs, each over twice the columns of the AVX2 kernel's.  Every
  * element is the same chain of FMAs in the same order as there: the same bits.  B's row
@@ -170,22 +210,7 @@ static AVX2 void kernel_avx2(int64_t kc, const float *a, int64_t rs, int64_t cs,
             o += cs;                                                                                          \
         }                                                                                                     \
         __m512 acc[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};                   \
-        if (mr == MR && nr == 2 * NR) {                                                                       \
-            __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;                                                \
-            if (flags & F_BIAS) { bias0 = _mm512_loadu_ps(bias); bias1 = _mm512_loadu_ps(bias + NR); }         \
-            for (int i = 0; i < MR; i++) {                                                                    \
-                float *ci = c + i * ldc;                                                                      \
-                __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];                                                  \
-                if (flags & F_LOAD) { v0 = _mm512_add_ps(_mm512_loadu_ps(ci), v0); v1 = _mm512_add_ps(_mm512_loadu_ps(ci + NR), v1); } \
-                if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }         \
-                _mm512_storeu_ps(ci, v0);                                                                     \
-                _mm512_storeu_ps(ci + NR, v1);                                                                \
-            }                                                                                                 \
-            return;                                                                                           \
-        }                                                                                                     \
-        float t[MR * 2 * NR] __attribute__((aligned(64)));                                                   \
-        for (int i = 0; i < 2 * MR; i++) _mm512_store_ps(t + NR * i, acc[i]);                                \
-        store_tile_w(t, 2 * NR, c, ldc, mr, nr, flags, bias);                                                \
+        store_rows_zmm(acc, MR, c, ldc, mr, nr, flags, bias);                                                \
     }
 KERNEL_AVX512(kernel_avx512, int64_t bs, b + p * bs)
 KERNEL_AVX512(kernel_avx512_rows, const int64_t *off, b + off[p])
@@ -220,27 +245,7 @@ KERNEL_AVX512(kernel_avx512_rows, const int64_t *off, b + off[p])
             o += cs;                                                                                          \
         }                                                                                                     \
         __m512 acc[2 * TILE8] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71}; \
-        if (mr == TILE8) { /* whole rows: stores under masks for the columns (nr of 32) */                  \
-            const __mmask16 m0 = (__mmask16)(nr >= NR ? 0xFFFF : (1u << nr) - 1);                            \
-            const __mmask16 m1 = (__mmask16)(nr >= 2 * NR ? 0xFFFF : nr > NR ? (1u << (nr - NR)) - 1 : 0);     \
-            __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;                                                \
-            if (flags & F_BIAS) { bias0 = _mm512_maskz_loadu_ps(m0, bias); bias1 = _mm512_maskz_loadu_ps(m1, bias + NR); } \
-            for (int i = 0; i < TILE8; i++) {                                                                 \
-                float *ci = c + i * ldc;                                                                      \
-                __m512 v0 = acc[2 * i], v1 = acc[2 * i + 1];                                                  \
-                if (flags & F_LOAD) {                                                                         \
-                    v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v0);                                    \
-                    v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + NR), v1);                               \
-                }                                                                                             \
-                if (flags & F_BIAS) { v0 = _mm512_add_ps(v0, bias0); v1 = _mm512_add_ps(v1, bias1); }         \
-                _mm512_mask_storeu_ps(ci, m0, v0);                                                            \
-                _mm512_mask_storeu_ps(ci + NR, m1, v1);                                                       \
-            }                                                                                                 \
-            return;                                                                                           \
-        }                                                                                                     \
-        float t[TILE8 * 2 * NR] __attribute__((aligned(64)));                                                \
-        for (int i = 0; i < 2 * TILE8; i++) _mm512_store_ps(t + NR * i, acc[i]);                             \
-        store_tile_w(t, 2 * NR, c, ldc, mr, nr, flags, bias);                                                \
+        store_rows_zmm(acc, TILE8, c, ldc, mr, nr, flags, bias);                                             \
     }
 KERNEL_AVX512_8(kernel_avx512_8, int64_t bs, b + p * bs)
 KERNEL_AVX512_8(kernel_avx512_8_rows, const int64_t *off, b + off[p])
