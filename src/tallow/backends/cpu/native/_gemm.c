@@ -184,71 +184,41 @@ static AVX512F inline __attribute__((always_inline)) void store_rows_zmm(const _
     }
 }
 
-/* 6 rows x two panels (32 columns) in 12 zmm accumulators: per k two loads of B, six
- * broadcasts of A, twelve FMAs, each over twice the columns of the AVX2 kernel's.  Every
- * element is the same chain of FMAs in the same order as there: the same bits.  B's row
- * p is at b + p * bs (kernel_avx512), or at b + off[p] (kernel_avx512_rows: a
- * convolution's windows read in place, tallow_windows, no packing). */
-#define KERNEL_AVX512(NAME, BSTEP, BROW)                                                                \
+/* ROWS rows x two panels (32 columns) in 2 * ROWS zmm accumulators: per k two loads of
+ * B, ROWS broadcasts of A, 2 * ROWS FMAs, each over twice the columns of the AVX2
+ * kernel's.  Rows past mr re-read row 0 (their sums are not stored).  Every element is
+ * the same chain of FMAs in the same order as there: the same bits.  B's row p is at b
+ * + p * bs, or at b + off[p] (the _rows kernels: a convolution's windows read in
+ * place, tallow_windows, no packing).  6 rows (kernel_avx512, 12 accumulators) and 8
+ * (kernel_avx512_8, 16): the tile AVX-512 products are cut into (eight_rows), so that
+ * a multiple of 8 rows (64-512 channels, a batch of 64) leaves no tile part-empty,
+ * where 6-row tiles computed 66 rows for 64 and 132 for 128. */
+#define KERNEL_AVX512(NAME, ROWS, BSTEP, BROW)                                                          \
     static AVX512F void NAME(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff, \
                              BSTEP, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {    \
-        const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);                   \
-        const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0);                        \
-        const float *a5 = a + (mr > 5 ? 5 * rs : 0);                                                          \
-        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;             \
-        __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                             \
+        const float *ar[ROWS];                                                                                \
+        __m512 acc[2 * ROWS];                                                                                 \
+        _Pragma("GCC unroll 8") for (int i = 0; i < ROWS; i++) {                                              \
+            ar[i] = a + (mr > i ? i * rs : 0);                                                                \
+            acc[2 * i] = acc[2 * i + 1] = _mm512_setzero_ps();                                                \
+        }                                                                                                     \
         int64_t o = 0;                                                                                        \
         _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++) {                                            \
             const float *bp = BROW;                                                                           \
-            __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + boff), t;                              \
-            t = _mm512_set1_ps(a0[o]); c00 = _mm512_fmadd_ps(t, b0, c00); c01 = _mm512_fmadd_ps(t, b1, c01);  \
-            t = _mm512_set1_ps(a1[o]); c10 = _mm512_fmadd_ps(t, b0, c10); c11 = _mm512_fmadd_ps(t, b1, c11);  \
-            t = _mm512_set1_ps(a2[o]); c20 = _mm512_fmadd_ps(t, b0, c20); c21 = _mm512_fmadd_ps(t, b1, c21);  \
-            t = _mm512_set1_ps(a3[o]); c30 = _mm512_fmadd_ps(t, b0, c30); c31 = _mm512_fmadd_ps(t, b1, c31);  \
-            t = _mm512_set1_ps(a4[o]); c40 = _mm512_fmadd_ps(t, b0, c40); c41 = _mm512_fmadd_ps(t, b1, c41);  \
-            t = _mm512_set1_ps(a5[o]); c50 = _mm512_fmadd_ps(t, b0, c50); c51 = _mm512_fmadd_ps(t, b1, c51);  \
+            const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + boff);                           \
+            _Pragma("GCC unroll 8") for (int i = 0; i < ROWS; i++) {                                          \
+                const __m512 t = _mm512_set1_ps(ar[i][o]);                                                    \
+                acc[2 * i] = _mm512_fmadd_ps(t, b0, acc[2 * i]);                                              \
+                acc[2 * i + 1] = _mm512_fmadd_ps(t, b1, acc[2 * i + 1]);                                      \
+            }                                                                                                 \
             o += cs;                                                                                          \
         }                                                                                                     \
-        __m512 acc[2 * MR] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};                   \
-        store_rows_zmm(acc, MR, c, ldc, mr, nr, flags, bias);                                                \
+        store_rows_zmm(acc, ROWS, c, ldc, mr, nr, flags, bias);                                               \
     }
-KERNEL_AVX512(kernel_avx512, int64_t bs, b + p * bs)
-KERNEL_AVX512(kernel_avx512_rows, const int64_t *off, b + off[p])
-
-/* 8 rows x two panels in 16 zmm accumulators (TILE8 rows): per k two loads of B, eight
- * broadcasts, sixteen FMAs. The tile AVX-512 products are cut into (eight_rows): a
- * multiple of 8 rows (64-512 channels, a batch of 64) leaves no tile part-empty, where
- * 6-row tiles computed 66 rows for 64 and 132 for 128 (the 6-row kernel serves the
- * rest). The same chains of FMAs per element as the kernels above: the same bits. */
-#define KERNEL_AVX512_8(NAME, BSTEP, BROW)                                                              \
-    static AVX512F void NAME(int64_t kc, const float *a, int64_t rs, int64_t cs, const float *b, int64_t boff, \
-                             BSTEP, float *c, int64_t ldc, int mr, int nr, int flags, const float *bias) {    \
-        const float *a0 = a, *a1 = a + (mr > 1 ? rs : 0), *a2 = a + (mr > 2 ? 2 * rs : 0);                   \
-        const float *a3 = a + (mr > 3 ? 3 * rs : 0), *a4 = a + (mr > 4 ? 4 * rs : 0);                        \
-        const float *a5 = a + (mr > 5 ? 5 * rs : 0), *a6 = a + (mr > 6 ? 6 * rs : 0);                        \
-        const float *a7 = a + (mr > 7 ? 7 * rs : 0);                                                          \
-        __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;             \
-        __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                             \
-        __m512 c60 = c00, c61 = c00, c70 = c00, c71 = c00;                                                   \
-        int64_t o = 0;                                                                                        \
-        _Pragma("GCC unroll 4") for (int64_t p = 0; p < kc; p++) {                                            \
-            const float *bp = BROW;                                                                           \
-            __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + boff), t;                              \
-            t = _mm512_set1_ps(a0[o]); c00 = _mm512_fmadd_ps(t, b0, c00); c01 = _mm512_fmadd_ps(t, b1, c01);  \
-            t = _mm512_set1_ps(a1[o]); c10 = _mm512_fmadd_ps(t, b0, c10); c11 = _mm512_fmadd_ps(t, b1, c11);  \
-            t = _mm512_set1_ps(a2[o]); c20 = _mm512_fmadd_ps(t, b0, c20); c21 = _mm512_fmadd_ps(t, b1, c21);  \
-            t = _mm512_set1_ps(a3[o]); c30 = _mm512_fmadd_ps(t, b0, c30); c31 = _mm512_fmadd_ps(t, b1, c31);  \
-            t = _mm512_set1_ps(a4[o]); c40 = _mm512_fmadd_ps(t, b0, c40); c41 = _mm512_fmadd_ps(t, b1, c41);  \
-            t = _mm512_set1_ps(a5[o]); c50 = _mm512_fmadd_ps(t, b0, c50); c51 = _mm512_fmadd_ps(t, b1, c51);  \
-            t = _mm512_set1_ps(a6[o]); c60 = _mm512_fmadd_ps(t, b0, c60); c61 = _mm512_fmadd_ps(t, b1, c61);  \
-            t = _mm512_set1_ps(a7[o]); c70 = _mm512_fmadd_ps(t, b0, c70); c71 = _mm512_fmadd_ps(t, b1, c71);  \
-            o += cs;                                                                                          \
-        }                                                                                                     \
-        __m512 acc[2 * TILE8] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71}; \
-        store_rows_zmm(acc, TILE8, c, ldc, mr, nr, flags, bias);                                             \
-    }
-KERNEL_AVX512_8(kernel_avx512_8, int64_t bs, b + p * bs)
-KERNEL_AVX512_8(kernel_avx512_8_rows, const int64_t *off, b + off[p])
+KERNEL_AVX512(kernel_avx512, MR, int64_t bs, b + p * bs)
+KERNEL_AVX512(kernel_avx512_rows, MR, const int64_t *off, b + off[p])
+KERNEL_AVX512(kernel_avx512_8, TILE8, int64_t bs, b + p * bs)
+KERNEL_AVX512(kernel_avx512_8_rows, TILE8, const int64_t *off, b + off[p])
 #endif
 
 /* The two-panel kernel, or NULL (one panel at a time). */
