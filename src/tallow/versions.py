@@ -40,11 +40,13 @@ def bump(storage) -> None:
 
 
 def versions_of(args):
-    """The versions of the args' storages, or None when every one is 0 (the common case)."""
+    """The versions of the args' storages, or None when every one is 0 (the common case
+    until an optimiser's first step; after it, every op over a weight has a version).
+    (A list made into a tuple: a generator cost twice as much per recorded op.)"""
     if not _VERSIONS:
         return None
     get = _VERSIONS.get
-    vs = tuple(get(id(a._storage), 0) for a in args)
+    vs = tuple([get(id(a._storage), 0) for a in args])
     return vs if any(vs) else None
 
 
@@ -54,6 +56,9 @@ def check_unchanged(op) -> None:
         return
     recorded = getattr(op, "versions", None)
     get = _VERSIONS.get
+    now = tuple([get(id(a._storage), 0) for a in op.args])
+    if now == recorded or (recorded is None and not any(now)):
+        return
     for i, a in enumerate(op.args):
         now = get(id(a._storage), 0)
         then = recorded[i] if recorded else 0
