@@ -18,6 +18,7 @@ from .threads import CONFIG, run_pieces
 
 MIN_ELEMENTS = 1 << 18  # 262,144 elements: below this one thread is faster
 
+
 class _ThreadState(threading.local):
     """Per-thread flags; ``serial`` is False on a thread until :func:`serial` sets it
     (a class default: ``getattr(local, name, default)`` on a thread that never set the

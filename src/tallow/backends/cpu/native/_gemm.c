@@ -938,7 +938,6 @@ static PyObject *py_threads_for(PyObject *self, PyObject *arg) {
     return PyLong_FromLong(split_threads(work));
 }
 
-/* plan(m, n, k, batch, threads) -> (column block, column blocks, row block, row blocks): the units. */
 static PyObject *py_set_tile8(PyObject *self, PyObject *arg) {
     (void)self;
     const int on = PyObject_IsTrue(arg);
@@ -953,6 +952,7 @@ static PyObject *py_tile8(PyObject *self, PyObject *noargs) {
     return PyBool_FromLong(use_tile8 && kernel2() != NULL);
 }
 
+/* plan(m, n, k, batch, threads) -> (column block, column blocks, row block, row blocks): the units. */
 static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 5) return PyErr_Format(PyExc_TypeError, "plan takes 5 arguments");
