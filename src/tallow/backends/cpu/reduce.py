@@ -6,9 +6,18 @@ import numpy as np
 
 from ... import dtype as dt
 from ...errors import TallowError
+from .native_module import NativeModule
 
 
 _HALF = (dt.f16, dt.bf16)
+
+# native/_reduce: the sum of a contiguous f32 array in a fixed order (the same bits on
+# any instruction set and thread count), vectorised, on the calling thread: 256K
+# elements 18 us against NumPy's 101 (its pairwise sum runs eight scalar accumulators),
+# 1M 147 against 420. From this many elements; below, NumPy's sum, whose bits the
+# small sums keep.
+_REDUCE = NativeModule("_reduce")
+NATIVE_SUM_MIN = 1 << 15
 
 
 def collapse_broadcast_dims(x, dims):
@@ -59,6 +68,12 @@ class CpuReduce:
             # f16/bf16 accumulate in f32; integers wrap in their own dtype, as candle.
             acc = np.float32 if dtype in _HALF else dtype.np
             x, copies = collapse_broadcast_dims(x, dims)
+            if dtype is dt.f32 and x.size >= NATIVE_SUM_MIN and len(dims) == x.ndim and x.flags.c_contiguous:
+                native = _REDUCE()
+                if native is not None:
+                    total = native.sum_f32(x)
+                    out = _times_copies(np.full((1,) * x.ndim, total, np.float32), copies, acc)
+                    return self._wrap(out, dtype)
             # (the ufunc called from here, so that its floating-point warnings come from
             # tallow's module: float_warnings; np.sum's own result, the same bits)
             out = np.asarray(np.add.reduce(x, axis=dims, dtype=acc, keepdims=True))
