@@ -56,8 +56,7 @@ def check_unchanged(op) -> None:
         return
     recorded = getattr(op, "versions", None)
     get = _VERSIONS.get
-    now = tuple([get(id(a._storage), 0) for a in op.args])
-    if now == recorded or (recorded is None and not any(now)):
+    if versions_of(op.args) == recorded:  # (None on both sides: every version 0)
         return
     for i, a in enumerate(op.args):
         now = get(id(a._storage), 0)
