@@ -475,6 +475,10 @@ static int64_t eight_rows(int64_t mc) {
 }
 static inline int64_t tile_rows(int64_t ir, int64_t e8) { return ir < e8 ? TILE8 : MR; }
 
+/* Whether a product run by the two-panel kernel `kern2` (NULL: none) is cut into 8-row
+ * tiles: with AVX-512, unless set_tile8 switched them off. */
+static inline int tiles_of_eight(kernel2_fn kern2) { return kern2 != NULL && use_tile8; }
+
 /* A rows [0, mc) x columns [0, kc) -> panels of tile_rows each (e8: eight_rows, or 0),
  * k-major (a panel of h rows: rs 1, cs h; the panel of rows ir.. at dst + ir * kc), for
  * an A whose rows are not contiguous (run_unit reads those in place). Rows past mc are
@@ -612,7 +616,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     }
     kernel_fn kern = j->kern;
     kernel2_fn kern2 = j->kern2;
-    const int wide = kern2 != NULL && use_tile8; /* 8-row tiles (eight_rows) */
+    const int wide = tiles_of_eight(kern2); /* 8-row tiles (eight_rows) */
     int64_t wsof[WIN_PANELS];
 #ifdef TALLOW_X86
     const int win_direct = j->win && kern2 && windows_whole(j->win, j0, nc, wsof);
@@ -724,7 +728,7 @@ static void plan(gemm_job *j, int threads) {
     }
     int64_t units = j->batch * j->nnb;
     if (units < want) { /* too few columns: cut rows too, in whole tiles, at least 4 tiles high */
-        const int64_t th = j->kern2 && use_tile8 ? TILE8 : MR;
+        const int64_t th = tiles_of_eight(j->kern2) ? TILE8 : MR;
         int64_t parts = (want + units - 1) / units;
         int64_t h = (j->m + parts - 1) / parts;
         h = (h + th - 1) / th * th;
@@ -949,7 +953,7 @@ static PyObject *py_set_tile8(PyObject *self, PyObject *arg) {
 static PyObject *py_tile8(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
-    return PyBool_FromLong(use_tile8 && kernel2() != NULL);
+    return PyBool_FromLong(tiles_of_eight(kernel2()));
 }
 
 /* plan(m, n, k, batch, threads) -> (column block, column blocks, row block, row blocks): the units. */
