@@ -364,18 +364,21 @@ def _windows_give_the_columns_bits(run):
     zmm = _gemm.avx512()
     got = {}
     try:
-        for windows, wide, flat in ((False, zmm, True), (True, zmm, True), (True, False, True), (True, zmm, False)):
+        for windows, wide, flat, taps in ((False, zmm, True, True), (True, zmm, True, True), (True, False, True, True),
+                                          (True, zmm, False, True), (True, zmm, True, False)):
             mod.set_windows(windows)
             mod.set_flat(flat)
+            mod.set_tap_planes(taps)
             _gemm.set_avx512(wide)
-            got[windows, wide, flat] = run()
+            got[windows, wide, flat, taps] = run()
     finally:
         mod.set_windows(True)
         mod.set_flat(True)
+        mod.set_tap_planes(True)
         _gemm.set_avx512(zmm)
     for y in got.values():
-        np.testing.assert_array_equal(y, got[False, zmm, True])
-    return got[True, zmm, True]
+        np.testing.assert_array_equal(y, got[False, zmm, True, True])
+    return got[True, zmm, True, True]
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
@@ -406,6 +409,50 @@ def test_conv_images_over_the_planes_whole_rows_gives_the_packed_bits(b, c, co, 
     finally:
         mod.set_flat(True)
     assert mod.flat()
+    np.testing.assert_array_equal(got[1], got[0])
+    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
+                    padding=pad, dilation=dil).numpy()
+    np.testing.assert_allclose(got[1], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
+@pytest.mark.parametrize("b, c, co, h, w, k, stride, pad, dil", [
+    (4, 64, 128, 32, 32, 3, 2, 1, 1),   # 16x16 outputs: whole panel pairs
+    (2, 20, 24, 41, 70, 3, 2, 1, 1),    # 21x35: a part-panel last, taps' shifts across blocks
+    (1, 16, 40, 64, 64, 3, 2, 1, 1),    # 1024 positions: two column blocks of 512
+    (2, 9, 16, 29, 31, 5, 2, 2, 1),     # 5x5: shifts -1..1 of both phases
+    (2, 6, 10, 33, 31, 7, 2, 3, 1),     # 7x7: a shift of -2, the per-column reads
+    (3, 12, 20, 25, 23, 3, 3, 1, 1),    # stride 3
+    (2, 12, 20, 26, 26, 3, 2, 2, 2),    # dilation 2 under padding 2
+    (2, 12, 20, 14, 14, 3, 2, 0, 1),    # no padding: no zero rows
+    (1, 32, 8, 9, 9, 1, 2, 0, 1),       # 1x1 at stride 2 through conv_images
+])
+@pytest.mark.parametrize("units", [1, 3])
+def test_strided_layers_read_their_tap_planes_in_place_with_the_packed_bits(b, c, co, h, w, k, stride, pad, dil, units):
+    """Strided layers' columns read in place from tap planes (``set_tap_planes``; each
+    kernel column's plane per row phase, a last part-panel read past its run): every
+    output written, the bits of the columns packed from the phase planes, and the
+    definition's values."""
+    from tallow.backends.cpu.native import _gemm
+
+    if not _gemm.avx512():
+        pytest.skip("the tap planes are read in place by the AVX-512 kernel only")
+    mod = cpu_conv._CONV()
+    rng = np.random.default_rng(h * w + co)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    kern = (rng.standard_normal((co, c, k, k)) / np.sqrt(k * k * c)).astype(np.float32)
+    oh, ow = cpu_conv._out_hw(h, w, k, k, (pad, pad), (stride, stride), (dil, dil))
+    geometry = cpu_conv._geometry(b, c, h, w, k, k, (stride, stride), (pad, pad), (dil, dil), oh, ow)
+    got = []
+    try:
+        for taps in (False, True):
+            mod.set_tap_planes(taps)
+            y = np.full((b, co, oh, ow), np.nan, np.float32)
+            mod.conv_images(x, kern, y, co, *geometry, units)
+            got.append(y)
+    finally:
+        mod.set_tap_planes(True)
+    assert mod.tap_planes()
     np.testing.assert_array_equal(got[1], got[0])
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
                     padding=pad, dilation=dil).numpy()
@@ -832,3 +879,29 @@ def test_no_native_variable_turns_the_native_passes_off(monkeypatch):
     monkeypatch.setenv("TALLOW_NO_NATIVE", "0")
     assert (cpu_conv._native(x) is not None) == HAVE_NATIVE
     assert cpu_conv._native(x.astype(np.float64)) is None  # f32 only
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+@pytest.mark.parametrize("shape, stride", [
+    ((16, 128, 16, 16), (2, 2)), ((2, 3, 17, 15), (2, 2)), ((1, 5, 9, 31), (3, 1)),
+    ((3, 2, 8, 40), (1, 2)), ((2, 4, 7, 7), (4, 3)),
+])
+def test_a_strided_pointwise_input_is_the_subsample_bit_for_bit(shape, stride):
+    """A strided 1x1 layer's columns (the input subsampled, natively as a 1x1 max pool
+    over the threads): the pixels of x[:, :, ::sh, ::sw] bit for bit, NaN payloads,
+    infinities and negative zeros included, at one and two threads."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = -0.0
+    flat[::11] = np.inf
+    flat[3::13] = -np.inf
+    flat[5::17] = np.frombuffer(np.array([0x7FC01234, 0xFFA00001], np.uint32).tobytes(), np.float32)[0]
+    want = np.ascontiguousarray(x[:, :, ::stride[0], ::stride[1]])
+    for threads in (1, 2):
+        with split_pool(threads):
+            native._workers.set_threads(threads)
+            got = cpu_conv._pointwise_input(cpu_conv._CONV(), x, stride)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    y = tl.Tensor(x).conv2d(tl.Tensor(np.ones((1, shape[1], 1, 1), np.float32)), stride=stride)
+    assert y.shape == (shape[0], 1) + want.shape[2:]

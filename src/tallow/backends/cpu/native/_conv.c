@@ -344,6 +344,7 @@ typedef struct {
     const int64_t *row_off; /* conv_images with windows: each column row's window in an image's planes */
     int64_t groups;         /* conv_images: units per image, each a block of the output channels */
     int64_t flat;           /* conv_images: the product's columns in flat_windows, else 0 */
+    int64_t taps;           /* conv_images: an image's tap planes' floats (tap_planes_floats), else 0 */
     _Atomic int *failed;
 } images_job;
 
@@ -421,6 +422,208 @@ static int64_t flat_windows(const geom_t *g) {
     return flat;
 }
 
+/* Strided layers' columns as tap planes, read in place: no phase planes, no packing.
+ * For each channel, kernel column kj and row phase py (the rows i * sh + py that some
+ * tap row reads), a plane of ow columns whose pixel (u, j) is the zero-padded image's
+ * at row (u + q0) * sh + py and column j * sw - pw + kj * dw (q0: the phase's first
+ * tap row offset, tap_phase). Tap (ki, kj)'s columns are then oh whole rows of its
+ * plane: one run of oh * ow floats from row qy - q0, which the AVX-512 kernel reads
+ * where it lies (kernel_avx512_8_rows, every 16-column panel one aligned run), and the
+ * taps of one phase share its plane's rows (a 3x3 kernel at stride 2: 6 rows of planes
+ * per channel for 9 taps, 0.69x the columns' floats). Building them is a copy of each
+ * image row per kernel column, stride-2 columns picked by a permute. Each output is
+ * the same sum of the same products as from the packed columns: the same bits. The
+ * stride-2 3x3 64->128 layer (batch 4 of 32x32), where the phase planes and the
+ * packing were 11% of the forward: see docs/design.md. */
+static int use_tap_planes = 1;
+
+/* Rows of row phase py's planes and the first tap row offset q0 in them (0: no tap). */
+static int64_t tap_phase_rows(const geom_t *g, int64_t py, int64_t *q0) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t ki = 0; ki < g->kh; ki++) {
+        int64_t q, p;
+        tap_phase(ki, g->dh, g->ph, g->sh, &q, &p);
+        if (p != py) continue;
+        lo = q < lo ? q : lo;
+        hi = q > hi ? q : hi;
+    }
+    *q0 = lo;
+    return lo > hi ? 0 : g->oh + hi - lo;
+}
+
+/* Rows of a channel's planes for one kernel column (every row phase's). */
+static int64_t tap_rows(const geom_t *g) {
+    int64_t n = 0, q0;
+    for (int64_t py = 0; py < g->sh; py++) n += tap_phase_rows(g, py, &q0);
+    return n;
+}
+
+/* An image's tap planes, channel after channel, then NR floats read past the last
+ * plane's end by a last part-panel (columns never stored). */
+static int64_t tap_planes_floats(const geom_t *g) { return g->nc * g->kw * tap_rows(g) * g->ow + TALLOW_READ_PAST; }
+
+/* Whether conv_images reads a layer's columns from tap planes: strided windows, the
+ * AVX-512 kernel (without it, panels are packed: the phase planes serve). */
+static int tap_planes_apply(const geom_t *g) {
+    return use_tap_planes && use_avx2 && use_avx512 && (g->sh > 1 || g->sw > 1);
+}
+
+/* Each column row's run in an image's tap planes (window_offsets' order); a new array
+ * (PyMem_Free), or NULL when out of memory. */
+static int64_t *tap_offsets(const geom_t *g) {
+    int64_t *off = (int64_t *)PyMem_Malloc((size_t)(g->nc * g->kh * g->kw) * sizeof(int64_t));
+    if (!off) return NULL;
+    const int64_t rows = tap_rows(g), per = g->kw * rows * g->ow;
+    for (int64_t c = 0, r = 0; c < g->nc; c++)
+        for (int64_t ki = 0; ki < g->kh; ki++) {
+            int64_t qy, py, q0, first = 0; /* the phase's first row among the rows */
+            tap_phase(ki, g->dh, g->ph, g->sh, &qy, &py);
+            for (int64_t p = 0; p < py; p++) first += tap_phase_rows(g, p, &q0);
+            tap_phase_rows(g, py, &q0);
+            for (int64_t kj = 0; kj < g->kw; kj++, r++)
+                off[r] = c * per + (kj * rows + first + qy - q0) * g->ow;
+        }
+    return off;
+}
+
+#ifdef TALLOW_X86
+/* The lanes of a 32-float load from image column c0 that lie inside the row [0, w):
+ * the others read as the padding's zeros, and never touch memory. */
+static inline uint32_t inside_mask(int64_t c0, int64_t w) {
+    const int64_t lo = c0 < 0 ? -c0 : 0, hi = w - c0 < 32 ? w - c0 : 32;
+    if (hi <= lo) return 0;
+    const uint32_t upto = hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1;
+    return upto & ~((1u << lo) - 1);
+}
+
+/* Row u of every kernel column's plane from image row src (w pixels; outside it the
+ * padding's zeros): dst[kj * plane + j] = pixel j * sw - pw + kj * dw, 16 columns a
+ * store, read under masks (stride 2: two loads and a permute), the last stored under
+ * a mask. (Copying the row into a zero-padded buffer first cost more than the rest:
+ * every load straddled the buffer's two fresh stores, which do not forward.) */
+static AVX512F void tap_row(const geom_t *g, const float *src, float *dst, int64_t plane) {
+    const int64_t ow = g->ow, sw = g->sw, w = g->w;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t kj = 0; kj < g->kw; kj++, dst += plane) {
+        for (int64_t j = 0; j < ow; j += 16) {
+            const __mmask16 m = (__mmask16)(ow - j >= 16 ? 0xFFFF : (1u << (ow - j)) - 1);
+            const int64_t c0 = j * sw - g->pw + kj * g->dw; /* column of output column j */
+            __m512 v;
+            if (sw <= 2) {
+                const uint32_t in = inside_mask(c0, w);
+                const int whole = in == 0xFFFFFFFFu;
+                const __m512 a = whole ? _mm512_loadu_ps(src + c0) : _mm512_maskz_loadu_ps((__mmask16)in, src + c0);
+                v = sw == 1 ? a
+                            : _mm512_permutex2var_ps(a, even, whole ? _mm512_loadu_ps(src + c0 + 16)
+                                                                    : _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + c0 + 16));
+            } else {
+                float t[16];
+                for (int64_t i = 0; i < 16; i++) {
+                    const int64_t c = c0 + i * sw;
+                    t[i] = c >= 0 && c < w ? src[c] : 0.0f;
+                }
+                v = _mm512_loadu_ps(t);
+            }
+            if (m == 0xFFFF)
+                _mm512_storeu_ps(dst + j, v);
+            else
+                _mm512_mask_storeu_ps(dst + j, m, v);
+        }
+    }
+}
+
+/* Whether every kernel column of a stride-2 layer reads its row phase at most one
+ * column either side of the output's (tap_row_s2): 3x3 kernels under padding 0-2, 5x5
+ * under 1-3. */
+static int taps_near(const geom_t *g) {
+    if (g->sw != 2) return 0;
+    for (int64_t kj = 0; kj < g->kw; kj++) {
+        const int64_t shift = floor_div(kj * g->dw - g->pw, 2);
+        if (shift < -1 || shift > 1) return 0;
+    }
+    return 1;
+}
+
+/* Rows even and odd pixels of image row src from column 2j (zeros past w). */
+static AVX512F inline void row_phases(const float *src, int64_t j, int64_t w, __m512 *e, __m512 *o) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const uint32_t in = inside_mask(2 * j, w);
+    __m512 a, b;
+    if (in == 0xFFFFFFFFu) {
+        a = _mm512_loadu_ps(src + 2 * j), b = _mm512_loadu_ps(src + 2 * j + 16);
+    } else {
+        a = _mm512_maskz_loadu_ps((__mmask16)in, src + 2 * j);
+        b = _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + 2 * j + 16);
+    }
+    *e = _mm512_permutex2var_ps(a, even, b);
+    *o = _mm512_permutex2var_ps(a, odd, b);
+}
+
+/* tap_row at stride 2 where taps_near: each 16-column block's even and odd pixels
+ * picked once from two loads, every kernel column's run that phase shifted by at most
+ * one column (an align with the block before or after; zeros outside the row). One
+ * load pair per block instead of one per kernel column: a stride-2 3x3 layer's planes
+ * in a third of tap_row's time. */
+static AVX512F void tap_row_s2(const geom_t *g, const float *src, float *dst, int64_t plane) {
+    const int64_t ow = g->ow, w = g->w;
+    __m512 pe = _mm512_setzero_ps(), po = pe, ce, co, ne, no;
+    row_phases(src, 0, w, &ce, &co);
+    for (int64_t j = 0; j < ow; j += 16) {
+        row_phases(src, j + 16, w, &ne, &no); /* (past the row: zeros, read under masks) */
+        const __mmask16 m = (__mmask16)(ow - j >= 16 ? 0xFFFF : (1u << (ow - j)) - 1);
+        float *d = dst + j;
+        for (int64_t kj = 0; kj < g->kw; kj++, d += plane) {
+            const int64_t off = kj * g->dw - g->pw, shift = floor_div(off, 2), odd = off - 2 * shift;
+            const __m512 prev = odd ? po : pe, cur = odd ? co : ce, next = odd ? no : ne;
+            const __m512 v = shift < 0 ? _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(cur), _mm512_castps_si512(prev), 15))
+                             : shift > 0 ? _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(next), _mm512_castps_si512(cur), 1))
+                                         : cur;
+            if (m == 0xFFFF)
+                _mm512_storeu_ps(d, v);
+            else
+                _mm512_mask_storeu_ps(d, m, v);
+        }
+        pe = ce, po = co, ce = ne, co = no;
+    }
+}
+
+/* Image b's tap planes into T (tap_planes_floats). */
+static AVX512F void image_tap_planes(const geom_t *g, const float *x, int64_t b, float *T) {
+    const int64_t rows = tap_rows(g), plane = rows * g->ow, hw = g->h * g->w;
+    const int near = taps_near(g);
+    for (int64_t c = 0; c < g->nc; c++) {
+        const float *xc = x + (b * g->nc + c) * hw;
+        float *Tc = T + c * g->kw * plane;
+        for (int64_t py = 0, u0 = 0; py < g->sh; py++) {
+            int64_t q0;
+            const int64_t n = tap_phase_rows(g, py, &q0);
+            for (int64_t u = 0; u < n; u++) {
+                const int64_t r = (u + q0) * g->sh + py; /* the image row (or padding) */
+                float *dst = Tc + (u0 + u) * g->ow;
+                if (r < 0 || r >= g->h)
+                    for (int64_t kj = 0; kj < g->kw; kj++) memset(dst + kj * plane, 0, (size_t)g->ow * sizeof(float));
+                else if (near)
+                    tap_row_s2(g, xc + r * g->w, dst, plane);
+                else
+                    tap_row(g, xc + r * g->w, dst, plane);
+            }
+            u0 += n;
+        }
+    }
+    memset(T + g->nc * g->kw * plane, 0, TALLOW_READ_PAST * sizeof(float));
+}
+#endif
+
+/* image_tap_planes where it is compiled (tap_planes_apply asks for AVX-512). */
+static void tap_planes(const geom_t *g, const float *x, int64_t b, float *T) {
+#ifdef TALLOW_X86
+    image_tap_planes(g, x, b, T);
+#else
+    (void)g, (void)x, (void)b, (void)T;
+#endif
+}
+
 /* The first of n rows in block i of `blocks` (i = blocks: n), on whole tiles of the
  * product's rows (image_group: an image's output channels): 8 with AVX-512 (a
  * 128-channel layer in two blocks of 64, not 66 and 62), else 6. Each element is the
@@ -448,7 +651,8 @@ static inline int64_t pair_block(int64_t n, int64_t blocks, int64_t i) {
         const int64_t ph = cols_scratch_floats(g);                                                \
         const int64_t planes = g->nc * channel_planes_floats(g), flat = ij->flat;                  \
         /* flat: the planes, the reads past the last one (zeros), the block's columns */         \
-        const size_t floats = !ij->row_off ? (size_t)(rows * pos + ph)                            \
+        const size_t floats = ij->taps ? (size_t)ij->taps                                        \
+                              : !ij->row_off ? (size_t)(rows * pos + ph)                          \
                               : (size_t)(planes + (flat ? flat + ij->ch * flat : 0));             \
         float *cols = scratch_get(floats);                                                        \
         if (!cols) {                                                                              \
@@ -459,7 +663,8 @@ static inline int64_t pair_block(int64_t n, int64_t blocks, int64_t i) {
         phase_margins(g, &mg);                                                                    \
         float *wide = cols + planes + flat;                                                       \
         if (flat) memset(cols + planes, 0, (size_t)flat * sizeof(float));                        \
-        const tallow_windows win = {cols, ij->row_off, flat ? flat : g->ow, flat ? flat : mg.cols, 0, flat > 0}; \
+        const tallow_windows win = {cols, ij->row_off, flat ? flat : g->ow, flat ? flat : mg.cols, 0, flat > 0, 0}; \
+        const tallow_windows twin = {cols, ij->row_off, pos, pos, 0, 1, 1}; /* the tap planes' runs */ \
         int64_t made = -1; /* the image whose planes or columns are in the scratch */             \
         for (int64_t u = lo; u < hi; u++) {                                                       \
             const int64_t b = u / ij->groups, o0 = image_group(ij, u % ij->groups);              \
@@ -468,7 +673,10 @@ static inline int64_t pair_block(int64_t n, int64_t blocks, int64_t i) {
             float *y = ij->y + (b * ij->ch + o0) * pos;                                           \
             const float *k = ij->k + o0 * rows;                                                   \
             int ok;                                                                               \
-            if (ij->row_off && flat) { /* the product over the flat columns, then each row out */ \
+            if (ij->taps) { /* the tap planes, read in place */                                   \
+                if (made != b) tap_planes(g, ij->x, b, cols);                    \
+                ok = tallow_gemm->product_windows(k, rows, 1, &twin, y, pos, o1 - o0, pos, rows, 0); \
+            } else if (ij->row_off && flat) { /* the product over the flat columns, then each row out */ \
                 if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
                 ok = tallow_gemm->product_windows(k, rows, 1, &win, wide, flat, o1 - o0, flat, rows, 0); \
                 for (int64_t o = 0; ok && o < o1 - o0; o++)                                       \
@@ -566,11 +774,12 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
         /* (without AVX-512, panels that cut the output rows are packed a float at a
          * time: slower than building the columns, 1.3x for 28-wide outputs) */
         const int windows = !transposed && use_windows && rows > 0 && ((use_avx2 && use_avx512) || g->ow % 16 == 0);
-        if (windows && !(ij.row_off = off = window_offsets(g))) {
+        ij.taps = windows && tap_planes_apply(g) ? tap_planes_floats(g) : 0;
+        if (windows && !(ij.row_off = off = ij.taps ? tap_offsets(g) : window_offsets(g))) {
             release(b, 3);
             return PyErr_NoMemory();
         }
-        if (windows && use_flat) ij.flat = flat_windows(g);
+        if (windows && use_flat && !ij.taps) ij.flat = flat_windows(g);
         _Atomic int failed = 0;
         ij.failed = &failed;
         tallow_task_fn fn = transposed ? t_images_task_base : images_task_base;
@@ -605,6 +814,7 @@ static PyObject *images_call(PyObject *const *args, Py_ssize_t nargs, int transp
     }
 MODULE_SWITCH(windows, use_windows)
 MODULE_SWITCH(flat, use_flat)
+MODULE_SWITCH(tap_planes, use_tap_planes)
 
 static PyObject *py_conv_images(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -670,7 +880,7 @@ typedef struct {
                 int ok;                                                                           \
                 if (kj->row_off) { /* dk (+)= g[b] @ cols^T packed from the planes' windows */    \
                     if (made != b) image_planes(g, &mg, kj->x, b, cols);                          \
-                    const tallow_windows win = {cols, kj->row_off + c0, g->ow, mg.cols, 1, 0};    \
+                    const tallow_windows win = {cols, kj->row_off + c0, g->ow, mg.cols, 1, 0, 0}; \
                     ok = tallow_gemm->product_windows(gb, pos, 1, &win, dk, rows, kj->co, c1 - c0, pos, b > a); \
                 } else {                                                                          \
                     if (in_place)                                                                 \
@@ -2043,6 +2253,8 @@ static PyMethodDef methods[] = {
     {"set_windows", py_set_windows, METH_O, "conv_images: pack the columns from the image's planes (True) or build them."},
     {"windows", py_windows, METH_NOARGS, "Whether conv_images packs its columns from the image's planes."},
     {"set_flat", py_set_flat, METH_O, "conv_images: narrow outputs' columns over the planes' whole rows (True) or packed."},
+    {"set_tap_planes", py_set_tap_planes, METH_O, "conv_images: strided layers' columns read in place from tap planes (True) or packed from phase planes."},
+    {"tap_planes", py_tap_planes, METH_NOARGS, "Whether conv_images reads strided layers' columns from tap planes."},
     {"flat", py_flat, METH_NOARGS, "Whether conv_images computes narrow outputs over the planes' whole rows."},
     {"conv_transpose_images", FC(py_conv_transpose_images), "The product and col2im an image at a time, one chunk of images per task."},
     {"kernel_grad_parts", FC(py_kernel_grad_parts), "The im2col kernel gradient an image at a time, in parts."},

@@ -578,13 +578,18 @@ static int64_t kc_of(int64_t k) {
 /* Whether the windows' columns [j0, j0 + nc) are to be read in place (w->in_place) and
  * are whole panels, each one run of 16 in an output row, each panel's start in sof:
  * then the AVX-512 kernel reads them through the rows' offsets (kernel_avx512_rows), no
- * packing. Only the flat columns ask for it: for windows of output rows 16, 32 or 64
- * wide (stride-2 and dilated layers), packing them (a 64-byte copy per panel row) gave
- * 0.88-1.02x the time of reading them in place over eleven shapes at one and two
- * threads (the stride-2 64->128 layer, batch 4 of 32x32: 0.93x and 0.84-0.88x). */
+ * packing. The flat columns and the tap planes (a strided layer's, each window one run
+ * of the product's columns: ow = pitch, its last part-panel read past the run with
+ * read_past) ask for it. Windows of output rows 16, 32 or 64 wide read from the phase
+ * planes are packed: a 64-byte copy per panel row gave 0.88-1.02x the time of reading
+ * them in place over eleven shapes at one and two threads (the stride-2 64->128 layer,
+ * batch 4 of 32x32: 0.93x and 0.84-0.88x). */
 static int windows_whole(const tallow_windows *w, int64_t j0, int64_t nc, int64_t *sof) {
-    if (!w->in_place || w->transposed || nc % NR || j0 % NR || w->ow % NR || nc > NC_MAX) return 0;
-    for (int64_t q = 0; q < nc / NR; q++) {
+    const int one_run = w->ow == w->pitch; /* each window one run: a panel starts at its column */
+    if (!w->in_place || w->transposed || j0 % NR || nc > NC_MAX || (w->ow % NR && !one_run) ||
+        (nc % NR && !(one_run && w->read_past)))
+        return 0;
+    for (int64_t q = 0; q < (nc + NR - 1) / NR; q++) {
         const int64_t jj = j0 + q * NR;
         sof[q] = (jj / w->ow) * w->pitch + jj % w->ow;
     }
@@ -628,7 +633,7 @@ static void run_unit(gemm_job *j, int64_t u) {
         const float *bblk = j->win ? NULL : B + pc * j->rsb + j0 * j->csb;
         int64_t full = nc / NR;
         if (win_direct) { /* read in place, but for an odd last panel */
-            if (panels & 1) pack_b_windows(j->win, pc, kcur, j0 + (panels - 1) * NR, NR, s->b);
+            if (panels & 1) pack_b_windows(j->win, pc, kcur, j0 + (panels - 1) * NR, nc - (panels - 1) * NR, s->b);
         } else if (j->win && j->win->transposed) pack_b_windows_t(j->win, pc, kcur, j0, nc, s->b);
         else if (j->win) pack_b_windows(j->win, pc, kcur, j0, nc, s->b);
         else if (!direct_b) pack_b(bblk, j->rsb, j->csb, kcur, nc, s->b);
@@ -667,7 +672,8 @@ static void run_unit(gemm_job *j, int64_t u) {
                     const int64_t boff = wsof[jr + 1] - wsof[jr];
                     TILES_OF(mcur) {
                         (tile_h == TILE8 ? kernel_avx512_8_rows : kernel_avx512_rows)(
-                            kcur, TILE_A, wb, boff, j->win->row_off + pc, cp + ir * ldc, ldc, TILE_MR, 2 * NR, flags, bias);
+                            kcur, TILE_A, wb, boff, j->win->row_off + pc, cp + ir * ldc, ldc, TILE_MR,
+                            nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR, flags, bias);
                     }
                     jr++;
                     continue;

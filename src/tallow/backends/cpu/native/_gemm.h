@@ -16,19 +16,23 @@
 #include "_workers.h" /* tallow_capsule */
 
 #define TALLOW_GEMM_CAPSULE "tallow.backends.cpu.native._gemm._C_API"
-#define TALLOW_GEMM_ABI 4
+#define TALLOW_GEMM_ABI 5
 
 /* A convolution's columns described, not built: row r's column j (output position j,
  * ow to an output row) is base[row_off[r] + (j / ow) * pitch + j % ow], a window of a
  * zero-margined (phase) plane. `transposed`: the product's b is their transpose (row j
  * = position j, column r = window r: a kernel gradient's cols^T). `in_place`: whole
  * 16-column panels are read where they lie by the AVX-512 kernel, not packed (the flat
- * columns of narrow outputs, one run per window). */
+ * columns of narrow outputs, one run per window). `read_past` (with in_place, and each
+ * window one run: ow = pitch = the product's columns): a last part-panel is read in
+ * place too, up to TALLOW_READ_PAST floats past a run's end (the caller leaves them
+ * readable; their columns are never stored). */
+#define TALLOW_READ_PAST 16
 typedef struct {
     const float *base;
     const int64_t *row_off;
     int64_t ow, pitch;
-    int transposed, in_place;
+    int transposed, in_place, read_past;
 } tallow_windows;
 
 typedef struct {
