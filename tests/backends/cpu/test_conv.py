@@ -392,27 +392,45 @@ def _windows_give_the_columns_bits(run):
 def test_conv_images_over_the_planes_whole_rows_gives_the_packed_bits(b, c, co, n, stride, pad, dil, units):
     """Outputs narrower than a panel computed over the planes' whole rows (the columns
     past each output row computed and dropped, the reads past the last plane zeros):
-    the bits of the packed product, every output written, and the definition's values."""
+    the bits of the packed product, every output written, and the definition's values
+    (a strided layer's through its phase planes: the tap planes off)."""
     mod = cpu_conv._CONV()
     rng = np.random.default_rng(n + co)
     x = rng.standard_normal((b, c, n, n)).astype(np.float32)
     kern = (rng.standard_normal((co, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
     oh, ow = cpu_conv._out_hw(n, n, 3, 3, (pad, pad), (stride, stride), (dil, dil))
     geometry = cpu_conv._geometry(b, c, n, n, 3, 3, (stride, stride), (pad, pad), (dil, dil), oh, ow)
+    mod.set_tap_planes(False)
+    try:
+        y = _conv_images_both_ways("flat", x, kern, co, geometry, units)
+    finally:
+        mod.set_tap_planes(True)
+    _assert_is_the_convolution(y, x, kern, stride, pad, dil)
+
+
+def _conv_images_both_ways(switch, x, kern, co, geometry, units):
+    """conv_images with a module switch (``set_<switch>``) off, then on, into outputs
+    full of NaN: the same bits both ways; the result with it on (left on)."""
+    mod = cpu_conv._CONV()
+    b, oh, ow = geometry[0], geometry[-2], geometry[-1]
     got = []
     try:
-        for flat in (False, True):
-            mod.set_flat(flat)
+        for on in (False, True):
+            getattr(mod, "set_" + switch)(on)
             y = np.full((b, co, oh, ow), np.nan, np.float32)
             mod.conv_images(x, kern, y, co, *geometry, units)
             got.append(y)
     finally:
-        mod.set_flat(True)
-    assert mod.flat()
+        getattr(mod, "set_" + switch)(True)
+    assert getattr(mod, switch)()
     np.testing.assert_array_equal(got[1], got[0])
+    return got[1]
+
+
+def _assert_is_the_convolution(y, x, kern, stride, pad, dil):
     want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
                     padding=pad, dilation=dil).numpy()
-    np.testing.assert_allclose(got[1], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")
@@ -437,26 +455,13 @@ def test_strided_layers_read_their_tap_planes_in_place_with_the_packed_bits(b, c
 
     if not _gemm.avx512():
         pytest.skip("the tap planes are read in place by the AVX-512 kernel only")
-    mod = cpu_conv._CONV()
     rng = np.random.default_rng(h * w + co)
     x = rng.standard_normal((b, c, h, w)).astype(np.float32)
     kern = (rng.standard_normal((co, c, k, k)) / np.sqrt(k * k * c)).astype(np.float32)
     oh, ow = cpu_conv._out_hw(h, w, k, k, (pad, pad), (stride, stride), (dil, dil))
     geometry = cpu_conv._geometry(b, c, h, w, k, k, (stride, stride), (pad, pad), (dil, dil), oh, ow)
-    got = []
-    try:
-        for taps in (False, True):
-            mod.set_tap_planes(taps)
-            y = np.full((b, co, oh, ow), np.nan, np.float32)
-            mod.conv_images(x, kern, y, co, *geometry, units)
-            got.append(y)
-    finally:
-        mod.set_tap_planes(True)
-    assert mod.tap_planes()
-    np.testing.assert_array_equal(got[1], got[0])
-    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(kern).double(), stride=stride,
-                    padding=pad, dilation=dil).numpy()
-    np.testing.assert_allclose(got[1], want, rtol=1e-4, atol=1e-4)
+    y = _conv_images_both_ways("tap_planes", x, kern, co, geometry, units)
+    _assert_is_the_convolution(y, x, kern, stride, pad, dil)
 
 
 @pytest.mark.skipif(not (HAVE_NATIVE and HAVE_POOL), reason="native conv module or pool not built")

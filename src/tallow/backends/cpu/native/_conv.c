@@ -428,7 +428,7 @@ static int64_t flat_windows(const geom_t *g) {
  * at row (u + q0) * sh + py and column j * sw - pw + kj * dw (q0: the phase's first
  * tap row offset, tap_phase). Tap (ki, kj)'s columns are then oh whole rows of its
  * plane: one run of oh * ow floats from row qy - q0, which the AVX-512 kernel reads
- * where it lies (kernel_avx512_8_rows, every 16-column panel one aligned run), and the
+ * where it lies (kernel_avx512_8_rows, every 16-column panel part of that run), and the
  * taps of one phase share its plane's rows (a 3x3 kernel at stride 2: 6 rows of planes
  * per channel for 9 taps, 0.69x the columns' floats). Building them is a copy of each
  * image row per kernel column, stride-2 columns picked by a permute. Each output is
@@ -458,8 +458,8 @@ static int64_t tap_rows(const geom_t *g) {
     return n;
 }
 
-/* An image's tap planes, channel after channel, then NR floats read past the last
- * plane's end by a last part-panel (columns never stored). */
+/* An image's tap planes, channel after channel, then the TALLOW_READ_PAST floats a last
+ * part-panel reads past the last plane's end (zeros; their columns are never stored). */
 static int64_t tap_planes_floats(const geom_t *g) { return g->nc * g->kw * tap_rows(g) * g->ow + TALLOW_READ_PAST; }
 
 /* Whether conv_images reads a layer's columns from tap planes: strided windows, the
@@ -544,7 +544,7 @@ static int taps_near(const geom_t *g) {
     return 1;
 }
 
-/* Rows even and odd pixels of image row src from column 2j (zeros past w). */
+/* The even and odd pixels of image row src from column 2j on (zeros past w). */
 static AVX512F inline void row_phases(const float *src, int64_t j, int64_t w, __m512 *e, __m512 *o) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -564,7 +564,7 @@ static AVX512F inline void row_phases(const float *src, int64_t j, int64_t w, __
  * picked once from two loads, every kernel column's run that phase shifted by at most
  * one column (an align with the block before or after; zeros outside the row). One
  * load pair per block instead of one per kernel column: a stride-2 3x3 layer's planes
- * in a third of tap_row's time. */
+ * in half tap_row's time (18 us an image of 64x32x32, against 35). */
 static AVX512F void tap_row_s2(const geom_t *g, const float *src, float *dst, int64_t plane) {
     const int64_t ow = g->ow, w = g->w;
     __m512 pe = _mm512_setzero_ps(), po = pe, ce, co, ne, no;
@@ -674,7 +674,7 @@ static inline int64_t pair_block(int64_t n, int64_t blocks, int64_t i) {
             const float *k = ij->k + o0 * rows;                                                   \
             int ok;                                                                               \
             if (ij->taps) { /* the tap planes, read in place */                                   \
-                if (made != b) tap_planes(g, ij->x, b, cols);                    \
+                if (made != b) tap_planes(g, ij->x, b, cols);                                     \
                 ok = tallow_gemm->product_windows(k, rows, 1, &twin, y, pos, o1 - o0, pos, rows, 0); \
             } else if (ij->row_off && flat) { /* the product over the flat columns, then each row out */ \
                 if (made != b) image_planes(g, &mg, ij->x, b, cols);                              \
