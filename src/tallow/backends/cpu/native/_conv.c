@@ -128,6 +128,33 @@ static AVX512F inline void zero_run(float *d, int64_t n) {
     if (n > 0) _mm512_mask_storeu_ps(d, (__mmask16)((1u << n) - 1), _mm512_setzero_ps());
 }
 
+/* The lanes of a 32-float load from image column c0 that lie inside the row [0, w):
+ * the others read as the padding's zeros, and never touch memory. */
+static inline uint32_t inside_mask(int64_t c0, int64_t w) {
+    const int64_t lo = c0 < 0 ? -c0 : 0, hi = w - c0 < 32 ? w - c0 : 32;
+    if (hi <= lo) return 0;
+    const uint32_t upto = hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1;
+    return upto & ~((1u << lo) - 1);
+}
+
+/* Pixels c0, c0 + 2, ..., c0 + 30 of image row src into *e and c0 + 1, ..., c0 + 31
+ * into *o (zeros outside [0, w), read under masks): a stride-2 row's two column
+ * phases, two loads and two permutes. */
+static AVX512F inline void row_phases(const float *src, int64_t c0, int64_t w, __m512 *e, __m512 *o) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const uint32_t in = inside_mask(c0, w);
+    __m512 a, b;
+    if (in == 0xFFFFFFFFu) {
+        a = _mm512_loadu_ps(src + c0), b = _mm512_loadu_ps(src + c0 + 16);
+    } else {
+        a = _mm512_maskz_loadu_ps((__mmask16)in, src + c0);
+        b = _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + c0 + 16);
+    }
+    *e = _mm512_permutex2var_ps(a, even, b);
+    *o = _mm512_permutex2var_ps(a, odd, b);
+}
+
 /* split_phases for two column phases: each image row's even and odd pixels into the
  * two planes of its row phase in one pass, 32 pixels a pair of zmm registers (the
  * plain loops, a plane at a time, read every row twice a float apart: a stride-2
@@ -136,8 +163,6 @@ static AVX512F void split_phases_w2(const geom_t *g, const margins_t *mg, const 
     const int64_t hp = phase_rows(g), sh = g->sh, h = g->h, w = g->w;
     const int64_t rows = mg->rows, cols = mg->cols, top = mg->top, left = mg->left, plane = rows * cols;
     const int64_t n0 = (w + 1) / 2, n1 = w / 2; /* even and odd pixels of a row */
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t py = 0; py < sh; py++)
         for (int64_t pr = 0; pr < rows; pr++) {
             float *d0 = P + 2 * py * plane + pr * cols, *d1 = d0 + plane;
@@ -152,9 +177,10 @@ static AVX512F void split_phases_w2(const geom_t *g, const margins_t *mg, const 
             const float *src = x + r * w;
             int64_t n = 0;
             for (; 2 * n + 32 <= w; n += 16) {
-                __m512 a = _mm512_loadu_ps(src + 2 * n), b = _mm512_loadu_ps(src + 2 * n + 16);
-                _mm512_storeu_ps(d0 + left + n, _mm512_permutex2var_ps(a, even, b));
-                _mm512_storeu_ps(d1 + left + n, _mm512_permutex2var_ps(a, odd, b));
+                __m512 e, o;
+                row_phases(src, 2 * n, w, &e, &o);
+                _mm512_storeu_ps(d0 + left + n, e);
+                _mm512_storeu_ps(d1 + left + n, o);
             }
             for (int64_t c = 2 * n; c < w; c++) (c & 1 ? d1 : d0)[left + c / 2] = src[c];
             zero_run(d0 + left + n0, cols - left - n0);
@@ -487,15 +513,6 @@ static int64_t *tap_offsets(const geom_t *g) {
 }
 
 #ifdef TALLOW_X86
-/* The lanes of a 32-float load from image column c0 that lie inside the row [0, w):
- * the others read as the padding's zeros, and never touch memory. */
-static inline uint32_t inside_mask(int64_t c0, int64_t w) {
-    const int64_t lo = c0 < 0 ? -c0 : 0, hi = w - c0 < 32 ? w - c0 : 32;
-    if (hi <= lo) return 0;
-    const uint32_t upto = hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1;
-    return upto & ~((1u << lo) - 1);
-}
-
 /* Row u of every kernel column's plane from image row src (w pixels; outside it the
  * padding's zeros): dst[kj * plane + j] = pixel j * sw - pw + kj * dw, 16 columns a
  * store, read under masks (stride 2: two loads and a permute), the last stored under
@@ -503,19 +520,17 @@ static inline uint32_t inside_mask(int64_t c0, int64_t w) {
  * every load straddled the buffer's two fresh stores, which do not forward.) */
 static AVX512F void tap_row(const geom_t *g, const float *src, float *dst, int64_t plane) {
     const int64_t ow = g->ow, sw = g->sw, w = g->w;
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     for (int64_t kj = 0; kj < g->kw; kj++, dst += plane) {
         for (int64_t j = 0; j < ow; j += 16) {
             const __mmask16 m = (__mmask16)(ow - j >= 16 ? 0xFFFF : (1u << (ow - j)) - 1);
             const int64_t c0 = j * sw - g->pw + kj * g->dw; /* column of output column j */
             __m512 v;
-            if (sw <= 2) {
-                const uint32_t in = inside_mask(c0, w);
-                const int whole = in == 0xFFFFFFFFu;
-                const __m512 a = whole ? _mm512_loadu_ps(src + c0) : _mm512_maskz_loadu_ps((__mmask16)in, src + c0);
-                v = sw == 1 ? a
-                            : _mm512_permutex2var_ps(a, even, whole ? _mm512_loadu_ps(src + c0 + 16)
-                                                                    : _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + c0 + 16));
+            if (sw == 1) {
+                const __mmask16 in = (__mmask16)inside_mask(c0, w);
+                v = in == 0xFFFF ? _mm512_loadu_ps(src + c0) : _mm512_maskz_loadu_ps(in, src + c0);
+            } else if (sw == 2) {
+                __m512 odd;
+                row_phases(src, c0, w, &v, &odd);
             } else {
                 float t[16];
                 for (int64_t i = 0; i < 16; i++) {
@@ -544,22 +559,6 @@ static int taps_near(const geom_t *g) {
     return 1;
 }
 
-/* The even and odd pixels of image row src from column 2j on (zeros past w). */
-static AVX512F inline void row_phases(const float *src, int64_t j, int64_t w, __m512 *e, __m512 *o) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const uint32_t in = inside_mask(2 * j, w);
-    __m512 a, b;
-    if (in == 0xFFFFFFFFu) {
-        a = _mm512_loadu_ps(src + 2 * j), b = _mm512_loadu_ps(src + 2 * j + 16);
-    } else {
-        a = _mm512_maskz_loadu_ps((__mmask16)in, src + 2 * j);
-        b = _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + 2 * j + 16);
-    }
-    *e = _mm512_permutex2var_ps(a, even, b);
-    *o = _mm512_permutex2var_ps(a, odd, b);
-}
-
 /* tap_row at stride 2 where taps_near: each 16-column block's even and odd pixels
  * picked once from two loads, every kernel column's run that phase shifted by at most
  * one column (an align with the block before or after; zeros outside the row). One
@@ -570,7 +569,7 @@ static AVX512F void tap_row_s2(const geom_t *g, const float *src, float *dst, in
     __m512 pe = _mm512_setzero_ps(), po = pe, ce, co, ne, no;
     row_phases(src, 0, w, &ce, &co);
     for (int64_t j = 0; j < ow; j += 16) {
-        row_phases(src, j + 16, w, &ne, &no); /* (past the row: zeros, read under masks) */
+        row_phases(src, 2 * (j + 16), w, &ne, &no); /* (past the row: zeros, read under masks) */
         const __mmask16 m = (__mmask16)(ow - j >= 16 ? 0xFFFF : (1u << (ow - j)) - 1);
         float *d = dst + j;
         for (int64_t kj = 0; kj < g->kw; kj++, d += plane) {

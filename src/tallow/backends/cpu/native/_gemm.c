@@ -655,7 +655,8 @@ static void run_unit(gemm_job *j, int64_t u) {
 #define TILE_MR ((int)((mcur) - ir < tile_h ? (mcur) - ir : tile_h))
 #define TILE_A ablk + ir * astep, ars, pack_rows ? tile_h : acs
             for (int64_t jr = 0; jr < panels; jr++) {
-                int nr = nc - jr * NR < NR ? (int)(nc - jr * NR) : NR;
+                const int nr = nc - jr * NR < NR ? (int)(nc - jr * NR) : NR;
+                const int nr2 = nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR; /* a pair's columns */
                 const float *bp = s->b + jr * kcur * NR;
                 int64_t bs = NR;
                 if (direct_b && jr < full) {
@@ -672,8 +673,7 @@ static void run_unit(gemm_job *j, int64_t u) {
                     const int64_t boff = wsof[jr + 1] - wsof[jr];
                     TILES_OF(mcur) {
                         (tile_h == TILE8 ? kernel_avx512_8_rows : kernel_avx512_rows)(
-                            kcur, TILE_A, wb, boff, j->win->row_off + pc, cp + ir * ldc, ldc, TILE_MR,
-                            nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR, flags, bias);
+                            kcur, TILE_A, wb, boff, j->win->row_off + pc, cp + ir * ldc, ldc, TILE_MR, nr2, flags, bias);
                     }
                     jr++;
                     continue;
@@ -682,7 +682,6 @@ static void run_unit(gemm_job *j, int64_t u) {
                 if (win_direct) bp = s->b; /* the odd last panel, packed */
                 /* two panels read the same way (both in place, or both packed) */
                 if (kern2 && jr + 1 < (direct_b ? full : panels)) {
-                    int nr2 = nc - jr * NR < 2 * NR ? (int)(nc - jr * NR) : 2 * NR;
                     int64_t boff = direct_b ? NR : kcur * NR;
                     TILES_OF(mcur) {
 #ifdef TALLOW_X86
