@@ -20,7 +20,9 @@ Layout choices (also in docs/design.md, "The CPU backend"):
   BLAS, one product over the whole batch (columns laid out ``(rows, batch,
   positions)``) beats many small ones, at the cost of one copy of the output;
 * stride-1 3x3 kernels between layers of 16+ channels: Winograd F(2x2, 3x3)
-  (``winograd.py``), 2.25x fewer multiply-adds and no im2col;
+  (``winograd.py``), 2.25x fewer multiply-adds and no im2col; stride-2 3x3 ones
+  under padding 1: the middle kernel column's product and Winograd F(4, 2) for the
+  outer two (``winograd_s2.py``), 0.75x the multiply-adds;
 * 1x1 kernels without padding skip im2col: the input (strided for stride 2) is the
   column matrix;
 * kernel gradient: with the native kernel and images of ``SMALL_IMAGE`` positions
@@ -44,7 +46,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
-from . import gemm, numba_kernels, parallel, winograd
+from . import gemm, numba_kernels, parallel, winograd, winograd_s2
 from .native_module import NativeModule
 from .threads import CONFIG
 
@@ -218,9 +220,14 @@ def _image_groups(native, b, groups, co, pos, rows) -> int:
     element is the same product's sum either way: the same bits."""
     if native is None or groups != 1 or not gemm.native_takes(co, pos, rows, b):
         return 0
-    if b >= 2 and winograd._by_images(b):
-        return 1
-    return _blocks_per_item(b, co)
+    return _units_per_image(b, co)
+
+
+def _units_per_image(b, co) -> int:
+    """Units (blocks of output channels) each image of a per-image C convolution runs
+    as: one when the images share out evenly enough over the threads (as Winograd's,
+    ``winograd._by_images``), else enough for every thread (``_blocks_per_item``)."""
+    return 1 if b >= 2 and winograd._by_images(b) else _blocks_per_item(b, co)
 
 
 def _blocks_per_item(items, co) -> int:
@@ -273,6 +280,10 @@ def _conv2d(x, k, pad, stride, dil, groups):
     if winograd.applies(x, k, pad, stride, dil, groups):
         y = winograd.conv2d(x, k, pad)
         if y is not None:  # (None: a non-finite value, which its transforms would spread)
+            return y
+    if winograd_s2.applies(x, k, pad, stride, dil, groups):
+        y = winograd_s2.conv2d(x, k, _units_per_image(b, co))
+        if y is not None:
             return y
     kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()

@@ -128,33 +128,6 @@ static AVX512F inline void zero_run(float *d, int64_t n) {
     if (n > 0) _mm512_mask_storeu_ps(d, (__mmask16)((1u << n) - 1), _mm512_setzero_ps());
 }
 
-/* The lanes of a 32-float load from image column c0 that lie inside the row [0, w):
- * the others read as the padding's zeros, and never touch memory. */
-static inline uint32_t inside_mask(int64_t c0, int64_t w) {
-    const int64_t lo = c0 < 0 ? -c0 : 0, hi = w - c0 < 32 ? w - c0 : 32;
-    if (hi <= lo) return 0;
-    const uint32_t upto = hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1;
-    return upto & ~((1u << lo) - 1);
-}
-
-/* Pixels c0, c0 + 2, ..., c0 + 30 of image row src into *e and c0 + 1, ..., c0 + 31
- * into *o (zeros outside [0, w), read under masks): a stride-2 row's two column
- * phases, two loads and two permutes. */
-static AVX512F inline void row_phases(const float *src, int64_t c0, int64_t w, __m512 *e, __m512 *o) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const uint32_t in = inside_mask(c0, w);
-    __m512 a, b;
-    if (in == 0xFFFFFFFFu) {
-        a = _mm512_loadu_ps(src + c0), b = _mm512_loadu_ps(src + c0 + 16);
-    } else {
-        a = _mm512_maskz_loadu_ps((__mmask16)in, src + c0);
-        b = _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + c0 + 16);
-    }
-    *e = _mm512_permutex2var_ps(a, even, b);
-    *o = _mm512_permutex2var_ps(a, odd, b);
-}
-
 /* split_phases for two column phases: each image row's even and odd pixels into the
  * two planes of its row phase in one pass, 32 pixels a pair of zmm registers (the
  * plain loops, a plane at a time, read every row twice a float apart: a stride-2

@@ -1239,30 +1239,8 @@ TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 /* all_finite(a): whether every float of the C-contiguous f32 buffer a is finite (no
  * exponent of all ones: an infinity or a NaN), for winograd.py, which sends such
- * convolutions elsewhere (the transforms would spread them over their tiles); the
- * baseline form is common.h's all_finite. */
-
-#ifdef TALLOW_X86
-/* The largest magnitude's bits (sign cleared) below an infinity's: two operations a
- * vector, four running maxima (the flag form above ran at 36 GB/s from the L2 cache). */
-AVX2 static int finite_avx2(const float *x, int64_t n) {
-    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
-    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), magnitude));
-        m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 8)), magnitude));
-        m2 = _mm256_max_epu32(m2, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 16)), magnitude));
-        m3 = _mm256_max_epu32(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 24)), magnitude));
-    }
-    m0 = _mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3));
-    uint32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, m0);
-    uint32_t top = 0;
-    for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-    return top < 0x7f800000u && all_finite(x + i, n - i);
-}
-#endif
+ * convolutions elsewhere (the transforms would spread them over their tiles): common.h's
+ * all_finite and all_finite_avx2. */
 
 static PyObject *py_all_finite(PyObject *self, PyObject *arg) {
     (void)self;
@@ -1280,7 +1258,7 @@ static PyObject *py_all_finite(PyObject *self, PyObject *arg) {
     const int64_t n = b.view.len / 4;
     int ok;
 #ifdef TALLOW_X86
-    if (use_avx2) ok = finite_avx2(x, n);
+    if (use_avx2) ok = all_finite_avx2(x, n);
     else
 #endif
         ok = all_finite(x, n);

@@ -1,0 +1,78 @@
+"""Stride-2 3x3 convolutions (padding 1) of f32 images in 3/4 of the multiply-adds.
+
+The downsampling layer of a residual network: output pixel (i, j) reads input
+columns 2j - 1, 2j and 2j + 1. The middle kernel column reads the even columns, one
+product over its 3 * c_in taps; the outer two read the odd columns only, a 2-tap
+correlation along each row, which Winograd F(4, 2) computes 4 outputs at a time
+from 5 products instead of 8. Per output and channel pair: 6.75 multiply-adds
+instead of 9. ``native/_winograd_s2.c`` builds each image's planes (the middle
+column's, and the odd columns' transformed tiles) in one thread's cache, runs the
+six products of tallow's f32 kernel reading them in place, and adds the outer
+columns' outputs (``A^T M``) to the middle one's.
+
+Against the im2col product over tap planes (``conv_images``) and PyTorch (one
+2-core AMD EPYC, Zen 4; medians of alternating calls): the 64->128 layer on a batch
+of 4 32x32 images, 1.09 ms against 1.45 and 1.45 at one thread, 0.62 against 0.74
+and 0.80 at two (docs/design.md has the other shapes).
+
+Rounding: the transforms add and subtract in one fixed order in every build, and
+the kernel's transform (divisions by 6 and halvings) runs once per call: the same
+bits at any thread count and instruction set. Relative errors against a float64
+reference are a few times the direct sum's (1e-6 of the output's scale for 64 input
+channels), as Winograd F(4, 3)'s. A non-finite input or kernel spreads through a
+tile's transform (an infinity becomes NaNs over its tile), so such layers take the
+im2col path, as ``winograd.conv2d``'s do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import gemm
+from .native_module import NativeModule
+
+# Fewer channels: the direct kernel's layers (conv.DIRECT_ROWS), whose planes cost more
+# than the products they save.
+MIN_CHANNELS = 16
+# At least this many tiles of 4 outputs per image (each of the five products over the
+# tiles is computed in panels of 16 columns), and this many outputs per call (the
+# kernel's transform, 6 c_out * 3 c_in values, is made once per call): a single 16x16
+# image of a 512->512 layer took 1.27x the im2col product's time, two 1.05x, four 0.80x.
+MIN_TILES = 16
+MIN_POSITIONS = 256
+
+_module = NativeModule("_winograd_s2")
+
+
+def _out(h: int, w: int) -> tuple[int, int]:
+    return (h + 1) // 2, (w + 1) // 2
+
+
+def applies(x, k, pad, stride, dil, groups) -> bool:
+    """Whether the convolution of ``x`` (b, c, h, w) with ``k`` (c_out, c, kh, kw) runs
+    here: f32, a 3x3 kernel at stride 2 under padding 1, dilation 1, one group, at
+    least ``MIN_CHANNELS`` channels each way, ``MIN_TILES`` tiles an image and
+    ``MIN_POSITIONS`` outputs a channel over the batch."""
+    if (x.dtype != np.float32 or k.dtype != np.float32 or k.shape[2:] != (3, 3) or stride != (2, 2)
+            or pad != (1, 1) or dil != (1, 1) or groups != 1):
+        return False
+    b, c, h, w = x.shape
+    oh, ow = _out(h, w)
+    if (c < MIN_CHANNELS or k.shape[0] < MIN_CHANNELS or oh * -(-ow // 4) < MIN_TILES
+            or b * oh * ow < MIN_POSITIONS):
+        return False
+    return gemm.native_available() and _module() is not None
+
+
+def conv2d(x, k, units: int):
+    """``x`` (b, c, h, w) convolved with ``k`` (c_out, c, 3, 3) at stride 2 under padding
+    1 (``applies`` checked), each image's output channels in ``units`` blocks (one pool
+    unit each; any count gives the same bits). None when ``x`` or ``k`` holds an
+    infinity or a NaN, or the result overflowed: the caller takes another path."""
+    mod = _module()
+    b, c, h, w = x.shape
+    co = k.shape[0]
+    y = np.empty((b, co, *_out(h, w)), np.float32)
+    units = max(1, min(units, -(-co // 8)))
+    finite = mod.conv_s2(np.ascontiguousarray(x), np.ascontiguousarray(k), y, b, c, co, h, w, units)
+    return y if finite else None
