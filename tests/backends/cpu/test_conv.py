@@ -53,8 +53,10 @@ def split_pool(threads=2):
 def cpu_path(compiled=True, batched=False, split=False, native_c=True, direct=False):
     """Force one of the CPU paths: the native C passes (with or without the direct
     convolution), numba or NumPy, products per image or over the batch
-    (``SMALL_IMAGE``, ``FEW_ROWS``), one thread or work split over two."""
+    (``SMALL_IMAGE``, ``FEW_ROWS``), one thread or work split over two; never the
+    stride-2 Winograd layers (``test_winograd_s2.py``)."""
     with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
+        mp.setattr(cpu_conv.winograd_s2, "applies", lambda *a: False)
         if not native_c:
             mp.setattr(cpu_conv, "_CONV", lambda: None)  # as if not built
         if not compiled:
