@@ -27,6 +27,8 @@ import tallow as tl
 from tallow.backends.cpu import conv as cpu_conv
 from tallow.backends.cpu import native, winograd
 
+from support.native_builds import each_build_and_thread_count
+
 W = winograd._module()
 pytestmark = pytest.mark.skipif(W is None, reason="the native Winograd transforms are not built")
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -304,29 +306,12 @@ def test_the_same_bits_with_either_build_and_at_one_or_two_threads(k_shape, pad)
     k = rng.standard_normal((40, 32) + k_shape).astype(np.float32)
     g = rng.standard_normal((4, 40, 15, 18)).astype(np.float32)
     results, grads = [], []
-    w = native._workers
-    before, simd, zmm, min_bytes = tl.utils.get_num_threads(), W.simd(), W.avx512(), w.min_bytes()
     # the baseline build, AVX2 where the CPU has it, and the channel-lane forward in
     # AVX-512 registers where it has that too
-    builds = sorted({(False, False), (simd, False), (simd, zmm)})
-    try:
-        for build, wide in builds:
-            W.set_simd(build)
-            W.set_avx512(wide)
-            for threads in (1, 2):
-                tl.utils.set_num_threads(threads)
-                native.sync_threads()
-                w.set_min_bytes(0)
-                w.set_load_check(False)
-                results.append(winograd.conv2d(x, k, pad))
-                grads.append(winograd.kernel_grad(x, g, k.shape, pad))
-    finally:
-        W.set_simd(simd)
-        W.set_avx512(zmm)
-        w.set_load_check(True)
-        w.set_min_bytes(min_bytes)
-        tl.utils.set_num_threads(before)
-    assert len(results) == 2 * len(builds)
+    for _ in each_build_and_thread_count(W):
+        results.append(winograd.conv2d(x, k, pad))
+        grads.append(winograd.kernel_grad(x, g, k.shape, pad))
+    assert len(results) >= 2  # (the baseline build at one and two threads, at least)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     for r in grads[1:]:

@@ -22,6 +22,8 @@ import tallow as tl
 from tallow.backends.cpu import conv as cpu_conv
 from tallow.backends.cpu import native, winograd_s2
 
+from support.native_builds import each_build_and_thread_count
+
 S2 = winograd_s2._module()
 pytestmark = pytest.mark.skipif(S2 is None, reason="the native stride-2 Winograd module is not built")
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -81,28 +83,11 @@ def test_the_same_bits_with_every_build_at_one_or_two_threads_and_any_blocks(sha
     channels per image."""
     b, c, co, h, w = shape
     x, k = _data(np.random.default_rng(sum(shape)), b, c, co, h, w)
-    w_ = native._workers
-    before, simd, zmm, min_bytes = tl.utils.get_num_threads(), S2.simd(), S2.avx512(), w_.min_bytes()
-    builds = sorted({(False, False), (simd, False), (simd, zmm)})
     results = []
-    try:
-        for build, wide in builds:
-            S2.set_simd(build)
-            S2.set_avx512(wide)
-            for threads in (1, 2):
-                tl.utils.set_num_threads(threads)
-                native.sync_threads()
-                w_.set_min_bytes(0)
-                w_.set_load_check(False)
-                for units in (1, 2, 3):
-                    results.append(_direct(x, k, min(units, -(-co // 8))))
-    finally:
-        S2.set_simd(simd)
-        S2.set_avx512(zmm)
-        w_.set_load_check(True)
-        w_.set_min_bytes(min_bytes)
-        tl.utils.set_num_threads(before)
-    assert len(results) == 6 * len(builds)
+    for _ in each_build_and_thread_count(S2):
+        for units in (1, 2, 3):
+            results.append(_direct(x, k, min(units, -(-co // 8))))
+    assert len(results) >= 6  # (the baseline build at one and two threads, at least)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     _close(results[0], _reference(x, k), c)
