@@ -12,8 +12,8 @@ columns' outputs (``A^T M``) to the middle one's.
 
 Against the im2col product over tap planes (``conv_images``) and PyTorch (one
 2-core AMD EPYC, Zen 4; medians of alternating calls): the 64->128 layer on a batch
-of 4 32x32 images, 1.09 ms against 1.45 and 1.45 at one thread, 0.62 against 0.74
-and 0.80 at two (docs/design.md has the other shapes).
+of 4 32x32 images, 1.14 ms against 1.46 and 1.41 at one thread, 0.62 against 0.77
+and 0.75 at two (docs/design.md has the other shapes).
 
 Rounding: the transforms add and subtract in one fixed order in every build, and
 the kernel's transform (divisions by 6 and halvings) runs once per call: the same
@@ -31,8 +31,8 @@ import numpy as np
 from . import gemm
 from .native_module import NativeModule
 
-# Fewer channels: the direct kernel's layers (conv.DIRECT_ROWS), whose planes cost more
-# than the products they save.
+# As Winograd F(2x2, 3x3)'s: fewer input channels are the direct kernel's layers
+# (conv.DIRECT_ROWS), or too few products to repay the planes and transforms.
 MIN_CHANNELS = 16
 # At least this many tiles of 4 outputs per image (each of the five products over the
 # tiles is computed in panels of 16 columns), and this many outputs per call (the

@@ -29,9 +29,11 @@
  * (tallow_windows, one run per window), then the output transform adds the outer
  * columns' outputs to the middle one's.
  *
- * Rounding: the transforms only add and subtract (B^T and A^T's 2, 4 and 8 scale
- * exactly; 3 d2 is written d2 + d2 + d2), in one fixed order in every build, and
- * U is computed once per call: the same bits at any thread count and instruction set.
+ * Rounding: the transforms only add and subtract (B^T's -3 d2 comes as (d3 - d2) +
+ * 2 (d1 - d2), and doubling is exact, as A^T's 2, 4 and 8 scalings), in one fixed
+ * order in every build, and U is computed once per call (in any build: halvings and
+ * correctly rounded divisions by 6): the same bits at any thread count and
+ * instruction set.
  * Relative errors against a float64 reference are a few times the direct sum's
  * (about 1e-6 of the output's scale), as Winograd F(4, 3)'s.
  */
@@ -115,8 +117,9 @@ static inline int64_t channel_block(const s2_job *s, int64_t i) {
 #define S_MUL(a, b) ((a) * (b))
 
 /* U (SLABS, co, 3 nc) of k (co, nc, 3, 3): row o, column 3 c + ki; slab 0 the middle
- * column's taps, slabs 1..5 G (g0, g2) of the outer ones. Kernel row r = 3 c + ki of
- * output channel o has its taps at k[3 (o * 3 nc + r) + 0, 1, 2]. */
+ * column's taps, slabs 1..5 G (g0, g2) of the outer ones. Kernel row r = o * 3 nc + 3 c
+ * + ki (of n = co * 3 nc) has its three taps at k[3 r + 0, 1, 2] and its slab values at
+ * u[s * n + r]. */
 #define KERNEL_SLABS(NAME, ATTR)                                                                  \
     static ATTR void NAME(const float *k, float *u, int64_t n, int64_t r0, int64_t r1) {          \
         float *q = u, *u0 = u + n, *u1 = u + 2 * n, *u2 = u + 3 * n, *u3 = u + 4 * n, *u4 = u + 5 * n; \

@@ -1,8 +1,10 @@
 /* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c, _conv.c,
- * _gemm.c, _winograd.c, _step.c, _transpose.c): the CPU feature checks and the Python
- * switch between a module's SIMD and baseline builds, an 8x8 register transpose, the
- * exact f16 -> f32 conversion of the scalar code, and the buffer-protocol wrappers
- * every entry point validates its arrays with.
+ * _gemm.c, _winograd.c, _winograd_s2.c, _step.c, _transpose.c, _reduce.c): the CPU
+ * feature checks and the Python switch between a module's SIMD and baseline builds,
+ * an 8x8 register transpose, a stride-2 image row's two column phases, the exact f16
+ * -> f32 conversion of the scalar code, the finiteness check of the Winograd
+ * convolutions' outputs, and the buffer-protocol wrappers every entry point validates
+ * its arrays with.
  * Include after Python.h. */
 #ifndef TALLOW_NATIVE_COMMON_H
 #define TALLOW_NATIVE_COMMON_H
