@@ -413,6 +413,10 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
         dk = winograd.kernel_grad(x, g, k_shape, pad)
         if dk is not None:
             return dk
+    if winograd_s2.applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
+        dk = winograd_s2.kernel_grad(x, g, k_shape)
+        if dk is not None:
+            return dk
     CONFIG.apply()
     parts = _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, oh * ow)
     if parts:

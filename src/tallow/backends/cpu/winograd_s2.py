@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gemm
+from . import gemm, winograd
 from .native_module import NativeModule
 
 # As Winograd F(2x2, 3x3)'s: fewer input channels are the direct kernel's layers
@@ -40,6 +40,12 @@ MIN_CHANNELS = 16
 # image of a 512->512 layer took 1.27x the im2col product's time, two 1.05x, four 0.80x.
 MIN_TILES = 16
 MIN_POSITIONS = 256
+# The kernel gradient sums six products per image into each part's (6, c_out, 3 c_in)
+# slabs: past this many channel pairs they leave the L2 cache and their traffic
+# outweighs the products saved (one thread, against the im2col kernel gradient: 64->128
+# 0.77-0.83x the time, 128->256 0.83-0.87x, 128->128 at 8x8 outputs 0.95x; 256->256 at
+# 8x8 1.26-1.33x, 256->512 1.07-1.69x, 512->512 0.92-1.74x).
+MAX_GRAD_PAIRS = 128 * 256
 
 _module = NativeModule("_winograd_s2")
 
@@ -48,20 +54,25 @@ def _out(h: int, w: int) -> tuple[int, int]:
     return (h + 1) // 2, (w + 1) // 2
 
 
+def _fits(x, k_shape, pad, stride, dil, groups) -> bool:
+    """The rule of ``applies`` for a kernel of ``k_shape``."""
+    if (x.dtype != np.float32 or tuple(k_shape[2:]) != (3, 3) or stride != (2, 2) or pad != (1, 1)
+            or dil != (1, 1) or groups != 1):
+        return False
+    b, c, h, w = x.shape
+    oh, ow = _out(h, w)
+    if (c < MIN_CHANNELS or k_shape[0] < MIN_CHANNELS or oh * -(-ow // 4) < MIN_TILES
+            or b * oh * ow < MIN_POSITIONS):
+        return False
+    return gemm.native_available() and _module() is not None
+
+
 def applies(x, k, pad, stride, dil, groups) -> bool:
     """Whether the convolution of ``x`` (b, c, h, w) with ``k`` (c_out, c, kh, kw) runs
     here: f32, a 3x3 kernel at stride 2 under padding 1, dilation 1, one group, at
     least ``MIN_CHANNELS`` channels each way, ``MIN_TILES`` tiles an image and
     ``MIN_POSITIONS`` outputs a channel over the batch."""
-    if (x.dtype != np.float32 or k.dtype != np.float32 or k.shape[2:] != (3, 3) or stride != (2, 2)
-            or pad != (1, 1) or dil != (1, 1) or groups != 1):
-        return False
-    b, c, h, w = x.shape
-    oh, ow = _out(h, w)
-    if (c < MIN_CHANNELS or k.shape[0] < MIN_CHANNELS or oh * -(-ow // 4) < MIN_TILES
-            or b * oh * ow < MIN_POSITIONS):
-        return False
-    return gemm.native_available() and _module() is not None
+    return k.dtype == np.float32 and _fits(x, k.shape, pad, stride, dil, groups)
 
 
 def conv2d(x, k, units: int):
@@ -76,3 +87,28 @@ def conv2d(x, k, units: int):
     units = max(1, min(units, -(-co // 8)))
     finite = mod.conv_s2(np.ascontiguousarray(x), np.ascontiguousarray(k), y, b, c, co, h, w, units)
     return y if finite else None
+
+
+def applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups) -> bool:
+    """Whether the kernel gradient of that convolution from its output gradient ``g``
+    (b, c_out, oh, ow) runs here (``kernel_grad``): the forward's rule, for two images
+    or more (the batch's parts run one per thread; a single image keeps the im2col
+    path's split products) and at most ``MAX_GRAD_PAIRS`` channel pairs."""
+    return (g.dtype == np.float32 and x.shape[0] >= 2 and g.shape[2:] == _out(*x.shape[2:])
+            and k_shape[0] * x.shape[1] <= MAX_GRAD_PAIRS and _fits(x, k_shape, pad, stride, dil, groups))
+
+
+def kernel_grad(x, g, k_shape):
+    """The kernel gradient (c_out, c, 3, 3) of ``conv2d(x, k)`` from the output gradient
+    ``g`` (``applies_to_kernel_grad`` checked): the forward's planes, six products per
+    image summed over ``winograd.KERNEL_GRAD_PARTS`` parts of the batch at most (a
+    count that follows the batch alone: the same bits at any thread count). None when
+    ``x`` or ``g`` holds an infinity or a NaN: the caller takes another path."""
+    b, c, h, w = x.shape
+    co = k_shape[0]
+    parts = min(b, winograd.KERNEL_GRAD_PARTS)
+    du = np.empty((parts, 6, co, 3 * c), np.float32)
+    dk = np.empty(k_shape, np.float32)
+    finite = _module().kernel_grad_s2(np.ascontiguousarray(x), np.ascontiguousarray(g), du, dk,
+                                      b, c, co, h, w, parts)
+    return dk if finite else None

@@ -253,7 +253,8 @@ IMAGE_OUTPUTS(image_outputs_avx2, AVX2)
 #define Z_SUB(a, b) _mm512_sub_ps(a, b)
 #define Z_MUL(a, b) _mm512_mul_ps(a, _mm512_set1_ps(b))
 
-static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1); }
+/* The first n of 16 lanes (none for n <= 0). */
+static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
 /* image_planes with each image row split by row_phases (16 output columns a pair of
  * loads) and the tiles transformed 16 at a time: the odd pixels of 16 tiles are 4
@@ -364,6 +365,14 @@ static void builds(planes_fn *planes, outputs_fn *outputs) {
 #endif
 }
 
+/* Whether n floats are finite (in the build's instructions). */
+static int floats_finite(const float *x, int64_t n) {
+#ifdef TALLOW_X86
+    if (use_avx2) return all_finite_avx2(x, n);
+#endif
+    return all_finite(x, n);
+}
+
 /* Units [lo, hi): unit u is image u / groups, its block u % groups of output channels. */
 static void s2_task(void *p, int64_t lo, int64_t hi) {
     const s2_job *s = (const s2_job *)p;
@@ -403,18 +412,211 @@ static void s2_task(void *p, int64_t lo, int64_t hi) {
         }
         outputs(s, m, b, o0, o1, wide);
         /* (checked here, in the cache: the transforms spread a non-finite value) */
-        const float *y = s->y + (b * s->co + o0) * pos;
-#ifdef TALLOW_X86
-        const int finite = use_avx2 ? all_finite_avx2(y, rows * pos) : all_finite(y, rows * pos);
-#else
-        const int finite = all_finite(y, rows * pos);
-#endif
-        if (!finite) atomic_store(s->nonfinite, 1);
+        if (!floats_finite(s->y + (b * s->co + o0) * pos, rows * pos)) atomic_store(s->nonfinite, 1);
     }
     scratch_done(mid, floats);
 }
 
+/* ------------------------------------------------------------------ the kernel gradient */
+/* The forward is linear in the middle taps and in U, so with dY the output gradient:
+ * the middle column's gradient is dY (c_out, oh * ow) @ the middle planes' windows^T,
+ * and U's is dU[xi] = W[xi] (c_out, oh * tw) @ V[xi]^T with W = A dY per tile (the
+ * adjoint of the output transform: W0 = dy0, W1 = dy0 + dy1 + dy2 + dy3, W2 = dy0 - dy1
+ * + dy2 - dy3, W3 = dy0 + 2 dy1 + 4 dy2 + 8 dy3, W4 = dy3, outputs past ow read as
+ * zeros); then (g0, g2) = G^T dU. Six products of the planes the forward builds, summed
+ * over the images of a part of the batch (the parts' count follows the batch alone),
+ * the parts added in order: the same bits at any thread count. */
+#define TILE_GRADS(y0, y1, y2, y3, ADD, SUB, MUL, w)                                              \
+    do {                                                                                          \
+        w[0] = y0;                                                                                \
+        w[1] = ADD(ADD(y0, y1), ADD(y2, y3));                                                     \
+        w[2] = SUB(ADD(y0, y2), ADD(y1, y3));                                                     \
+        w[3] = ADD(ADD(y0, MUL(y1, 2.0f)), ADD(MUL(y2, 4.0f), MUL(y3, 8.0f)));                    \
+        w[4] = y3;                                                                                \
+    } while (0)
+
+/* W (XI, co, oh * tw) of image b's output gradient dy (co, oh, ow). */
+#define IMAGE_GRADS(NAME, ATTR)                                                                   \
+    static ATTR void NAME(const s2_job *s, const float *dy, float *wt) {                          \
+        const int64_t ow = s->ow, tw = s->tw, nt = s->oh * tw, ws = s->co * nt;                  \
+        for (int64_t o = 0; o < s->co; o++)                                                       \
+            for (int64_t n = 0; n < nt; n++) {                                                    \
+                const int64_t i = n / tw, q = n % tw;                                             \
+                const float *row = dy + (o * s->oh + i) * ow;                                     \
+                float d[4], w[XI];                                                                \
+                for (int u = 0; u < 4; u++) d[u] = 4 * q + u < ow ? row[4 * q + u] : 0.0f;        \
+                TILE_GRADS(d[0], d[1], d[2], d[3], S_ADD, S_SUB, S_MUL, w);                       \
+                for (int xi = 0; xi < XI; xi++) wt[xi * ws + o * nt + n] = w[xi];                 \
+            }                                                                                     \
+    }
+IMAGE_GRADS(image_grads_base, )
+#ifdef TALLOW_X86
+IMAGE_GRADS(image_grads_avx2, AVX2)
+
+/* image_grads 16 tiles at a time where every tile is 4 whole outputs (ow = 4 tw): the
+ * 16 tiles' gradients are 64 floats in a row, picked apart into dy0..dy3 by permutes
+ * (as the planes' odd pixels are). */
+static AVX512F void image_grads_zmm(const s2_job *s, const float *dy, float *wt) {
+    const int64_t nt = s->oh * s->tw, ws = s->co * nt;
+    __m512i pick[4];
+    for (int u = 0; u < 4; u++) {
+        int idx[16];
+        for (int l = 0; l < 16; l++) idx[l] = (4 * l + u) & 31;
+        pick[u] = _mm512_loadu_si512(idx);
+    }
+    for (int64_t o = 0; o < s->co; o++) {
+        const float *src = dy + o * nt * 4;
+        float *dst = wt + o * nt;
+        for (int64_t n0 = 0; n0 < nt; n0 += 16) {
+            const int64_t left = 4 * (nt - n0);
+            __m512 v[4], d[4], w[XI];
+            for (int q = 0; q < 4; q++) v[q] = _mm512_maskz_loadu_ps(first_lanes(left - 16 * q), src + 4 * n0 + 16 * q);
+            for (int u = 0; u < 4; u++)
+                d[u] = _mm512_mask_blend_ps(0xFF00, _mm512_permutex2var_ps(v[0], pick[u], v[1]),
+                                            _mm512_permutex2var_ps(v[2], pick[u], v[3]));
+            TILE_GRADS(d[0], d[1], d[2], d[3], Z_ADD, Z_SUB, Z_MUL, w);
+            const __mmask16 k = first_lanes(nt - n0);
+            for (int xi = 0; xi < XI; xi++) _mm512_mask_storeu_ps(dst + xi * ws + n0, k, w[xi]);
+        }
+    }
+}
+#endif
+
+typedef struct {
+    s2_job s;
+    const float *dy; /* (nb, co, oh, ow) */
+    float *du;       /* (parts, SLABS, co, 3 nc) */
+    int64_t parts;
+} kgrad_job;
+
+/* Part p: images [p * nb / parts, (p + 1) * nb / parts) summed into du[p] (each image's
+ * input and output gradient checked first, in the cache: a non-finite one stops it). */
+static void kgrad_task(void *p, int64_t lo, int64_t hi) {
+    const kgrad_job *kj = (const kgrad_job *)p;
+    const s2_job *s = &kj->s;
+    const int64_t K = 3 * s->nc, pos = s->oh * s->ow, nt = s->oh * s->tw;
+    const int64_t mf = mid_floats(s), tf = tiles_floats(s), of = odd_floats(s);
+    const size_t floats = (size_t)(mf + tf + of + XI * s->co * nt);
+    float *mid = scratch_get(floats);
+    if (!mid) {
+        atomic_store(s->failed, 1);
+        return;
+    }
+    float *tiles = mid + mf, *odd = tiles + tf, *wt = odd + of;
+    planes_fn planes;
+    outputs_fn unused;
+    builds(&planes, &unused);
+    void (*grads)(const s2_job *, const float *, float *) = image_grads_base;
+#ifdef TALLOW_X86
+    if (use_avx2) grads = use_avx512 && s->ow == 4 * s->tw ? image_grads_zmm : image_grads_avx2;
+#endif
+    const tallow_windows wmid = {mid, s->mid_off, pos, pos, 1, 0, 0};
+    for (int64_t part = lo; part < hi; part++) {
+        float *du = kj->du + part * SLABS * s->co * K;
+        const int64_t b0 = part * s->nb / kj->parts, b1 = (part + 1) * s->nb / kj->parts;
+        int ok = 1;
+        for (int64_t b = b0; ok && b < b1; b++) {
+            const float *dy = kj->dy + b * s->co * pos, *xb = s->x + b * s->nc * s->h * s->w;
+            if (!floats_finite(xb, s->nc * s->h * s->w) || !floats_finite(dy, s->co * pos)) {
+                atomic_store(s->nonfinite, 1);
+                break;
+            }
+            planes(s, b, mid, tiles, odd);
+            grads(s, dy, wt);
+            ok = tallow_gemm->product_windows(dy, pos, 1, &wmid, du, K, s->co, K, pos, b > b0);
+            for (int xi = 0; ok && xi < XI; xi++) {
+                const tallow_windows wt_ = {tiles + xi * tile_plane_floats(s), s->tile_off, nt, nt, 1, 0, 0};
+                ok = tallow_gemm->product_windows(wt + xi * s->co * nt, nt, 1, &wt_, du + (1 + xi) * s->co * K, K,
+                                                  s->co, K, nt, b > b0);
+            }
+        }
+        if (!ok) {
+            atomic_store(s->failed, 1);
+            break;
+        }
+    }
+    scratch_done(mid, floats);
+}
+
+/* Kernel rows [r0, r1) of dk (co, nc, 3, 3): du's parts added in order (slab by slab),
+ * then the middle taps as they are and the outer ones G^T dU, in one order. */
+#define KERNEL_FROM_SLABS(NAME, ATTR)                                                             \
+    static ATTR void NAME(float *du, int64_t parts, float *dk, int64_t n, int64_t r0, int64_t r1) { \
+        for (int slab = 0; slab < SLABS; slab++) {                                                \
+            float *sum = du + slab * n;                                                           \
+            for (int64_t p = 1; p < parts; p++) {                                                 \
+                const float *add = du + (p * SLABS + slab) * n;                                   \
+                for (int64_t r = r0; r < r1; r++) sum[r] += add[r];                               \
+            }                                                                                     \
+        }                                                                                         \
+        const float *q = du, *d0 = du + n, *d1 = du + 2 * n, *d2 = du + 3 * n, *d3 = du + 4 * n;  \
+        const float *d4 = du + 5 * n;                                                             \
+        for (int64_t r = r0; r < r1; r++) {                                                       \
+            const float sixths = (d3[r] - d2[r]) / 6.0f;                                          \
+            dk[3 * r] = 0.5f * (d0[r] - d1[r]) + sixths;                                          \
+            dk[3 * r + 1] = q[r];                                                                 \
+            dk[3 * r + 2] = ((d2[r] + (d3[r] + d3[r])) / 6.0f - 0.5f * d1[r]) + d4[r];            \
+        }                                                                                         \
+    }
+KERNEL_FROM_SLABS(kernel_from_slabs_base, )
+#ifdef TALLOW_X86
+KERNEL_FROM_SLABS(kernel_from_slabs_avx2, AVX2)
+KERNEL_FROM_SLABS(kernel_from_slabs_zmm, AVX512F)
+#endif
+
+typedef struct {
+    float *du, *dk;
+    int64_t parts, n;
+} from_slabs_job;
+
+static void from_slabs_task(void *p, int64_t lo, int64_t hi) {
+    const from_slabs_job *j = (const from_slabs_job *)p;
+    const int64_t r0 = lo * SLAB_ROWS, r1 = hi * SLAB_ROWS < j->n ? hi * SLAB_ROWS : j->n;
+#ifdef TALLOW_X86
+    if (use_avx2 && use_avx512) return kernel_from_slabs_zmm(j->du, j->parts, j->dk, j->n, r0, r1);
+    if (use_avx2) return kernel_from_slabs_avx2(j->du, j->parts, j->dk, j->n, r0, r1);
+#endif
+    kernel_from_slabs_base(j->du, j->parts, j->dk, j->n, r0, r1);
+}
+
 /* ------------------------------------------------------------------ Python */
+/* The sizes of a call (args[first ..]: nb, nc, co, h, w, then `groups` when asked)
+ * checked into s, and its tables: each product row's runs (off: the middle planes', then
+ * the tile planes') and the row starts among each 16 tiles (inner). 0 with an
+ * exception set (PyMem_Free both either way). */
+static int s2_setup(const char *name, PyObject *const *args, Py_ssize_t first, int with_groups, s2_job *s,
+                    int64_t **off, uint16_t **inner) {
+    int64_t a[6] = {0, 0, 0, 0, 0, 1};
+    const int count = with_groups ? 6 : 5;
+    *off = NULL, *inner = NULL;
+    if (!parse_ints(args, first, count, a)) return 0;
+    memset(s, 0, sizeof *s);
+    s->nb = a[0], s->nc = a[1], s->co = a[2], s->h = a[3], s->w = a[4], s->groups = a[5];
+    for (int i = 0; i < 6; i++)
+        if (a[i] < 1 || a[i] > ((int64_t)1 << 31)) return PyErr_Format(PyExc_ValueError, "%s: bad size", name), 0;
+    if (s->groups > (s->co + 7) / 8)
+        return PyErr_Format(PyExc_ValueError, "%s: more groups than blocks of 8 channels", name), 0;
+    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "%s: the product module is missing", name), 0;
+    s->oh = (s->h + 1) / 2, s->ow = (s->w + 1) / 2, s->tw = (s->ow + 3) / 4;
+    const int64_t K = 3 * s->nc, rows = plane_rows(s), groups_of_16 = (rows * s->tw + 15) / 16;
+    *off = (int64_t *)PyMem_Malloc((size_t)(2 * K) * sizeof(int64_t));
+    *inner = (uint16_t *)PyMem_Malloc((size_t)groups_of_16 * sizeof(uint16_t));
+    if (!*off || !*inner) return PyErr_NoMemory(), 0;
+    for (int64_t c = 0; c < s->nc; c++)
+        for (int64_t ki = 0; ki < 3; ki++) {
+            (*off)[3 * c + ki] = (c * rows + window_row(s, ki)) * s->ow;
+            (*off)[K + 3 * c + ki] = (c * rows + window_row(s, ki)) * s->tw;
+        }
+    for (int64_t g = 0; g < groups_of_16; g++) {
+        uint16_t bits = 0;
+        for (int l = 0; l < 16; l++)
+            if ((16 * g + l) % s->tw) bits |= (uint16_t)(1u << l);
+        (*inner)[g] = bits;
+    }
+    s->mid_off = *off, s->tile_off = *off + K, s->inner = *inner;
+    return 1;
+}
+
 /* conv_s2(x, k, y, nb, nc, co, h, w, groups): x (nb, nc, h, w) convolved with k (co, nc, 3,
  * 3) at stride 2 under padding 1 into y (nb, co, oh, ow), oh = (h + 1) // 2 and ow = (w
  * + 1) // 2; each image's output channels in `groups` blocks (whole tiles of 8), one
@@ -423,38 +625,17 @@ static void s2_task(void *p, int64_t lo, int64_t hi) {
 static PyObject *py_conv_s2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 9) return PyErr_Format(PyExc_TypeError, "conv_s2 takes 9 arguments");
-    int64_t a[6];
-    if (!parse_ints(args, 3, 6, a)) return NULL;
     s2_job s;
-    memset(&s, 0, sizeof s);
-    s.nb = a[0], s.nc = a[1], s.co = a[2], s.h = a[3], s.w = a[4], s.groups = a[5];
-    for (int i = 0; i < 6; i++)
-        if (a[i] < 1 || a[i] > ((int64_t)1 << 31)) return PyErr_Format(PyExc_ValueError, "conv_s2: bad size");
-    if (s.groups > (s.co + 7) / 8) return PyErr_Format(PyExc_ValueError, "conv_s2: more groups than blocks of 8 channels");
-    if (!tallow_gemm) return PyErr_Format(PyExc_RuntimeError, "conv_s2: the product module is missing");
-    s.oh = (s.h + 1) / 2, s.ow = (s.w + 1) / 2, s.tw = (s.ow + 3) / 4;
-    const int64_t K = 3 * s.nc, rows = plane_rows(&s), kfloats = s.co * K;
+    int64_t *off;
+    uint16_t *inner;
+    const int ready = s2_setup("conv_s2", args, 3, 1, &s, &off, &inner);
+    const int64_t kfloats = s.co * 3 * s.nc;
+    float *u = ready ? (float *)PyMem_Malloc((size_t)(SLABS * kfloats) * sizeof(float)) : NULL;
+    if (!u) {
+        PyMem_Free(off), PyMem_Free(inner);
+        return ready ? PyErr_NoMemory() : NULL;
+    }
     const int64_t x_floats = s.nb * s.nc * s.h * s.w, y_floats = s.nb * s.co * s.oh * s.ow;
-    const int64_t groups_of_16 = (rows * s.tw + 15) / 16;
-    float *u = (float *)PyMem_Malloc((size_t)(SLABS * kfloats) * sizeof(float));
-    int64_t *off = (int64_t *)PyMem_Malloc((size_t)(2 * K) * sizeof(int64_t));
-    uint16_t *inner = (uint16_t *)PyMem_Malloc((size_t)groups_of_16 * sizeof(uint16_t));
-    if (!u || !off || !inner) {
-        PyMem_Free(u), PyMem_Free(off), PyMem_Free(inner);
-        return PyErr_NoMemory();
-    }
-    for (int64_t c = 0; c < s.nc; c++)
-        for (int64_t ki = 0; ki < 3; ki++) {
-            off[3 * c + ki] = (c * rows + window_row(&s, ki)) * s.ow;
-            off[K + 3 * c + ki] = (c * rows + window_row(&s, ki)) * s.tw;
-        }
-    for (int64_t g = 0; g < groups_of_16; g++) {
-        uint16_t bits = 0;
-        for (int l = 0; l < 16; l++)
-            if ((16 * g + l) % s.tw) bits |= (uint16_t)(1u << l);
-        inner[g] = bits;
-    }
-    s.mid_off = off, s.tile_off = off + K, s.inner = inner;
     buf_t b[3];
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
@@ -476,12 +657,60 @@ static PyObject *py_conv_s2(PyObject *self, PyObject *const *args, Py_ssize_t na
     return res;
 }
 
+/* kernel_grad_s2(x, dy, du, dk, nb, nc, co, h, w, parts): the kernel gradient dk (co, nc, 3,
+ * 3) of conv_s2 from x (nb, nc, h, w) and the output gradient dy (nb, co, oh, ow), the
+ * batch summed in `parts` parts (1 to nb; each one pool unit, into du (parts, 6, co,
+ * 3 nc), then added in order). Returns False, dk untouched, when x or dy holds an
+ * infinity or a NaN (the transforms would spread it: the caller takes another path). */
+static PyObject *py_kernel_grad_s2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) return PyErr_Format(PyExc_TypeError, "kernel_grad_s2 takes 10 arguments");
+    kgrad_job kj;
+    int64_t *off;
+    uint16_t *inner;
+    if (!s2_setup("kernel_grad_s2", args, 4, 0, &kj.s, &off, &inner) || !parse_ints(args, 9, 1, &kj.parts)) {
+        PyMem_Free(off), PyMem_Free(inner);
+        return NULL;
+    }
+    s2_job *s = &kj.s;
+    if (kj.parts < 1 || kj.parts > s->nb) {
+        PyMem_Free(off), PyMem_Free(inner);
+        return PyErr_Format(PyExc_ValueError, "kernel_grad_s2: parts must be 1 to the batch");
+    }
+    const int64_t kfloats = s->co * 3 * s->nc;
+    const int64_t x_floats = s->nb * s->nc * s->h * s->w, y_floats = s->nb * s->co * s->oh * s->ow;
+    buf_t b[4];
+    memset(b, 0, sizeof b);
+    PyObject *res = NULL;
+    _Atomic int failed = 0;
+    if (get_buf(args[0], &b[0], 0, x_floats * 4, "x") && get_buf(args[1], &b[1], 0, y_floats * 4, "dy") &&
+        get_buf(args[2], &b[2], 1, kj.parts * SLABS * kfloats * 4, "du") &&
+        get_buf(args[3], &b[3], 1, kfloats * 3 * 4, "dk")) {
+        s->x = (const float *)b[0].view.buf, kj.dy = (const float *)b[1].view.buf, kj.du = (float *)b[2].view.buf;
+        s->failed = &failed;
+        _Atomic int nonfinite = 0;
+        s->nonfinite = &nonfinite;
+        from_slabs_job fj = {kj.du, (float *)b[3].view.buf, kj.parts, kfloats};
+        Py_BEGIN_ALLOW_THREADS
+        tallow_pool_run(kgrad_task, &kj, kj.parts, 1, -1);
+        if (!atomic_load(&failed) && !atomic_load(&nonfinite))
+            tallow_pool_run(from_slabs_task, &fj, (kfloats + SLAB_ROWS - 1) / SLAB_ROWS, 1,
+                            (kj.parts * SLABS + 3) * kfloats * 4);
+        Py_END_ALLOW_THREADS
+        res = atomic_load(&failed) ? PyErr_NoMemory() : PyBool_FromLong(!atomic_load(&nonfinite));
+    }
+    release(b, 4);
+    PyMem_Free(off), PyMem_Free(inner);
+    return res;
+}
+
 TALLOW_SIMD_SWITCH(use_avx2)
 TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"conv_s2", FC(py_conv_s2), "A stride-2 3x3 convolution under padding 1: the middle column's product and F(4, 2)."},
+    {"kernel_grad_s2", FC(py_kernel_grad_s2), "conv_s2's kernel gradient: the same planes, summed over parts of the batch."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 build."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2 build is used."},
     {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build."},
