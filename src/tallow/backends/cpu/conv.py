@@ -22,7 +22,8 @@ Layout choices (also in docs/design.md, "The CPU backend"):
 * stride-1 3x3 kernels between layers of 16+ channels: Winograd F(2x2, 3x3)
   (``winograd.py``), 2.25x fewer multiply-adds and no im2col; stride-2 3x3 ones
   under padding 1: the middle kernel column's product and Winograd F(4, 2) for the
-  outer two (``winograd_s2.py``), 0.75x the multiply-adds;
+  outer two (``winograd_s2.py``), 0.75x the multiply-adds, for the kernel gradient
+  too;
 * 1x1 kernels without padding skip im2col: the input (strided for stride 2) is the
   column matrix;
 * kernel gradient: with the native kernel and images of ``SMALL_IMAGE`` positions

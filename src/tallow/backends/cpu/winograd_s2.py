@@ -1,4 +1,5 @@
-"""Stride-2 3x3 convolutions (padding 1) of f32 images in 3/4 of the multiply-adds.
+"""Stride-2 3x3 convolutions (padding 1) of f32 images, and their kernel gradient, in
+3/4 of the multiply-adds.
 
 The downsampling layer of a residual network: output pixel (i, j) reads input
 columns 2j - 1, 2j and 2j + 1. The middle kernel column reads the even columns, one
@@ -9,6 +10,13 @@ instead of 9. ``native/_winograd_s2.c`` builds each image's planes (the middle
 column's, and the odd columns' transformed tiles) in one thread's cache, runs the
 six products of tallow's f32 kernel reading them in place, and adds the outer
 columns' outputs (``A^T M``) to the middle one's.
+
+The kernel gradient comes the same way (``kernel_grad``): the forward is linear in
+the middle taps and in ``U = G g``, so the middle taps' gradient is ``dY @ planes^T``
+and ``dU[xi] = W[xi] @ V[xi]^T`` with ``W = A dY`` per tile, six products per image
+over the forward's planes, summed over parts of the batch; then ``G^T dU``. It is
+also a stride-2 transposed convolution's kernel gradient, and this forward is that
+layer's input gradient.
 
 Against the im2col product over tap planes (``conv_images``) and PyTorch (one
 2-core AMD EPYC, Zen 4; medians of alternating calls): the 64->128 layer on a batch
