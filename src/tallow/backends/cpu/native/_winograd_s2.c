@@ -435,7 +435,7 @@ static void s2_task(void *p, int64_t lo, int64_t hi) {
         w[4] = y3;                                                                                \
     } while (0)
 
-/* W (XI, co, oh * tw) of image b's output gradient dy (co, oh, ow). */
+/* W (XI, co, oh * tw) of one image's output gradient dy (co, oh, ow). */
 #define IMAGE_GRADS(NAME, ATTR)                                                                   \
     static ATTR void NAME(const s2_job *s, const float *dy, float *wt) {                          \
         const int64_t ow = s->ow, tw = s->tw, nt = s->oh * tw, ws = s->co * nt;                  \
@@ -511,7 +511,7 @@ static void kgrad_task(void *p, int64_t lo, int64_t hi) {
     if (use_avx2) grads = use_avx512 && s->ow == 4 * s->tw ? image_grads_zmm : image_grads_avx2;
 #endif
     const tallow_windows wmid = {mid, s->mid_off, pos, pos, 1, 0, 0};
-    for (int64_t part = lo; part < hi; part++) {
+    for (int64_t part = lo; part < hi && !atomic_load(s->nonfinite); part++) {
         float *du = kj->du + part * SLABS * s->co * K;
         const int64_t b0 = part * s->nb / kj->parts, b1 = (part + 1) * s->nb / kj->parts;
         int ok = 1;
