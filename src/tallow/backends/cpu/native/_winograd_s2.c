@@ -256,6 +256,16 @@ IMAGE_OUTPUTS(image_outputs_avx2, AVX2)
 /* The first n of 16 lanes (none for n <= 0). */
 static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
+/* The permutes that pick value u of each of 16 tiles of 4 floats out of two vector
+ * pairs (lanes 0-7 from the first pair, 8-15 from the second). */
+static AVX512F inline void tile_picks(__m512i pick[4]) {
+    for (int u = 0; u < 4; u++) {
+        int idx[16];
+        for (int l = 0; l < 16; l++) idx[l] = (4 * l + u) & 31;
+        pick[u] = _mm512_loadu_si512(idx);
+    }
+}
+
 /* image_planes with each image row split by row_phases (16 output columns a pair of
  * loads) and the tiles transformed 16 at a time: the odd pixels of 16 tiles are 4
  * vectors, picked apart by permutes into d1..d4 (d_(u+1) of tile n is odd pixel 4n + u
@@ -264,11 +274,7 @@ static AVX512F void image_planes_zmm(const s2_job *s, int64_t b, float *mid, flo
     const int64_t rows = plane_rows(s), ow = s->ow, tw = s->tw, w = s->w, hw = s->h * s->w;
     const int64_t tp = tile_plane_floats(s), tiles = rows * tw, wide = 4 * tw;
     __m512i pick[4];
-    for (int u = 0; u < 4; u++) {
-        int idx[16];
-        for (int l = 0; l < 16; l++) idx[l] = (4 * l + u) & 31;
-        pick[u] = _mm512_loadu_si512(idx);
-    }
+    tile_picks(pick);
     memset(odd + rows * wide, 0, 64 * sizeof(float)); /* (read by a last part-group) */
     for (int64_t c = 0; c < s->nc; c++) {
         const float *xc = s->x + (b * s->nc + c) * hw;
@@ -459,11 +465,7 @@ IMAGE_GRADS(image_grads_avx2, AVX2)
 static AVX512F void image_grads_zmm(const s2_job *s, const float *dy, float *wt) {
     const int64_t nt = s->oh * s->tw, ws = s->co * nt;
     __m512i pick[4];
-    for (int u = 0; u < 4; u++) {
-        int idx[16];
-        for (int l = 0; l < 16; l++) idx[l] = (4 * l + u) & 31;
-        pick[u] = _mm512_loadu_si512(idx);
-    }
+    tile_picks(pick);
     for (int64_t o = 0; o < s->co; o++) {
         const float *src = dy + o * nt * 4;
         float *dst = wt + o * nt;
