@@ -125,7 +125,7 @@ static inline int64_t padded_phase_floats(const geom_t *g) {
  * cost as much as the row's copy) */
 static AVX512F inline void zero_run(float *d, int64_t n) {
     for (; n >= 16; n -= 16, d += 16) _mm512_storeu_ps(d, _mm512_setzero_ps());
-    if (n > 0) _mm512_mask_storeu_ps(d, (__mmask16)((1u << n) - 1), _mm512_setzero_ps());
+    if (n > 0) _mm512_mask_storeu_ps(d, first_lanes(n), _mm512_setzero_ps());
 }
 
 /* split_phases for two column phases: each image row's even and odd pixels into the
@@ -495,7 +495,7 @@ static AVX512F void tap_row(const geom_t *g, const float *src, float *dst, int64
     const int64_t ow = g->ow, sw = g->sw, w = g->w;
     for (int64_t kj = 0; kj < g->kw; kj++, dst += plane) {
         for (int64_t j = 0; j < ow; j += 16) {
-            const __mmask16 m = (__mmask16)(ow - j >= 16 ? 0xFFFF : (1u << (ow - j)) - 1);
+            const __mmask16 m = first_lanes(ow - j);
             const int64_t c0 = j * sw - g->pw + kj * g->dw; /* column of output column j */
             __m512 v;
             if (sw == 1) {
@@ -543,7 +543,7 @@ static AVX512F void tap_row_s2(const geom_t *g, const float *src, float *dst, in
     row_phases(src, 0, w, &ce, &co);
     for (int64_t j = 0; j < ow; j += 16) {
         row_phases(src, 2 * (j + 16), w, &ne, &no); /* (past the row: zeros, read under masks) */
-        const __mmask16 m = (__mmask16)(ow - j >= 16 ? 0xFFFF : (1u << (ow - j)) - 1);
+        const __mmask16 m = first_lanes(ow - j);
         float *d = dst + j;
         for (int64_t kj = 0; kj < g->kw; kj++, d += plane) {
             const int64_t off = kj * g->dw - g->pw, shift = floor_div(off, 2), odd = off - 2 * shift;

@@ -153,8 +153,7 @@ static AVX512F inline __attribute__((always_inline)) void store_rows_zmm(const _
                                                                           int64_t ldc, int mr, int nr, int flags,
                                                                           const float *bias) {
     const int whole = mr == rows && nr == 2 * NR;
-    const __mmask16 m0 = (__mmask16)(nr >= NR ? 0xFFFF : (1u << nr) - 1);
-    const __mmask16 m1 = (__mmask16)(nr >= 2 * NR ? 0xFFFF : nr > NR ? (1u << (nr - NR)) - 1 : 0);
+    const __mmask16 m0 = first_lanes(nr), m1 = first_lanes(nr - NR);
     __m512 bias0 = _mm512_setzero_ps(), bias1 = bias0;
     if (flags & F_BIAS) {
         bias0 = whole ? _mm512_loadu_ps(bias) : _mm512_maskz_loadu_ps(m0, bias);

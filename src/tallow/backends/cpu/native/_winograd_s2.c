@@ -253,8 +253,6 @@ IMAGE_OUTPUTS(image_outputs_avx2, AVX2)
 #define Z_SUB(a, b) _mm512_sub_ps(a, b)
 #define Z_MUL(a, b) _mm512_mul_ps(a, _mm512_set1_ps(b))
 
-/* The first n of 16 lanes (none for n <= 0). */
-static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
 /* The permutes that pick value u of each of 16 tiles of 4 floats out of two vector
  * pairs (lanes 0-7 from the first pair, 8-15 from the second). */

@@ -1,7 +1,8 @@
 /* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c, _conv.c,
  * _gemm.c, _winograd.c, _winograd_s2.c, _step.c, _transpose.c, _reduce.c): the CPU
  * feature checks and the Python switch between a module's SIMD and baseline builds,
- * an 8x8 register transpose, a stride-2 image row's two column phases, the exact f16
+ * an 8x8 register transpose, part-vector lane masks, a stride-2 image row's two
+ * column phases, the exact f16
  * -> f32 conversion of the scalar code, the finiteness check of the Winograd
  * convolutions' outputs, and the buffer-protocol wrappers every entry point validates
  * its arrays with.
@@ -46,7 +47,10 @@ AVX2 static inline void transpose8x8_ps(__m256 r[8]) {
 #endif
 
 #ifdef TALLOW_X86
-/* ------------------------------------------------------------------ stride-2 rows */
+/* ------------------------------------------------------------------ lane masks, stride-2 rows */
+/* The first n of 16 lanes (none for n <= 0): a part-vector's loads and stores. */
+static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xFFFF : (1u << n) - 1); }
+
 /* The lanes of a 32-float load from image column c0 that lie inside the row [0, w):
  * the others read as the padding's zeros, and never touch memory. */
 static inline uint32_t inside_mask(int64_t c0, int64_t w) {
