@@ -59,8 +59,14 @@ def alternate(candidates: dict, repeats: int = 5, number: int = 1) -> dict:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+# The tables printed since the last ``write_json``: each suite's JSON carries the tables
+# it printed, so that docs/benchmarks.md can be generated from the JSON alone.
+_printed_tables: list = []
+
+
 def table(title: str, header: list, rows: list) -> str:
     cells = [[str(h) for h in header]] + [[_fmt(c) for c in row] for row in rows]
+    _printed_tables.append({"title": title, "header": cells[0], "rows": cells[1:]})
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     line = "  ".join("-" * w for w in widths)
     out = [title, "  ".join(h.ljust(w) for h, w in zip(cells[0], widths)), line]
@@ -103,11 +109,30 @@ def _finite(v):
     return v
 
 
+def machine() -> dict:
+    """What the figures were measured on: the processor, its instruction sets, the
+    threads tallow may use, and the date."""
+    from ..backends.cpu.device import CPU_STATE
+
+    cpu = CPU_STATE.info()
+    simd = set(cpu.get("simd") or ())
+    widest = next((isa for isa in ("AVX512F", "AVX2", "ASIMD") if isa in simd), None)
+    return {"processor": cpu["name"], "arch": cpu["machine"], "simd": widest,
+            "threads": cpu["threads"], "date": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
 def write_json(path, results: dict) -> None:
-    """The results as strict JSON, written atomically (nothing is written for no path)."""
+    """The results as strict JSON, written atomically (nothing is written for no path),
+    with the machine and the tables printed since the last call (``tables``)."""
     from ..atomic import atomic_write
 
+    tables = _printed_tables[:]
+    _printed_tables.clear()
     if path:
+        results = dict(results)
+        if tables:
+            results.setdefault("tables", tables)
+        results.setdefault("machine", machine())
         text = json.dumps(_finite(results), indent=2, default=str, allow_nan=False)
         with atomic_write(path, "w") as f:
             f.write(text)

@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 from ..bench.common import write_json
+from ..bench.report import record
 from .args import output_file, plot_file, positive_int
 
 # suite name -> module (relative to tallow.bench) providing run(args) -> int
@@ -63,13 +64,15 @@ def _run(args) -> int:
                 continue
             print(f"== bench {name}")
             suite_args = argparse.Namespace(**vars(args))
-            suite_args.json = os.path.join(scratch, f"{name}.json") if args.json else None
+            suite_args.json = os.path.join(scratch, f"{name}.json") if args.json or args.record else None
             if args.plot and len(names) > 1:
                 suite_args.plot = _plot_name(args.plot, name) if name in DRAWING else None
             status |= module.run(suite_args) or 0
             if suite_args.json and os.path.exists(suite_args.json):
                 with open(suite_args.json) as f:
                     results[name] = json.load(f)
+                if args.record:
+                    print(f"recorded: {record(args.record, name, results[name])}")
             else:
                 results[name] = {"skipped": "nothing measured (see the output above)"}
     if args.json:
@@ -88,6 +91,9 @@ def add_bench_parser(sub):
                         "refuse the flag; under 'all', FILE-<suite>.png each)")
     p.add_argument("--json", metavar="FILE.json", type=output_file, default=None,
                    help="write the results as JSON (under 'all': one object per suite)")
+    p.add_argument("--record", metavar="DIR", default=None,
+                   help="keep each suite's results as DIR/<machine>/<suite>.json, the latest run per "
+                        "machine (docs/bench; python -m tallow.bench.report turns them into docs/benchmarks.md)")
     p.add_argument("--busy", action="store_true",
                    help="also measure beside one competing CPU-bound process, at 1 and 2 threads "
                         "(cpu: the network and 1024 matmul rows; models: the embedding; llm: every run)")
