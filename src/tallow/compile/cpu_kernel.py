@@ -6,7 +6,10 @@ that stay in the L1/L2 cache, so a chain of k ops reads its inputs and writes it
 live results once instead of k times, with no Python between the ops. Each
 instruction is a plain loop the compiler vectorises; every op computes in the
 storage dtype exactly as NumPy's loop does (IEEE add/sub/mul/div/sqrt are correctly
-rounded either way), so the results are bit-identical to eager.
+rounded either way), so the results are bit-identical to eager. The kernel follows
+NumPy's error model too (a division by zero gives inf or NaN, never an exception),
+and maximum/minimum/relu pick between equal values as NumPy does (the second
+operand), which decides the sign of a zero.
 
 Instruction rows are ``(code, dst, a, b, c)``; ``arrays`` is a tuple of flat input
 and output buffers. A broadcast or strided input is read row by row: ``idx`` holds
@@ -24,7 +27,7 @@ AS_FLOAT = 16
 EQ, NE, LT, LE, GT, GE = 30, 31, 32, 33, 34, 35
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
 def run_program(prog, arrays, idx, consts, regs, n):
     """Run instruction list ``prog`` over elements ``0..n`` in blocks of ``regs.shape[1]``."""
     block = regs.shape[1]
@@ -58,20 +61,21 @@ def run_program(prog, arrays, idx, consts, regs, n):
                 for j in range(m):
                     rd[j] = ra[j] / rb[j]
             elif code == MAX:
-                # NumPy's maximum: a NaN on either side wins.
+                # NumPy's maximum: a NaN on either side wins; of equal values
+                # (-0 and +0) the second.
                 ra = regs[a]
                 rb = regs[b]
                 for j in range(m):
                     x = ra[j]
                     y = rb[j]
-                    rd[j] = x if (x >= y or x != x) else y
+                    rd[j] = x if (x > y or x != x) else y
             elif code == MIN:
                 ra = regs[a]
                 rb = regs[b]
                 for j in range(m):
                     x = ra[j]
                     y = rb[j]
-                    rd[j] = x if (x <= y or x != x) else y
+                    rd[j] = x if (x < y or x != x) else y
             elif code >= EQ:
                 # A comparison's mask as 1.0 / 0.0 (NumPy's bool cast back to float).
                 ra = regs[a]
@@ -155,4 +159,5 @@ def run_program(prog, arrays, idx, consts, regs, n):
                 ra = regs[a]
                 for j in range(m):
                     x = ra[j]
-                    rd[j] = zero if x < zero else x  # NaN stays NaN, as np.maximum
+                    # np.maximum(x, 0): NaN stays NaN, -0 gives +0.
+                    rd[j] = x if (x > zero or x != x) else zero
