@@ -144,3 +144,23 @@ def test_transposed_operand_cache_follows_writes():
     w.scatter_set(tid, tl.full((1, 16), 2.0), 0)
     w1[0] = 2.0
     np.testing.assert_allclose(tx.matmul(w.t()).numpy(), x @ w1.T, rtol=1e-5, atol=1e-5)
+
+
+def test_native_product_reads_a_transposed_weight_in_place():
+    # ``x @ w.t()`` of a Linear layer's size goes to the native f32 kernel, which packs
+    # its panels from any strides: no row-major copy of ``w.t()`` is made (it would be
+    # made again after every optimiser step), and the bits are those of the product
+    # with the rhs stored row-major.
+    from tallow.backends.cpu import gemm
+
+    if not gemm.native_takes(64, 256, 256):
+        pytest.skip("the native f32 kernel is not built or is switched off")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    w0 = rng.standard_normal((256, 256)).astype(np.float32)
+    w = tl.Var(w0)
+    y = tl.Tensor(x).matmul(w.t())
+    assert getattr(w._storage, "_ws", None) is None or w._storage.write_state().cache is None
+    row_major = tl.Tensor(x).matmul(tl.Tensor(np.ascontiguousarray(w0.T)))
+    np.testing.assert_array_equal(y.numpy(), row_major.numpy())
+    np.testing.assert_allclose(y.numpy(), ref(x, w0.T), rtol=1e-4, atol=1e-4)

@@ -31,20 +31,26 @@ def _blas_ready(x: np.ndarray) -> np.ndarray:
 
 
 # With few lhs rows, OpenBLAS spends a fixed ~15-20 µs re-packing a transposed rhs
-# (``x @ w.t()``, every Linear layer): a 64x256 @ (256x256)^T product takes 90 µs
-# against 72 µs for the same product with the rhs stored transposed. So a
-# transposed 2-D rhs that tallow owns (no outside writer) is kept, once, as a
-# row-major copy, valid until the buffer is written; larger products gain nothing.
+# (``x @ w.t()``, every Linear layer). So a transposed 2-D rhs that tallow owns (no
+# outside writer) is kept, once, as a row-major copy, valid until the buffer is
+# written; larger products gain nothing. Products the native f32 kernel takes need
+# no copy: it packs its B panels from any strides (the same bits either way), and
+# the copy would be made again after every optimiser step.
 _CACHE_MAX_ROWS = 256
 
 
-def _rhs_operand(rhs, rhs_layout, b, lhs_rows):
+def _rhs_operand(rhs, rhs_layout, b, lhs):
     st = b.strides
     item = b.itemsize
-    if lhs_rows > _CACHE_MAX_ROWS or len(st) != 2 or st[0] != item:
-        return b  # not a transposed 2-D matrix (or too many rows to gain)
-    n0, n1 = b.shape
-    if n0 < 2 or n1 < 2 or st[1] != item * n0:
+    if len(st) != 2 or st[0] != item or lhs.ndim < 2:
+        return b  # not a transposed 2-D matrix
+    n0, n1 = b.shape  # (k, n)
+    lhs_rows = lhs.size // n0 if n0 else 0
+    if lhs_rows > _CACHE_MAX_ROWS or n0 < 2 or n1 < 2 or st[1] != item * n0:
+        return b  # too many rows to gain, or a stepped view
+    m = lhs.shape[-2]
+    if b.dtype == np.float32 and lhs.dtype == np.float32 and m \
+            and gemm.native_takes(m, n1, n0, lhs_rows // m):
         return b
     ws = rhs.write_state()
     if ws.shared:
@@ -84,8 +90,7 @@ def float_operands(a, rhs, rhs_layout, b):
     ``rhs`` at ``rhs_layout``): each as BLAS takes it, a transposed rhs maybe its cached
     row-major copy. Every f32/f64 product of the backend goes through here, so one
     product gives the same bits on every path that makes it."""
-    k = a.shape[-1]
-    b = _rhs_operand(rhs, rhs_layout, b, a.size // k if k else 0)
+    b = _rhs_operand(rhs, rhs_layout, b, a)
     if a.strides[-1] != a.itemsize:
         a = _blas_ready(a)
     if b.strides[-1] != b.itemsize:
