@@ -9,7 +9,7 @@ import torch
 from tallow.bench import train
 
 
-@pytest.mark.parametrize("name", ["mlp", "conv"])
+@pytest.mark.parametrize("name", ["mlp", "mlp_idiom", "conv", "resnet_block"])
 def test_bench_steps_match_torch_over_three_steps(name):
     ours, theirs = train.tallow_steps()[name], train.torch_steps(torch)[name]
     for _ in range(3):  # the SGD updates must agree too, or later losses drift apart
