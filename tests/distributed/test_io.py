@@ -152,3 +152,41 @@ def test_worker_plans():
         plan_workers(8, 0, device="tpu")
     with pytest.raises(ValueError, match="num_workers"):
         plan_workers(8, 0, num_workers=0)
+
+
+# -- lines end at \n only; one id per row --------------------------------------
+
+
+def test_form_feeds_and_line_separators_stay_inside_their_line(tmp_path):
+    """pdftotext puts a form feed between pages; JSON allows U+2028 in strings.
+    Neither ends a line, nor does a lone \\r: the line numbers (the ids) count \\n."""
+    t = tmp_path / "f.txt"
+    t.write_bytes("a\x0cb\nc\r\nd\u2028e\x1cf\rg\n\nh".encode())
+    assert read_text_file(str(t), "f.txt") == (
+        ["f.txt:1", "f.txt:2", "f.txt:3", "f.txt:5"], ["a\x0cb", "c", "d\u2028e\x1cf\rg", "h"])
+    j = tmp_path / "f.jsonl"
+    j.write_text('{"text": "x\u2028y\\fz"}\r\n"w\u2029"\n', encoding="utf-8")
+    assert read_jsonl_file(str(j), "f") == (["f:1", "f:2"], ["x\u2028y\x0cz", "w\u2029"])
+
+
+def test_non_utf8_file_names_the_file(tmp_path):
+    t = tmp_path / "latin1.txt"
+    t.write_bytes("caf\xe9\n".encode("latin-1"))
+    with pytest.raises(FileFormatError, match=r"latin1.txt is not UTF-8 text \(byte 3 is 0xe9\)"):
+        read_text_file(str(t))
+
+
+def test_an_id_used_twice_in_a_file_is_refused(tmp_path):
+    j = tmp_path / "d.jsonl"
+    j.write_text('{"text": "x", "id": "a"}\n{"text": "y", "id": "b"}\n{"text": "z", "id": "a"}\n')
+    with pytest.raises(FileFormatError, match=r"d.jsonl:3: id 'a' is used again \(first on line 1\)"):
+        read_jsonl_file(str(j))
+    # A given id equal to another line's <name>:<n> is a duplicate too.
+    j.write_text('"first"\n{"text": "y", "id": "d:1"}\n')
+    with pytest.raises(FileFormatError, match="id 'd:1' is used again"):
+        read_jsonl_file(str(j), "d")
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"id": [1, 2, 1], "text": ["p", "q", "r"]}), tmp_path / "d.parquet")
+    with pytest.raises(FileFormatError, match=r"row 3: id '1' is used again \(first in row 1\)"):
+        read_parquet_file(str(tmp_path / "d.parquet"), "text", "id")

@@ -36,42 +36,19 @@ def default_generate_model():
 
 def read_texts(path) -> list:
     """One text per line, or JSONL (strings, or objects with a "text" field); blank
-    lines are skipped. A UTF-8 byte order mark (Windows editors write one) is dropped."""
+    lines are skipped, lines end at \\n (or \\r\\n) only (``tallow.text_lines``). A
+    UTF-8 byte order mark (Windows editors write one) is dropped."""
+    from tallow.text_lines import file_items, read_utf8
+
     if path == "-":
-        data = sys.stdin.read()
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        text = read_utf8("<stdin>", data) if isinstance(data, bytes) else data.removeprefix("\ufeff")
     else:
         if not os.path.exists(path):
             raise FileNotFoundError(f"--input: no such file: {path}")
-        try:
-            with open(path, encoding="utf-8-sig") as f:
-                data = f.read()
-        except UnicodeDecodeError as e:
-            from tallow.errors import FileFormatError
-
-            raise FileFormatError(
-                f"--input: {path} is not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); "
-                "give one text per line or JSONL") from None
-    lines = data.removeprefix("\ufeff").splitlines()
-    jsonl = path.endswith((".jsonl", ".ndjson"))
-    texts = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if jsonl:
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
-            if isinstance(item, dict):
-                if "text" not in item:
-                    raise ValueError(f"{path}:{n}: a JSON object needs a \"text\" field")
-                item = item["text"]
-            if not isinstance(item, str):
-                raise ValueError(f"{path}:{n}: expected a string or {{\"text\": ...}}")
-            texts.append(item)
-        else:
-            texts.append(line)
-    return texts
+        with open(path, "rb") as f:
+            text = read_utf8(f"--input: {path}", f.read())
+    return [t for _, _, t in file_items(path, text)]
 
 
 EMBEDDING_FORMATS = (".npy", ".jsonl", ".ndjson", ".json")

@@ -22,10 +22,10 @@ import shutil
 import tempfile
 
 from ..errors import EmbeddingIndexError, FileFormatError
+from ..text_lines import JSONL_SUFFIXES, file_items, read_utf8
 
 MANIFEST = "_tallow_index.json"  # "_": Parquet readers skip it
 FORMAT_VERSION = 1
-JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIX = ".parquet"
 
 
@@ -79,42 +79,30 @@ def _check_parquet(path, text_column):
                               "not text")
 
 
+def _read_line_file(path, name):
+    """(ids, texts) of a text or JSONL file (``tallow.text_lines`` splits its lines);
+    an id given twice in the file is refused with both line numbers."""
+    name = path if name is None else name
+    ids, texts, first_line = [], [], {}
+    for n, given, text in file_items(path, read_utf8(path)):
+        row_id = f"{name}:{n}" if given is None else given
+        if row_id in first_line:
+            raise FileFormatError(f"{path}:{n}: id {row_id!r} is used again (first on line "
+                                  f"{first_line[row_id]}); every row needs its own id")
+        first_line[row_id] = n
+        ids.append(row_id)
+        texts.append(text)
+    return ids, texts
+
+
 def read_text_file(path, name=None):
     """(ids, texts) of a text file: one text a line, blank lines skipped."""
-    name = path if name is None else name
-    with open(path, encoding="utf-8-sig") as f:
-        lines = f.read().splitlines()
-    ids, texts = [], []
-    for n, line in enumerate(lines, 1):
-        if line.strip():
-            ids.append(f"{name}:{n}")
-            texts.append(line)
-    return ids, texts
+    return _read_line_file(path, name)
 
 
 def read_jsonl_file(path, name=None):
     """(ids, texts) of a JSONL file: ``{"text": ..., "id": ...}`` objects or strings."""
-    name = path if name is None else name
-    ids, texts = [], []
-    with open(path, encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise FileFormatError(f"{path}:{n}: not valid JSON ({e})") from None
-            given = None
-            if isinstance(item, dict):
-                if "text" not in item:
-                    raise FileFormatError(f"{path}:{n}: a JSON object needs a \"text\" field")
-                given = item.get("id")
-                item = item["text"]
-            if not isinstance(item, str):
-                raise FileFormatError(f"{path}:{n}: expected a string or {{\"text\": ...}}")
-            ids.append(f"{name}:{n}" if given is None else str(given))
-            texts.append(item)
-    return ids, texts
+    return _read_line_file(path, name)
 
 
 def read_parquet_file(path, text_column, id_column, name=None):
@@ -134,6 +122,12 @@ def read_parquet_file(path, text_column, id_column, name=None):
         if ids.null_count:
             raise FileFormatError(f"{path}: column {id_column!r} has {ids.null_count} missing ids")
         ids = ids.to_pylist()
+        seen = {}
+        for n, row_id in enumerate(ids, 1):
+            if row_id in seen:
+                raise FileFormatError(f"{path}: row {n}: id {row_id!r} is used again (first in "
+                                      f"row {seen[row_id]}); every row needs its own id")
+            seen[row_id] = n
     else:
         ids = [f"{name}:{n}" for n in range(1, table.num_rows + 1)]
     return ids, texts.to_pylist()
