@@ -43,7 +43,7 @@ def files(tmp_path_factory):
 
 def _save_f16(hf, path):
     """The F32 file with every 2-D weight as F16 (as llama.cpp's F16 files hold them)."""
-    from tallow.quantized.gguf_io import read_gguf, write_gguf
+    from tallow.ggml.gguf_io import read_gguf, write_gguf
 
     tmp = str(path) + ".f32"
     save_llama_gguf(hf, tmp, "F32")
@@ -138,7 +138,7 @@ def test_errors_are_checked_before_any_work(files):
 
 def test_embedding_rows_are_read_from_the_file_not_the_map(files):
     """Lookups read the rows with pread (the map's pages would make the whole table resident)."""
-    from tallow.quantized.gguf_io import read_gguf
+    from tallow.ggml.gguf_io import read_gguf
 
     for fmt in ("F16", "Q8_0"):
         t = read_gguf(files[fmt]).tensors["token_embd.weight"]

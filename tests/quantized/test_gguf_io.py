@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tallow.quantized import ggml_type
-from tallow.quantized.gguf_io import GgufError, GgufTensor, GgufValue, ValueType, read_gguf, write_gguf
+from tallow.ggml.gguf_io import GgufError, GgufTensor, GgufValue, ValueType, read_gguf, write_gguf
 
 F = np.float32
 VT = ValueType

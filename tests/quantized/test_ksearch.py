@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from support import ggml_ref
-from tallow.quantized import ksearch
+from tallow.ggml import ksearch
 
 F = np.float32
 

@@ -41,7 +41,7 @@ SMOLLM2_SHAPE = dict(vocab=49152, hidden=576, layers=30, heads=9, kv_heads=3, ff
 # ------------------------------------------------------------------- model files
 def make_random_llama(path: str, shape: dict = SMOLLM2_SHAPE, seed: int = 1234) -> None:
     """A random Llama GGUF (F32, llama.cpp's names and metadata, a dummy SentencePiece vocabulary)."""
-    from ..quantized.gguf_io import write_gguf
+    from ..ggml.gguf_io import write_gguf
 
     rng = np.random.default_rng(seed)
     h, f, d = shape["hidden"], shape["ffn"], shape["hidden"] // shape["heads"]
@@ -80,8 +80,8 @@ def make_random_llama(path: str, shape: dict = SMOLLM2_SHAPE, seed: int = 1234) 
 
 def quantize_file(src: str, dst: str, fmt: str) -> None:
     """A copy of a float GGUF Llama with its 2-D weights as ``fmt`` (the embedding Q8_0 when quantized)."""
-    from ..quantized.gguf_io import read_gguf, write_gguf
-    from ..quantized.types import ggml_type
+    from ..ggml.gguf_io import read_gguf, write_gguf
+    from ..ggml.types import ggml_type
 
     f = read_gguf(src)
     target = ggml_type(fmt)

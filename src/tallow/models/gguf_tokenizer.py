@@ -68,7 +68,7 @@ def _require_tokenizers():
 
 
 def _open(source):
-    from ..quantized.gguf_io import GgufFile, read_gguf
+    from ..ggml.gguf_io import GgufFile, read_gguf
 
     if isinstance(source, GgufFile):
         return source

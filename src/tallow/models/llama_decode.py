@@ -34,7 +34,7 @@ import os
 import numpy as np
 
 from ..backends.cpu import native
-from ..quantized.gguf_io import GgufTensor
+from ..ggml.gguf_io import GgufTensor
 
 try:
     from ..backends.cpu.native import _ops

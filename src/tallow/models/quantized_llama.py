@@ -51,7 +51,7 @@ from ..nn.module import Module
 from ..nn.norm import RmsNorm
 from ..nn.rotary import rope_i
 from ..quantized.gguf_file import qtensor_of
-from ..quantized.gguf_io import GgufFile, read_gguf
+from ..ggml.gguf_io import GgufFile, read_gguf
 from ..quantized.qtensor import dequantize_all
 from ..tensor_class import Tensor
 from .config import ModelFormatError

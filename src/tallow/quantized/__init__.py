@@ -1,12 +1,11 @@
-"""GGML block formats, quantized matmul and GGUF files.
+"""Quantized tensors: ``QTensor``, ``QMatMul``, ``load_gguf`` and ``save_gguf``.
 
-The NumPy layer (block codecs, ggml-semantics matmul, GGUF io; README-quantized.md
-in this folder) and, built on it, the Tensor-level ``QTensor``, ``QMatMul``,
-``load_gguf`` and ``save_gguf``.
+Built on the block codecs and GGUF io of :mod:`tallow.ggml` (whose public names
+are re-exported here) and on the backends' quantized kernels.
 """
 
-from .gguf_io import GgufError, GgufFile, GgufTensor, GgufValue, ValueType, read_gguf, to_gguf_value, write_gguf
-from .types import GGML_TYPES, GgmlType, dequantize, ggml_type, quantize
+from ..ggml.gguf_io import GgufError, GgufFile, GgufTensor, GgufValue, ValueType, read_gguf, to_gguf_value, write_gguf
+from ..ggml.types import GGML_TYPES, GgmlType, dequantize, ggml_type, quantize
 from .qtensor import QMatMul, QTensor  # noqa: E402  (needs the Tensor core)
 from .gguf_file import load_gguf, save_gguf  # noqa: E402
 

@@ -23,9 +23,9 @@ import numpy as np
 from ..device import Device
 from ..errors import UnsupportedDTypeError
 from ..tensor_class import Tensor
-from .gguf_io import GgufFile, GgufTensor, read_gguf, write_gguf
+from ..ggml.gguf_io import GgufFile, GgufTensor, read_gguf, write_gguf
 from .qtensor import QTensor
-from .types import ggml_type
+from ..ggml.types import ggml_type
 
 _FLOAT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
 

@@ -8,7 +8,7 @@ GPU they are a ``u8`` tensor on that device.
 
 ``QMatMul`` multiplies activations by a quantized ``(n, k)`` weight:
 ``forward(x) = x @ W.T`` for ``x`` of shape ``(..., k)``.  What it computes is
-ggml's quantized matmul (see ``README-quantized.md``): the activations are
+ggml's quantized matmul (see ``src/tallow/ggml/README.md``): the activations are
 quantized to the weight format's dot type and block products are exact
 integer sums, then scaled.  On the CPU that runs the C kernels of
 :mod:`tallow.backends.cpu.native` for the formats they cover (Q4_0, Q8_0, Q5_0,
@@ -42,8 +42,8 @@ from ..errors import DeviceMismatchError, ShapeMismatchError, UnsupportedDTypeEr
 from ..layout import Layout
 from ..constructors import adopt_array
 from ..tensor_class import Tensor
-from .blocks import as_bytes
-from .types import GgmlType, ggml_type
+from ..ggml.blocks import as_bytes
+from ..ggml.types import GgmlType, ggml_type
 
 _contig = Layout.contiguous_of
 

@@ -61,7 +61,7 @@ def _fmt(type_name) -> _Fmt:
     f = _FMTS.get(type_name)
     if f is not None:
         return f
-    from ...quantized.types import ggml_type
+    from ...ggml.types import ggml_type
 
     try:
         t = ggml_type(type_name)

@@ -26,9 +26,9 @@ import threading
 import numpy as np
 
 from .... import config
-from ....quantized.blocks import as_bytes, byte_blocks
+from ....ggml.blocks import as_bytes, byte_blocks
 from .. import pieces
-from ....quantized.types import ggml_type
+from ....ggml.types import ggml_type
 
 try:  # the extension is optional
     from . import _kernels
@@ -199,12 +199,12 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
         fields = [(blocks[:, :2], 2), (blocks[:, 2:4], 2), (blocks[:, 4:8], HIGH_BITS), (blocks[:, 8:], 4)]
         return _kernels.Q5_1, _interleave(fields, n, nb)
     if t.name == "Q6K":
-        from ....quantized import kquants
+        from ....ggml import kquants
 
         q = kquants._q6_values(blocks).view(np.uint8)
         return _kernels.Q6K, _interleave([(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (q, 4)], n, nb)
     if t.name == "Q4K":
-        from ....quantized import kquants
+        from ....ggml import kquants
 
         sc, mn = kquants._k4_scales(blocks[:, 4:16])
         fields = [(blocks[:, 0:2], 2), (blocks[:, 2:4], 2), (np.ascontiguousarray(sc, np.uint8), 1),

@@ -45,8 +45,8 @@ import time
 import numpy as np
 
 from .... import config
-from ....quantized.blocks import byte_blocks, f16_field, f16_round
-from ....quantized.types import ggml_type
+from ....ggml.blocks import byte_blocks, f16_field, f16_round
+from ....ggml.types import ggml_type
 from ..threads import CONFIG
 from ..pieces import activation_rows, run_pieces
 
@@ -128,8 +128,8 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     ``packed`` for 4-bit values (0..15, stored two per byte), ``zero`` the
     offset subtracted from them (Q4_0's 8).
     """
-    from ....quantized import kquants as kq
-    from ....quantized import legacy as lg
+    from ....ggml import kquants as kq
+    from ....ggml import legacy as lg
 
     name = t.name
     nb = blocks.shape[0]
@@ -169,7 +169,7 @@ def _decompose(t, blocks: np.ndarray) -> dict:
         out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
                    sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
     elif name in ("IQ4_NL", "IQ4_XS"):  # non-linear levels; ggml scales (d_w d_x) * isum
-        from ....quantized import iq4
+        from ....ggml import iq4
 
         if name == "IQ4_NL":
             out.update(q=iq4.iq4_nl_levels(blocks), d=f16_field(blocks, 0), mode=KQUANT)

@@ -39,9 +39,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ....quantized.blocks import byte_blocks
-from ....quantized.planes import GROUP
-from ....quantized.types import GgmlType, ggml_type
+from ....ggml.blocks import byte_blocks
+from ....ggml.planes import GROUP
+from ....ggml.types import GgmlType, ggml_type
 from ..pieces import activation_rows, split as _split
 from ..threads import CONFIG
 

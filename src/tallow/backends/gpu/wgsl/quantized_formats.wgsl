@@ -2,7 +2,7 @@
 // D0_<type> picks it). The weight buffer buf_w is array<u32> holding the blocks
 // back to back from byte 0 of its binding; blocks are not 4-byte aligned in
 // general (Q4_0: 18 bytes), so fields are read as bytes / halves / unaligned
-// words with shifts. The layouts are those of README-quantized.md (ggml-common.h).
+// words with shifts. The layouts are those of src/tallow/ggml/README.md (ggml-common.h).
 //
 // Every format provides
 //   QK, QB     elements and bytes per block;
