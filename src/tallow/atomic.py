@@ -7,6 +7,10 @@ short write, an exception while producing the content) removes the temporary and
 leaves the previous file, if any, exactly as it was; the error is a
 ``FileWriteError`` naming the destination.
 
+A destination that is a symbolic link stays one: the file it points to (through
+any chain of links) is the one replaced, in its own folder, as ``open(path, "w")``
+would write it.
+
 A rename also keeps memory maps of the old file valid: a model may be read from
 a file and saved back over it.
 """
@@ -56,9 +60,10 @@ def atomic_write(path, mode: str = "wb", encoding: str | None = None):
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w', not {mode!r}")
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    folder = os.path.dirname(os.path.abspath(target))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
                                    dir=folder)
     except OSError as e:
         raise FileWriteError(f"cannot write {path}: {e.strerror or e}") from e
@@ -71,8 +76,8 @@ def atomic_write(path, mode: str = "wb", encoding: str | None = None):
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, _final_mode(path))
-        os.replace(tmp, path)
+        os.chmod(tmp, _final_mode(target))
+        os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
