@@ -22,6 +22,49 @@ def positive_int(text: str) -> int:
     return n
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return n
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (``--repeat-penalty``)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = 0.0
+    if not (0.0 < x < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return x
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (``--temperature``: 0 is greedy decoding)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not (0.0 <= x < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return x
+
+
+def probability(text: str) -> float:
+    """A number in (0, 1] (``--top-p``)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not (0.0 < x <= 1.0):
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return x
+
+
 def output_file(text: str) -> str:
     """A file path whose folder exists and is writable (the file itself may not exist)."""
     if os.path.isdir(text):

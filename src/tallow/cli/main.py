@@ -24,12 +24,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_model_parsers(sub)
     add_search_parser(sub)
+    parser.set_defaults(subparsers=sub)
     return parser
 
 
 def main(argv=None) -> int:
     """Run the ``tallow`` command with ``argv`` (default: the process arguments)."""
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        # argparse would answer with the top-level usage, which does not list the
+        # sub-command's flags: show the sub-command's own.
+        args.subparsers.choices[args.command].error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     return args.run(args)
 
 

