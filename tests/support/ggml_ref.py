@@ -171,16 +171,19 @@ def make_q3_quants(n, nmax, x):
     return scale, [l + nmax for l in L]
 
 
-def quantize_q8_1(x) -> bytes:
-    """quantize_row_q8_1_ref for one block of 32."""
+def quantize_q8_1(x, ties_to_even=False) -> bytes:
+    """quantize_row_q8_1_ref for one block of 32; ``ties_to_even``: with the rounding of
+    ggml's x86 quantize_row_q8_1 (``_mm256_cvtps_epi32``), that of activations."""
     x = [f32(v) for v in x]
     amax = f32(0)
     for v in x:
         amax = max(amax, abs(v))
     d = f32(amax / f32(127))
     idv = f32(f32(1) / d) if d != 0 else f32(0)
-    # roundf: half away from zero
-    qs = [int(np.copysign(np.floor(abs(float(f32(v * idv))) + 0.5), float(v))) for v in x]
+    if ties_to_even:
+        qs = [int(np.rint(f32(v * idv))) for v in x]
+    else:  # roundf: half away from zero
+        qs = [int(np.copysign(np.floor(abs(float(f32(v * idv))) + 0.5), float(v))) for v in x]
     s = f32(f32(sum(qs)) * d)
     return h_bytes(d) + h_bytes(s) + struct.pack("<32b", *qs)
 
@@ -198,11 +201,13 @@ def quantize_q8k(x) -> bytes:
     return struct.pack("<f", d) + struct.pack("<256b", *qs) + struct.pack("<16h", *bsums)
 
 
-QUANTIZERS = {"Q8K": (quantize_q8k, 256), "Q8_1": (quantize_q8_1, 32)}
+QUANTIZERS = {"Q8K": (quantize_q8k, 256), "Q8_1": (quantize_q8_1, 32),
+              "Q8_1 activations": (lambda x: quantize_q8_1(x, ties_to_even=True), 32)}
 
 
 def quantize_row(name, x) -> bytes:
-    """Quantize a 1-D float32 array block by block with the scalar port (Q8_1 or Q8K)."""
+    """Quantize a 1-D float32 array block by block with the scalar port (Q8_1, Q8K, or
+    "Q8_1 activations": Q8_1 with ties rounded to even)."""
     q, bs = QUANTIZERS[name]
     vals = [f32(v) for v in np.asarray(x, dtype=np.float32)]
     with np.errstate(all="ignore"):

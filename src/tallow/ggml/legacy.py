@@ -133,15 +133,28 @@ def q5_1_planes(blocks: np.ndarray) -> Planes:
 
 
 # ---------------------------------------------------------------- Q8_0
-def _q8_values(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Shared Q8_0/Q8_1 rounding: d = amax / 127 and q = round(x / d)."""
+def _q8_values(blocks: np.ndarray, rounding=round_away) -> tuple[np.ndarray, np.ndarray]:
+    """Shared Q8_0/Q8_1 rounding: d = amax / 127 and q = round(x / d).
+
+    Weights round half away from zero (``quantize_row_q8_0_ref``, the ``gguf``
+    package); activations ``rounding=np.rint``, half to even (see
+    :func:`q8_0_quantize_activations`).
+    """
     d = np.abs(blocks).max(axis=-1, keepdims=True) / F32(127)
-    q = round_away(blocks * _inverse(d)).astype(np.int8)
+    q = rounding(blocks * _inverse(d)).astype(np.int8)
     return d, q
 
 
 def q8_0_quantize(blocks: np.ndarray) -> np.ndarray:
     d, q = _q8_values(blocks)
+    return np.concatenate([f16_bytes(d), q.view(np.uint8)], axis=-1)
+
+
+def q8_0_quantize_activations(blocks: np.ndarray) -> np.ndarray:
+    """Activation rows to Q8_0 as ggml's x86 ``quantize_row_q8_0`` does before a
+    product: ties of ``x / d`` round half to even (``_mm256_cvtps_epi32``), the one
+    rule of every tallow path (C builds, numba, NumPy)."""
+    d, q = _q8_values(blocks, np.rint)
     return np.concatenate([f16_bytes(d), q.view(np.uint8)], axis=-1)
 
 
@@ -159,13 +172,18 @@ def q8_0_act_planes(blocks: np.ndarray) -> ActPlanes:
 
 
 # ---------------------------------------------------------------- Q8_1
-def q8_1_quantize(blocks: np.ndarray) -> np.ndarray:
-    d, q = _q8_values(blocks)
+def q8_1_quantize(blocks: np.ndarray, rounding=round_away) -> np.ndarray:
+    d, q = _q8_values(blocks, rounding)
     total = q.astype(np.int32).sum(axis=-1, keepdims=True).astype(F32)
     # ggml: GGML_FP32_TO_FP16(sum * d), the f32 product of the integer sum and
     # the f32 scale (before the scale's own rounding to f16), rounded once.
     s = total * d
     return np.concatenate([f16_bytes(d), f16_bytes(s), q.view(np.uint8)], axis=-1)
+
+
+def q8_1_quantize_activations(blocks: np.ndarray) -> np.ndarray:
+    """Q8_1 activations: Q8_0's rounding rule (half to even), as ggml's x86 ``quantize_row_q8_1``."""
+    return q8_1_quantize(blocks, np.rint)
 
 
 def q8_1_dequantize(blocks: np.ndarray) -> np.ndarray:

@@ -40,6 +40,7 @@ class GgmlType:
     _dequantize: Callable[[np.ndarray], np.ndarray]
     _planes: Callable[[np.ndarray], Planes] | None = None
     _act_planes: Callable[[np.ndarray], ActPlanes] | None = None
+    _act_quantize: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def dot_type(self) -> "GgmlType":
@@ -58,6 +59,15 @@ class GgmlType:
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         """float array (..., k) -> uint8 array (..., k / block_size * type_size) of GGML blocks."""
+        return self._blocks_of(x, self._quantize)
+
+    def quantize_activations(self, x: np.ndarray) -> np.ndarray:
+        """Activation rows in this dot type before a quantized product: as ``quantize``,
+        except that Q8_0/Q8_1 round ties half to even (ggml's x86 ``from_float``; Q8K
+        does so in its codec too), the rule of every tallow path."""
+        return self._blocks_of(x, self._act_quantize or self._quantize)
+
+    def _blocks_of(self, x: np.ndarray, codec) -> np.ndarray:
         x = np.asarray(x)
         blocks = float_blocks(x, self.block_size, self.name)
         out = np.empty((blocks.shape[0], self.type_size), dtype=np.uint8)
@@ -66,7 +76,7 @@ class GgmlType:
         # ggml; the float warnings they raise inside the codecs are noise.
         with np.errstate(all="ignore"):
             for i in range(0, blocks.shape[0], step):
-                out[i : i + step] = self._quantize(blocks[i : i + step])
+                out[i : i + step] = codec(blocks[i : i + step])
         return out.reshape(*x.shape[:-1], x.shape[-1] // self.block_size * self.type_size)
 
     def dequantize(self, raw, n_elements: int | None = None) -> np.ndarray:
@@ -104,8 +114,8 @@ class GgmlType:
         return self.name
 
 
-def _t(name, type_id, bs, ts, dot, ggml_name, q, dq, planes=None, act=None):
-    return GgmlType(name, type_id, bs, ts, dot, ggml_name, q, dq, planes, act)
+def _t(name, type_id, bs, ts, dot, ggml_name, q, dq, planes=None, act=None, act_q=None):
+    return GgmlType(name, type_id, bs, ts, dot, ggml_name, q, dq, planes, act, act_q)
 
 
 _ALL = [
@@ -116,9 +126,9 @@ _ALL = [
     _t("Q5_0", 6, 32, 22, "Q8_0", "q5_0", legacy.q5_0_quantize, legacy.q5_0_dequantize, legacy.q5_0_planes),
     _t("Q5_1", 7, 32, 24, "Q8_1", "q5_1", legacy.q5_1_quantize, legacy.q5_1_dequantize, legacy.q5_1_planes),
     _t("Q8_0", 8, 32, 34, "Q8_0", "q8_0", legacy.q8_0_quantize, legacy.q8_0_dequantize, legacy.q8_0_planes,
-       legacy.q8_0_act_planes),
+       legacy.q8_0_act_planes, legacy.q8_0_quantize_activations),
     _t("Q8_1", 9, 32, 36, "Q8_1", "q8_1", legacy.q8_1_quantize, legacy.q8_1_dequantize, legacy.q8_1_planes,
-       legacy.q8_1_act_planes),
+       legacy.q8_1_act_planes, legacy.q8_1_quantize_activations),
     _t("Q2K", 10, 256, 84, "Q8K", "q2_K", kquants.q2k_quantize, kquants.q2k_dequantize, kquants.q2k_planes),
     _t("Q3K", 11, 256, 110, "Q8K", "q3_K", kquants.q3k_quantize, kquants.q3k_dequantize, kquants.q3k_planes),
     _t("Q4K", 12, 256, 144, "Q8K", "q4_K", kquants.q4k_quantize, kquants.q4k_dequantize, kquants.q4k_planes),

@@ -271,7 +271,7 @@ class NativeWeight:
         if m == 0 or self.n == 0:
             return out.reshape(lead + (self.n,))
         threads = plan_threads(m, self.n, self.k, self.groups, num_threads)
-        if m == 1 and self.k <= 16384 and (threads == 1 or pool_available()):
+        if m == 1 and (threads == 1 or pool_available()):
             sync_threads()  # the compiled pool splits it when worth it
             if not self._matvec(self.fmt, self.packed, self.n, self.k, x2.reshape(-1), out.reshape(-1)):
                 out = self._fallback(x2)

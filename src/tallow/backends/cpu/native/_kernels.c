@@ -3,7 +3,7 @@
  *
  * Arithmetic: ggml's generic vec_dot, bit for bit the numba path of
  * tallow.quantized.  An activation row is quantized to Q8_0 (d = amax / 127,
- * q = round-half-away(x / d), the stored d rounded to f16); each 32-element block
+ * q = x / d rounded half to even, the stored d rounded to f16); each 32-element block
  * contributes (float(isum) * d_w) * d_x, where isum is the exact integer dot
  * product, added to the row's f32 sum in block order.  The SIMD code computes
  * the integer sums with byte dot products (vpmaddubsw, or vpdpbusd with AVX-512
@@ -95,13 +95,10 @@ static inline uint16_t float_to_half(float f) {
 
 static inline float f16_round(float f) { return half_to_float(float_to_half(f)); }
 
-/* Rust's f32::round / C's roundf: half away from zero (the fraction v - trunc(v) is exact). */
-static inline float round_away(float v) {
-    float t = truncf(v), f = v - t;
-    if (f >= 0.5f) return t + 1.0f;
-    if (f <= -0.5f) return t - 1.0f;
-    return t;
-}
+/* Activation rounding, the one rule of every path: ties to even, as ggml's x86
+ * quantize_row_q8_0 (_mm256_cvtps_epi32) and its Q8K quantizer (nearest_int) do;
+ * rintf rounds in the default mode, round to nearest even. */
+static inline float round_even(float v) { return rintf(v); }
 
 /* ----------------------------------------------------- activation quantization (Q8_0) */
 /* x (k,) -> xq (k,) int8, xd (k/32,) stored scales, xs (k/32,) integer sums, and when
@@ -120,7 +117,7 @@ static int quantize_q8_0_row(const float *x, int64_t k, int8_t *xq, float *xd, i
         float inv = d == 0.0f ? 0.0f : 1.0f / d;
         int32_t total = 0;
         for (int t = 0; t < QK; t++) {
-            int q = (int)round_away(xb[t] * inv);
+            int q = (int)round_even(xb[t] * inv);
             xq[b * QK + t] = (int8_t)q;
             total += q;
         }
@@ -378,10 +375,9 @@ Q8_0_GROUP(q8_0_avx2, AVX2, Q8_DOT_AVX2)
 Q8_0_GROUP(q8_0_vnni, AVX512, Q8_DOT_VNNI)
 
 /* quantize_q8_0_row with eight lanes: the same float operations (x * inv, then
- * round half away from zero through trunc), so the same integers. */
+ * round half to even), so the same integers. */
 AVX2 static int quantize_q8_0_row_avx2(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs, float *xsf) {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028235e38f);
-    const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f), one = _mm256_set1_ps(1.0f);
     for (int64_t b = 0; b < k / QK; b++) {
         const float *xb = x + b * QK;
         __m256 v[4], amax = _mm256_setzero_ps();
@@ -402,11 +398,7 @@ AVX2 static int quantize_q8_0_row_avx2(const float *x, int64_t k, int8_t *xq, fl
         __m256i qi[4], total = _mm256_setzero_si256();
         for (int u = 0; u < 4; u++) {
             __m256 p = _mm256_mul_ps(v[u], vinv);
-            __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __m256 f = _mm256_sub_ps(p, t);
-            t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, half, _CMP_GE_OQ), one));
-            t = _mm256_sub_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, mhalf, _CMP_LE_OQ), one));
-            qi[u] = _mm256_cvttps_epi32(t);
+            qi[u] = _mm256_cvttps_epi32(_mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             total = _mm256_add_epi32(total, qi[u]);
         }
         __m256i q16a = _mm256_packs_epi32(qi[0], qi[1]), q16b = _mm256_packs_epi32(qi[2], qi[3]);
@@ -496,7 +488,7 @@ static kernel_fn pick_kernel(int fmt) {
 
 /* ================================================================== K-quants (Q4K, Q6K)
  * Activations are Q8K (256 per block: iscale = -127 / (the first element of largest
- * magnitude), q = round-half-away(iscale x) clamped to [-128, 127], d = 1 / iscale,
+ * magnitude), q = iscale x rounded half to even, clamped to [-128, 127], d = 1 / iscale,
  * sixteen 16-element sums), as the numba path's quantizer.  Per super-block, as the
  * numba kernel: isum = sum over sub-blocks of (integer scale x exact sub-block sum),
  * then Q6K adds (d_w d_x) isum and Q4K (d_w d_x) isum - (dmin_w d_x) msum, where msum
@@ -528,7 +520,7 @@ static int quantize_q8k_row(const float *x, int64_t k, int8_t *xq, float *xd, in
         } else {
             float iscale = -127.0f / mx;
             for (int t = 0; t < QKK; t++) {
-                float v = round_away(iscale * xb[t]);
+                float v = round_even(iscale * xb[t]);
                 v = v < -128.0f ? -128.0f : (v > 127.0f ? 127.0f : v);
                 q[t] = (int8_t)v;
             }
@@ -909,7 +901,7 @@ static PyObject *py_matvec_k(PyObject *self, PyObject *const *args, Py_ssize_t n
     int fmt = (int)PyLong_AsLong(args[0]);
     int64_t n = PyLong_AsLongLong(args[2]), k = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    if ((fmt != FMT_Q4K && fmt != FMT_Q6K) || n < 0 || k <= 0 || k % QKK || k > STACK_K)
+    if ((fmt != FMT_Q4K && fmt != FMT_Q6K) || n < 0 || k <= 0 || k % QKK)
         return PyErr_Format(PyExc_ValueError, "matvec_k: bad format or shape");
     int64_t groups = (n + ROWS - 1) / ROWS, nb = k / QKK;
     buf_t b[3];
@@ -917,9 +909,20 @@ static PyObject *py_matvec_k(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *res = NULL;
     if (get_buf(args[1], &b[0], 0, groups * nb * kblock_bytes(fmt), "w") && get_buf(args[4], &b[1], 0, k * 4, "x") &&
         get_buf(args[5], &b[2], 1, n * 4, "out")) {
-        int8_t xq[STACK_K];
-        float xd[STACK_K / QKK];
-        int32_t xbs[STACK_K / 16];
+        int8_t stack_q[STACK_K];
+        float stack_d[STACK_K / QKK];
+        int32_t stack_bs[STACK_K / 16];
+        int8_t *xq = stack_q;
+        float *xd = stack_d;
+        int32_t *xbs = stack_bs;
+        void *heap = NULL;
+        if (k > STACK_K) { /* a wider row (a 70B-class FFN's 28,672 inputs) on the heap */
+            heap = PyMem_RawMalloc((size_t)(k + nb * 4 + nb * 64));
+            if (!heap) { release(b, 3); return PyErr_NoMemory(); }
+            xq = (int8_t *)heap;
+            xd = (float *)(xq + k);
+            xbs = (int32_t *)(xd + nb);
+        }
         int ok;
         Py_BEGIN_ALLOW_THREADS
         ok = quantize_q8k_row((const float *)b[1].view.buf, k, xq, xd, xbs);
@@ -928,6 +931,7 @@ static PyObject *py_matvec_k(PyObject *self, PyObject *const *args, Py_ssize_t n
             tallow_pool_run(kmv_task, &job, groups, MV_GRAIN, groups * nb * kblock_bytes(fmt));
         }
         Py_END_ALLOW_THREADS
+        PyMem_RawFree(heap);
         res = PyBool_FromLong(ok);
     }
     release(b, 3);

@@ -293,7 +293,7 @@ class TiledWeight:
         t, dot = self.type, self.dot
         m, k = x.shape
         nb = k // t.block_size
-        raw = dot.quantize(x).reshape(-1, dot.type_size)
+        raw = dot.quantize_activations(x).reshape(-1, dot.type_size)
         a = dot.act_planes(raw)
         xf = a.q.reshape(m, nb, t.block_size).astype(F32)
         xd = np.ascontiguousarray(a.gscale[:, 0].reshape(m, nb), dtype=F32)

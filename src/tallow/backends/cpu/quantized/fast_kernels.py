@@ -207,21 +207,10 @@ def qmm_tiles(wq, wp, zero, wsc, wd, wmin, wdmin, wm, xf, xd, xs, xsum, xms, mod
                 out[i, tile * jw + j] = res[i, j]
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def round_away(v):
-    # Rust's f32::round (half away from zero), exactly: the fraction v - trunc(v) is exact
-    t = np.float32(np.trunc(v))
-    f = v - t
-    if f >= np.float32(0.5):
-        return t + np.float32(1.0)
-    if f <= np.float32(-0.5):
-        return t - np.float32(1.0)
-    return t
-
-
 # Activation rows to a dot type, with the float operations of the NumPy codecs
-# (legacy.q8_0_quantize / kquants.q8k_quantize, after ggml's quantize_row_q8_0_ref
-# and quantize_row_q8_K_ref), so the integers are the same.
+# (legacy.q8_0_quantize_activations / kquants.q8k_quantize, after ggml's x86
+# quantize_row_q8_0 and quantize_row_q8_K_ref: ties round half to even), so the
+# integers are the same.
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def quantize_rows(x, kind, xf, xd, xsum, xbs):
     # x (m, nb, B) f32.  kind 0 (Q8_0/Q8_1, B 32): xd = amax / 127 before its f16
@@ -243,7 +232,7 @@ def quantize_rows(x, kind, xf, xd, xsum, xbs):
                 inv = np.float32(0.0) if d == 0 else np.float32(1.0) / d
                 total = 0
                 for t in range(bs):
-                    q = round_away(x[i, b, t] * inv)
+                    q = np.float32(np.rint(x[i, b, t] * inv))
                     xf[i, b, t] = q
                     total += np.int32(q)
                 xd[i, b] = d

@@ -148,7 +148,7 @@ class PreparedWeight:
         """
         t, dot = self.type, self.type.dot_type
         m, k = x.shape
-        raw = dot.quantize(x).reshape(-1, dot.type_size)
+        raw = dot.quantize_activations(x).reshape(-1, dot.type_size)
         a = dot.act_planes(raw)
         g = k // GROUP
         parts = [a.q.reshape(m, g, GROUP).transpose(1, 0, 2)]
@@ -183,7 +183,7 @@ class PreparedWeight:
 
     def _matmul_dequantized(self, x: np.ndarray) -> np.ndarray:
         dot = self.type.dot_type
-        raw = dot.quantize(x)
+        raw = dot.quantize_activations(x)
         xq = dot.dequantize(raw).reshape(x.shape)  # the activation ggml multiplies with
         out = xq @ self.dense.T
         if self.offset is not None:
