@@ -1,168 +1,46 @@
-"""``t[index]`` / ``t.i(index)``, as candle-pyo3 does it, plus strided slices.
+"""``t[index]``: NumPy's indexing (basic and advanced), on every device.
 
-Ints pick (and drop) a dim, slices narrow it (steps > 1 are strided views, steps
-< 0 a reversed copy), ``...`` stands for the remaining dims, ``None`` adds a
-size-1 dim, and lists or integer tensors select with ``index_select`` (one dim
-at a time, as candle-pyo3).
+Basic indices — ints, slices, ``None``, ``...`` — make views: an int picks (and
+drops) a dim, a slice narrows it (steps > 1 are strided views, steps < 0 a
+reversed copy), ``None`` adds a size-1 dim.
 
-A u8 tensor (tallow's bool: what comparisons return), a NumPy bool array or a
-list of bools is a boolean mask, as in NumPy: its shape must equal the dims it
-indexes, and it selects the positions where it is nonzero, flattened into one
-dim (``x[x > 0]`` is 1-D). Use u32/i64 tensors for ids.
+Any array index (an int list, a NumPy int array, an integer tensor, or a boolean
+mask, which counts as the int arrays of its nonzero positions) makes the index
+advanced, with NumPy's rules: the arrays (and the ints beside them, as 0-d
+arrays) broadcast together and select pointwise, so ``x[[0, 1], [1, 0]]`` is
+``[x[0, 1], x[1, 0]]``; the broadcast dims stand where the arrays stood when the
+arrays are adjacent, and in front when a slice, ``None`` or ``...`` separates
+them. The result is a new tensor.
 
-``t[index] = value`` (``setitem``) writes into the tensor's storage: basic
-indices through the view, masks and ids through a scatter of the selected
-positions.
+It runs as one ``index_select``: the basic items first (a view), then the
+indexed dims brought together and merged into one, whose flat ids are the
+arrays' row-major combination. So gradients flow (``index_select``'s backward
+adds into the input), and a GPU tensor is indexed on the GPU.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import dtype as dt
-from .checks import is_scalar, scalar_for
-from .errors import DimOutOfRangeError, IndexOutOfRangeError
-from .ops_index import check_writable, source_for
-from .tensor_base import TensorBase
+from .candle_index import ids_on, int_index, select_ids
+from .index_items import FULL, GAP, Ids, read_index
+
+__all__ = ["getitem", "int_index"]
 
 
-def int_index(t, dim, index):
-    size = t._layout.shape[dim]
-    i = int(index)
-    if i < 0:
-        i += size
-    if not 0 <= i < size:
-        raise IndexOutOfRangeError(
-            f"index {index} is out of range for dim {dim} of size {size}"
-        )
-    return t.narrow(dim, i, 1).squeeze(dim)
-
-
-def _host_ids(index, size, dim):
-    """A list or array of ids as i64 with negative ids counted from the end."""
-    arr = np.asarray(index)
-    if arr.size == 0:
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        # A bool list is a mask to NumPy and PyTorch, a float one an error: casting
-        # either to ids would pick other rows than the user meant.
-        raise TypeError(f"index lists must hold integers, got {arr.dtype}")
-    if arr.size:
-        lo = int(arr.min())
-        if lo < -size:
-            raise IndexOutOfRangeError(
-                f"index {lo} is out of range for dim {dim} of size {size}"
-            )
-        if int(arr.max()) > np.iinfo(np.int64).max:
-            raise IndexOutOfRangeError(
-                f"index {int(arr.max())} is out of range for dim {dim} of size {size}"
-            )
-        arr = arr.astype(np.int64)
-        if lo < 0:
-            arr = np.where(arr < 0, arr + size, arr)
-    return arr
-
-
-def _ids_on(t, arr, device):
-    """Host ids (i64) as a tensor on ``device``: u32 where it has no i64 (ids here are
-    non-negative and below the indexed size)."""
-    if not device.supports_dtype(dt.i64):
-        arr = arr.astype(np.uint32)
-    return t.new(arr, device=device)
-
-
-def _select(t, dim, index):
-    size = t._layout.shape[dim]
-    if not isinstance(index, TensorBase):
-        ids = _ids_on(t, _host_ids(index, size, dim), t.device)
-    else:
-        ids = index
-        if not ids.dtype.is_int:
-            raise TypeError(f"an index tensor must have an integer dtype, got {ids.dtype}")
-        ids = ids.to_device(t.device)
-        # Negative ids count from the end, as in Python.
-        if ids.dtype.name == "i64":
-            arr = ids._host() if ids.device.kind == "cpu" else None
-            if arr is not None and arr.size and arr.min() < 0:
-                ids = _ids_on(t, _host_ids(arr, size, dim), t.device)
-            elif arr is None and ids.nelement:
-                # On a GPU: wrap on the device (reading the ids back would wait).
-                ids = ids.lt(0).where_cond(ids + size, ids)
-    shape = ids.shape
-    out = t.index_select(ids.flatten_all() if len(shape) != 1 else ids, dim)
-    if len(shape) != 1:
-        full = t._layout.shape
-        out = out.reshape(full[:dim] + shape + full[dim + 1:])
-    return out, len(shape)
-
-
-def _as_mask(t, item):
-    """``item`` as a u8 mask tensor when it is a boolean mask, else None."""
-    if isinstance(item, TensorBase):
-        return item if item._storage.dtype is dt.u8 and item.rank > 0 else None
-    if isinstance(item, np.ndarray):
-        return t.new(item.astype(np.uint8)) if item.dtype == np.bool_ and item.ndim > 0 else None
-    if isinstance(item, list) and item and all(isinstance(v, (bool, np.bool_)) for v in _leaves(item)):
-        return t.new(np.asarray(item, dtype=np.uint8))
-    return None
-
-
-def _leaves(items):
-    for v in items:
-        if isinstance(v, list):
-            yield from _leaves(v)
-        else:
-            yield v
-
-
-def _mask_select(t, dim, mask):
-    """The elements of ``t`` where ``mask`` (covering dims dim..dim+k) is nonzero."""
-    k = mask.rank
-    covered = t._layout.shape[dim:dim + k]
-    if mask.shape != covered:
-        raise IndexOutOfRangeError(
-            f"boolean mask of shape {mask.shape} does not match the dims it indexes "
-            f"({covered}, dims {dim}..{dim + k - 1} of shape {t.shape})"
-        )
-    # The result's length depends on the mask's values: they are read on the host
-    # (as PyTorch synchronises for x[mask]).
-    ids = np.flatnonzero(np.asarray(mask.numpy())).astype(np.int64)
-    shape = t._layout.shape
-    n = 1
-    for size in covered:
-        n *= size
-    flat = t.reshape(shape[:dim] + (n,) + shape[dim + k:]) if k != 1 else t
-    return flat.index_select(_ids_on(t, ids, t.device), dim)
-
-
-def _consumes(t, item) -> int:
-    """How many of the indexed tensor's dims an index item uses."""
-    if item is None or item is Ellipsis:
-        return 0
-    mask = _as_mask(t, item)
-    return mask.rank if mask is not None else 1
-
-
-def getitem(t, index):
-    if not isinstance(index, tuple):
-        index = (index,)
-    n_ellipsis = sum(1 for i in index if i is Ellipsis)
-    if n_ellipsis > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    consumed = sum(_consumes(t, i) for i in index)
-    rank = t.rank
-    if consumed > rank:
-        raise DimOutOfRangeError(
-            f"too many indices ({consumed}) for a tensor of rank {rank} (shape {t.shape})"
-        )
+def basic_view(t, items):
+    """``t`` through the basic items (ints, slices, None; an ``Ids`` keeps its dim
+    whole): a view, except that a negative-step slice copies."""
     out = t
     dim = 0
-    for item in index:
-        if item is Ellipsis:
-            dim += rank - consumed
-        elif item is None:
+    for item in items:
+        if item is None:
             out = out.unsqueeze(dim)
             dim += 1
+        elif item is GAP:
+            continue
+        elif item is FULL:
+            dim += 1  # a dim that ``...`` covers
         elif isinstance(item, slice):
             size = out._layout.shape[dim]
             start, stop, step = item.indices(size)
@@ -171,66 +49,85 @@ def getitem(t, index):
                 out = out._slice_step(dim, start, length, step)
             else:
                 ids = list(range(start, stop, step))
-                out = out.index_select(_ids_on(out, np.asarray(ids, dtype=np.int64), out.device), dim)
+                out = out.index_select(ids_on(out, np.asarray(ids, dtype=np.int64), out.device), dim)
             dim += 1
-        elif isinstance(item, (list, np.ndarray)) or (
-            isinstance(item, TensorBase) and item.rank > 0
-        ):
-            mask = _as_mask(t, item)
-            if mask is not None:
-                out = _mask_select(out, dim, mask.to_device(out.device))
-                dim += 1
-            else:
-                out, added = _select(out, dim, item)
-                dim += added
-        elif isinstance(item, bool):
-            raise TypeError("boolean indices are not supported")
-        elif isinstance(item, TensorBase):
-            out = int_index(out, dim, item.item())
+        elif isinstance(item, Ids):
+            dim += 1
         else:
-            try:
-                i = int(item.__index__())
-            except (AttributeError, TypeError):
-                raise TypeError(f"unsupported index type {type(item).__name__}") from None
-            out = int_index(out, dim, i)
+            out = int_index(out, dim, item)
     return out
 
 
-def _is_basic(index) -> bool:
-    """True when ``index`` makes a view (ints, forward slices, ``...``, None)."""
-
-    for item in index if isinstance(index, tuple) else (index,):
-        if item is None or item is Ellipsis or isinstance(item, (int, np.integer)):
+def advanced_plan(items):
+    """Where the arrays go: ``(view_items, array_dims, array_items, adjacent)``: the
+    items with every int turned into a 0-d array (NumPy counts ints as arrays once
+    any array is present), the dims the arrays index in the basic view, and whether
+    they stand next to each other in the index (then their dims stay in place)."""
+    view_items, dims, arrays = [], [], []
+    dim = 0
+    adjacent = True
+    last = None  # the position in ``items`` of the previous array
+    for pos, item in enumerate(items):
+        view_items.append(item)
+        if item is GAP:
             continue
-        if isinstance(item, slice) and (item.step is None or item.step > 0):
-            continue
-        if isinstance(item, TensorBase) and item.rank == 0 and item.dtype.is_int:
-            continue
-        return False
-    return True
+        if isinstance(item, int):
+            item = view_items[-1] = Ids(host=np.asarray(item, dtype=np.int64))
+        if isinstance(item, Ids):
+            adjacent = adjacent and (last is None or last == pos - 1)
+            last = pos
+            dims.append(dim)
+            arrays.append(item)
+        dim += 1
+    return view_items, dims, arrays, adjacent
 
 
-def setitem(t, index, value):
-    """``t[index] = value``: write into t's storage (value broadcast, cast to t's dtype)."""
-    check_writable(t, "__setitem__")
-    if isinstance(index, bool):
-        raise TypeError("boolean indices are not supported")
-    if _is_basic(index):
-        view = getitem(t, index)
-        if is_scalar(value):
-            t._storage.fill_inplace(view._layout, scalar_for("__setitem__", value, t.dtype))
-            return
-        src = source_for(t, value, view.shape, "__setitem__")
-        t._storage.copy_into_inplace(view._layout, src._storage, src._layout)
-        return
-    # Advanced indices: select the flat positions the same index picks, then scatter.
-    pos_dtype = dt.i64 if t.device.supports_dtype(dt.i64) else dt.u32
-    positions = getitem(t.arange(t.nelement, dtype=pos_dtype, device=t.device).reshape(t.shape), index)
-    src = source_for(t, value, positions.shape, "__setitem__").flatten_all().contiguous()
-    ids = positions.flatten_all().contiguous()
-    if t.is_contiguous():
-        t.flatten_all().scatter_set(ids, src, 0)
-        return
-    flat = t.copy().flatten_all()
-    flat.scatter_set(ids, src, 0)
-    t._storage.copy_into_inplace(t._layout, flat._storage, flat.reshape(t.shape)._layout)
+def broadcast_ids(arrays, sizes, dims):
+    """The arrays' host ids broadcast together (IndexError when they cannot be)."""
+    hosts = [a.on_host(n, d) for a, n, d in zip(arrays, sizes, dims)]
+    try:
+        return np.broadcast_arrays(*hosts)
+    except ValueError:
+        shapes = " ".join(str(h.shape) for h in hosts)
+        raise IndexError(
+            f"shape mismatch: indexing arrays could not be broadcast together with shapes {shapes}"
+        ) from None
+
+
+def merged_ids(hosts, sizes):
+    """Row-major flat ids over the dims of ``sizes`` for the broadcast ``hosts``."""
+    flat = np.zeros(hosts[0].shape, dtype=np.int64)
+    for ids, n in zip(hosts, sizes):
+        flat = flat * n + ids
+    return flat
+
+
+def getitem(t, index):
+    items, has_arrays = read_index(t, index, keep_device_ids=True)
+    if not has_arrays:
+        return basic_view(t, items)
+    view_items, dims, arrays, adjacent = advanced_plan(items)
+    view = basic_view(t, view_items)
+    k = len(dims)
+    if k == 1 and arrays[0].device_ids is not None:
+        # One id tensor on a device: index there (reading the ids back would wait).
+        out, _ = select_ids(view, dims[0], arrays[0].device_ids)
+        return out
+    shape = view.shape
+    sizes = [shape[d] for d in dims]
+    hosts = broadcast_ids(arrays, sizes, dims)
+    if adjacent:
+        at = dims[0]
+    else:
+        at = 0
+        view = view.permute(tuple(dims) + tuple(d for d in range(len(shape)) if d not in dims))
+    vshape = view.shape
+    merged = 1
+    for n in sizes:
+        merged *= n
+    if k > 1:
+        view = view.reshape(vshape[:at] + (merged,) + vshape[at + k:])
+    flat = merged_ids(hosts, sizes)
+    out = view.index_select(ids_on(view, flat.reshape(-1), view.device), at)
+    rest = vshape[at + k:]
+    return out.reshape(vshape[:at] + flat.shape + rest)

@@ -7,7 +7,9 @@ through it. ``reshape`` of a non-contiguous tensor is the one copy here.
 from __future__ import annotations
 
 from .errors import NotContiguousError, ShapeMismatchError
-from .getitem import getitem, int_index, setitem
+from .candle_index import sequential_getitem
+from .getitem import getitem, int_index
+from .setitem import index_put_, setitem
 from .layout import Layout
 from .op import record1
 from .shape import normalize_dim, parse_shape, parse_shape_with_hole
@@ -263,8 +265,9 @@ class ViewOps:
 
     # -- indexing ----------------------------------------------------------------------------
     def i(self, index):
-        """``t[index]`` (candle-pyo3's name)."""
-        return getitem(self, index)
+        """candle's ``t.i(index)``: each item applied to its dim in turn, so two id
+        lists select every pair of their ids (``t[index]`` pairs them, as NumPy)."""
+        return sequential_getitem(self, index)
 
     def __getitem__(self, index):
         return getitem(self, index)
@@ -272,3 +275,8 @@ class ViewOps:
     def __setitem__(self, index, value):
         """``t[index] = value``: an in-place write (refused on tracked tensors)."""
         setitem(self, index, value)
+
+    def index_put_(self, indices, values, accumulate=False):
+        """PyTorch's ``index_put_``: ``self[indices] = values`` for a tuple of id or mask
+        tensors, or ``+=`` counting every repeated index when ``accumulate``; returns self."""
+        return index_put_(self, indices, values, accumulate)
