@@ -214,7 +214,7 @@ def _stream(args, model, tokenizer, prompt=None) -> int:
 
     gen = TextGenerator(model, tokenizer, temperature=args.temperature, top_p=args.top_p,
                         top_k=args.top_k, seed=args.seed, repeat_penalty=args.repeat_penalty,
-                        repeat_last_n=args.repeat_last_n)
+                        repeat_last_n=args.repeat_last_n, max_context=args.max_context)
     result = []
     pieces = gen.stream(args.prompt if prompt is None else prompt, args.max_tokens, result)
     first = next(pieces, None)  # a bad prompt raises here, before anything is printed
@@ -282,6 +282,9 @@ def add_model_parsers(sub) -> None:
                    help="send the prompt as a user message through the GGUF file's chat template "
                         "and print only the reply")
     g.add_argument("--max-tokens", type=positive_int, default=100)
+    g.add_argument("--max-context", type=positive_int, default=None, metavar="N",
+                   help="the most positions (prompt + generated) to use, below the model's own "
+                        "context length; the cache grows with the tokens used, up to N")
     g.add_argument("--temperature", type=non_negative_float, default=0.8,
                    help="0 for greedy decoding (default 0.8)")
     g.add_argument("--top-p", type=probability, default=None,

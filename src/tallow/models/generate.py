@@ -128,11 +128,19 @@ class Generation:
 
 
 class TextGenerator:
-    """Prompt in, tokens out, with a KV cache (one sequence at a time)."""
+    """Prompt in, tokens out, with a KV cache (one sequence at a time).
+
+    ``max_context``: the most positions (prompt and generated tokens) a generation
+    may use, below the model's own context; the cache grows with the tokens used
+    either way, up to that bound."""
 
     def __init__(self, model, tokenizer, temperature: float | None = 0.8,
                  top_p: float | None = None, top_k: int | None = None, seed: int = DEFAULT_SEED,
-                 repeat_penalty: float = 1.0, repeat_last_n: int = 64, eos_token_ids=None):
+                 repeat_penalty: float = 1.0, repeat_last_n: int = 64, eos_token_ids=None,
+                 max_context: int | None = None):
+        if max_context is not None and int(max_context) < 1:
+            raise ValueError(f"max_context must be at least 1, got {max_context}")
+        self.max_context = None if max_context is None else int(max_context)
         self.model = model
         self.tokenizer = tokenizer
         self.processor = LogitsProcessor(seed, temperature, top_k, top_p)
@@ -170,15 +178,17 @@ class TextGenerator:
         import time
 
         ids = self.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        cache = self.model.new_cache()
+        cache = self.model.new_cache() if self.max_context is None else \
+            self.model.new_cache(max_context=self.max_context)
         limit = cache.max_positions
         # A prompt may fill the context: its last position still predicts one token.
         if len(ids) > limit:
             from .llama import ContextLengthError
 
             raise ContextLengthError(
-                f"TextGenerator: the prompt has {len(ids)} tokens, the model's context is "
-                f"{limit} (max_position_embeddings)")
+                f"TextGenerator: the prompt has {len(ids)} tokens, the context is {limit} "
+                "(the model's max_position_embeddings, or max_context / --max-context if "
+                "smaller)")
         # the cache's device is the model's; asking the model's embedding for it would
         # build a GGUF model's Tensor modules that its array fast path never needs
         device = cache.device

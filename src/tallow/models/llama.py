@@ -28,6 +28,7 @@ from ..nn.norm import RmsNorm
 from ..nn.rotary import rope
 from ..tensor_class import Tensor
 from .config import ModelFormatError, check_architecture, read_json, require
+from .rope_table import RopeTable
 
 LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral")
 
@@ -108,6 +109,16 @@ class LlamaConfig:
         return LlamaConfig.from_dict(read_json(path), path)
 
 
+def context_limit(config: LlamaConfig, max_context: int | None) -> int:
+    """The positions a generation may use: the model's context, capped by ``max_context``."""
+    limit = int(config.max_position_embeddings)
+    if max_context is not None:
+        if int(max_context) < 1:
+            raise ValueError(f"max_context must be at least 1, got {max_context}")
+        limit = min(limit, int(max_context))
+    return limit
+
+
 def rope_frequencies(cfg: LlamaConfig) -> np.ndarray:
     """Inverse frequencies (head_dim / 2,), in f32 as Hugging Face computes them."""
     d = cfg.head_dim
@@ -129,21 +140,29 @@ def rope_frequencies(cfg: LlamaConfig) -> np.ndarray:
 
 
 class Cache:
-    """Rotary tables, causal masks and the key/value cache of one generation."""
+    """Rotary tables, causal masks and the key/value cache of one generation.
 
-    def __init__(self, config: LlamaConfig, dtype=dt.f32, device=None, use_kv_cache: bool = True):
+    ``max_positions`` is the model's context, or ``max_context`` if smaller. The
+    rotary tables and the key/value buffers grow with the positions used (see
+    ``reserve``), so a context the file claims costs nothing until it is filled."""
+
+    def __init__(self, config: LlamaConfig, dtype=dt.f32, device=None, use_kv_cache: bool = True,
+                 max_context: int | None = None):
         self.config = config
         self.dtype = dt.DType.parse(dtype)
         self.device = Device.parse(device) if device is not None else Device.cpu()
         self.use_kv_cache = use_kv_cache
-        self.max_positions = config.max_position_embeddings
-        inv = rope_frequencies(config)
-        t = np.arange(self.max_positions, dtype=np.float32)
-        freqs = np.outer(t, inv).astype(np.float32)
-        self.cos = Tensor(np.cos(freqs)).to_dtype(self.dtype).to_device(self.device)
-        self.sin = Tensor(np.sin(freqs)).to_dtype(self.dtype).to_device(self.device)
+        self.max_positions = context_limit(config, max_context)
+        self._rope = RopeTable(rope_frequencies(config), self.max_positions)
+        self.cos = self.sin = None
         self._kv = [None] * config.num_hidden_layers
         self.seq_len = 0
+
+    def reserve(self, positions: int) -> None:
+        """Rotary tables for positions ``0..positions - 1``."""
+        if self._rope.reserve(positions) or self.cos is None:
+            self.cos = Tensor(self._rope.cos).to_dtype(self.dtype).to_device(self.device)
+            self.sin = Tensor(self._rope.sin).to_dtype(self.dtype).to_device(self.device)
 
     def reset(self) -> None:
         self._kv = [None] * self.config.num_hidden_layers
@@ -292,8 +311,9 @@ class Llama(Module):
         """Logits ``(batch, seq, vocab)`` (f32) for every input position."""
         return self.lm_head(self._hidden(input_ids, index_pos, cache)).to_dtype(dt.f32)
 
-    def new_cache(self, use_kv_cache: bool = True) -> Cache:
-        return Cache(self.config, self.dtype, self.model.embed_tokens.weight.device, use_kv_cache)
+    def new_cache(self, use_kv_cache: bool = True, max_context: int | None = None) -> Cache:
+        return Cache(self.config, self.dtype, self.model.embed_tokens.weight.device, use_kv_cache,
+                     max_context)
 
 
 def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: str,
@@ -314,6 +334,7 @@ def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: 
     if cache.use_kv_cache and index_pos > cache.seq_len:
         raise ShapeMismatchError(
             f"{who}: index_pos {index_pos} is past the {cache.seq_len} cached positions")
+    cache.reserve(index_pos + s)
     x = model.embed_tokens(input_ids)
     mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
     for i, layer in enumerate(model.layers):

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..backends.cpu import native
 from ..ggml.gguf_io import GgufTensor
+from .rope_table import RopeTable
 
 try:
     from ..backends.cpu.native import _ops
@@ -342,10 +343,8 @@ class LlamaDecoder:
         self.emb_rows = EmbeddingRows(emb.data.reshape(self.vocab, -1))
         self.output = projection([get(output_name)])
         self.norm = np.ascontiguousarray(get("output_norm.weight").dequantize(), dtype=F32)
-        inv = rope_frequencies(cfg)
-        freqs = np.outer(np.arange(self.ctx, dtype=F32), inv).astype(F32)
-        self.cos = np.ascontiguousarray(np.cos(freqs), dtype=F32)
-        self.sin = np.ascontiguousarray(np.sin(freqs), dtype=F32)
+        # Grown with the positions used (see rope_table), not for the whole context.
+        self.rope = RopeTable(rope_frequencies(cfg), self.ctx)
 
     def new_state(self) -> DecodeState:
         return DecodeState(self)
@@ -360,6 +359,7 @@ class LlamaDecoder:
         s = len(ids)
         native.sync_threads()  # the compiled pool follows set_num_threads from the next token on
         state.reserve(pos0 + s, pos0)
+        self.rope.reserve(pos0 + s)
         x = np.ascontiguousarray(self.embed(ids), dtype=F32)
         if s == 1:
             y = self._step(x.reshape(-1), pos0, state)
@@ -383,7 +383,7 @@ class LlamaDecoder:
         xn, qkv, q, att, o, gu, act, down = (b["xn"], b["qkv"], b["q"], b["att"], b["o"], b["gu"], b["act"],
                                              b["down"])
         h, f, nh, nkv, d, eps, cap = self.h, self.f, self.nh, self.nkv, self.d, self.eps, st.cap
-        cos, sin, scale = self.cos, self.sin, self.scale
+        cos, sin, scale = self.rope.cos, self.rope.sin, self.scale
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, 1, h, eps, pending)
@@ -414,7 +414,7 @@ class LlamaDecoder:
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
             qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
-            ops.rope_store(qkv, s, nh, nkv, d, self.cos, self.sin, pos0, q, kc, vc, cap)
+            ops.rope_store(qkv, s, nh, nkv, d, self.rope.cos, self.rope.sin, pos0, q, kc, vc, cap)
             self._prompt_attention(q, kc, vc, att, s, pos0, threads)
             o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)
             ops.rms_norm(x, layer.ffn_norm, xn, s, h, eps, o)

@@ -237,9 +237,9 @@ class ModelWeights(Module):
     def dtype(self):
         return dt.f32
 
-    def new_cache(self, use_kv_cache: bool = True) -> Cache:
+    def new_cache(self, use_kv_cache: bool = True, max_context: int | None = None) -> Cache:
         device = Device.cpu() if self._decoder is not None else self.model.embed_tokens.weight.device
-        return Cache(self.config, dt.f32, device, use_kv_cache)
+        return Cache(self.config, dt.f32, device, use_kv_cache, max_context)
 
     def _hidden(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         return decoder_hidden(self.model, input_ids, index_pos, cache, "ModelWeights",
