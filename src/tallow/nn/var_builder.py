@@ -17,6 +17,7 @@ from .. import dtype as dt
 from ..device import Device, cpu
 from ..errors import ShapeMismatchError, TallowError
 from ..safetensors_io import SafetensorsReader
+from ..serialization import load_state_dict
 from ..tensor_class import Tensor
 
 
@@ -148,6 +149,13 @@ class VarBuilder:
         return VarBuilder(_FileBackend(paths), dtype, device)
 
     from_mmaped_safetensors = from_safetensors
+
+    @staticmethod
+    def from_pth(path, dtype=dt.f32, device=cpu) -> "VarBuilder":
+        """Tensors from a PyTorch checkpoint (``.pt``/``.pth``/``pytorch_model.bin``, read
+        without running code from it), a sharded checkpoint's ``*.index.json``, or a model
+        folder holding either or safetensors (candle's ``VarBuilder::from_pth``)."""
+        return VarBuilder(_DictBackend(load_state_dict(path, device=device)), dtype, device)
 
     @staticmethod
     def from_tensors(tensors: dict, dtype=dt.f32, device=None) -> "VarBuilder":
