@@ -139,9 +139,11 @@ def embed_dataset(ds, model, *, text_column: str = "text", keep_text: bool = Tru
                          f"(it has {', '.join(columns)})")
     if columns is not None and EMBEDDING_COLUMN in columns:
         raise ValueError(f"embed_dataset: the dataset already has an {EMBEDDING_COLUMN!r} column")
-    if isinstance(model, (str, os.PathLike)) and not os.path.isdir(model):
+    if isinstance(model, (str, os.PathLike)):
         # Checked here too, so the usual mistake fails before any actor starts.
-        raise FileNotFoundError(f"embed_dataset: no such model directory: {os.fspath(model)}")
+        from ..models.sentence import check_model_dir
+
+        check_model_dir(model, "embed_dataset")
     cpus, gpus = cluster_cpus_gpus(ray)
     plan = plan_workers(cpus, gpus, device=str(device).split(":")[0], num_workers=num_workers,
                         cpus_per_worker=cpus_per_worker)

@@ -23,8 +23,10 @@ def embed_files(inputs, output, model, *, address: str | None = None, num_worker
     checked before Ray starts."""
     expand_inputs(inputs, text_column)
     check_output_dir(output)
-    if isinstance(model, (str, os.PathLike)) and not os.path.isdir(model):
-        raise FileNotFoundError(f"--model: no such model directory: {os.fspath(model)}")
+    if isinstance(model, (str, os.PathLike)):
+        from ..models.sentence import check_model_dir
+
+        check_model_dir(model, "--model")
     num_gpus = None
     if address is None and str(device).startswith("gpu"):
         # Ray counts only the GPUs it knows (NVIDIA and a few others); tallow's GPU is

@@ -41,6 +41,10 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 16
+# ggml's names of the type ids tallow cannot read, so that an error names the format.
+UNSUPPORTED_TYPE_NAMES = {16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 21: "IQ3_S",
+                          22: "IQ2_S", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
+                          29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
 
 
 class GgufError(FileFormatError):
@@ -391,7 +395,12 @@ def read_gguf(path: str | os.PathLike) -> GgufFile:
         if name in tensors:
             raise GgufError(f"{path}: duplicate tensor name {name!r} (at byte {at})")
         if not is_known_type_id(type_id):
-            raise GgufError(f"{path}: tensor {name!r} has unsupported GGML type {type_id} (at byte {at})")
+            kind = UNSUPPORTED_TYPE_NAMES.get(type_id)
+            raise GgufError(
+                f"{path}: tensor {name!r} has unsupported GGML type {type_id}"
+                f"{f' ({kind})' if kind else ''} (at byte {at}); "
+                "convert the model to a supported type (F32, F16, BF16, Q4_0..Q8_0, the K-quants, "
+                "IQ4_NL, IQ4_XS)")
         t = ggml_type(type_id)
         # ggml's ne is int64_t: each dimension, and the element count of the
         # non-zero ones, must fit it (as gguf.cpp checks), or shapes overflow later.

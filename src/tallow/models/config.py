@@ -24,6 +24,9 @@ def read_json(path, what="config") -> dict:
             data = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelFormatError(f"{path}: not a valid JSON {what} ({e})") from None
+    except RecursionError:
+        raise ModelFormatError(f"{path}: the {what} nests JSON arrays or objects too deeply "
+                               "to be a model config; check the file") from None
     if not isinstance(data, dict):
         raise ModelFormatError(f"{path}: the {what} must be a JSON object")
     return data
@@ -47,3 +50,13 @@ def require(data: dict, path, *keys):
     missing = [k for k in keys if k not in data]
     if missing:
         raise ModelFormatError(f"{path}: config is missing {', '.join(missing)}")
+
+
+def positive_int(data: dict, path, key: str, *, low: int = 1, source: str = "config"):
+    """``data[key]`` as an int >= ``low``, or a ``ModelFormatError`` naming the file and
+    the key (a 0 there would divide by zero later, a string fail far from its cause)."""
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ModelFormatError(f"{path}: {source} key {key!r} is {value!r}; it must be an "
+                               f"integer >= {low} (fix the value in the file)")
+    return value

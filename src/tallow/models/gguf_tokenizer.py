@@ -121,6 +121,13 @@ def apply_chat_template(source, messages, add_generation_prompt: bool = True) ->
             bos_token=token("tokenizer.ggml.bos_token_id"), eos_token=token("tokenizer.ggml.eos_token_id"))
     except TemplateError as e:
         raise ModelFormatError(f"{f.path}: the chat template failed: {e}") from None
+    except (OverflowError, RecursionError, MemoryError) as e:
+        # The sandbox caps range() (OverflowError); a macro calling itself recurses.
+        kind = "recurses without end" if isinstance(e, RecursionError) else \
+            f"loops or grows without bound ({e})"
+        raise ModelFormatError(
+            f"{f.path}: the chat template (tokenizer.chat_template) {kind}; pass the prompt "
+            "without --chat, or fix the template") from None
 
 
 def tokenizer_from_gguf(source):

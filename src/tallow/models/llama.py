@@ -27,7 +27,7 @@ from ..nn.module import Module
 from ..nn.norm import RmsNorm
 from ..nn.rotary import rope
 from ..tensor_class import Tensor
-from .config import ModelFormatError, check_architecture, read_json, require
+from .config import ModelFormatError, check_architecture, positive_int, read_json, require
 from .rope_table import RopeTable
 
 LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral")
@@ -78,6 +78,12 @@ class LlamaConfig:
         require(data, path, "vocab_size", "hidden_size", "intermediate_size",
                 "num_hidden_layers", "num_attention_heads")
         data = dict(data)
+        for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                    "num_attention_heads"):
+            positive_int(data, path, key)
+        for key in ("num_key_value_heads", "head_dim", "max_position_embeddings"):
+            if data.get(key) is not None:
+                positive_int(data, path, key)
         params = data.get("rope_parameters") or {}
         if "rope_theta" not in data and "rope_theta" in params:
             data["rope_theta"] = params["rope_theta"]
@@ -101,12 +107,34 @@ class LlamaConfig:
             if kind not in ("default", "llama3"):
                 raise ModelFormatError(f"{path}: rope scaling {kind!r} is not supported "
                                        "(default, llama3)")
+            if kind == "llama3":
+                _check_llama3_scaling(scaling, path)
         return cfg
 
     @staticmethod
     def from_json(path) -> "LlamaConfig":
         """A Hugging Face ``config.json`` (a file or the directory holding it)."""
         return LlamaConfig.from_dict(read_json(path), path)
+
+
+def _check_llama3_scaling(scaling: dict, path) -> None:
+    """The numbers Llama-3 frequency scaling needs, present and usable."""
+    def number(key, default=None):
+        v = scaling.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            shown = "missing" if v is None else repr(v)
+            raise ModelFormatError(
+                f"{path}: rope_scaling (llama3) key {key!r} is {shown}; it must be a positive "
+                f"number (Llama 3.1 files have factor 8.0, low_freq_factor 1.0, "
+                f"high_freq_factor 4.0, original_max_position_embeddings 8192)")
+        return float(v)
+
+    number("factor")
+    number("original_max_position_embeddings", 8192)
+    low, high = number("low_freq_factor", 1.0), number("high_freq_factor", 4.0)
+    if high <= low:
+        raise ModelFormatError(f"{path}: rope_scaling (llama3) high_freq_factor {high} must be "
+                               f"above low_freq_factor {low}")
 
 
 def context_limit(config: LlamaConfig, max_context: int | None) -> int:
@@ -234,7 +262,7 @@ class LlamaAttention(Module):
         q = rope(q, cos, sin)
         k = rope(k, cos, sin)
         k, v = cache.update(layer, k, v, index_pos)
-        y = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(d))
+        y = ops.scaled_dot_product_attention(q, k, v, mask, scale=1.0 / math.sqrt(d))
         y = y.transpose(1, 2).reshape((b, s, self.num_heads * d))
         return self.o_proj(y)
 

@@ -85,7 +85,7 @@ class _Attention(Module):
         q = rope_i(q.contiguous(), cos, sin)
         k = rope_i(k.contiguous(), cos, sin)
         k, v = cache.update(layer, k, v, index_pos)
-        y = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(d))
+        y = ops.scaled_dot_product_attention(q, k, v, mask, scale=1.0 / math.sqrt(d))
         return self.attn_output(y.transpose(1, 2).reshape((b, s, self.n_head * d)))
 
 
@@ -114,20 +114,31 @@ def config_from_gguf(f: GgufFile) -> LlamaConfig:
     if arch != "llama":
         raise ModelFormatError(f"{path}: general.architecture is {arch!r}, expected 'llama'")
 
-    def need(key):
-        v = f.value(f"llama.{key}")
+    def need(key, default=None):
+        v = f.value(f"llama.{key}", default)
         if v is None:
             raise ModelFormatError(f"{path}: missing metadata key llama.{key}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ModelFormatError(f"{path}: metadata key llama.{key} is {v!r}; it must be an "
+                                   "integer >= 1 (the file is damaged or was not written for "
+                                   "llama.cpp's Llama)")
         return v
 
     emb = f.tensors.get("token_embd.weight")
     if emb is None:
         raise ModelFormatError(f"{path}: no tensor 'token_embd.weight' (not a llama.cpp Llama file)")
-    hidden = int(need("embedding_length"))
-    heads = int(need("attention.head_count"))
-    kv_heads = int(f.value("llama.attention.head_count_kv", heads))
-    head_dim = int(f.value("llama.attention.key_length", hidden // heads))
-    rope_dim = int(f.value("llama.rope.dimension_count", head_dim))
+    hidden = need("embedding_length")
+    heads = need("attention.head_count")
+    kv_heads = need("attention.head_count_kv", heads)
+    head_dim = need("attention.key_length", hidden // heads or None)
+    rope_dim = need("rope.dimension_count", head_dim)
+    blocks = need("block_count")
+    present = sum(1 for name in f.tensors if name.startswith("blk.") and
+                  name.endswith(".attn_norm.weight"))
+    if blocks != present:
+        raise ModelFormatError(f"{path}: metadata key llama.block_count is {blocks} but the file "
+                               f"holds the tensors of {present} blocks (blk.N.*); the file is "
+                               "damaged or its metadata wrong")
     if rope_dim != head_dim:
         raise ModelFormatError(f"{path}: llama.rope.dimension_count {rope_dim} differs from the head size "
                                f"{head_dim} (partial rotary embeddings are not supported)")
@@ -138,14 +149,14 @@ def config_from_gguf(f: GgufFile) -> LlamaConfig:
     cfg = LlamaConfig(
         vocab_size=int(f.value("llama.vocab_size", emb.shape[0])),
         hidden_size=hidden,
-        intermediate_size=int(need("feed_forward_length")),
-        num_hidden_layers=int(need("block_count")),
+        intermediate_size=need("feed_forward_length"),
+        num_hidden_layers=blocks,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
         rms_norm_eps=float(f.value("llama.attention.layer_norm_rms_epsilon", 1e-5)),
         rope_theta=float(f.value("llama.rope.freq_base", 10000.0)),
-        max_position_embeddings=int(f.value("llama.context_length", 4096)),
+        max_position_embeddings=need("context_length", 4096),
         tie_word_embeddings="output.weight" not in f.tensors,
         bos_token_id=f.value("tokenizer.ggml.bos_token_id"),
         eos_token_id=f.value("tokenizer.ggml.eos_token_id"),

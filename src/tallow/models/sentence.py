@@ -33,6 +33,21 @@ _SHORT_MODES = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens",
                 "mean_sqrt_len": "mean_sqrt_len_tokens"}
 
 
+def check_model_dir(path, who: str) -> None:
+    """Refuse a path that is not a directory: missing (``FileNotFoundError``) or a file
+    such as a GGUF or safetensors file (``ModelFormatError``, saying what is needed)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{who}: no such model directory: {path}")
+    hint = (" (a GGUF file is a generation model: tallow generate --model)"
+            if path.lower().endswith(".gguf") else "")
+    raise ModelFormatError(f"{who}: {path} is a file, not a model directory{hint}; sentence "
+                           "embeddings need a sentence-transformers directory (config.json, "
+                           "model.safetensors, tokenizer.json)")
+
+
 def load_tokenizer(path):
     """A ``tokenizers.Tokenizer`` from ``tokenizer.json`` (a file or a directory holding it)."""
     path = os.fspath(path)
@@ -136,8 +151,7 @@ class SentenceEmbedder:
     @staticmethod
     def from_pretrained(model_dir, device=cpu, dtype=dt.f32) -> "SentenceEmbedder":
         model_dir = os.fspath(model_dir)
-        if not os.path.isdir(model_dir):
-            raise FileNotFoundError(f"SentenceEmbedder: no such model directory: {model_dir}")
+        check_model_dir(model_dir, "SentenceEmbedder")
         cfg = BertConfig.from_json(os.path.join(model_dir, "config.json"))
         weights = os.path.join(model_dir, "model.safetensors")
         if not os.path.exists(weights):
