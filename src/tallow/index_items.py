@@ -69,8 +69,12 @@ def _leaves(items):
 
 
 def _is_bool_list(item) -> bool:
-    return isinstance(item, list) and bool(item) and all(
-        isinstance(v, (bool, np.bool_)) for v in _leaves(item))
+    """A (nested) list with at least one value, every one a bool (``[[]]`` holds none:
+    NumPy reads it as empty ids)."""
+    if not isinstance(item, list):
+        return False
+    leaves = list(_leaves(item))
+    return bool(leaves) and all(isinstance(v, (bool, np.bool_)) for v in leaves)
 
 
 def _as_host_mask(item):
@@ -86,8 +90,18 @@ def _as_host_mask(item):
     return None
 
 
-def _checked_ids(arr, size, dim):
-    """Integer ids as i64, negative ones counted from the end, every one in range."""
+def _out_of_range(bad, size, dim):
+    return IndexOutOfRangeError(
+        f"index {bad} is out of range for dim {dim} of size {size} "
+        f"(valid ids are {-size}..{size - 1})")
+
+
+def _checked_ids(arr, size, dim, pending=None):
+    """Integer ids as i64, negative ones counted from the end, every one in range.
+
+    With a ``pending`` list, an out-of-range id is noted there (ids of zeros come
+    back) instead of raised: NumPy and PyTorch raise only when the arrays broadcast
+    to a selection that is not empty."""
     if arr.size == 0:
         return arr.astype(np.int64)
     if arr.dtype.kind not in "iu":
@@ -97,11 +111,23 @@ def _checked_ids(arr, size, dim):
     lo, hi = int(arr.min()), int(arr.max())
     bad = lo if lo < -size else hi if hi >= size else None
     if bad is not None:
-        raise IndexOutOfRangeError(
-            f"index {bad} is out of range for dim {dim} of size {size} "
-            f"(valid ids are {-size}..{size - 1})")
+        if pending is None:
+            raise _out_of_range(bad, size, dim)
+        pending.append(_out_of_range(bad, size, dim))
+        return np.zeros(arr.shape, dtype=np.int64)
     ids = arr.astype(np.int64)
     return np.where(ids < 0, ids + size, ids) if lo < 0 else ids
+
+
+def _raise_pending(items, pending):
+    """Raise the first noted out-of-range id unless the arrays select nothing."""
+    shapes = [item.shape for item in items if isinstance(item, Ids)]
+    try:
+        selected = np.broadcast_shapes(*shapes)
+    except ValueError:
+        return  # the caller reports the shapes
+    if 0 not in selected:
+        raise pending[0]
 
 
 def _int_of(item):
@@ -174,6 +200,7 @@ def read_index(t, index, keep_device_ids=False):
         raise DimOutOfRangeError(
             f"too many indices ({consumed}) for a tensor of rank {rank} (shape {shape})")
     items = []
+    pending = []
     has_arrays = False
     dim = 0
     for kind, payload, n in kinds:
@@ -209,6 +236,8 @@ def read_index(t, index, keep_device_ids=False):
                 items.append(Ids(device_ids=payload))
             else:
                 arr = payload.numpy() if isinstance(payload, TensorBase) else np.asarray(payload)
-                items.append(Ids(host=_checked_ids(np.asarray(arr), shape[dim], dim)))
+                items.append(Ids(host=_checked_ids(np.asarray(arr), shape[dim], dim, pending)))
             dim += 1
+    if pending:
+        _raise_pending(items, pending)
     return items, has_arrays

@@ -30,6 +30,13 @@ from .tensor_base import TensorBase
 from .versions import bump
 
 
+def _check_writable(t, op):
+    """The in-place checks (and copy-on-write) before a write; an empty tensor has
+    nothing to write (its strides may read as a broadcast's)."""
+    if t.nelement:
+        check_writable(t, op)
+
+
 def _is_basic(items, has_arrays) -> bool:
     """True when the read index makes a view of the tensor (no array, no negative step)."""
     if has_arrays:
@@ -96,7 +103,7 @@ def _scatter(t, positions, value, accumulate, op):
 
 def setitem(t, index, value):
     """``t[index] = value``: write into t's storage (value broadcast, cast to t's dtype)."""
-    check_writable(t, "__setitem__")
+    _check_writable(t, "__setitem__")
     items, has_arrays = read_index(t, index)
     if _is_basic(items, has_arrays):
         view = basic_view(t, items)
@@ -116,7 +123,7 @@ def setitem(t, index, value):
 def index_put_(t, indices, values, accumulate=False):
     """PyTorch's ``index_put_``: ``t[indices] = values``, or ``+=`` with every repeated
     index counted when ``accumulate`` is true; returns ``t``."""
-    check_writable(t, "index_put_")
+    _check_writable(t, "index_put_")
     if not isinstance(indices, tuple):
         indices = tuple(indices) if isinstance(indices, list) else (indices,)
     for i in indices:
