@@ -10,6 +10,7 @@ from __future__ import annotations
 from .checks import binary_mismatch
 from .errors import ShapeMismatchError
 from .layout import Layout
+from .limits import check_shape
 from .op import record2
 from .shape import broadcast_shapes
 from .tensor_base import TensorBase
@@ -46,13 +47,16 @@ class LinalgOps:
 
     def broadcast_matmul(self, rhs):
         """Matrix product with the batch dims broadcast together (as ``@`` on rank >= 2)."""
-        a, b = self.shape, rhs.shape
+        a, b = self._layout.shape, rhs._layout.shape
         if len(a) < 2 or len(b) < 2:
             raise ShapeMismatchError(f"broadcast_matmul: operands need rank >= 2, got {a} and {b}")
+        if a[:-2] == b[:-2]:  # nothing to broadcast (2-D operands: every x @ w.t())
+            return self.matmul(rhs)
         batch = broadcast_shapes(a[:-2], b[:-2], "broadcast_matmul")
-        lhs = self.broadcast_as(batch + a[-2:])
-        rhs = rhs.broadcast_as(batch + b[-2:])
-        return lhs.matmul(rhs)
+        lhs_shape, rhs_shape = batch + a[-2:], batch + b[-2:]
+        check_shape("broadcast_as", lhs_shape)  # as broadcast_as checks a user's shape
+        check_shape("broadcast_as", rhs_shape)
+        return self._broadcast(lhs_shape).matmul(rhs._broadcast(rhs_shape))
 
     def dot(self, rhs):
         """The inner product of two 1-D tensors (a rank-0 result)."""
@@ -73,9 +77,9 @@ class LinalgOps:
                 return NotImplemented
         lhs = self
         squeeze_m = squeeze_n = False
-        if lhs.rank == 1:
+        if len(lhs._layout.shape) == 1:
             lhs, squeeze_m = lhs.unsqueeze(0), True
-        if rhs.rank == 1:
+        if len(rhs._layout.shape) == 1:
             rhs, squeeze_n = rhs.unsqueeze(1), True
         out = lhs.broadcast_matmul(rhs)
         if squeeze_n:
