@@ -84,20 +84,25 @@ def sorted_nodes(root):
     """Tracked tensors behind ``root`` that depend on a Var, root first."""
     seen = {}  # id -> depends on a variable
     order = []
-    stack = [(root, False)]
+    # A node to expand, or _FINISH above a node whose args are all done (a marker
+    # rather than a (node, flag) pair: no tuple per visit).
+    stack = [root]
     pop, push = stack.pop, stack.append
+    get = seen.get
     while stack:
-        node, expanded = pop()
-        nid = node._id
-        op = node._op
-        if expanded:
-            tracked = any(seen.get(a._id, False) for a in op.args)
-            seen[nid] = tracked
-            if tracked:
-                order.append(node)
+        node = pop()
+        if node is _FINISH:
+            node = pop()
+            for a in node._op.args:
+                if get(a._id, False):
+                    seen[node._id] = True
+                    order.append(node)
+                    break
             continue
+        nid = node._id
         if nid in seen:
             continue
+        op = node._op
         if op is None:
             # A Var (tracked with no op), or a plain tensor.
             seen[nid] = node._track
@@ -108,12 +113,16 @@ def sorted_nodes(root):
             seen[nid] = False
             continue
         seen[nid] = False  # provisional, overwritten after the args
-        push((node, True))
+        push(node)
+        push(_FINISH)
         for a in reversed(op.args):
             if a._id not in seen:
-                push((a, False))
+                push(a)
     order.reverse()
     return order
+
+
+_FINISH = object()
 
 
 def backward(root):
@@ -175,6 +184,8 @@ def backward(root):
 # -- rules: rule(op, args, out, grad) -> one gradient (or None) per arg ----------------
 
 RULES = {}
+_wrap = Tensor._wrap
+_contig = Layout.contiguous_of
 
 
 def rule(*names):
@@ -481,22 +492,35 @@ def _cumsum(op, a, out, g):
     return [g.flip(d).cumsum(d).flip(d)]
 
 
+def _swapped(t, d1, d2):
+    """The untracked view of ``t`` with dims ``d1`` and ``d2`` (non-negative) swapped:
+    ``t.transpose(d1, d2)`` for the rules, whose tensors record nothing, without
+    its argument checks."""
+    return _wrap(t._storage, t._layout.transpose_cached(d1, d2))
+
+
+def _mT(t):
+    """``t.transpose(-1, -2)`` for the rules (a rank >= 2 tensor)."""
+    r = len(t._layout.shape)
+    return _wrap(t._storage, t._layout.transpose_cached(r - 2, r - 1))
+
+
 @rule("matmul")
 def _matmul(op, a, out, g):
     x, y = a
     # A side that needs no gradient (a batch of data, say) costs no product.
-    gx = g.matmul(y.transpose(-1, -2)) if op.args[0]._track else None
+    gx = g.matmul(_mT(y)) if op.args[0]._track else None
     gy = None
     yarg = op.args[1]
     if yarg._track:
         yop = yarg._op
-        if yop is not None and yop.name == "transpose" and x.rank == 2:
+        if yop is not None and yop.name == "transpose" and len(x._layout.shape) == 2:
             # ``x @ w.t()`` (every Linear layer): the gradient of ``w.t()`` computed as
             # ``(g^T x)^T``, so the transpose rule hands ``w`` a row-major ``g^T x``
             # (no copy of a column-major gradient in the update that follows).
-            gy = g.transpose(0, 1).matmul(x).transpose(0, 1)
+            gy = _swapped(_swapped(g, 0, 1).matmul(x), 0, 1)
         else:
-            gy = x.transpose(-1, -2).matmul(g)
+            gy = _mT(x).matmul(g)
     return [gx, gy]
 
 
@@ -564,8 +588,8 @@ def _reshape(op, a, out, g):
 
 @rule("transpose")
 def _transpose(op, a, out, g):
-    d1, d2 = op.params
-    return [g.transpose(d1, d2)]
+    d1, d2 = op.params  # (normalised when recorded)
+    return [_swapped(g, d1, d2)]
 
 
 @rule("permute")
@@ -594,11 +618,16 @@ def _slice_step(op, a, out, g):
 
 @rule("broadcast_as")
 def _broadcast(op, a, out, g):
+    # Summed back over the added leading dims, then over the stretched size-1 dims.
+    # Each sum's result is contiguous, so dropping the leading dims is a new layout
+    # over the same storage (``g.sum(dims)``'s values, without its squeeze op).
     src = op.params
-    extra = len(g.shape) - len(src)
+    shape = g._layout.shape
+    extra = len(shape) - len(src)
     if extra:
-        g = g.sum(tuple(range(extra)))
-    dims = tuple(i for i, (s, o) in enumerate(zip(src, g.shape)) if s == 1 and o != 1)
+        g = g._reduce("sum", tuple(range(extra)), "sum_keepdim")
+        g = _wrap(g._storage, _contig(shape[extra:]))
+    dims = tuple(i for i, (s, o) in enumerate(zip(src, shape[extra:])) if s == 1 and o != 1)
     if dims:
         g = g.sum_keepdim(dims)
     return [g]

@@ -31,6 +31,8 @@ def collapse_broadcast_dims(x, dims):
     memory, is that of the elements in storage, not of the view's shape:
     ``ones(1).broadcast_as((2**25, 2**25)).sum_all()`` is one multiplication, where
     a loop over the view would run 2^50 additions."""
+    if 0 not in x.strides:  # no broadcast dim at all (the common case)
+        return x, 1
     copies = 1
     index = []
     for d, (n, stride) in enumerate(zip(x.shape, x.strides)):
