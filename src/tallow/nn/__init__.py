@@ -10,6 +10,12 @@ GGUF) holds plain tensors, so inference records no graph.
 from . import init, loss, lr_scheduler, ops, optim, utils
 from . import functional
 from . import rotary as rotary_emb
+from .attention import MultiheadAttention
+from .parameter import Parameter
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from .transformer import (
+    Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
+)
 from .activation import GELU, Dropout, Flatten, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d
 from .container import ModuleDict, ModuleList, Sequential
@@ -40,5 +46,7 @@ __all__ = [
     "OptimizerVariablesError", "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "linear",
     "clip_grad_norm_", "clip_grad_value_",
     "ops", "loss", "optim", "lr_scheduler", "init", "utils", "functional", "rotary_emb",
-    "silu", "softmax",
+    "silu", "softmax", "Parameter", "MultiheadAttention", "Transformer", "TransformerEncoder",
+    "TransformerEncoderLayer", "TransformerDecoder", "TransformerDecoderLayer",
+    "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
 ]
