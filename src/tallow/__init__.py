@@ -28,6 +28,7 @@ from .errors import (
     ShapeTooLargeError, StaleGraphError, TallowError, UnsupportedDTypeError,
     ValueNotRepresentableError,
 )
+from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .layout import Layout
 from .shape import D
 from .tensor_class import Tensor
@@ -69,5 +70,5 @@ __all__ = [
     "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
-    "compile", "CompiledFunction",
+    "compile", "CompiledFunction", "no_grad", "enable_grad", "is_grad_enabled",
 ]

@@ -178,6 +178,11 @@ def backward(root):
                 tensors[aid] = arg
             else:
                 store[aid] = prev + g
+    # PyTorch's ``.grad``: each Var reached also sums its gradient there.
+    for aid, t in tensors.items():
+        g = store.get(aid)
+        if g is not None and t.is_variable():
+            t.accumulate_grad(g)
     return grads
 
 

@@ -3,7 +3,8 @@
 A tensor is *tracked* when it is a ``Var`` or has a recorded op. An op record
 keeps its input tensors alive (that is the graph's memory cost) plus the
 non-tensor parameters backward needs. Plain tensors record nothing, so code
-without a Var pays nothing and needs no ``no_grad`` mode.
+without a Var pays nothing and needs no ``no_grad`` mode; inside ``tl.no_grad()``
+ops over Vars record nothing either (an optimiser's update, evaluation).
 
 ``OPS`` (at the end) defines each element-wise op once: its name, family, the
 dtypes it takes, its code in the GPU kernels and whether it is differentiable.
@@ -13,14 +14,24 @@ the GPU codes and the WGSL constants (``OP_NEG``...) are derived from it.
 
 from __future__ import annotations
 
+from .grad_mode import GRAD_MODE
 from .versions import versions_of
+
+_new_op = object.__new__
 
 
 class Op:
     """A recorded op: its ``name`` (the backward rule's key), input tensors ``args``,
-    non-tensor ``params`` and the inputs' in-place write counts (``versions``)."""
+    non-tensor ``params`` and the inputs' in-place write counts (``versions``).
+
+    ``Op(...)`` is None inside ``tl.no_grad()``: every site that records writes
+    ``Op(...) if <an input is tracked> else None``, so building nothing there
+    is what makes the result a plain tensor (grad_mode.py)."""
 
     __slots__ = ("name", "args", "params", "versions")
+
+    def __new__(cls, name, args, params=None):
+        return _new_op(cls) if GRAD_MODE.enabled else None
 
     def __init__(self, name: str, args: tuple, params=None):
         self.name = name

@@ -67,7 +67,10 @@ class ElementwiseOps:
         return self._wrap(out, _contig(self._layout.shape), record1("elu", self, alpha))
 
     def clamp(self, low=None, high=None):
-        """Values limited to ``[low, high]`` (either may be None; scalars or tensors)."""
+        """Values limited to ``[low, high]`` (either may be None; scalars or tensors).
+        A float bound on an integer tensor gives f32, as ``torch.clamp`` promotes."""
+        if not self.dtype.is_float and (isinstance(low, float) or isinstance(high, float)):
+            return self.to_dtype(dt.f32).clamp(low, high)
         if isinstance(low, TensorBase) or isinstance(high, TensorBase):
             out = self
             if low is not None:

@@ -1,11 +1,11 @@
 """Index ops (select, gather, scatter, index_add, embedding), slice writes,
 in-place fills, padding, flips, rolls and repeats, and cat/stack.
 
-In-place ops (``slice_set``, ``scatter_set``, ``zero_set``, ``one_set``,
-``const_set``) validate every argument before writing anything. The PyTorch
-in-place ops (``add_``, ``mul_``, ``zero_``, ``copy_``, ``x[i] = v``, ...) also
-refuse a tracked tensor (a Var, or a result computed from one): nothing would
-tell the recorded graph that a value it needs changed.
+candle's in-place ops (``slice_set``, ``scatter_set``, ``zero_set``, ``one_set``,
+``const_set``) validate every argument before writing anything, and write through
+``tallow.inplace.write_in_place`` (copy-on-write, the version counter) without
+PyTorch's leaf rule, as in candle. PyTorch's in-place methods are in
+``ops_inplace.py``.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from . import dtype as dt
 from .checks import same_dtype_device, scalar_for
 from .constructors import storage_of
 from .errors import (
-    DeviceMismatchError, DTypeMismatchError, InplaceOnTrackedError, NarrowOutOfBoundsError,
-    OverlappingWriteError, ShapeMismatchError, TallowError, UnsupportedDTypeError,
+    DeviceMismatchError, NarrowOutOfBoundsError, ShapeMismatchError, TallowError,
+    UnsupportedDTypeError,
 )
 from .layout import Layout
 from .op import record
 from .shape import broadcast_shapes, elem_count, normalize_dim, parse_shape
 from .tensor_base import TensorBase
-from .versions import bump
+from .inplace import prepare_write, write_in_place
 
 _contig = Layout.contiguous_of
 
@@ -40,20 +40,10 @@ def _check_src(op, t, src):
 
 
 def check_writable(t, op):
-    """Refuse an in-place write the graph or the layout cannot take."""
-    if t._track:
-        what = "a Var" if t.is_variable() else "a tensor computed from a Var (it is in a recorded graph)"
-        raise InplaceOnTrackedError(
-            f"{op}: in-place ops are refused on {what}: backward needs the old values. "
-            "Compute a new tensor instead (x = x + y), update a Var with var.set(...), "
-            "or write into x.detach() if the graph no longer matters"
-        )
-    lay = t._layout
-    if any(st == 0 and n > 1 for st, n in zip(lay.stride, lay.shape)):
-        raise OverlappingWriteError(
-            f"{op}: the tensor is a broadcast view (shape {lay.shape}, strides {lay.stride}): "
-            "several elements share one memory location; write into a copy() instead"
-        )
+    """Before a caller's own in-place write into ``t``: the checks and copy-on-write of
+    ``tallow.inplace.prepare_write`` (the caller then bumps the storage's version;
+    ``tallow.inplace.write_in_place`` does it all)."""
+    prepare_write(t, op)
 
 
 def source_for(t, value, shape, op):
@@ -147,9 +137,9 @@ class IndexOps:
         """In place: write ``src`` at ``ids`` along ``dim`` into this tensor's storage."""
         d = normalize_dim(dim, self.rank, "scatter_set")
         self._check_scatter("scatter_set", ids, src, d)
-        self._storage.scatter_inplace(self._layout, ids._storage, ids._layout,
-                                      src._storage, src._layout, d, False)
-        bump(self._storage)
+        lay = self._layout
+        write_in_place(self, "scatter_set", lambda s: s.scatter_inplace(
+            lay, ids._storage, ids._layout, src._storage, src._layout, d, False), graph_rule=False)
 
     def index_add(self, ids, src, dim):
         """A copy of self with ``src``'s slices added at rows ``ids`` of ``dim``."""
@@ -189,8 +179,8 @@ class IndexOps:
         if self._storage is src._storage:
             raise TallowError("slice_set: self and src share their storage")
         region = self._layout.narrow(d, offset, src.shape[d])
-        self._storage.copy_into_inplace(region, src._storage, src._layout)
-        bump(self._storage)
+        write_in_place(self, "slice_set", lambda s: s.copy_into_inplace(region, src._storage, src._layout),
+                       graph_rule=False)
 
     def slice_scatter(self, src, dim, start):
         """A copy of self with ``src`` written at ``start`` along ``dim``."""
@@ -244,81 +234,19 @@ class IndexOps:
 
     def zero_set(self):
         """In place: fill this tensor's elements with zeros (candle)."""
-        self._storage.fill_inplace(self._layout, 0)
-        bump(self._storage)
+        lay = self._layout
+        write_in_place(self, "zero_set", lambda s: s.fill_inplace(lay, 0), graph_rule=False)
 
     def one_set(self):
         """In place: fill this tensor's elements with ones (candle)."""
-        self._storage.fill_inplace(self._layout, 1)
-        bump(self._storage)
+        lay = self._layout
+        write_in_place(self, "one_set", lambda s: s.fill_inplace(lay, 1), graph_rule=False)
 
     def const_set(self, value):
         """In place: fill this tensor's elements with ``value`` (candle; no graph check)."""
-        self._storage.fill_inplace(self._layout, scalar_for("const_set", value, self.dtype))
-        bump(self._storage)
-
-    # -- PyTorch's in-place ops ------------------------------------------------------------------
-    def _write_result(self, result, op):
-        """Write ``result`` (broadcast to self's shape, same dtype) into self's storage."""
-        if result.dtype is not self.dtype:
-            raise DTypeMismatchError(
-                f"{op}: the result is {result.dtype} but the tensor is {self.dtype} "
-                "(in-place ops keep the tensor's dtype; convert with to_dtype first)"
-            )
-        src = source_for(self, result, self.shape, op)
-        self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
-        return self
-
-    def _inplace(self, op, f, *args):
-        check_writable(self, op)
-        return self._write_result(f(self, *args), op)
-
-    def add_(self, other, alpha=1):
-        """In place: ``self += alpha * other`` (broadcast to self's shape); returns self."""
-        return self._inplace("add_", lambda t: t + (other if alpha == 1 else other * alpha))
-
-    def sub_(self, other, alpha=1):
-        """In place: ``self -= alpha * other``; returns self."""
-        return self._inplace("sub_", lambda t: t - (other if alpha == 1 else other * alpha))
-
-    def mul_(self, other):
-        """In place: ``self *= other``; returns self."""
-        return self._inplace("mul_", lambda t: t * other)
-
-    def div_(self, other):
-        """In place: ``self /= other`` (true division: an integer tensor is refused, as
-        PyTorch, since the f32 result cannot be stored); returns self."""
-        return self._inplace("div_", lambda t: t / other)
-
-    def clamp_(self, min=None, max=None):
-        """In place: ``self = self.clamp(min, max)``; returns self."""
-        return self._inplace("clamp_", lambda t: t.clamp(min, max))
-
-    def masked_fill_(self, mask, value):
-        """In place: ``value`` where ``mask`` (broadcast to self) is nonzero; returns self."""
-        return self._inplace("masked_fill_", lambda t: t.masked_fill(mask, value))
-
-    def zero_(self):
-        """In place: fill with zeros; returns self."""
-        check_writable(self, "zero_")
-        self._storage.fill_inplace(self._layout, 0)
-        return self
-
-    def fill_(self, value):
-        """In place: fill with ``value`` (a scalar or a one-element tensor); returns self."""
-        check_writable(self, "fill_")
-        if isinstance(value, TensorBase):
-            value = value.item()
-        self._storage.fill_inplace(self._layout, scalar_for("fill_", value, self.dtype))
-        return self
-
-    def copy_(self, src):
-        """In place: copy ``src``'s values (cast to self's dtype and device, broadcast
-        to self's shape) into self; returns self."""
-        check_writable(self, "copy_")
-        s = source_for(self, src, self.shape, "copy_")
-        self._storage.copy_into_inplace(self._layout, s._storage, s._layout)
-        return self
+        value = scalar_for("const_set", value, self.dtype)
+        lay = self._layout
+        write_in_place(self, "const_set", lambda s: s.fill_inplace(lay, value), graph_rule=False)
 
     # -- masks ------------------------------------------------------------------------------------
     def masked_fill(self, mask, value):

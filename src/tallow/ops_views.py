@@ -226,21 +226,18 @@ class ViewOps:
 
     # -- splitting ------------------------------------------------------------------------
     def chunk(self, chunks, dim=0):
-        """candle's chunk: ``chunks`` pieces, the first ``size % chunks`` one longer."""
+        """PyTorch's chunk: views of ``ceil(size / chunks)`` along ``dim``, the last one
+        shorter, so there may be fewer than ``chunks`` pieces (``arange(6).chunk(4)``
+        is three pieces of two); an empty dim gives ``chunks`` empty pieces. (candle's
+        chunk made exactly ``chunks`` pieces, the first ``size % chunks`` one longer.)"""
         d = normalize_dim(dim, self.rank, "chunk")
         size = self._layout.shape[d]
         chunks = int(chunks)
         if chunks < 1:
             raise ValueError(f"chunk: need at least one chunk, got {chunks}")
-        if size < chunks:
-            return [self.narrow(d, i, 1) for i in range(size)]
-        base, extra = divmod(size, chunks)
-        out, start = [], 0
-        for i in range(chunks):
-            n = base + 1 if i < extra else base
-            out.append(self.narrow(d, start, n))
-            start += n
-        return out
+        if size == 0:
+            return [self.narrow(d, 0, 0) for _ in range(chunks)]
+        return self.split(-(-size // chunks), d)
 
     def split(self, split_size_or_sections, dim=0):
         """PyTorch's split: pieces of one size (the last may be shorter) or given sizes."""

@@ -7,6 +7,7 @@ import numpy as np
 from .checks import same_dtype_device
 from .errors import ShapeMismatchError
 from .tensor_base import new_id
+from .inplace import write_in_place
 from .tensor_class import Tensor
 from .versions import bump
 
@@ -17,7 +18,8 @@ class Var(Tensor):
     ``Var(data)`` accepts what ``Tensor(data)`` does; from a tensor it copies.
     """
 
-    __slots__ = ()
+    # ``_grad``: PyTorch's ``.grad``, left unset until a backward pass reaches this Var.
+    __slots__ = ("_grad",)
 
     def __init__(self, data, dtype=None, device=None):
         if isinstance(data, Tensor):
@@ -48,6 +50,29 @@ class Var(Tensor):
     def is_variable(self) -> bool:
         return True
 
+    @property
+    def grad(self):
+        """PyTorch's ``.grad``: the sum of this Var's gradients over the ``backward()``
+        calls since it was last cleared (None before the first; ``opt.zero_grad()`` or
+        ``var.grad = None`` clears it). ``backward()`` also returns them in a GradStore."""
+        return getattr(self, "_grad", None)
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"Var.grad: expected a Tensor or None, got {type(value).__name__}")
+        if value is not None and value.shape != self.shape:
+            raise ShapeMismatchError(f"Var.grad: shape {value.shape} does not match {self.shape}")
+        self._grad = value
+
+    def accumulate_grad(self, grad: Tensor) -> None:
+        """``self.grad += grad`` as PyTorch's backward does (a new tensor: the sum, or a
+        clone of ``grad`` on the first call, so a later in-place write into ``.grad``,
+        a gradient clip say, changes nothing else)."""
+        prev = getattr(self, "_grad", None)
+        g = grad.detach()
+        self._grad = g.clone() if prev is None else prev + g
+
     def set(self, value: Tensor) -> None:
         """Replace the value in place (the buffer, shape, dtype and device stay)."""
         if not isinstance(value, Tensor):
@@ -60,8 +85,10 @@ class Var(Tensor):
         src = value
         if value._storage is self._storage:
             src = value.copy()
-        self._storage.copy_into_inplace(self._layout, src._storage, src._layout)
-        bump(self._storage)  # graphs recorded before this write are now stale
+        lay = self._layout
+        # (write_in_place bumps the version: graphs recorded before this write are stale.)
+        write_in_place(self, "Var.set", lambda s: s.copy_into_inplace(lay, src._storage, src._layout),
+                       graph_rule=False)
 
     def _add_scaled(self, grad: Tensor, alpha: float) -> None:
         """``self += alpha * grad`` in place (an optimiser's update; ``grad`` has this
@@ -74,8 +101,10 @@ class Var(Tensor):
         src = grad
         if grad._storage is s:
             src = grad.copy()
-        s.add_scaled_inplace(self._layout, src._storage, src._layout, alpha)
-        bump(s)  # graphs recorded before this write are now stale
+        lay = self._layout
+        write_in_place(self, "Var update",
+                       lambda st: st.add_scaled_inplace(lay, src._storage, src._layout, alpha),
+                       graph_rule=False)
 
     def _adopt(self, value: Tensor) -> None:
         """Take ``value``'s data, shape, dtype and device, keeping this Var's identity.
@@ -89,6 +118,12 @@ class Var(Tensor):
             value = value.copy()
         self._storage, self._layout = value._storage, value._layout
         bump(self._storage)  # graphs recorded with the old data are now stale
+        grad = getattr(self, "_grad", None)
+        if grad is not None:  # ``.grad`` follows the Var, as PyTorch's ``Module.to`` moves it
+            if grad.shape != value.shape:
+                self._grad = None
+            else:
+                self._grad = grad.to_device(value.device).to_dtype(value.dtype)
 
     def __reduce__(self):
         # Pickling and copy.deepcopy keep a Var a Var (a model stays trainable).

@@ -246,7 +246,7 @@ def test_attention_on_strided_inputs_and_causal_mask(device):
     q, k, v = (tt(qkv, device).narrow(2, i, 1).squeeze(2).transpose(1, 2) for i in range(3))
     assert not q.is_contiguous()
     causal = np.triu(np.full((s, s), np.finfo(np.float32).min, np.float32), 1)
-    got = ops.scaled_dot_product_attention(q, k, v, tt(causal, device), 0.3)
+    got = ops.scaled_dot_product_attention(q, k, v, tt(causal, device), scale=0.3)
     tq, tk, tv = (torch.from_numpy(qkv[:, :, i]).transpose(1, 2) for i in range(3))
     want = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=0.3)
     close(got, want, atol=1e-5)
@@ -325,13 +325,13 @@ def test_attention_with_a_loose_softmax_bound_and_fully_masked_rows():
     k[0, 0, 3] = 0
     k[0, 0, 3, 5] = 1e4
     v = arr(1, 1, 4, d)
-    got = ops.scaled_dot_product_attention(tt(q), tt(k), tt(v), None, 1.0)
+    got = ops.scaled_dot_product_attention(tt(q), tt(k), tt(v), None, scale=1.0)
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), scale=1.0)
     close(got, want, atol=1e-5)
     # a row whose keys are all masked (additive min) averages every value, as torch does
     mask = np.zeros((1, 1, 3, 4), np.float32)
     mask[0, 0, 1] = np.finfo(np.float32).min
-    got = ops.scaled_dot_product_attention(tt(q), tt(k), tt(v), tt(mask), 1.0)
+    got = ops.scaled_dot_product_attention(tt(q), tt(k), tt(v), tt(mask), scale=1.0)
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
                                           attn_mask=torch.from_numpy(mask), scale=1.0)
     close(got, want, atol=1e-5)

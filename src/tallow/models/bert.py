@@ -148,7 +148,7 @@ class BertSelfAttention(Module):
             q = self._heads(spread(self.query(x)), b, s)
             k = self._heads(spread(self.key(x)), b, s)
             v = self._heads(spread(self.value(x)), b, s)
-        ctx = ops.scaled_dot_product_attention(q, k, v, mask, 1.0 / math.sqrt(self.head_dim))
+        ctx = ops.scaled_dot_product_attention(q, k, v, mask, scale=1.0 / math.sqrt(self.head_dim))
         ctx = ctx.transpose(1, 2).reshape((b, s, h))
         return ctx if packing is None else packing.pack(ctx)
 

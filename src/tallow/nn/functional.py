@@ -10,14 +10,52 @@ from ..tensor_class import Tensor
 from .linear import linear
 from .loss import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
                    nll_loss)
+from . import ops as _ops
+from .activation import _legacy_softmax_dim
 from .ops import gelu as _gelu_tanh
-from .ops import gelu_erf, leaky_relu, log_softmax, relu, sigmoid, silu, softmax
+from .ops import gelu_erf, leaky_relu, relu, scaled_dot_product_attention, sigmoid, silu
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """GELU: the exact (erf) form, or the tanh approximation with ``approximate='tanh'``."""
     return _gelu_tanh(input) if approximate == "tanh" else gelu_erf(input)
+
+
+def _softmax_dim(name, input, dim):
+    """``dim``, or without one PyTorch's legacy choice (dim 0 for ranks 0, 1 and 3,
+    else 1) with PyTorch's warning."""
+    if dim is not None:
+        return dim
+    import warnings
+
+    dim = _legacy_softmax_dim(input.rank)
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call "
+                  f"to include dim=X as an argument (dim={dim} is used here, as PyTorch).",
+                  UserWarning, stacklevel=3)
+    return dim
+
+
+def softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    """``torch.nn.functional.softmax``: without ``dim``, PyTorch's legacy choice (dim 0
+    for ranks 0, 1 and 3, else 1) with a UserWarning; ``dtype`` converts first."""
+    dim = _softmax_dim("softmax", input, dim)
+    if dtype is not None:
+        input = input.to_dtype(dtype)
+    if input.rank == 0:
+        return _ops.softmax(input.reshape((1,)), 0).reshape(())
+    return _ops.softmax(input, dim)
+
+
+def log_softmax(input: Tensor, dim: int | None = None, dtype=None) -> Tensor:
+    """``torch.nn.functional.log_softmax``: without ``dim``, PyTorch's legacy choice
+    with a UserWarning, as ``softmax``."""
+    dim = _softmax_dim("log_softmax", input, dim)
+    if dtype is not None:
+        input = input.to_dtype(dtype)
+    if input.rank == 0:
+        return _ops.log_softmax(input.reshape((1,)), 0).reshape(())
+    return _ops.log_softmax(input, dim)
 
 
 def tanh(input: Tensor) -> Tensor:
@@ -56,4 +94,5 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "binary_cross_entropy_with_logits", "conv1d",
            "conv2d", "conv_transpose2d", "cross_entropy", "dropout", "embedding", "gelu",
            "l1_loss", "leaky_relu", "linear", "log_softmax", "max_pool2d", "mse_loss",
-           "nll_loss", "relu", "sigmoid", "silu", "softmax", "tanh"]
+           "nll_loss", "relu", "scaled_dot_product_attention", "sigmoid", "silu", "softmax",
+           "tanh"]

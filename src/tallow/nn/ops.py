@@ -9,6 +9,9 @@ Tensor primitives, which every backend has and autograd differentiates.
 
 from __future__ import annotations
 
+import numpy as np
+
+from .. import dtype as dt
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
 from ..layout import Layout
@@ -308,21 +311,17 @@ def attention_packed(q: Tensor, k: Tensor, v: Tensor, lengths, scale: float | No
     for n in lengths:
         if n:
             qi, ki, vi = (t.narrow(0, start, n).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-            parts.append(scaled_dot_product_attention(qi, ki, vi, None, scale)
+            parts.append(_attention(qi, ki, vi, None, scale)
                          .squeeze(0).transpose(0, 1))
         start += n
     return cat(parts, 0)
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                                 scale: float | None = None) -> Tensor:
-    """``softmax(q k^T * scale + mask) v``.
-
-    q ``(b, h, sq, d)``; k, v ``(b, hk, sk, d)`` where ``h`` is a multiple of ``hk``
-    (grouped-query attention: each kv head serves ``h / hk`` query heads); ``mask``
-    is additive (0 or a large negative), broadcastable to ``(b, h, sq, sk)``.
-    ``scale`` defaults to ``1 / sqrt(d)``.
-    """
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None,
+               dropout_p: float = 0.0) -> Tensor:
+    """``softmax(q k^T * scale + mask) v`` for rank-4 q ``(b, h, sq, d)``, k, v
+    ``(b, hk, sk, d)`` (``h`` a multiple of ``hk``) and an additive float ``mask``;
+    attention weights dropped with probability ``dropout_p``."""
     import math
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -339,7 +338,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         from ..shape import broadcast_shapes
 
         broadcast_shapes(mask.shape, (b, h, sq, k.shape[2]), "attention mask")
-    if not any(t._track for t in tensors):
+    if not any(t._track for t in tensors) and not dropout_p:
         out = fused("attention", q, k._storage, k._layout, v._storage, v._layout,
                     None if mask is None else mask._storage,
                     None if mask is None else mask._layout, scale,
@@ -350,4 +349,77 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     scores = q.matmul(k.transpose(-1, -2)) * scale
     if mask is not None:
         scores = scores.broadcast_add(mask)
-    return softmax(scores, -1).matmul(v)
+    weights = softmax(scores, -1)
+    if dropout_p:
+        from .activation import Dropout
+
+        weights = Dropout(dropout_p).train(True)(weights)
+    return weights.matmul(v)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention``: ``softmax(q k^T * scale +
+    bias) v``, with torch's arguments and values.
+
+    query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``; with rank 4
+    ``(batch, heads, seq, dim)`` the key/value heads may be fewer than the query heads
+    (grouped-query attention: each serves ``heads / kv_heads`` query heads).
+    ``attn_mask`` broadcasts to ``(..., L, S)``: a bool mask says where to attend (True
+    = attend; a row with no True gives zeros, as torch), a float mask of the query's
+    dtype is added to the scores; integer masks are refused (torch refuses them too:
+    a 0/1 keep-mask is ``mask.bool()``). ``is_causal``: query ``i`` attends to keys
+    ``0..i`` (a lower-triangular mask, aligned top-left; combined with ``attn_mask``).
+    ``dropout_p`` zeroes attention weights with that probability (and scales the rest,
+    as torch does whenever it is positive). ``scale`` defaults to ``1 / sqrt(E)``.
+    """
+    from ..creation import where
+    from ..errors import DTypeMismatchError
+
+    q, k, v = query, key, value
+    if q.rank < 2 or k.rank != q.rank or v.rank != q.rank:
+        raise ShapeMismatchError(
+            f"attention: query {q.shape}, key {k.shape} and value {v.shape} must have one "
+            "rank of at least 2 (..., seq, dim)")
+    L, S = q.shape[-2], k.shape[-2]
+    keep = None
+    bias = None
+    if attn_mask is not None:
+        if attn_mask.device != q.device:
+            attn_mask = attn_mask.to_device(q.device)
+        if getattr(attn_mask.dtype, "is_bool", False):
+            keep = attn_mask
+        elif attn_mask.dtype.is_float and attn_mask.dtype is q.dtype:
+            bias = attn_mask
+        else:
+            raise DTypeMismatchError(
+                f"attention: attn_mask must be bool (True = attend) or a float mask of the "
+                f"query's dtype {q.dtype} (added to the scores), got {attn_mask.dtype}; a 0/1 "
+                "keep-mask is mask.bool()")
+    if is_causal:
+        causal = Tensor(np.tril(np.ones((L, S), np.bool_)), device=q.device)
+        keep = causal if keep is None else keep.logical_and(causal)
+    if keep is not None:
+        # The dtype's lowest finite value, not -inf: a row with nowhere to attend stays
+        # finite (no NaN reaches the gradients); it is set to zeros below.
+        # (Half of it: the scores added to it stay finite in f16 too.)
+        low = float(np.finfo(np.float32 if q.dtype is dt.bf16 else q.dtype.np).min) / 2
+        bias = where(keep, 0.0, low).to_dtype(q.dtype)
+    lead = q.shape[:-2]
+    if q.rank == 4:
+        out = _attention(q, k, v, bias, scale, dropout_p)
+    else:
+        # One (batch, 1, seq, dim) problem for any leading dims.
+        n = 1
+        for x in lead:
+            n *= x
+        q4, k4, v4 = (t.broadcast_as(lead + t.shape[-2:]).reshape((n, 1) + t.shape[-2:])
+                      for t in (q, k, v))
+        b4 = None if bias is None else bias.broadcast_as(lead + (L, S)).reshape((n, 1, L, S))
+        out = _attention(q4, k4, v4, b4, scale, dropout_p).reshape(lead + (L, v.shape[-1]))
+    if keep is not None:
+        # A query row with nowhere to attend gives zeros (torch), not an average.
+        out = where(keep.any(-1, keepdim=True), out, 0.0)
+    return out

@@ -2,6 +2,9 @@
 
 ``opt.step(grads)`` updates every variable that has a gradient in ``grads`` (the
 GradStore ``loss.backward()`` returns); ``opt.backward_step(loss)`` does both.
+``opt.step()`` without arguments reads each Var's ``.grad`` (summed by every
+``backward()`` since ``opt.zero_grad()``), so PyTorch's loop ``loss.backward();
+opt.step(); opt.zero_grad()`` runs as it is.
 ``params`` is a list (or iterator) of Vars, a module (its ``parameters()``) or a
 VarMap; plain tensors among them are frozen and skipped.
 
@@ -97,7 +100,15 @@ class Optimizer:
         self.lr = float(lr)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Nothing to clear: gradients live in the GradStore ``backward()`` returns."""
+        """Clear each Var's ``.grad`` (None, or zeros in place with ``set_to_none=False``)."""
+        for v in self.vars:
+            g = v.grad
+            if g is None:
+                continue
+            if set_to_none:
+                v.grad = None
+            else:
+                g.zero_()
 
     def backward_step(self, loss) -> None:
         """``self.step(loss.backward())``."""
@@ -132,10 +143,15 @@ class Optimizer:
         self.state = [{k: _own(v) for k, v in state_dict["state"].get(i, {}).items()}
                       for i in range(len(self.vars))]
 
-    def step(self, grads) -> None:
-        """Update each Var that has a gradient in ``grads``."""
+    def step(self, grads=None) -> None:
+        """Update each Var that has a gradient in ``grads`` (a GradStore or a mapping
+        taking Vars), or, without ``grads``, in its ``.grad`` (PyTorch's ``step()``)."""
         updated = 0
-        by_id = getattr(grads, "get_id", None)  # a GradStore; else a mapping taking Vars
+        if grads is None:
+            by_id = None
+            grads = _GradAttributes()
+        else:
+            by_id = getattr(grads, "get_id", None)  # a GradStore; else a mapping taking Vars
         for i, v in enumerate(self.vars):
             g = by_id(v._id) if by_id is not None else grads.get(v)
             if g is None:
@@ -159,6 +175,14 @@ class Optimizer:
 
     def _update(self, v: Var, g, state: dict) -> None:
         raise NotImplementedError
+
+
+class _GradAttributes:
+    """The Vars' ``.grad`` as ``step`` reads a mapping."""
+
+    @staticmethod
+    def get(v):
+        return v.grad
 
 
 class SGD(Optimizer):

@@ -201,7 +201,7 @@ def test_attention_with_padding_of_mixed_lengths(kernels, chunk, split, monkeypa
                                           attn_mask=torch.from_numpy(mask))
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
     # no mask, and f64 (the NumPy softmax)
-    got = ops.scaled_dot_product_attention(tl.Tensor(q), tl.Tensor(k), tl.Tensor(v), None, 0.3)
+    got = ops.scaled_dot_product_attention(tl.Tensor(q), tl.Tensor(k), tl.Tensor(v), None, scale=0.3)
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), scale=0.3)
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-5, rtol=1e-5)
     got = ops.scaled_dot_product_attention(*(tl.Tensor(a.astype(np.float64)) for a in (q, k, v, mask)))

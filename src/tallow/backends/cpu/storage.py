@@ -24,6 +24,7 @@ import numpy as np
 
 from ...layout import Layout
 from ..base import BackendStorage
+from ..shared_buffer import share_of
 from . import parallel
 from .conv import CpuConv
 from .copy import CpuCopy
@@ -53,8 +54,9 @@ class WriteState:
 class CpuCore:
     """The buffer, its strided views and its write tracking; ops come from the mixins."""
 
-    # ``_ws`` (a WriteState) is left unset until something needs it.
-    __slots__ = ("arr", "dtype", "_vc", "_ws", "__weakref__")
+    # ``_ws`` (a WriteState) is left unset until something needs it; so is ``_cow``
+    # (the BufferShare of a clone's handles, backends/shared_buffer.py).
+    __slots__ = ("arr", "dtype", "_vc", "_ws", "_cow", "__weakref__")
 
     def __init__(self, arr: np.ndarray, dtype):
         self.arr = arr
@@ -91,9 +93,41 @@ class CpuCore:
         ws.cache = None
 
     def mark_shared(self) -> None:
+        """Outside code may now write the buffer: it must be this handle's alone."""
+        self.own_buffer()
         ws = self.write_state()
         ws.shared = True
         ws.cache = None
+
+    # -- copy-on-write (backends/shared_buffer.py) ----------------------------------
+    def share_buffer(self) -> "CpuStorage":
+        """A second handle over this buffer (a clone's), copied only when written.
+
+        A buffer outside code may write (``from_vec``, a ``numpy()`` handed out) is
+        copied now: such a write would otherwise show through both handles."""
+        ws = getattr(self, "_ws", None)
+        if ws is not None and ws.shared:
+            return self._wrap(self.arr.copy(), self.dtype)
+        s = _new(CpuStorage)
+        s.arr = self.arr
+        s.dtype = self.dtype
+        s._vc = None
+        share_of(self).join(s)
+        return s
+
+    def own_buffer(self) -> None:
+        """Before an in-place write: a private copy of the buffer if another handle
+        shares it (the writer's views hold this handle and follow it)."""
+        share = getattr(self, "_cow", None)
+        if share is None:
+            return
+        copy = share.others_alive(self)
+        share.leave(self)
+        if copy:
+            self.arr = self.arr.copy()
+            self._vc = None
+            if getattr(self, "_ws", None) is not None:
+                self._ws = WriteState()  # a new buffer: no outside writer, no cache
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -125,7 +159,7 @@ class CpuCore:
         if copy:
             return flat.copy()
         self.mark_shared()
-        return flat
+        return self.arr.reshape(-1)  # (mark_shared may have given this handle a new buffer)
 
     def __repr__(self):
         return f"CpuStorage({self.dtype}, count={self.count})"

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...layout import Layout
 from ..base import BackendStorage
+from ..shared_buffer import share_of
 from .conv import GpuConv
 from .copy import GpuCopy
 from .elementwise import GpuElementwise
@@ -30,7 +31,9 @@ _new = object.__new__
 class GpuCore:
     """A pool buffer of one device, its dtype and element count; ops come from the mixins."""
 
-    __slots__ = ("bdev", "buf", "dtype", "count", "__weakref__")
+    # ``_cow`` (the BufferShare of a clone's handles, backends/shared_buffer.py) is
+    # left unset until a clone shares the buffer.
+    __slots__ = ("bdev", "buf", "dtype", "count", "_cow", "__weakref__")
 
     def __init__(self, bdev, buf, dtype, count):
         self.bdev = bdev
@@ -40,9 +43,33 @@ class GpuCore:
 
     def __del__(self):
         try:
+            share = getattr(self, "_cow", None)
+            if share is not None and not share.leave(self):
+                return  # another handle still holds the buffer
             self.bdev.pool.release(self.buf)
         except Exception:  # interpreter shutdown
             pass
+
+    # -- copy-on-write (backends/shared_buffer.py) ------------------------------------
+    def share_buffer(self) -> "GpuStorage":
+        """A second handle over this buffer (a clone's), copied only when written."""
+        s = new_storage(self.bdev, self.buf, self.dtype, self.count)
+        share_of(self).join(s)
+        return s
+
+    def own_buffer(self) -> None:
+        """Before an in-place write: a private copy of the buffer if another handle
+        holds it (the writer's views hold this handle and follow it)."""
+        share = getattr(self, "_cow", None)
+        if share is None:
+            return
+        if share.holders > 1:
+            fresh = self.copy_strided(Layout.contiguous_of((self.count,)))
+            self.buf, fresh.buf = fresh.buf, self.buf
+            # ``fresh`` now holds the shared buffer in this handle's place; it drops
+            # out of the share when it is collected on return.
+            share.join(fresh)
+        share.leave(self)
 
     @property
     def ptr(self) -> int:
