@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .creation import randint
 from .errors import InvalidArgumentError
 from .tensor_base import TensorBase
 from .tensor_class import Tensor
@@ -113,8 +114,6 @@ def _rng(generator):
     if isinstance(generator, np.random.Generator):
         return generator
     if generator is None:
-        from .creation import randint
-
         generator = int(randint(0, 2**62, (1,)).numpy()[0])
     if isinstance(generator, (int, np.integer)):
         return np.random.default_rng(int(generator))

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 
-from ..creation import full, rand, randn
+import numpy as np
+
+from ..creation import eye, full, rand, randn
+from ..grad_mode import no_grad
+from ..tensor_class import Tensor
 
 
 class Init:
@@ -140,8 +144,6 @@ def _calculate_fan_in_and_fan_out(tensor):
 def _fill(tensor, values):
     """Write ``values`` into ``tensor`` in place, outside the graph (PyTorch's
     initialisers run under ``no_grad``); returns ``tensor``."""
-    from ..grad_mode import no_grad
-
     with no_grad():
         tensor.copy_(values)
     return tensor
@@ -158,10 +160,7 @@ def normal_(tensor, mean: float = 0.0, std: float = 1.0):
 def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0):
     """Normal values redrawn until they lie in ``[a, b]`` (PyTorch's truncated normal,
     by the inverse CDF of a uniform draw between the bounds' CDFs)."""
-    import numpy as np
-    from scipy.special import erfinv
-
-    from ..tensor_class import Tensor
+    from scipy.special import erfinv  # loaded on first use: import tallow stays light
 
     cdf = lambda x: (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
     lo, hi = cdf((a - mean) / std), cdf((b - mean) / std)
@@ -185,8 +184,6 @@ def zeros_(tensor):
 def eye_(tensor):
     if len(tensor.shape) != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
-    from ..creation import eye
-
     n, m = tensor.shape
     square = eye(max(n, m), dtype=tensor.dtype, device=tensor.device)
     return _fill(tensor, square.narrow(0, 0, n).narrow(1, 0, m))
@@ -223,8 +220,6 @@ def kaiming_normal_(tensor, a: float = 0, mode: str = "fan_in", nonlinearity: st
 def orthogonal_(tensor, gain: float = 1.0):
     """A (semi-)orthogonal matrix (of the tensor's first dim by the rest), from the QR
     decomposition of a normal draw with the signs of R's diagonal, as PyTorch."""
-    import numpy as np
-
     if len(tensor.shape) < 2:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
     rows = tensor.shape[0]
@@ -236,7 +231,5 @@ def orthogonal_(tensor, gain: float = 1.0):
     q = q * np.sign(np.diag(r))
     if rows < cols:
         q = q.T
-    from ..tensor_class import Tensor
-
     values = Tensor.from_numpy(np.ascontiguousarray(q * gain).reshape(tensor.shape))
     return _fill(tensor, values.to_dtype(tensor.dtype).to_device(tensor.device))

@@ -8,13 +8,13 @@ import zlib
 
 import numpy as np
 
-from .atomic import atomic_write, write_bytes
-from .backends.cpu.threads import CONFIG as _THREADS
-from .device import Device, cpu
-from .errors import DTypeMismatchError, FileFormatError
-from .safetensors_io import SafetensorsReader
-from .shape import parse_shape, parse_shape_with_hole
-from .tensor_class import Tensor
+from ..atomic import atomic_write, write_bytes
+from ..backends.cpu.threads import CONFIG as _THREADS
+from ..device import Device, cpu
+from ..errors import DTypeMismatchError, FileFormatError
+from ..safetensors_io import SafetensorsReader
+from ..shape import parse_shape, parse_shape_with_hole
+from ..tensor_class import Tensor
 
 
 # -- threads ----------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def gpu_is_available() -> bool:
     """True when a WebGPU adapter can be opened (Metal, Vulkan, D3D12 or lavapipe)."""
     try:
         # The GPU backend (wgpu) loads only when asked for.
-        from .backends.gpu import adapter_available
+        from ..backends.gpu import adapter_available
     except ImportError:
         return False
     return adapter_available()
@@ -190,13 +190,16 @@ def save_npz(path, tensors: dict) -> None:
 def load_gguf(path, device=None):
     # tallow.quantized loads on first use, as ``tl.quantized`` does.
     """The tensors (QTensors over the memory-mapped file) and the metadata of a GGUF file: ``(tensors, metadata)``."""
-    from .quantized.gguf_file import load_gguf as _load
+    from ..quantized.gguf_file import load_gguf as _load
 
     return _load(path, device=device)
 
 
 def save_gguf(path, tensors, metadata) -> None:
     """Write a dict of tensors or QTensors and a metadata dict as a GGUF file."""
-    from .quantized.gguf_file import save_gguf as _save
+    from ..quantized.gguf_file import save_gguf as _save
 
     _save(path, tensors, metadata)
+
+# ``tl.utils.data`` as ``torch.utils.data`` (bound last: it is built on the names above).
+from . import data  # noqa: E402
