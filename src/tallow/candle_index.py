@@ -19,6 +19,7 @@ import numpy as np
 
 from . import dtype as dt
 from .errors import DimOutOfRangeError, IndexOutOfRangeError
+from .index_items import checked_ids
 from .tensor_base import TensorBase
 
 
@@ -59,6 +60,9 @@ def _host_ids(index, size, dim):
     return arr
 
 
+_SIGNED = ("i64", "i32", "i16", "i8")
+
+
 def ids_on(t, arr, device):
     """Host ids (i64) as a tensor on ``device``: u32 where it has no i64 (ids here are
     non-negative and below the indexed size)."""
@@ -78,14 +82,15 @@ def select_ids(t, dim, index):
         if not ids.dtype.is_int:
             raise TypeError(f"an index tensor must have an integer dtype, got {ids.dtype}")
         ids = ids.to_device(t.device)
-        # Negative ids count from the end, as in Python.
-        if ids.dtype.name == "i64":
-            arr = ids._host() if ids.device.kind == "cpu" else None
-            if arr is not None and arr.size and arr.min() < 0:
-                ids = ids_on(t, _host_ids(arr, size, dim), t.device)
-            elif arr is None and ids.nelement:
-                # On a GPU: wrap on the device (reading the ids back would wait).
-                ids = ids.lt(0).where_cond(ids + size, ids)
+        if ids.device.kind == "cpu":
+            arr = ids._host()
+            # Negative ids count from the end, as in Python; an id past the end raises
+            # here (index_select would read its dtype's max as "no id" and give zeros).
+            if arr.size and (arr.min() < 0 or arr.max() >= size):
+                ids = ids_on(t, checked_ids(arr, size, dim), t.device)
+        elif ids.dtype.name in _SIGNED and ids.nelement:
+            # On a GPU: wrap on the device (reading the ids back would wait).
+            ids = ids.lt(0).where_cond(ids + size, ids)
     shape = ids.shape
     out = t.index_select(ids.flatten_all() if len(shape) != 1 else ids, dim)
     if len(shape) != 1:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .candle_index import ids_on, int_index, select_ids
-from .index_items import FULL, GAP, Ids, read_index
+from .index_items import FULL, GAP, Ids, broadcast_ids, read_index
 
 __all__ = ["getitem", "int_index"]
 
@@ -82,18 +82,6 @@ def advanced_plan(items):
     return view_items, dims, arrays, adjacent
 
 
-def broadcast_ids(arrays, sizes, dims):
-    """The arrays' host ids broadcast together (IndexError when they cannot be)."""
-    hosts = [a.on_host(n, d) for a, n, d in zip(arrays, sizes, dims)]
-    try:
-        return np.broadcast_arrays(*hosts)
-    except ValueError:
-        shapes = " ".join(str(h.shape) for h in hosts)
-        raise IndexError(
-            f"shape mismatch: indexing arrays could not be broadcast together with shapes {shapes}"
-        ) from None
-
-
 def merged_ids(hosts, sizes):
     """Row-major flat ids over the dims of ``sizes`` for the broadcast ``hosts``."""
     flat = np.zeros(hosts[0].shape, dtype=np.int64)
@@ -103,14 +91,14 @@ def merged_ids(hosts, sizes):
 
 
 def getitem(t, index):
-    items, has_arrays = read_index(t, index, keep_device_ids=True)
+    items, has_arrays = read_index(t, index, keep_tensor_ids=True)
     if not has_arrays:
         return basic_view(t, items)
     view_items, dims, arrays, adjacent = advanced_plan(items)
     view = basic_view(t, view_items)
     k = len(dims)
     if k == 1 and arrays[0].device_ids is not None:
-        # One id tensor on a device: index there (reading the ids back would wait).
+        # One id tensor: index with it as it is (on a GPU, reading it back would wait).
         out, _ = select_ids(view, dims[0], arrays[0].device_ids)
         return out
     shape = view.shape
