@@ -179,7 +179,7 @@ def _parse_name(value) -> tuple:
             return "gpu", 0
         if ordinal.isdigit():
             return "gpu", int(ordinal)
-    if kind in ("cuda", "metal"):
+    if kind in ("cuda", "metal", "mps"):
         raise TallowError(
             f"device {value!r}: tallow has no {kind} backend; its GPU backend is 'gpu' "
             "(WebGPU: Metal, Vulkan or D3D12 underneath)"

@@ -48,9 +48,12 @@ def test_module_list_delete_pop_and_add_renumber():
 
 
 def test_layer_norm_and_embedding_take_candle_pyo3_arguments():
-    # LayerNorm(normalized_shape, eps, bias, device, dtype); Embedding(n, dim, device, dtype)
-    ln = LayerNorm(8, 1e-5, False, None, None)
+    # candle-pyo3: LayerNorm(normalized_shape, eps, bias, device, dtype); Embedding(n, dim,
+    # device, dtype). LayerNorm's third argument is PyTorch's elementwise_affine here
+    # (docs/differences.md): bias=False is a keyword.
+    ln = LayerNorm(8, 1e-5, bias=False, device=None, dtype=None)
     assert ln.normalized_shape == (8,) and set(ln.state_dict()) == {"weight"}
+    assert set(LayerNorm(8, 1e-5, False).state_dict()) == set()
     assert ln(candle.randn((2, 3, 8))).shape == (2, 3, 8)
     e = Embedding(10, 4, None, candle.f16)
     assert (e.num_embeddings, e.embedding_dim, e.weight.dtype) == (10, 4, candle.f16)

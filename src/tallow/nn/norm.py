@@ -24,24 +24,25 @@ def _normalize_trailing(x: Tensor, shape, eps: float) -> Tensor:
 
 
 class LayerNorm(Module):
-    """``LayerNorm(normalized_shape, eps=1e-5, bias=True, device=None, dtype=None, *,
-    elementwise_affine=True)``.
+    """``LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+    device=None, dtype=None)``, PyTorch's signature.
 
-    As torch.nn.LayerNorm, ``normalized_shape`` may name several trailing dims
-    (``(3, 4)``): they are normalised together, with weight (ones) and bias (zeros)
-    of that shape, trainable ``Var``s when built from scratch. The positional order is
-    candle-pyo3's (``bias`` third); PyTorch's ``elementwise_affine`` is a keyword.
+    ``normalized_shape`` may name several trailing dims (``(3, 4)``): they are
+    normalised together, with weight (ones) and bias (zeros) of that shape, trainable
+    ``Var``s when built from scratch. ``elementwise_affine=False`` keeps neither;
+    ``bias=False`` keeps the weight only. (candle-pyo3's third positional argument is
+    ``bias``; PyTorch's meaning wins: docs/differences.md.)
     """
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, bias: bool = True, device=None,
-                 dtype=None, weight=None, bias_tensor=None, *, elementwise_affine: bool = True):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, device=None, dtype=None, *, weight=None, bias_tensor=None):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
         shape = tuple(int(d) for d in normalized_shape)
         self.normalized_shape = shape
         self.eps = float(eps)
-        self.elementwise_affine = bool(elementwise_affine)
+        self.elementwise_affine = bool(elementwise_affine) or weight is not None
         dtype = dtype or "f32"
         if weight is None and self.elementwise_affine:
             weight = parameter(ones(shape, dtype=dtype, device=device))
