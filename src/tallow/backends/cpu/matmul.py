@@ -30,12 +30,13 @@ def _blas_ready(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-# With few lhs rows, OpenBLAS spends a fixed ~15-20 µs re-packing a transposed rhs
-# (``x @ w.t()``, every Linear layer). So a transposed 2-D rhs that tallow owns (no
-# outside writer) is kept, once, as a row-major copy, valid until the buffer is
-# written; larger products gain nothing. Products the native f32 kernel takes need
-# no copy: it packs its B panels from any strides (the same bits either way), and
-# the copy would be made again after every optimiser step.
+# OpenBLAS re-packs a transposed rhs (``x @ w.t()``) at a fixed cost per product that
+# dominates when the lhs has few rows. So for its products a transposed 2-D rhs that
+# tallow owns (no outside writer) is kept, once, as a row-major copy, valid until the
+# buffer is written; larger products gain nothing. Products the native f32 kernel
+# takes need no copy: it packs its B panels from any strides (the same bits either
+# way), and the copy would be made again after every optimiser step
+# (docs/decisions.md has the figures).
 _CACHE_MAX_ROWS = 256
 
 
