@@ -399,7 +399,7 @@ def test_dtype_inference_and_names():
     assert tl.float32 is tl.f32 and tl.float16 is tl.f16 and tl.bfloat16 is tl.bf16
     assert tl.float64 is tl.f64 and tl.int64 is tl.i64 and tl.uint8 is tl.u8
     assert tl.tensor([2**32]).dtype == tl.i64 and tl.tensor([-1]).dtype == tl.i64
-    assert tl.tensor([True, False]).dtype == tl.u8
+    assert tl.tensor([True, False]).dtype == tl.bool
     assert tl.tensor(np.zeros(2)).dtype == tl.f64
 
 

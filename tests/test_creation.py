@@ -18,7 +18,7 @@ def test_dtype_inference_from_python_data():
     assert tl.Tensor([0, 2**32 - 1]).dtype == tl.i64
     assert tl.Tensor([-1, 2]).dtype == tl.i64
     assert tl.Tensor([2**32]).dtype == tl.i64
-    assert tl.Tensor([True, False]).dtype == tl.u8
+    assert tl.Tensor([True, False]).dtype == tl.bool
     assert tl.Tensor(np.array([1.0, 2.0])).dtype == tl.f64  # NumPy keeps its dtype
     assert tl.Tensor(np.array([1, 2], np.int32)).dtype == tl.i64  # widened losslessly
     assert tl.Tensor(np.zeros(2, ml_dtypes.bfloat16)).dtype == tl.bf16
@@ -67,7 +67,7 @@ def test_properties():
 def test_hash_is_identity_and_eq_returns_tensors():
     t, other = tl.Tensor(42.0), tl.Tensor(42.0)
     assert hash(t) != hash(other) and hash(t) == hash(t)
-    assert (t == other).dtype == tl.u8
+    assert (t == other).dtype == tl.bool
     assert t.equal(other)
     assert not tl.Tensor([42.0, 42.1]).equal(tl.Tensor([42.0, 42.0]))
     assert not tl.Tensor(42.0).equal(tl.Tensor([42.0, 42.0]))

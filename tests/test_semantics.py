@@ -63,7 +63,7 @@ def test_u32_only_when_asked():
     assert tl.arange(0, 4).dtype == tl.i64
     assert tl.arange(0, 4, 0.5).dtype == tl.f32
     assert tl.tensor(np.arange(3, dtype=np.uint32)).dtype == tl.u32  # arrays keep theirs
-    assert tl.tensor([True, False]).dtype == tl.u8
+    assert tl.tensor([True, False]).dtype == tl.bool
     assert tl.tensor([1, 2.5]).dtype == tl.f32
     assert tl.tensor([]).dtype == tl.f32  # no element to infer from: float, as torch.tensor([])
 
@@ -147,9 +147,9 @@ def test_float_scalar_with_int_tensor_computes_in_f32(device):
                      (1.5 - t, [0.5, -0.5, -1.5]), (t ** 0.5, list(np.sqrt([1.0, 2.0, 3.0])))]:
         assert out.dtype == tl.f32
         np.testing.assert_allclose(out.values(), ref, rtol=1e-6)
-    # Tensors of two dtypes still do not mix silently (candle's rule).
-    with pytest.raises(tl.DTypeMismatchError):
-        t + tl.tensor([1.0, 2.0, 3.0], device=device)
+    # Tensors of two dtypes promote as torch.result_type: i64 + f32 is f32.
+    mixed = t + tl.tensor([1.0, 2.0, 3.0], device=device)
+    assert mixed.dtype == tl.f32 and mixed.values() == [2.0, 4.0, 6.0]
 
 
 def test_int_power_is_exact(device):
@@ -310,12 +310,12 @@ def test_setitem_refuses_a_var_and_a_broadcast_view(device):
     assert v.values() == [1.0, 2.0]
 
 
-# -- u8 sums and means never wrap -------------------------------------------------------------
+# -- bool and u8 sums and means never wrap ----------------------------------------------------
 def test_u8_sums_at_a_million_elements(device, rng):
     n = 10**6
     mask = rng.random(n) < 0.7
     t = tl.tensor(mask, device=device)
-    assert t.dtype == tl.u8
+    assert t.dtype == tl.bool
     assert t.sum_all().item() == int(mask.sum())
     assert t.sum().item() == int(mask.sum())
     assert t.sum(0).dtype == tl.i64

@@ -172,13 +172,14 @@ def test_dtype_shorthands_and_aliases(device):
     x = tl.tensor([-1.5, 0.0, 2.7], device=device)
     assert x.float().dtype == tl.float32 == tl.f32
     assert x.long().dtype == tl.int64 == tl.i64
-    assert x.int().dtype == tl.i64
+    assert x.int().dtype == tl.int32 == tl.i32
+    assert x.int().values() == torch.tensor([-1.5, 0.0, 2.7]).int().tolist()
     assert x.long().values() == torch.tensor([-1.5, 0.0, 2.7]).long().tolist()
     assert x.half().dtype == tl.float16 and x.bfloat16().dtype == tl.bfloat16
     if device.supports_dtype(tl.f64):
         assert x.double().dtype == tl.float64
-    assert x.bool().values() == [1, 0, 1]   # nonzero, not a cast (0.5 is true)
-    assert tl.tensor([0.5], device=device).bool().values() == [1]
+    assert x.bool().values() == [True, False, True]   # nonzero (0.5 is true), as torch
+    assert tl.tensor([0.5], device=device).bool().values() == [True]
     assert tl.tensor([3], device=device).byte().dtype == tl.uint8
     assert tl.uint32 is tl.u32
     assert tl.zeros(2, dtype=tl.float64).dtype == tl.f64

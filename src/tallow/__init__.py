@@ -16,10 +16,16 @@ from .creation import (
 )
 from .custom_op import CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2
 from .device import Device, cpu, manual_seed
-from .dtype import DType, bf16, f16, f32, f64, i64, u8, u32
-from .dtype import (  # PyTorch's names for the same dtypes
-    bfloat16, float16, float32, float64, int64, uint8, uint32,
+from .dtype import (
+    DType, bf16, f4, f6e2m3, f6e3m2, f8e4m3, f8e8m0, f16, f32, f64, i8, i16, i32, i64, u8, u32,
 )
+from .dtype import bool_ as bool  # noqa: A001  (PyTorch's ``torch.bool``; builtins.bool stays)
+from .dtype import (  # PyTorch's names for the same dtypes
+    bfloat16, float8_e4m3fn, float8_e8m0fnu, float16, float32, float64, int8, int16, int32, int64,
+    uint8, uint32,
+)
+from .dtype import i64 as long  # noqa: E402  (PyTorch's torch.long)
+from .dtype import promote_types, result_type
 from .errors import (
     CaptureError, DeviceLostError, DeviceMismatchError, DimOutOfRangeError, DistributedError,
     DTypeMismatchError, EmbeddingIndexError, FileFormatError, FileWriteError, IndexOutOfRangeError,
@@ -28,7 +34,6 @@ from .errors import (
     ShapeTooLargeError, StaleGraphError, TallowError, UnsupportedDTypeError,
     ValueNotRepresentableError,
 )
-from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .layout import Layout
 from .shape import D
 from .tensor_class import Tensor
@@ -55,7 +60,8 @@ def __getattr__(name):
 
 __all__ = [
     "Tensor", "Var", "Device", "DType", "Layout", "GradStore", "D", "cpu",
-    "u8", "u32", "i64", "f16", "bf16", "f32", "f64",
+    "bool", "u8", "u32", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
+    "f8e4m3", "f6e2m3", "f6e3m2", "f4", "f8e8m0", "promote_types", "result_type",
     "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "eye",
     "arange", "linspace", "rand", "randn", "rand_like", "randn_like", "cat", "stack",
     "from_numpy", "from_dlpack", "tril2", "triu2", "meshgrid",
@@ -67,8 +73,9 @@ __all__ = [
     "FileWriteError", "StaleGraphError", "NoGradientError", "ValueNotRepresentableError",
     "InvalidArgumentError", "ShapeTooLargeError", "DistributedError", "EmbeddingIndexError",
     "CaptureError",
-    "float32", "float16", "bfloat16", "float64", "int64", "uint8", "uint32",
+    "float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8",
+    "uint32", "long", "float8_e4m3fn", "float8_e8m0fnu",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
-    "compile", "CompiledFunction", "no_grad", "enable_grad", "is_grad_enabled",
+    "compile", "CompiledFunction",
 ]

@@ -1,9 +1,9 @@
 """From Python data and NumPy arrays to (array, dtype), with candle-pyo3's inference.
 
 Python data: floats (or a mix of floats and ints) -> f32; ints -> i64 (as NumPy
-and PyTorch: candle-pyo3's u32 wraps on the first negative result); bools -> u8.
-NumPy arrays keep their dtype
-(types tallow lacks widen losslessly: bool -> u8, int8/16/32 -> i64, uint16 -> u32).
+and PyTorch: candle-pyo3's u32 wraps on the first negative result); bools -> bool.
+NumPy arrays keep their dtype (bool, int8/16/32 included); uint16, which tallow
+lacks, widens losslessly to u32.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def infer_python(data):
             raise ShapeMismatchError(f"tensor: data is not rectangular ({e})") from None
     kind = arr.dtype.kind
     if kind == "b":
-        return arr.astype(np.uint8), dt.u8
+        return arr, dt.bool_
     if kind == "f":
         return arr.astype(np.float32), dt.f32
     if kind in "iu":

@@ -64,8 +64,9 @@ def randn_like(t, mean=0.0, std=1.0) -> Tensor:
 
 def where(condition, input=None, other=None):
     """PyTorch's ``where``: ``input`` where ``condition`` is nonzero, else ``other``
-    (tensors or scalars, broadcast together). ``where(condition)`` alone gives the
-    coordinates of the nonzero elements, one i64 tensor per dim."""
+    (tensors or scalars, broadcast together, their dtypes promoted as
+    ``torch.result_type``). ``where(condition)`` alone gives the coordinates of the
+    nonzero elements, one i64 tensor per dim."""
     if not isinstance(condition, Tensor):
         condition = Tensor(condition)
     if input is None and other is None:
@@ -77,8 +78,14 @@ def where(condition, input=None, other=None):
         condition = condition.ne(0)
     if is_scalar(input) and is_scalar(other):
         # Two scalars: the dtype a tensor of them would infer (float -> f32, else i64).
-        kind = dt.f32 if isinstance(input, (float, np.floating)) or isinstance(other, (float, np.floating)) else dt.i64
-        input = full((), input, dtype=kind, device=condition.device)
+        common = dt.result_type(input, other)
+        input = full((), input, dtype=common, device=condition.device)
+    else:
+        common = dt.result_type(input, other)
+    if isinstance(input, Tensor):
+        input = input.to_dtype(common)
+    if isinstance(other, Tensor):
+        other = other.to_dtype(common)
     return condition.where_cond(input, other)
 
 

@@ -6,10 +6,13 @@ Methods named like the op (``add``) require equal shapes, as in candle;
 on tracked inputs record the broadcast views they insert, so gradients are summed
 back over broadcast dims.
 
-The Python operators follow NumPy and PyTorch (docs/semantics.md): ``/`` on
-integers is true division (f32), ``//`` floors, ``%`` takes the divisor's sign, a
-Python float meeting an integer tensor computes in f32, ``& | ^`` are bitwise and
-``~`` is logical on u8 (tallow's bool) and bitwise on u32/i64.
+The Python operators and the PyTorch-named methods follow PyTorch (docs/semantics.md):
+operands of different dtypes promote as ``torch.result_type`` (``dtype.py``; Python
+scalars are weak: an int tensor + 0.5 is f32, an f16 tensor + 2.0 stays f16), ``/``
+on integers is true division (f32), ``//`` floors, ``%`` takes the divisor's sign,
+``& | ^`` are bitwise (logical on bool) and ``~`` is logical not on bool, bitwise
+not on integers; comparisons give bool. candle's own names (``broadcast_add``...)
+keep refusing mixed dtypes.
 """
 
 from __future__ import annotations
@@ -111,23 +114,36 @@ class ElementwiseOps:
         return self.to_dtype(dt.i64)
 
     def int(self):
-        """``to_dtype(i64)``: tallow has no i32, and u32 would wrap negative values."""
-        return self.to_dtype(dt.i64)
+        """``to_dtype(i32)``, as PyTorch's ``int()``."""
+        return self.to_dtype(dt.i32)
+
+    def short(self):
+        """``to_dtype(i16)``."""
+        return self.to_dtype(dt.i16)
+
+    def char(self):
+        """``to_dtype(i8)``."""
+        return self.to_dtype(dt.i8)
 
     def byte(self):
         """``to_dtype(u8)`` (a cast: values wrap or truncate)."""
         return self.to_dtype(dt.u8)
 
     def bool(self):
-        """tallow's bool: a u8 tensor of ``self != 0`` (not a cast: 0.5 is true)."""
-        return self.ne(0)
+        """``to_dtype(bool)``: True where ``self != 0`` (0.5 and NaN are True)."""
+        return self.to_dtype(dt.bool_)
 
     # -- binary ----------------------------------------------------------------------
-    def _binop(self, name, rhs, broadcast):
+    def _binop(self, name, rhs, broadcast, promote=True):
         ls = self._storage
         rhs_s = rhs._storage
         if ls.dtype is not rhs_s.dtype or ls.bdev is not rhs_s.bdev:
-            binary_mismatch(name, self, rhs)
+            if not promote or ls.bdev is not rhs_s.bdev:
+                binary_mismatch(name, self, rhs)
+            # PyTorch's promotion: both operands converted to the result dtype first
+            # (recorded as casts, so gradients flow back in each operand's dtype).
+            common = dt.result_type_tensors(self, rhs)
+            return self.to_dtype(common)._binop(name, rhs.to_dtype(common), broadcast)
         ll = self._layout
         rl = rhs._layout
         shape = ll.shape
@@ -150,7 +166,13 @@ class ElementwiseOps:
         return self._wrap(ls.binary(name, ll, rhs_s, rl), _contig(shape))
 
     def _scalar(self, name, value, on_left):
-        value = scalar_for(name, value, self._storage.dtype)
+        dtype = self._storage.dtype
+        if not dtype.is_float:
+            # A weak Python scalar can still change an integer or bool tensor's kind.
+            common = dt.result_type_scalar(dtype, value)
+            if common is not dtype:
+                return self.to_dtype(common)._scalar(name, value, on_left)
+        value = scalar_for(name, value, dtype)
         out = self._storage.binary_scalar(name, self._layout, value, on_left)
         return self._wrap(out, _contig(self._layout.shape),
                           record1("scalar_" + name, self, (value, on_left)))
@@ -160,9 +182,6 @@ class ElementwiseOps:
         if isinstance(rhs, TensorBase):
             return self._binop(name, rhs, True) if not on_left else rhs._binop(name, self, True)
         if is_scalar(rhs):
-            if name in _PROMOTING and self._storage.dtype.is_int and _is_float_scalar(rhs):
-                # NumPy and PyTorch: an integer tensor meeting a float computes in float.
-                return self.to_dtype(dt.f32)._scalar(name, rhs, on_left)
             return self._scalar(name, rhs, on_left)
         other = self._array_operand(rhs)
         if other is None:
@@ -172,7 +191,7 @@ class ElementwiseOps:
     def _array_operand(self, value):
         """A NumPy array or nested list as a tensor on self's device, else None.
 
-        A list takes self's dtype; an array keeps its own (mixing dtypes stays an error).
+        A list takes self's dtype; an array keeps its own and promotes as a tensor would.
         """
         if not isinstance(value, (np.ndarray, list, tuple)):
             return None
@@ -217,31 +236,31 @@ class ElementwiseOps:
 
     def broadcast_add(self, rhs):
         """``self + rhs`` with NumPy broadcasting."""
-        return self._binop("add", rhs, True)
+        return self._binop("add", rhs, True, promote=False)
 
     def broadcast_sub(self, rhs):
         """``self - rhs`` with NumPy broadcasting."""
-        return self._binop("sub", rhs, True)
+        return self._binop("sub", rhs, True, promote=False)
 
     def broadcast_mul(self, rhs):
         """``self * rhs`` with NumPy broadcasting."""
-        return self._binop("mul", rhs, True)
+        return self._binop("mul", rhs, True, promote=False)
 
     def broadcast_div(self, rhs):
         """``self / rhs`` with broadcasting (candle's ``div``: integers truncate)."""
-        return self._binop("div", rhs, True)
+        return self._binop("div", rhs, True, promote=False)
 
     def broadcast_maximum(self, rhs):
         """The element-wise maximum with broadcasting."""
-        return self._binop("maximum", rhs, True)
+        return self._binop("maximum", rhs, True, promote=False)
 
     def broadcast_minimum(self, rhs):
         """The element-wise minimum with broadcasting."""
-        return self._binop("minimum", rhs, True)
+        return self._binop("minimum", rhs, True, promote=False)
 
     def broadcast_pow(self, rhs):
         """``self ** rhs`` with broadcasting (floats)."""
-        return self._binop("pow", rhs, True)
+        return self._binop("pow", rhs, True, promote=False)
 
     # -- Python operators -------------------------------------------------------------
     # ``+ - *`` are made by ``operator`` (below the class): the equal-shape case of
@@ -259,12 +278,10 @@ class ElementwiseOps:
     def __truediv__(self, rhs):
         if rhs.__class__ is self.__class__ and self._storage.dtype.is_float:
             return self._binop("div", rhs, True)
-        lhs, rhs = _true_division_operands(self, rhs)
-        return lhs._operand("div", rhs)
+        return _true_divide(self, rhs, False)
 
     def __rtruediv__(self, lhs):
-        rhs, lhs = _true_division_operands(self, lhs)
-        return rhs._operand("div", lhs, on_left=True)
+        return _true_divide(self, lhs, True)
 
     def __floordiv__(self, rhs):
         return self._operand("floor_div", rhs)
@@ -279,8 +296,9 @@ class ElementwiseOps:
         return self._operand("rem", lhs, on_left=True)
 
     def __pow__(self, rhs):
-        if self._storage.dtype.is_int and isinstance(rhs, (int, np.integer)) and not isinstance(rhs, bool):
-            return _int_power(self, int(rhs))
+        dtype = self._storage.dtype
+        if dtype.is_int and isinstance(rhs, (int, np.integer)) and not isinstance(rhs, bool):
+            return _int_power(self.to_dtype(dt.result_type_scalar(dtype, rhs)), int(rhs))
         return self._operand("pow", rhs)
 
     def __rpow__(self, lhs):
@@ -302,16 +320,14 @@ class ElementwiseOps:
     __rxor__ = __xor__
 
     def __invert__(self):
-        """``~t``: logical not on u8 (tallow's bool, as PyTorch's ``~`` on bool);
-        bitwise not on u32 and i64."""
+        """``~t``: logical not on bool, bitwise not on the integer dtypes (PyTorch's)."""
         dtype = self._storage.dtype
-        if dtype is dt.u8:
-            return self.eq(0)
-        if dtype is dt.u32:
-            return self._scalar("sub", int(dtype.max), True)
-        if dtype is dt.i64:
-            return self._scalar("sub", -1, True)
-        raise UnsupportedDTypeError(f"~: needs an integer tensor (u8, u32 or i64), got {dtype}")
+        if dtype.is_bool:
+            return self.eq(False)
+        if dtype.is_int:
+            # Unsigned: max - x; signed: -1 - x (both are the bits flipped).
+            return self._scalar("sub", -1 if dtype.is_signed else int(dtype.max), True)
+        raise UnsupportedDTypeError(f"~: needs a bool or integer tensor, got {dtype}")
 
     # -- the same, by PyTorch's names ----------------------------------------------------
     def true_divide(self, rhs):
@@ -339,23 +355,23 @@ class ElementwiseOps:
         return self._operand("bit_xor", rhs)
 
     def bitwise_not(self):
-        """``~self``: bitwise not on u32/i64; on u8 (tallow's bool) logical not."""
+        """``~self``: bitwise not on integers, logical not on bool."""
         return self.__invert__()
 
     def logical_not(self):
-        """u8 mask: 1 where self is zero (any dtype)."""
+        """bool: True where self is zero (any dtype)."""
         return self.eq(0)
 
     def logical_and(self, rhs):
-        """u8 mask: 1 where both self and ``rhs`` are nonzero."""
+        """bool: True where both self and ``rhs`` are nonzero."""
         return self.ne(0) & _truth(self, rhs)
 
     def logical_or(self, rhs):
-        """u8 mask: 1 where self or ``rhs`` is nonzero."""
+        """bool: True where self or ``rhs`` is nonzero."""
         return self.ne(0) | _truth(self, rhs)
 
     def logical_xor(self, rhs):
-        """u8 mask: 1 where exactly one of self and ``rhs`` is nonzero."""
+        """bool: True where exactly one of self and ``rhs`` is nonzero."""
         return self.ne(0) ^ _truth(self, rhs)
 
     def __neg__(self):
@@ -367,12 +383,15 @@ class ElementwiseOps:
     def __abs__(self):
         return self.abs()
 
-    # -- comparisons (u8 results) -------------------------------------------------------
+    # -- comparisons (bool results) -----------------------------------------------------
     def _cmp(self, name, rhs):
         if isinstance(rhs, TensorBase):
             ls, rs = self._storage, rhs._storage
             if ls.dtype is not rs.dtype or ls.bdev is not rs.bdev:
-                binary_mismatch(name, self, rhs)
+                if ls.bdev is not rs.bdev:
+                    binary_mismatch(name, self, rhs)
+                common = dt.result_type_tensors(self, rhs)
+                return self.to_dtype(common)._cmp(name, rhs.to_dtype(common))
             lhs = self
             shape = self._layout.shape
             if shape != rhs._layout.shape:
@@ -386,35 +405,37 @@ class ElementwiseOps:
             if dtype.is_int:
                 value = _int_comparand(name, value, dtype)
                 if value is _ALWAYS or value is _NEVER:
-                    return self.full(self.shape, int(value is _ALWAYS), dtype="u8", device=self.device)
+                    return self.full(self.shape, value is _ALWAYS, dtype=dt.bool_, device=self.device)
             out = self._storage.cmp_scalar(name, self._layout, scalar_for(name, value, dtype))
             return self._wrap(out, _contig(self._layout.shape))
-        if isinstance(rhs, (np.ndarray, list)):
+        if isinstance(rhs, list):
             return self._cmp(name, self.new(np.asarray(rhs), device=self.device).to_dtype(self.dtype))
+        if isinstance(rhs, np.ndarray):
+            return self._cmp(name, self.new(rhs, device=self.device))
         return NotImplemented
 
     def eq(self, rhs):
-        """u8 mask of ``self == rhs`` (a tensor, broadcast, or a scalar)."""
+        """bool mask of ``self == rhs`` (a tensor, broadcast, or a scalar; dtypes promote)."""
         return self._cmp("eq", rhs)
 
     def ne(self, rhs):
-        """u8 mask of ``self != rhs``."""
+        """bool mask of ``self != rhs``."""
         return self._cmp("ne", rhs)
 
     def lt(self, rhs):
-        """u8 mask of ``self < rhs``."""
+        """bool mask of ``self < rhs``."""
         return self._cmp("lt", rhs)
 
     def le(self, rhs):
-        """u8 mask of ``self <= rhs``."""
+        """bool mask of ``self <= rhs``."""
         return self._cmp("le", rhs)
 
     def gt(self, rhs):
-        """u8 mask of ``self > rhs``."""
+        """bool mask of ``self > rhs``."""
         return self._cmp("gt", rhs)
 
     def ge(self, rhs):
-        """u8 mask of ``self >= rhs``."""
+        """bool mask of ``self >= rhs``."""
         return self._cmp("ge", rhs)
 
     def __eq__(self, rhs):
@@ -436,7 +457,7 @@ class ElementwiseOps:
         return self._cmp("ge", rhs)
 
     def where_cond(self, on_true, on_false):
-        """Pick ``on_true`` where self (an integer mask) is nonzero, else ``on_false``.
+        """Pick ``on_true`` where self (a bool or integer mask) is nonzero, else ``on_false``.
 
         The three shapes must broadcast together.
         """
@@ -505,32 +526,31 @@ for _name in UNARY_OPS:
 del _name
 
 
-# Operators for which an integer tensor meeting a Python float computes in f32.
-_PROMOTING = frozenset(("add", "sub", "mul", "div", "pow", "rem", "floor_div", "maximum", "minimum"))
-
-
-def _is_float_scalar(value) -> bool:
-    return isinstance(value, (float, np.floating))
-
-
-def _true_division_operands(t, other):
-    """``t`` and ``other`` for ``/``: integer tensors and arrays become f32 first."""
-    if t._storage.dtype.is_int:
-        t = t.to_dtype(dt.f32)
+def _true_divide(t, other, on_left):
+    """``t / other`` (``other / t`` when ``on_left``): PyTorch's true division, in the
+    promoted dtype, or f32 when that is an integer or bool."""
+    if isinstance(other, np.ndarray):
+        other = t._array_operand(other)
     if isinstance(other, TensorBase):
-        if other._storage.dtype.is_int:
-            other = other.to_dtype(dt.f32)
-    elif isinstance(other, np.ndarray) and other.dtype.kind in "iub":
-        other = other.astype(np.float32)
-    return t, other
+        common = dt.result_type_tensors(t, other)
+    elif is_scalar(other):
+        common = dt.result_type_scalar(t._storage.dtype, other)
+    else:
+        return t._operand("div", other, on_left)  # a list, or NotImplemented
+    if not common.is_float:
+        common = dt.f32
+    t = t.to_dtype(common)
+    if isinstance(other, TensorBase):
+        other = other.to_dtype(common)
+    return t._operand("div", other, on_left)
 
 
 def _truth(t, value):
-    """A u8 mask of ``value != 0`` (a tensor, array or scalar) on t's device."""
+    """A bool mask of ``value != 0`` (a tensor, array or scalar) on t's device."""
     if isinstance(value, TensorBase):
         return value.ne(0)
     if is_scalar(value):
-        return t.full((), int(bool(value)), dtype=dt.u8, device=t.device)
+        return t.full((), bool(value), dtype=dt.bool_, device=t.device)
     return t.new(np.asarray(value) != 0, device=t.device)
 
 

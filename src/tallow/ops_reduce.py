@@ -5,8 +5,8 @@ recorded as two ops (keepdim then squeeze), as candle does. The PyTorch spelling
 are the same methods: ``sum(dim=None, keepdim=False)`` (no dim: every dim),
 ``max(dim)`` -> ``(values, indices)``, ``var``/``std`` unbiased by default.
 
-Sums of u8 (tallow's bool) accumulate in i64 and return i64, as PyTorch's sums of
-bool and uint8 do, so counting a mask never wraps; means of integers return f32.
+Sums of bool, u8, i8, i16 and i32 accumulate in i64 and return i64, as PyTorch's
+do, so counting a mask never wraps; means of integers return f32.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def _dims_arg(name, dims, dim):
 _CHECK_ABOVE = 2**31
 
 
+# Sums of these accumulate in, and return, i64 (as PyTorch's: a mask of 300 ones sums
+# to 300); u32 keeps candle's u32 sums.
+_SUM_WIDENED = frozenset((dt.bool_, dt.u8, dt.i8, dt.i16, dt.i32))
+
+
 def _wide_int(t):
     """The dtype integer sums accumulate in: i64 (u32 where the device has no i64)."""
     return dt.i64 if t.device.supports_dtype(dt.i64) else dt.u32
@@ -54,7 +59,7 @@ class ReduceOps:
     __slots__ = ()
 
     def _reduce(self, op, dims, name):
-        if op == "sum" and self._storage.dtype is dt.u8:
+        if op == "sum" and self._storage.dtype in _SUM_WIDENED:
             # A u8 sum would wrap at 256 (a mask of 300 ones summing to 44). The
             # widened copy holds one element per stored one: reduced broadcast dims
             # are left out of it and made up for by a multiplication.
@@ -111,7 +116,7 @@ class ReduceOps:
     def sum_keepdim(self, dims):
         """Sum over ``dims`` (an int or a sequence), keeping them as size 1 (candle).
 
-        u8 sums return i64 (they never wrap); other integer sums wrap in their dtype.
+        bool/u8/i8/i16/i32 sums return i64 (they never wrap); u32 and i64 sums wrap in their dtype.
         """
         dims = normalize_dims(dims, self.rank, "sum_keepdim")
         return self._reduce("sum", dims, "sum_keepdim")
@@ -119,7 +124,7 @@ class ReduceOps:
     def sum(self, dims=None, keepdim=False, *, dim=None):
         """Sum over ``dims`` (or PyTorch's ``dim=``; an int or a sequence), dropping
         them unless ``keepdim``; with no dims, over every element (a rank-0 tensor).
-        u8 sums return i64, as PyTorch's sums of bool."""
+        bool/u8/i8/i16/i32 sums return i64, as PyTorch's."""
         dims = _dims_arg("sum", dims, dim)
         if dims is None:
             out = self.sum_all()
@@ -129,7 +134,7 @@ class ReduceOps:
         return out if keepdim else out.squeeze_dims(dims)
 
     def sum_all(self):
-        """The sum of every element, as a rank-0 tensor (u8 sums return i64)."""
+        """The sum of every element, as a rank-0 tensor (bool and narrow integer sums return i64)."""
         return self._reduce("sum", self._all_dims(), "sum_keepdim").reshape(())
 
     def _mean_scale(self, dims, name):
@@ -308,13 +313,13 @@ class ReduceOps:
 
     # -- logical reductions -----------------------------------------------------------------
     def any(self, dim=None, keepdim=False):
-        """u8: 1 where some element over ``dim`` (default: all) is nonzero."""
-        self._check_materialised("any", dt.u8)
+        """bool: True where some element over ``dim`` (default: all) is nonzero."""
+        self._check_materialised("any", dt.bool_)
         return self.ne(0)._amin_amax("max", dim, keepdim)
 
     def all(self, dim=None, keepdim=False):
-        """u8: 1 where every element over ``dim`` (default: all) is nonzero."""
-        self._check_materialised("all", dt.u8)
+        """bool: True where every element over ``dim`` (default: all) is nonzero."""
+        self._check_materialised("all", dt.bool_)
         return self.ne(0)._amin_amax("min", dim, keepdim)
 
     # -- statistics -------------------------------------------------------------------------
@@ -361,10 +366,10 @@ class ReduceOps:
         return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
 
     def cumsum(self, dim):
-        """Running sums along ``dim`` (u8 accumulates and returns i64, as PyTorch)."""
+        """Running sums along ``dim`` (bool, u8, i8, i16 and i32 accumulate and return i64, as PyTorch)."""
         d = normalize_dim(dim, self.rank, "cumsum")
-        self._check_materialised("cumsum", dt.i64 if self.dtype is dt.u8 else None)
-        if self._storage.dtype is dt.u8:
+        self._check_materialised("cumsum", dt.i64 if self.dtype in _SUM_WIDENED else None)
+        if self._storage.dtype in _SUM_WIDENED:
             return self.to_dtype(_wide_int(self)).cumsum(d)
         out = self._storage.cumsum(self._layout, d)
         return self._wrap(out, _contig(self._layout.shape), record1("cumsum", self, d))

@@ -22,7 +22,6 @@ from .ops_conv import ConvOps
 from . import ops_elementwise
 from .ops_elementwise import ElementwiseOps
 from .ops_index import IndexOps
-from .ops_inplace import InplaceOps
 from .ops_linalg import LinalgOps
 from .ops_reduce import ReduceOps
 from .ops_views import ViewOps
@@ -32,8 +31,8 @@ _contig = Layout.contiguous_of
 _new = object.__new__
 
 
-class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, InplaceOps, LinalgOps,
-             ConvOps, CustomOpMethods, TensorBase):
+class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps,
+             CustomOpMethods, TensorBase):
     """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
     copies Python data, a NumPy array or another tensor."""
 
@@ -367,10 +366,12 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
             elif isinstance(arg, str):
                 try:
                     d = Device.parse(arg)
-                except TallowError:
+                except TallowError as device_error:
                     try:
                         d = dt.DType.parse(arg)
                     except TallowError:
+                        if arg.strip().lower().partition(":")[0] in ("cuda", "metal", "mps"):
+                            raise device_error from None  # says which device to use instead
                         raise TypeError(f"to: {arg!r} is neither a device nor a dtype") from None
                     dtype = put(dtype, d, "dtypes")
                 else:
@@ -429,27 +430,24 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
         return self._wrap(self._storage, self._layout)
 
     def clone(self) -> "Tensor":
-        """PyTorch's clone, free as candle's: a write to either tensor is never seen by
-        the other, yet nothing is copied now. The clone gets its own storage handle over
-        the same buffer (copy-on-write: the first side written in place gets a private
-        copy, backends/shared_buffer.py); layout, op and id stay, as in candle, so
-        gradients flow through it to this tensor."""
+        """The same tensor (as candle's clone: same storage, layout, op and id)."""
         t = object.__new__(type(self))
-        s = self._storage
-        share = getattr(s, "share_buffer", None)
-        t._storage = share() if share is not None else s
-        t._layout, t._op, t._track, t._id = self._layout, self._op, self._track, self._id
+        t._storage, t._layout, t._op, t._track, t._id = (
+            self._storage, self._layout, self._op, self._track, self._id)
         return t
 
     __copy__ = clone
 
     def equal(self, other) -> bool:
-        """True when ``other`` is a tensor of the same shape with equal values."""
+        """True when ``other`` is a tensor of the same shape with equal values
+        (``torch.equal``: dtypes promote, so a bool True equals a u8 1)."""
         if not isinstance(other, Tensor) or other.shape != self.shape:
             return False
+        mine, theirs = self._host(), other.to_device(self.device)._host()
         if other.dtype is not self.dtype:
-            return False
-        return bool(np.array_equal(self._host(), other.to_device(self.device)._host()))
+            common = dt.promote_types(self.dtype, other.dtype).np
+            mine, theirs = mine.astype(common), theirs.astype(common)
+        return bool(np.array_equal(mine, theirs))
 
     # -- quantization (tallow.quantized) ------------------------------------------------
     def quantize(self, ggml_dtype):

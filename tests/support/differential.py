@@ -17,8 +17,12 @@ TOL = {
     "bf16": dict(rtol=1.6e-2, atol=1.6e-2),
     "f32": dict(rtol=2e-5, atol=2e-6),
     "f64": dict(rtol=1e-12, atol=1e-12),
+    "bool": dict(rtol=0, atol=0),
     "u8": dict(rtol=0, atol=0),
     "u32": dict(rtol=0, atol=0),
+    "i8": dict(rtol=0, atol=0),
+    "i16": dict(rtol=0, atol=0),
+    "i32": dict(rtol=0, atol=0),
     "i64": dict(rtol=0, atol=0),
 }
 

@@ -2,7 +2,9 @@
 
 f16 and bf16 are computed in f32 and rounded once (what candle's ``half``
 arithmetic does per op); NumPy's own f16/bf16 loops already do this for the
-basic arithmetic, so those run natively.
+basic arithmetic, so those run natively. The 8-, 6- and 4-bit float formats are
+computed the same way. Comparisons give bool; bool takes the integer kernels
+(NumPy's bool loops are PyTorch's: ``+`` is or, ``*`` is and).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ _new = object.__new__
 
 
 _F32 = np.float32
-_HALF = (dt.f16, dt.bf16)
+_BOOL = dt.bool_
+# Float dtypes computed in f32 and rounded back once.
+_HALF = (dt.f16, dt.bf16) + dt.SMALL_FLOATS
 
 
 def _erf(x):
@@ -74,10 +78,10 @@ def _round_half_away(x):
 
 
 _ZEROS: dict = {}
-_ZEROS_MAX = 1 << 16  # elements
+ZEROS_MAX = 1 << 16  # elements
 
 
-def _zeros_like(x):
+def cached_zeros_like(x):
     """A shared read-only zero array of x's shape and dtype (small shapes only)."""
     key = (x.shape, x.dtype)
     z = _ZEROS.get(key)
@@ -94,8 +98,8 @@ def _relu(x, out=None):
     # NumPy's maximum against a scalar takes a slower loop than against an array
     # of the same shape (3.6 vs 2.5 µs for 64x256 f32), so small inputs use a
     # cached zero array.
-    if x.size <= _ZEROS_MAX:
-        return np.maximum(x, _zeros_like(x), out=out)
+    if x.size <= ZEROS_MAX:
+        return np.maximum(x, cached_zeros_like(x), out=out)
     return np.maximum(x, x.dtype.type(0), out=out)
 
 
@@ -123,7 +127,7 @@ _FLOAT_UNARY = {
 
 
 def _int_neg(x):
-    if x.dtype.kind == "u":
+    if x.dtype.kind in "ub":
         raise UnsupportedDTypeError(f"neg: not defined for unsigned dtype {x.dtype}")
     return np.negative(x)
 
@@ -149,6 +153,18 @@ def _float_out(s, y, dtype):
 
 def _unsupported(op, dtype):
     return UnsupportedDTypeError(f"{op}: not supported for dtype {dtype} on cpu")
+
+
+def _bool_refused(op):
+    """PyTorch's refusals on two bool operands: ``-`` (use ``^`` or ``~``), ``//``,
+    ``%`` and candle's truncating ``div`` (``/`` divides in f32)."""
+    hint = " (use ^ or logical_xor, or ~ to invert a mask)" if op == "sub" else (
+        " (convert to an integer dtype first)")
+    return UnsupportedDTypeError(f"{op}: not supported on two bool operands{hint}")
+
+
+# Binary ops that bool operands refuse, as in PyTorch.
+_BOOL_REFUSED = frozenset(("sub", "div", "rem", "floor_div", "pow"))
 
 
 def _apply(f, x):
@@ -255,7 +271,7 @@ class CpuElementwise:
             if f is None:
                 raise ValueError(f"unknown unary op {op!r}")
             return _float_out(self, _apply(f, _float_in(self, layout)), dtype)
-        f = _INT_UNARY.get(op)
+        f = _INT_UNARY.get(op) if not dtype.is_bool else None
         if f is None:
             raise _unsupported(op, dtype)
         return self._wrap(_apply(f, self.view(layout)), dtype)
@@ -310,6 +326,8 @@ class CpuElementwise:
         b = vc[1] if vc is not None and vc[0] is rhs_layout else rhs.view(rhs_layout)
         f = _BINARY_NATIVE.get(op)
         dtype = self.dtype
+        if dtype is _BOOL and op in _BOOL_REFUSED:
+            raise _bool_refused(op)
         if f is not None:
             out = f(a, b) if lhs_layout.count < _MIN else parallel.ufunc(f, a.dtype, a, b)
             if lhs_layout.contiguous and rhs_layout.contiguous:
@@ -340,6 +358,8 @@ class CpuElementwise:
         vc = self._vc
         x = vc[1] if vc is not None and vc[0] is layout else self.view(layout)
         dtype = self.dtype
+        if dtype is _BOOL and op in _BOOL_REFUSED:
+            raise _bool_refused(op)
         c = dtype.np.type(scalar)
         f = _BINARY_NATIVE.get(op)
         if f is not None:
@@ -365,11 +385,11 @@ class CpuElementwise:
 
     def cmp(self, op, lhs_layout, rhs, rhs_layout):
         out = _CMP[op](self.view(lhs_layout), rhs.view(rhs_layout))
-        return self._wrap(out.view(np.uint8), dt.u8)
+        return self._wrap(np.asarray(out), dt.bool_)
 
     def cmp_scalar(self, op, layout, scalar):
         out = _CMP[op](self.view(layout), self.dtype.np.type(scalar))
-        return self._wrap(np.asarray(out).view(np.uint8), dt.u8)
+        return self._wrap(np.asarray(out), dt.bool_)
 
     def where_cond(self, layout, on_true, true_layout, on_false, false_layout):
         cond = self.view(layout) != 0
@@ -378,6 +398,8 @@ class CpuElementwise:
 
     def to_dtype(self, layout, dtype):
         x = self.view(layout)
+        if dtype.is_bool:
+            return self._wrap(np.asarray(x != 0), dtype)  # PyTorch: 0.5 and NaN are True
         if dtype.is_int and self.dtype.is_float:
             return self._wrap(_float_to_int(x, dtype), dtype)
         if dtype is dt.bf16 and self.dtype is dt.f64:

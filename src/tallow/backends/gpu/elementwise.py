@@ -2,7 +2,9 @@
 comparisons, where_cond and casts. Each is one dispatch of a map kernel.
 
 f16 and bf16 compute in f32 and round once; scalars are rounded to the tensor's
-dtype first where the CPU backend (NumPy) does that.
+dtype first where the CPU backend (NumPy) does that. bool, i8 and i16 compute in 32-bit
+registers (u32, i32) and are stored packed; comparisons give bool. The 8-, 6- and
+4-bit floats compute in f32 as f16 does, rounded once per op (as on the CPU).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ UNARY = family("unary", [("a", "in", 0), ("y", "out", 0)], math=True, includes=_
 BINARY = family("binary", [("a", "in", 0), ("b", "in", 0), ("y", "out", 0)], math=True, includes=_MAP)
 BINARY_SCALAR = family("binary_scalar", [("a", "in", 0), ("y", "out", 0)], math=True,
                        file="binary.wgsl", flags=("SCALAR",), includes=_MAP)
-CMP = family("cmp", [("a", "in", 0), ("b", "in", 0), ("y", "out", "u8")], includes=_MAP)
-CMP_SCALAR = family("cmp_scalar", [("a", "in", 0), ("y", "out", "u8")], file="cmp.wgsl",
+CMP = family("cmp", [("a", "in", 0), ("b", "in", 0), ("y", "out", "bool")], includes=_MAP)
+CMP_SCALAR = family("cmp_scalar", [("a", "in", 0), ("y", "out", "bool")], file="cmp.wgsl",
                     flags=("SCALAR",), includes=_MAP)
 WHERE = family("where", [("c", "in", 0), ("a", "in", 1), ("b", "in", 1), ("y", "out", 1)],
                main=1, includes=_MAP)
@@ -57,11 +59,21 @@ _BITWISE = ("bit_and", "bit_or", "bit_xor")
 _INT_DIVISIONS = ("div", "rem", "floor_div")
 
 
+# Binary ops that two bool operands refuse, as in PyTorch (and on the CPU).
+_BOOL_REFUSED = frozenset(("sub", "div", "rem", "floor_div", "pow"))
+
+
 def _check_kernel_exists(storage, op):
-    """The binary kernels have no integer pow and no float bitwise ops."""
-    is_int = storage.dtype.is_int
+    """The binary kernels have no integer pow and no float bitwise ops; bool refuses
+    what PyTorch refuses."""
+    dtype = storage.dtype
+    is_int = dtype.is_int
     if (is_int and op == "pow") or (not is_int and op in _BITWISE):
         raise _unsupported(storage, op)
+    if dtype.is_bool and op in _BOOL_REFUSED:
+        raise UnsupportedDTypeError(f"{op}: not supported on two bool operands"
+                                    + (" (use ^ or logical_xor, or ~ to invert a mask)" if op == "sub" else ""))
+
 
 
 def _check_div(s, layout, op="div"):
@@ -80,7 +92,8 @@ class GpuElementwise:
         if consts is None:
             raise ValueError(f"unknown unary op {op!r}")
         dtype = self.dtype
-        if dtype.is_int and (op not in INT_UNARY_OPS or (OPS[op].dtypes == "signed" and dtype is not dt.i64)):
+        if dtype.is_int and (dtype.is_bool or op not in INT_UNARY_OPS
+                             or (OPS[op].dtypes == "signed" and not dtype.is_signed)):
             raise _unsupported(self, op)
         return _map1(self, layout, UNARY, consts)
 
@@ -143,12 +156,12 @@ class GpuElementwise:
         state = self.bdev
         pipe = state.kernels.ref(CMP, (self.dtype.name,), "main", _CMP_CONSTS[op])
         n = lhs_layout.count
-        buf = map_new(state, pipe, ((self, lhs_layout), (rhs, rhs_layout)), dt.u8, n)
-        return self._wrap(buf, dt.u8, n)
+        buf = map_new(state, pipe, ((self, lhs_layout), (rhs, rhs_layout)), dt.bool_, n)
+        return self._wrap(buf, dt.bool_, n)
 
     def cmp_scalar(self, op, layout, scalar):
         words = pad_scalars(scalar_words(self.dtype, scalar))
-        return _map1(self, layout, CMP_SCALAR, _CMP_CONSTS[op], words, out_dtype=dt.u8)
+        return _map1(self, layout, CMP_SCALAR, _CMP_CONSTS[op], words, out_dtype=dt.bool_)
 
     def where_cond(self, layout, on_true, true_layout, on_false, false_layout):
         state = self.bdev

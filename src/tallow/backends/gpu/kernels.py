@@ -163,6 +163,7 @@ def _binding_prelude(name, role, binding, wt) -> str:
 _SCALAR_FN = {
     "f32": "fn sc(k: u32) -> T { return pf(8u + 2u * k); }",
     "u32": "fn sc(k: u32) -> T { return pw(8u + 2u * k); }",
+    "i32": "fn sc(k: u32) -> T { return pi32(8u + 2u * k); }",
     "f64": "fn sc(k: u32) -> T { return pf64(8u + 2u * k); }",
     "i64": "fn sc(k: u32) -> T { return pi64(8u + 2u * k); }",
 }
@@ -176,16 +177,20 @@ def assemble(fam: Family, dtypes: tuple) -> str:
     main = TYPES[dtypes[fam.main]] if dtypes else TYPES["f32"]
     flags = {
         "T_FLOAT": main.is_float, "T_INT": not main.is_float,
-        "T_SIGNED": main.name in ("i64",) or main.is_float,
+        "T_SIGNED": main.compute in ("i32", "i64") or main.is_float,
+        "T_I32": main.compute == "i32", "T_BOOL": main.name == "bool",
         "T_F64": main.name == "f64", "T_I64": main.name == "i64", "T_U8": main.name == "u8",
         "T_HALF": main.name in ("f16", "bf16"), "T_NAME_" + main.name: True,
         "HAS_F64": any(t.name == "f64" for t in types) or main.name == "f64",
         "HAS_I64": any(t.name == "i64" for t in types) or main.name == "i64",
+        "HAS_SMALL": any(t.dtype.is_small_float for t in types) or main.dtype.is_small_float,
     }
     for (name, _, _), wt in zip(fam.bindings, types):
         up = name.upper()
         flags[f"PACKED_{up}"] = wt.packed
         flags[f"FLOAT_{up}"] = wt.is_float
+        flags[f"I32_{up}"] = wt.compute == "i32"
+        flags[f"SMALL_{up}"] = wt.dtype.is_small_float
         flags[f"{up}_IS_{wt.name}"] = True
     for i, d in enumerate(dtypes):
         flags[f"D{i}_{d}"] = True

@@ -1,4 +1,4 @@
-// cmp.wgsl: u8 masks of a (op) b or a (op) scalar. OP is one of the OP_* constants
+// cmp.wgsl: bool masks of a (op) b or a (op) scalar. OP is one of the OP_* constants
 // of the op table (tallow/op.py): OP_EQ ... OP_GE.
 override OP: u32 = 0u;
 

@@ -125,3 +125,80 @@ fn map_idx(g: u32, k: u32) -> u32 {
     if ((pw(4u) & (1u << k)) != 0u) { return off + g; }
     return strided(g, pw(3u), 16u, 24u + 8u * k, off);
 }
+
+//#if HAS_SMALL
+// -- the 8-, 6- and 4-bit float codecs (one byte per element; bit exact with ml_dtypes) --
+// A sign-magnitude code of E exponent bits, M mantissa bits and bias B (no inf; NaN
+// codes are handled by each format's function).
+fn small_to_f32(h: u32, E: u32, M: u32, B: i32) -> f32 {
+    let e = (h >> M) & ((1u << E) - 1u);
+    let m = h & ((1u << M) - 1u);
+    var v: f32;
+    if (e == 0u) {
+        v = ldexp(f32(m), 1 - B - i32(M));
+    } else {
+        v = ldexp(f32(m | (1u << M)), i32(e) - B - i32(M));
+    }
+    return select(v, -v, (h & (1u << (E + M))) != 0u);
+}
+
+// The code of a finite |a| rounded to nearest even (WGSL's round is half-to-even), in
+// a format of M mantissa bits and bias B; above the largest finite code it grows on
+// (the caller saturates or makes NaN). A mantissa rounded up to 2^(M+1) carries into
+// the exponent field, as the code's layout wants.
+fn small_magnitude(a: f32, M: u32, B: i32) -> u32 {
+    let e_min = 1 - B;
+    let e = i32((bitcast<u32>(a) >> 23u) & 0xffu) - 127;
+    if (e < e_min) {
+        return u32(round(ldexp(a, i32(M) - e_min)));
+    }
+    let q = u32(round(ldexp(a, i32(M) - e)));
+    return (u32(e - e_min + 1) << M) + q - (1u << M);
+}
+
+// float8_e4m3fn: no infinity, 0x7f / 0xff are NaN; beyond 448 (after rounding) is NaN.
+fn f8e4m3_to_f32(h: u32) -> f32 {
+    if ((h & 0x7fu) == 0x7fu) { return bitcast<f32>(F32_NAN_BITS); }
+    return small_to_f32(h, 4u, 3u, 7);
+}
+fn f32_to_f8e4m3(f: f32) -> u32 {
+    let x = bitcast<u32>(f);
+    let s = (x >> 24u) & 0x80u;
+    let ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) { return s | 0x7fu; }
+    return s | min(small_magnitude(bitcast<f32>(ax), 3u, 7), 0x7fu);
+}
+
+// float6_e2m3fn, float6_e3m2fn, float4_e2m1fn: no infinity or NaN; out of range
+// (infinity included) saturates to the largest finite value, NaN becomes -0.
+fn f6e2m3_to_f32(h: u32) -> f32 { return small_to_f32(h, 2u, 3u, 1); }
+fn f6e3m2_to_f32(h: u32) -> f32 { return small_to_f32(h, 3u, 2u, 3); }
+fn f4_to_f32(h: u32) -> f32 { return small_to_f32(h, 2u, 1u, 1); }
+fn f32_to_saturating(f: f32, M: u32, B: i32, sign: u32, max_code: u32) -> u32 {
+    let x = bitcast<u32>(f);
+    let ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) { return sign; }
+    let s = select(0u, sign, (x & 0x80000000u) != 0u);
+    if (ax == 0x7f800000u) { return s | max_code; }
+    return s | min(small_magnitude(bitcast<f32>(ax), M, B), max_code);
+}
+fn f32_to_f6e2m3(f: f32) -> u32 { return f32_to_saturating(f, 3u, 1, 0x20u, 0x1fu); }
+fn f32_to_f6e3m2(f: f32) -> u32 { return f32_to_saturating(f, 2u, 3, 0x20u, 0x1fu); }
+fn f32_to_f4(f: f32) -> u32 { return f32_to_saturating(f, 1u, 1, 0x8u, 0x7u); }
+
+// float8_e8m0fnu: a biased power of two 2^(h - 127), 0xff is NaN; zero, negatives,
+// infinity and NaN all become NaN; a mantissa of one half or more rounds up.
+fn f8e8m0_to_f32(h: u32) -> f32 {
+    if (h == 0xffu) { return bitcast<f32>(F32_NAN_BITS); }
+    if (h == 0u) { return bitcast<f32>(0x00400000u); }
+    return bitcast<f32>(h << 23u);
+}
+fn f32_to_f8e8m0(f: f32) -> u32 {
+    let x = bitcast<u32>(f);
+    if (x == 0u || x >= 0x7f800000u) { return 0xffu; }
+    let e = x >> 23u;
+    let m = x & 0x7fffffu;
+    if (e == 0u) { return select(0u, 1u, m >= 0x600000u); }
+    return min(e + select(0u, 1u, m >= 0x400000u), 0xffu);
+}
+//#endif

@@ -48,7 +48,7 @@ fn f(x: T) -> T {
 //#else
     switch OP {
         case OP_NEG: { return T(0) - x; }
-//#if T_I64
+//#if T_SIGNED
         case OP_ABS: { return abs(x); }
         case OP_SIGN: { return select(select(T(0), T(-1), x < T(0)), T(1), x > T(0)); }
 //#else
