@@ -64,6 +64,10 @@ def _ids(draw, n, family):
         return values.astype(np.int16)
     if kind == "tensor_u32" and values.size and values.min() >= 0:
         return tl.tensor(values.astype(np.uint32), dtype=tl.u32)
+    narrow = [getattr(tl, name) for name in ("i32", "i16", "i8") if hasattr(tl, name)]
+    if kind == "tensor" and narrow and draw(st.booleans()):
+        dtype = draw(st.sampled_from(narrow))
+        return tl.tensor(values.astype(dtype.np), dtype=dtype)
     return tl.tensor(values, dtype=tl.i64)
 
 

@@ -175,6 +175,20 @@ def test_out_of_range_raises_before_any_write(device):
     np.testing.assert_array_equal(t.numpy(), np.zeros((3, 4)))
 
 
+def test_an_id_at_the_dtype_max_is_out_of_range():
+    # index_select reads u32::MAX / i64::MAX as candle's "no id" (a row of zeros);
+    # t[...] is NumPy's, where that id is out of range.
+    t = tl.zeros((3, 4))
+    for ids in (tl.tensor([0, 0xFFFFFFFF], dtype=tl.u32),
+                tl.tensor([np.iinfo(np.int64).max], dtype=tl.i64)):
+        with pytest.raises(tl.IndexOutOfRangeError, match="out of range for dim 0 of size 3"):
+            t[ids]
+        with pytest.raises(tl.IndexOutOfRangeError):
+            t[:, 1:][ids]
+        with pytest.raises(IndexError):
+            t[ids] = 1.0
+
+
 def test_float_and_bare_bool_indices_are_refused(device):
     t = tl.zeros((3, 4), device=device)
     for bad in ([0.0, 1.0], np.array([1.5]), tl.tensor([1.0, 0.0], device=device)):
