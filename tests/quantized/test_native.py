@@ -148,7 +148,7 @@ def test_shapes_and_types_are_checked():
     with pytest.raises(ValueError, match=r"expected \(\.\.\., 64\)"):
         nw.matmul_t(np.zeros((2, 32), F))
     with pytest.raises(ValueError, match="bytes"):  # the C side checks the buffers' sizes
-        native._kernels.matvec_q(native._kernels.Q4_0, nw.packed, 8, 64, np.zeros(32, F), np.zeros(8, F))
+        native._kernels.matvec(native._kernels.Q4_0, nw.packed, 8, 64, np.zeros(32, F), np.zeros(8, F))
     assert nw.matmul_t(np.zeros((0, 64), F)).shape == (0, 8)
 
 

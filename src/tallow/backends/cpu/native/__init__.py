@@ -234,7 +234,7 @@ class NativeWeight:
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
         self.kquant = t.name in ("Q4K", "Q6K")  # Q8K activations, super-blocks of 256
         self.q8_1 = t.name in ("Q4_1", "Q5_1")
-        self._matvec = _kernels.matvec_k if self.kquant else _kernels.matvec_q
+        self._matvec = _kernels.matvec
         # For the non-finite fallback only: the blocks (a view of the file's map), or
         # ``source``, parts whose concatenation they are (not kept as a copy).
         self._source = [raw] if source is None else list(source)
@@ -281,7 +281,6 @@ class NativeWeight:
         if self.kquant:  # Q8K: sixteen 16-element sums per super-block
             xs = np.empty((m, self.nb * 16), np.int32)
             ok = _kernels.quantize_q8k(x2, m, self.k, xq, xd, xs)
-            kernel = _kernels.matmul_k
         else:
             xs = np.empty((m, self.nb), np.int32)
             if self.q8_1:  # Q4_1/Q5_1: Q8_1 activations, whose stored block sums multiply m_w
@@ -289,9 +288,9 @@ class NativeWeight:
                 ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs, xsf)
             else:
                 ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs)
-            kernel = _kernels.matmul_q
         if not ok:
             return self._fallback(x2).reshape(lead + (self.n,))
+        kernel = _kernels.matmul
         args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
         tail = (xsf,) if self.q8_1 else ()
         if threads == 1:

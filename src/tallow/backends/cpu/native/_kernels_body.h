@@ -1,0 +1,368 @@
+/* The quantized kernels of _kernels.c, written once.  _kernels.c includes this file once
+ * per instruction set, with SUFFIX (a name part), TARGET (the functions' target
+ * attribute) and at most one of BUILD_AVX2 / BUILD_VNNI defined.  The kernels are GCC
+ * vector-extension code, which each build compiles to its own instructions; only the
+ * four primitives below (byte dot products, fifth-bit masks, f16 loads) name
+ * instructions, and their generic forms are the reference the others must equal.
+ *
+ * Every build does the same float operations in the same order (no contraction: the
+ * module is compiled with -ffp-contract=off) over the same exact integer sums, so all
+ * builds give the same bits. */
+
+#define K_JOIN2(a, b) a##_##b
+#define K_JOIN(a, b) K_JOIN2(a, b)
+#define K(name) K_JOIN(name, SUFFIX)
+#define INLINE TARGET static inline __attribute__((always_inline))
+
+/* ------------------------------------------------------------------ primitives */
+INLINE u8x32 K(load32)(const uint8_t *p) {
+    u8x32 v;
+    memcpy(&v, p, 32);
+    return v;
+}
+
+/* The four activation bytes at x in every 32-bit lane. */
+INLINE i32x8 K(word4)(const int8_t *x) {
+    int32_t w;
+    memcpy(&w, x, 4);
+    return (i32x8){w, w, w, w, w, w, w, w};
+}
+
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+/* Lane r: the sum over v < nv of the four products of a[v]'s bytes 4r..4r+3 (unsigned,
+ * at most amax) with b[v]'s (signed, |b| <= 127). */
+INLINE i32x8 K(dot_pairs)(const u8x32 *a, const i8x32 *b, int nv, int amax) {
+#if defined(BUILD_VNNI)
+    (void)amax;
+    __m256i s = _mm256_setzero_si256();
+    for (int v = 0; v < nv; v++) s = _mm256_dpbusd_epi32(s, (__m256i)a[v], (__m256i)b[v]);
+    return (i32x8)s;
+#else
+    /* vpmaddubsw sums two products per 16-bit lane: `per16` of them stay below 2^15 */
+    const int per16 = 32767 / (2 * 127 * amax);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s32 = _mm256_setzero_si256();
+    for (int v0 = 0; v0 < nv; v0 += per16) {
+        __m256i s16 = _mm256_setzero_si256();
+        for (int v = v0; v < v0 + per16 && v < nv; v++)
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16((__m256i)a[v], (__m256i)b[v]));
+        s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+    }
+    return (i32x8)s32;
+#endif
+}
+#endif
+
+/* Lane r (a weight row): the sum over vectors v < nv of the four products of w[v]'s bytes
+ * 4r..4r+3 (unsigned, at most wmax) with x[4v..4v+3] (signed, |x| <= 127). */
+INLINE i32x8 K(dot_us)(const u8x32 *w, const int8_t *x, int nv, int wmax) {
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    i8x32 b[8];
+    for (int v = 0; v < nv; v++) b[v] = (i8x32)K(word4)(x + 4 * v);
+    return K(dot_pairs)(w, b, nv, wmax);
+#else
+    (void)wmax;
+    i32x8 s = {0};
+    for (int v = 0; v < nv; v++)
+        for (int r = 0; r < 8; r++)
+            for (int j = 0; j < 4; j++) s[r] += (int32_t)w[v][4 * r + j] * x[4 * v + j];
+    return s;
+#endif
+}
+
+/* As dot_us for signed weights (|w| <= wmax, -128 allowed): |w| times x with w's sign. */
+INLINE i32x8 K(dot_ss)(const u8x32 *w, const int8_t *x, int nv, int wmax) {
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    u8x32 a[8];
+    i8x32 b[8];
+    for (int v = 0; v < nv; v++) {
+        a[v] = (u8x32)_mm256_abs_epi8((__m256i)w[v]);
+        b[v] = (i8x32)_mm256_sign_epi8((__m256i)K(word4)(x + 4 * v), (__m256i)w[v]);
+    }
+    return K(dot_pairs)(a, b, nv, wmax);
+#else
+    (void)wmax;
+    i32x8 s = {0};
+    for (int v = 0; v < nv; v++)
+        for (int r = 0; r < 8; r++)
+            for (int j = 0; j < 4; j++) s[r] += (int32_t)(int8_t)w[v][4 * r + j] * x[4 * v + j];
+    return s;
+#endif
+}
+
+/* A fifth-bit mask word -> 32 bytes, 16 where its bit is set (ggml's bytes_from_bits_32). */
+INLINE u8x32 K(fifth_bits)(const uint8_t *p) {
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
+    return (u8x32)_mm256_and_si256(_mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(16));
+#else
+    u8x32 v;
+    for (int i = 0; i < 32; i++) v[i] = (uint8_t)(((x32 >> i) & 1u) << 4);
+    return v;
+#endif
+}
+
+/* Eight f16 at p as floats (exact either way). */
+INLINE f32x8 K(halves8)(const uint8_t *p) {
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    return (f32x8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+#else
+    f32x8 v;
+    for (int i = 0; i < 8; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        v[i] = half_to_float(h);
+    }
+    return v;
+#endif
+}
+
+/* Eight bytes at p widened to 32 bits (signed or not). */
+INLINE i32x8 K(bytes8)(const uint8_t *p, int is_signed) {
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    const __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    return (i32x8)(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+#else
+    i32x8 v;
+    for (int i = 0; i < 8; i++) v[i] = is_signed ? (int32_t)(int8_t)p[i] : (int32_t)p[i];
+    return v;
+#endif
+}
+
+/* Four vectors of integers in [-128, 127] as 32 bytes at dst, in order. */
+INLINE void K(pack32)(const i32x8 *q, int8_t *dst) {
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    __m256i q16a = _mm256_packs_epi32((__m256i)q[0], (__m256i)q[1]), q16b = _mm256_packs_epi32((__m256i)q[2], (__m256i)q[3]);
+    __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)dst, q8);
+#else
+    for (int i = 0; i < 32; i++) dst[i] = (int8_t)q[i / 8][i % 8];
+#endif
+}
+
+/* ------------------------------------------------------------------ shared steps */
+INLINE f32x8 K(to_float)(i32x8 v) { return __builtin_convertvector(v, f32x8); }
+
+/* The eight rows of group g of one output row. */
+INLINE void K(store8)(float *out_row, int64_t g, int64_t n, f32x8 acc) {
+    if (g * ROWS + ROWS <= n) {
+        memcpy(out_row + g * ROWS, &acc, sizeof acc);
+    } else {
+        for (int j = 0; j < ROWS && g * ROWS + j < n; j++) out_row[g * ROWS + j] = acc[j];
+    }
+}
+
+/* x rounded half to even (|x| < 2^22): 1.5 * 2^23 + x has a unit ulp. */
+INLINE f32x8 K(round_even)(f32x8 x) {
+    const float magic = 12582912.0f;
+    return (x + magic) - magic;
+}
+
+/* ------------------------------------------------------------------ activation rows */
+/* Q8_0 (and Q8_1's sums, xsf not NULL): see quantize_q8_0 in _kernels.c.  0 on a
+ * non-finite input. */
+TARGET static int K(quantize_q8_0)(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xs, float *xsf) {
+    for (int64_t b = 0; b < k / QK; b++) {
+        f32x8 v[4];
+        i32x8 top = {0};
+        for (int u = 0; u < 4; u++) {
+            memcpy(&v[u], x + b * QK + 8 * u, sizeof v[u]);
+            i32x8 mag = (i32x8)v[u] & 0x7fffffff; /* magnitudes' bits order as the magnitudes */
+            top = top + ((mag - top) & (mag > top));
+        }
+        int32_t bits = 0;
+        for (int i = 0; i < 8; i++) bits = top[i] > bits ? top[i] : bits;
+        if (bits >= 0x7f800000) return 0;
+        float amax;
+        memcpy(&amax, &bits, 4);
+        const float d = amax / 127.0f, inv = d == 0.0f ? 0.0f : 1.0f / d;
+        i32x8 q[4], total = {0};
+        for (int u = 0; u < 4; u++) {
+            q[u] = __builtin_convertvector(K(round_even)(v[u] * inv), i32x8);
+            total += q[u];
+        }
+        K(pack32)(q, xq + b * QK);
+        int32_t sum = 0;
+        for (int i = 0; i < 8; i++) sum += total[i];
+        xd[b] = f16_round(d);
+        xs[b] = sum;
+        if (xsf) xsf[b] = f16_round((float)sum * d); /* Q8_1's s: f16(sum q * d), d unrounded */
+    }
+    return 1;
+}
+
+/* Q8K: iscale = -127 / (the first element of largest magnitude), q = iscale x rounded
+ * half to even and clamped to [-128, 127], d = 1 / iscale, sixteen 16-element sums. */
+TARGET static int K(quantize_q8k)(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xbs) {
+    for (int64_t b = 0; b < k / QKK; b++) {
+        const float *xb = x + b * QKK;
+        float amax = 0.0f, mx = 0.0f;
+        for (int t = 0; t < QKK; t++) {
+            float a = fabsf(xb[t]);
+            if (!(a <= 3.4028235e38f)) return 0;
+            if (a > amax) { amax = a; mx = xb[t]; }
+        }
+        int8_t *q = xq + b * QKK;
+        const float iscale = mx == 0.0f ? 0.0f : -127.0f / mx;
+        for (int t = 0; t < QKK; t += 32) {
+            i32x8 qi[4];
+            for (int u = 0; u < 4; u++) {
+                f32x8 v;
+                memcpy(&v, xb + t + 8 * u, sizeof v);
+                qi[u] = __builtin_convertvector(K(round_even)(v * iscale), i32x8);
+                qi[u] += (127 - qi[u]) & (qi[u] > 127);
+                qi[u] += (-128 - qi[u]) & (qi[u] < -128);
+            }
+            K(pack32)(qi, q + t);
+        }
+        xd[b] = mx == 0.0f ? 0.0f : 1.0f / iscale;
+        for (int u = 0; u < 16; u++) {
+            int32_t acc = 0;
+            for (int t = 0; t < 16; t++) acc += q[16 * u + t];
+            xbs[b * 16 + u] = acc;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ products */
+/* One group of eight weight rows (its blocks at wg) against activation rows i0 .. i0+R-1
+ * (R = 1..4, a constant after inlining: the accumulators stay in registers), into out. */
+
+/* The 32-element formats: per block, the exact integer sum of the weight's values (with
+ * Q5's fifth bit) times the activation, less zero * the activation's sum, then
+ * ((isum * d_w) * d_x), plus m_w * s_x for the formats with minimums. */
+INLINE void K(rows_32)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xs,
+                       const float *xsf, int64_t i0, int R, float *out, int64_t n, int64_t g) {
+    const int64_t k = nb * QK, bb = block_bytes(fmt), qa = quants_at(fmt), ha = high_at(fmt);
+    const int zero = zero_of(fmt);
+    f32x8 acc[4] = {{0}, {0}, {0}, {0}};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wg + b * bb;
+        const f32x8 dw = K(halves8)(blk), mw = has_min(fmt) ? K(halves8)(blk + 16) : (f32x8){0};
+        u8x32 w[8]; /* vector v < 4: elements 4v.. of each row (the low nibbles), v >= 4: 16 + 4(v - 4).. */
+        for (int v = 0; v < (fmt == FMT_Q8_0 ? 8 : 4); v++) {
+            u8x32 W = K(load32)(blk + qa + 32 * v);
+            if (fmt == FMT_Q8_0) {
+                w[v] = W;
+                continue;
+            }
+            w[v] = W & 15;
+            w[4 + v] = W >> 4;
+            if (has_high(fmt)) {
+                w[v] |= K(fifth_bits)(blk + ha + 4 * v);
+                w[4 + v] |= K(fifth_bits)(blk + ha + 16 + 4 * v);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const int64_t i = i0 + r;
+            const int8_t *x = xq + i * k + b * QK;
+            i32x8 s = fmt == FMT_Q8_0 ? K(dot_ss)(w, x, 8, 128) : K(dot_us)(w, x, 8, has_high(fmt) ? 31 : 15);
+            if (zero) s -= zero * xs[i * nb + b];
+            f32x8 f = K(to_float)(s) * dw;
+            f = f * xd[i * nb + b];
+            if (has_min(fmt)) f = f + mw * xsf[i * nb + b];
+            acc[r] += f;
+        }
+    }
+    for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
+}
+
+/* Q6K: isum = sum over 16 sub-blocks of (scale x the exact sub-block sum); out += (d_w d_x) isum. */
+INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, int64_t i0, int R,
+                        float *out, int64_t n, int64_t g) {
+    const int64_t k = nb * QKK, bb = kblock_bytes(FMT_Q6K);
+    f32x8 acc[4] = {{0}, {0}, {0}, {0}};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wg + b * bb;
+        i32x8 isum[4] = {{0}, {0}, {0}, {0}};
+        for (int sb = 0; sb < 16; sb++) {
+            u8x32 w[4];
+            for (int v = 0; v < 4; v++) w[v] = K(load32)(blk + 144 + 32 * (4 * sb + v));
+            const i32x8 sc = K(bytes8)(blk + 16 + 8 * sb, 1);
+            for (int r = 0; r < R; r++) isum[r] += K(dot_ss)(w, xq + (i0 + r) * k + b * QKK + 16 * sb, 4, 32) * sc;
+        }
+        const f32x8 dw = K(halves8)(blk);
+        for (int r = 0; r < R; r++) acc[r] += (dw * xd[(i0 + r) * nb + b]) * K(to_float)(isum[r]);
+    }
+    for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
+}
+
+/* Q4K: isum as Q6K's over eight 32-element sub-blocks of nibbles; msum = the eight
+ * minimums x their activation sums; out += (d_w d_x) isum - (dmin_w d_x) msum. */
+INLINE void K(rows_q4k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xbs,
+                        int64_t i0, int R, float *out, int64_t n, int64_t g) {
+    const int64_t k = nb * QKK, bb = kblock_bytes(FMT_Q4K);
+    f32x8 acc[4] = {{0}, {0}, {0}, {0}};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wg + b * bb;
+        i32x8 isum[4] = {{0}, {0}, {0}, {0}}, msum[4] = {{0}, {0}, {0}, {0}};
+        for (int c = 0; c < 4; c++) {
+            u8x32 lo[8], hi[8];
+            for (int v = 0; v < 8; v++) {
+                u8x32 W = K(load32)(blk + 160 + 32 * (8 * c + v));
+                lo[v] = W & 15;
+                hi[v] = W >> 4;
+            }
+            const i32x8 scl = K(bytes8)(blk + 32 + 8 * (2 * c), 0), sch = K(bytes8)(blk + 32 + 8 * (2 * c + 1), 0);
+            for (int r = 0; r < R; r++) {
+                const int8_t *x = xq + (i0 + r) * k + b * QKK + 64 * c;
+                isum[r] += K(dot_us)(lo, x, 8, 15) * scl + K(dot_us)(hi, x + 32, 8, 15) * sch;
+            }
+        }
+        for (int u = 0; u < 8; u++) {
+            const i32x8 mn = K(bytes8)(blk + 96 + 8 * u, 0);
+            for (int r = 0; r < R; r++) {
+                const int32_t *bs = xbs + ((i0 + r) * nb + b) * 16;
+                msum[r] += mn * (bs[2 * u] + bs[2 * u + 1]);
+            }
+        }
+        const f32x8 dw = K(halves8)(blk), dm = K(halves8)(blk + 16);
+        for (int r = 0; r < R; r++) {
+            const float dx = xd[(i0 + r) * nb + b];
+            acc[r] += (dw * dx) * K(to_float)(isum[r]) - (dm * dx) * K(to_float)(msum[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
+}
+
+INLINE void K(rows)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xs,
+                    const float *xsf, int64_t i0, int R, float *out, int64_t n, int64_t g) {
+    switch (fmt) {
+    case FMT_Q4_0: K(rows_32)(FMT_Q4_0, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
+    case FMT_Q8_0: K(rows_32)(FMT_Q8_0, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
+    case FMT_Q5_0: K(rows_32)(FMT_Q5_0, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
+    case FMT_Q4_1: K(rows_32)(FMT_Q4_1, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
+    case FMT_Q5_1: K(rows_32)(FMT_Q5_1, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
+    case FMT_Q6K: K(rows_q6k)(wg, nb, xq, xd, i0, R, out, n, g); break;
+    default: K(rows_q4k)(wg, nb, xq, xd, xs, i0, R, out, n, g); break;
+    }
+}
+
+/* Rows [8 g0, 8 g1) of out (m, n); xs: Q8_0's block sums or Q8K's sixteen sums a block. */
+TARGET static void K(product)(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
+                              const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n) {
+    const int64_t gb = nb * fmt_bytes(fmt);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *wg = w + g * gb;
+        for (int64_t i = 0; i < m; i += 4) {
+            switch (m - i < 4 ? m - i : 4) {
+            case 4: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 4, out, n, g); break;
+            case 3: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 3, out, n, g); break;
+            case 2: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 2, out, n, g); break;
+            default: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 1, out, n, g); break;
+            }
+        }
+    }
+}
+
+static const kernel_set K(kernels) = {K(quantize_q8_0), K(quantize_q8k), K(product)};
+
+#undef INLINE
+#undef K
+#undef K_JOIN
+#undef K_JOIN2
