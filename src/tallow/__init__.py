@@ -34,6 +34,7 @@ from .errors import (
     ShapeTooLargeError, StaleGraphError, TallowError, UnsupportedDTypeError,
     ValueNotRepresentableError,
 )
+from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .layout import Layout
 from .shape import D
 from .tensor_class import Tensor
@@ -77,5 +78,5 @@ __all__ = [
     "uint32", "long", "float8_e4m3fn", "float8_e8m0fnu",
     "manual_seed", "where", "randint", "randperm", "multinomial",
     "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
-    "compile", "CompiledFunction",
+    "compile", "CompiledFunction", "no_grad", "enable_grad", "is_grad_enabled",
 ]

@@ -22,6 +22,7 @@ from .ops_conv import ConvOps
 from . import ops_elementwise
 from .ops_elementwise import ElementwiseOps
 from .ops_index import IndexOps
+from .ops_inplace import InplaceOps
 from .ops_linalg import LinalgOps
 from .ops_reduce import ReduceOps
 from .ops_views import ViewOps
@@ -31,8 +32,8 @@ _contig = Layout.contiguous_of
 _new = object.__new__
 
 
-class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgOps, ConvOps,
-             CustomOpMethods, TensorBase):
+class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, InplaceOps, LinalgOps,
+             ConvOps, CustomOpMethods, TensorBase):
     """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
     copies Python data, a NumPy array or another tensor."""
 
@@ -366,12 +367,10 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
             elif isinstance(arg, str):
                 try:
                     d = Device.parse(arg)
-                except TallowError as device_error:
+                except TallowError:
                     try:
                         d = dt.DType.parse(arg)
                     except TallowError:
-                        if arg.strip().lower().partition(":")[0] in ("cuda", "metal", "mps"):
-                            raise device_error from None  # says which device to use instead
                         raise TypeError(f"to: {arg!r} is neither a device nor a dtype") from None
                     dtype = put(dtype, d, "dtypes")
                 else:
@@ -430,10 +429,16 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, LinalgO
         return self._wrap(self._storage, self._layout)
 
     def clone(self) -> "Tensor":
-        """The same tensor (as candle's clone: same storage, layout, op and id)."""
+        """PyTorch's clone, free as candle's: a write to either tensor is never seen by
+        the other, yet nothing is copied now. The clone gets its own storage handle over
+        the same buffer (copy-on-write: the first side written in place gets a private
+        copy, backends/shared_buffer.py); layout, op and id stay, as in candle, so
+        gradients flow through it to this tensor."""
         t = object.__new__(type(self))
-        t._storage, t._layout, t._op, t._track, t._id = (
-            self._storage, self._layout, self._op, self._track, self._id)
+        s = self._storage
+        share = getattr(s, "share_buffer", None)
+        t._storage = share() if share is not None else s
+        t._layout, t._op, t._track, t._id = self._layout, self._op, self._track, self._id
         return t
 
     __copy__ = clone
