@@ -24,9 +24,13 @@ graph behind still has them, and gradients flow as in PyTorch.
 
 from __future__ import annotations
 
-from .errors import DTypeMismatchError, InplaceOnTrackedError, OverlappingWriteError
+from .constructors import storage_of
+from .errors import (
+    DTypeMismatchError, InplaceOnTrackedError, OverlappingWriteError, ShapeMismatchError,
+)
 from .grad_mode import GRAD_MODE
-from .tensor_base import new_id
+from .shape import broadcast_shapes
+from .tensor_base import TensorBase, new_id
 from .versions import bump
 
 
@@ -94,6 +98,22 @@ def write_in_place(t, op, write, graph_rule=True):
     return t
 
 
+def source_for(t, value, shape, op):
+    """``value`` (tensor, array, list or scalar) as a tensor of t's dtype on t's device,
+    broadcast to ``shape`` and safe to read while t's storage is written."""
+    if not isinstance(value, TensorBase):
+        value = t._wrap(*storage_of(value, t.dtype, t.device))
+    else:
+        value = value.detach().to_device(t.device).to_dtype(t.dtype)
+    if value.shape != shape:
+        if broadcast_shapes(value.shape, shape, op) != shape:
+            raise ShapeMismatchError(f"{op}: a value of shape {value.shape} cannot fill shape {shape}")
+        value = value.broadcast_as(shape)
+    if value._storage is t._storage:
+        value = value.copy()
+    return value
+
+
 def result_for(t, result, op):
     """``result`` cast to ``t``'s dtype by PyTorch's in-place rule: a float result is
     refused by an integer or bool tensor, a non-bool result by a bool tensor."""
@@ -120,8 +140,6 @@ def _stand_in(t):
 def update_in_place(t, op, compute):
     """``t``'s values replaced by ``compute(t)`` (broadcast to ``t``'s shape, cast by
     PyTorch's rule); on a tensor in a recorded graph ``t`` becomes the new node."""
-    from .ops_index import source_for
-
     recording = GRAD_MODE.enabled
     if recording and t._track:
         _check_rebase(t, op)

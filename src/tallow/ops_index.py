@@ -14,16 +14,15 @@ import numpy as np
 
 from . import dtype as dt
 from .checks import same_dtype_device, scalar_for
-from .constructors import storage_of
 from .errors import (
     DeviceMismatchError, NarrowOutOfBoundsError, ShapeMismatchError, TallowError,
     UnsupportedDTypeError,
 )
+from .inplace import prepare_write, source_for, write_in_place  # noqa: F401  (source_for: setitem)
 from .layout import Layout
 from .op import record
 from .shape import broadcast_shapes, elem_count, normalize_dim, parse_shape
 from .tensor_base import TensorBase
-from .inplace import prepare_write, write_in_place
 
 _contig = Layout.contiguous_of
 
@@ -44,22 +43,6 @@ def check_writable(t, op):
     ``tallow.inplace.prepare_write`` (the caller then bumps the storage's version;
     ``tallow.inplace.write_in_place`` does it all)."""
     prepare_write(t, op)
-
-
-def source_for(t, value, shape, op):
-    """``value`` (tensor, array, list or scalar) as a tensor of t's dtype on t's device,
-    broadcast to ``shape`` and safe to read while t's storage is written."""
-    if not isinstance(value, TensorBase):
-        value = t._wrap(*storage_of(value, t.dtype, t.device))
-    else:
-        value = value.detach().to_device(t.device).to_dtype(t.dtype)
-    if value.shape != shape:
-        if broadcast_shapes(value.shape, shape, op) != shape:
-            raise ShapeMismatchError(f"{op}: a value of shape {value.shape} cannot fill shape {shape}")
-        value = value.broadcast_as(shape)
-    if value._storage is t._storage:
-        value = value.copy()
-    return value
 
 
 def _fresh_copy(t):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .checks import scalar_for
 from .grad_mode import GRAD_MODE
-from .inplace import update_in_place, write_in_place
+from .inplace import source_for, update_in_place, write_in_place
 from .tensor_base import TensorBase
 
 
@@ -81,8 +81,6 @@ class InplaceOps:
     def copy_(self, src):
         """In place: copy ``src``'s values (cast to self's dtype and device, broadcast
         to self's shape) into self; returns self."""
-        from .ops_index import source_for
-
         if _fast(self, src):
             s = source_for(self, src, self.shape, "copy_")
             lay = self._layout
@@ -148,7 +146,6 @@ def _source(t, src, index):
 
 
 def _full_of(t, shape, value):
-    """``value`` in ``shape``, with ``t``'s dtype and device."""
-    from .creation import full
-
-    return full(shape, value, dtype=t.dtype, device=t.device)
+    """``value`` in ``shape``, with ``t``'s dtype and device (a plain tensor, from the
+    constructors every tensor has)."""
+    return t.full(shape, value, dtype=t.dtype, device=t.device)
