@@ -351,9 +351,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: floa
         scores = scores.broadcast_add(mask)
     weights = softmax(scores, -1)
     if dropout_p:
-        from .activation import Dropout
-
-        weights = Dropout(dropout_p).train(True)(weights)
+        weights = weights * 0.0 if dropout_p >= 1 else dropout(weights, dropout_p, True)
     return weights.matmul(v)
 
 
