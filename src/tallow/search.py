@@ -13,6 +13,7 @@ in the score go to the row that comes first in the index.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import numpy as np
 
 import tallow as tl
 
-from .distributed.io import read_manifest
+from .distributed.index_store import MANIFEST, read_manifest, verify_files
 from .errors import EmbeddingIndexError
 from .models.sentence import SentenceEmbedder
 
@@ -43,19 +44,25 @@ class Index:
 
     ``device``: where the scores are computed ("cpu", "gpu" or a ``tl.Device``).
     ``model``: the sentence-transformers directory that embeds text queries
-    (default: the one recorded in the index). ``block_rows``: rows scored at once.
+    (default: the model the index records, found by name where tallow knows it; a
+    directory given or found must have the recorded content hash).
+    ``block_rows``: rows scored at once. ``verify``: check every file's SHA-256
+    against the manifest on opening (sizes and row counts are always checked).
     """
 
-    def __init__(self, path, *, device="cpu", model=None, block_rows: int = DEFAULT_BLOCK_ROWS):
+    def __init__(self, path, *, device="cpu", model=None, block_rows: int = DEFAULT_BLOCK_ROWS,
+                 verify: bool = True):
         if int(block_rows) < 1:
             raise ValueError(f"Index: block_rows must be at least 1, got {block_rows}")
         self.path = os.fspath(path)
         self.manifest = read_manifest(self.path)
+        if verify:
+            verify_files(self.path, self.manifest)
         self.files = [os.path.join(self.path, f) for f in self.manifest["files"]]
         self.dim = int(self.manifest["dim"])
         self.device = tl.Device.parse(device) if isinstance(device, str) else device
         self.block_rows = int(block_rows)
-        self.model_dir = os.fspath(model) if model is not None else self.manifest.get("model")
+        self.model_dir = os.fspath(model) if model is not None else None
         self._embedder = None
 
     def __len__(self) -> int:
@@ -70,17 +77,47 @@ class Index:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if not os.path.exists(path):
+            raise EmbeddingIndexError(self._gone(path))
         try:
-            return pq.ParquetFile(path, memory_map=True)
+            return pq.ParquetFile(path, memory_map=True, page_checksum_verification=True)
         except (OSError, pa.ArrowException) as e:
-            raise EmbeddingIndexError(f"{path}: not a readable Parquet file ({e})") from None
+            raise EmbeddingIndexError(f"{path}: not a readable Parquet file ({e}); rebuild the "
+                                      "index") from None
+
+    def _gone(self, path) -> str:
+        """Why a file this Index listed is missing: the index was replaced, or damaged."""
+        try:
+            with open(os.path.join(self.path, MANIFEST), encoding="utf-8") as f:
+                replaced = json.load(f).get("files") != self.manifest["files"]
+        except (OSError, ValueError, AttributeError):
+            replaced = False
+        if replaced:
+            return (f"{self.path}: the index was replaced since this Index opened it (a new "
+                    f"run wrote it); open it again: Index({self.path!r})")
+        return f"{path}: the index file is missing; rebuild the index"
+
+    def _batches(self, pf, path, **kwargs):
+        """``pf.iter_batches``, a damaged file's error an ``EmbeddingIndexError`` naming it."""
+        import pyarrow as pa
+
+        try:
+            yield from pf.iter_batches(**kwargs)
+        except (OSError, pa.ArrowException) as e:
+            raise EmbeddingIndexError(f"{path}: damaged index file ({e}); rebuild the "
+                                      "index") from None
 
     def blocks(self):
         """(first row number, (n, dim) float32 array) for each block of the index."""
         start = 0
         for path in self.files:
             pf = self._parquet(path)
-            for batch in pf.iter_batches(batch_size=self.block_rows, columns=["embedding"]):
+            for batch in self._batches(pf, path, batch_size=self.block_rows,
+                                       columns=["embedding"]):
+                if batch.schema.names != ["embedding"] or \
+                        not hasattr(batch.schema.field(0).type, "list_size"):
+                    raise EmbeddingIndexError(f"{path}: damaged index file (no embedding "
+                                              "column of fixed-size lists); rebuild the index")
                 column = batch.column(0)
                 if column.null_count:
                     raise EmbeddingIndexError(f"{path}: {column.null_count} rows have no embedding")
@@ -110,7 +147,11 @@ class Index:
                 n = meta.row_group(g).num_rows
                 inside = [r for r in wanted if start <= r < start + n]
                 if inside:
-                    table = pf.read_row_group(g, columns=columns)
+                    try:
+                        table = pf.read_row_group(g, columns=columns)
+                    except (OSError, ValueError) as e:  # pyarrow's errors are both
+                        raise EmbeddingIndexError(f"{path}: damaged index file ({e}); rebuild "
+                                                  "the index") from None
                     for c in columns:
                         col = table.column(c)
                         for r in inside:
@@ -120,11 +161,35 @@ class Index:
 
     # -- searching ------------------------------------------------------------
 
+    def _query_model(self) -> str:
+        """The model directory that embeds queries: the one given, or the one the index
+        records, checked against its content hash."""
+        from .models.identity import content_hash
+
+        recorded = self.manifest.get("model")
+        if isinstance(recorded, str):  # a version-1 index records a path
+            return self.model_dir or recorded
+        if not isinstance(recorded, dict):
+            if self.model_dir:
+                return self.model_dir
+            raise EmbeddingIndexError(f"{self.path}: the index names no model; pass model=DIR "
+                                      "(--model DIR)")
+        name, want = recorded.get("name"), recorded.get("sha256")
+        where = self.model_dir or _known_model(name)
+        if where is None:
+            raise EmbeddingIndexError(
+                f"{self.path}: the index was built with the model {name!r} (sha256 "
+                f"{str(want)[:12]}...); pass its directory as model=DIR (--model DIR)")
+        if want and content_hash(where) != want:
+            raise EmbeddingIndexError(
+                f"{where}: not the model that built the index {self.path} ({name!r}, sha256 "
+                f"{str(want)[:12]}...): its content differs; pass that model's directory")
+        return where
+
     def embed(self, texts) -> np.ndarray:
         """Query vectors for ``texts`` with the index's model (loaded on first use)."""
         if self._embedder is None:
-            if not self.model_dir:
-                raise EmbeddingIndexError(f"{self.path}: the index names no model; pass model=DIR")
+            self.model_dir = self._query_model()
             self._embedder = SentenceEmbedder.from_pretrained(self.model_dir, device=self.device)
         vecs = self._embedder.encode(list(texts), normalize=True, show_progress_bar=False)
         if vecs.shape[1] != self.dim:
@@ -141,6 +206,10 @@ class Index:
         single = isinstance(queries, str) or (isinstance(queries, np.ndarray) and queries.ndim == 1)
         if isinstance(queries, str):
             queries = [queries]
+        if not isinstance(queries, np.ndarray):
+            queries = list(queries)
+            if not queries or any(isinstance(t, str) and not t.strip() for t in queries):
+                raise ValueError("Index.search: an empty query (give the text to search for)")
         if isinstance(queries, np.ndarray):
             q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         else:
@@ -186,6 +255,16 @@ class Index:
         text = values.get("text", {})
         return [[Hit(values["id"][int(r)], float(s), int(r), text.get(int(r)))
                  for s, r in zip(srow, rrow)] for srow, rrow in zip(scores, rows)]
+
+
+def _known_model(name):
+    """The directory of a model tallow can find by name (the default embedding model's
+    package), or None."""
+    from .cli.models import default_embed_model
+    from .models.identity import model_name
+
+    found = default_embed_model()
+    return found if found is not None and model_name(found) == name else None
 
 
 def _block_candidates(scores, start, k):

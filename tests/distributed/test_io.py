@@ -11,7 +11,7 @@ import pytest
 
 from tallow.distributed import plan_workers
 from tallow.distributed.io import (
-    MANIFEST, _replace_dir, check_output_dir, expand_inputs, read_jsonl_file, read_manifest,
+    MANIFEST, check_output_dir, expand_inputs, read_jsonl_file, read_manifest,
     read_parquet_file, read_text_file,
 )
 from tallow.errors import DistributedError, EmbeddingIndexError, FileFormatError
@@ -105,19 +105,9 @@ def test_output_directory_rules(tmp_path):
         check_output_dir(str(tmp_path / "other"))
 
 
-def test_replace_dir_swaps_whole_directories(tmp_path):
-    old, new = tmp_path / "out", tmp_path / "new"
-    old.mkdir()
-    (old / "a").write_text("old")
-    new.mkdir()
-    (new / "b").write_text("new")
-    _replace_dir(str(new), str(old))
-    assert os.listdir(tmp_path) == ["out"] and os.listdir(old) == ["b"]
-
-
 def test_manifest_checks(tmp_path):
     (tmp_path / MANIFEST).write_text('{"format": "something-else"}')
-    with pytest.raises(EmbeddingIndexError, match="not a version-1 tallow index"):
+    with pytest.raises(EmbeddingIndexError, match="not a tallow index of version 1 or 2"):
         read_manifest(str(tmp_path))
     (tmp_path / MANIFEST).write_text("{broken")
     with pytest.raises(EmbeddingIndexError, match="unreadable"):

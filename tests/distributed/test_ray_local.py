@@ -165,11 +165,16 @@ def test_failed_run_leaves_previous_index_alone(runtime, tmp_path):
     out = tmp_path / "index"
     embed_files([str(src)], str(out), HashModel(dim=4), num_workers=1, block_rows=8,
                 progress=False)
-    before = {f: (out / f).read_bytes() for f in os.listdir(out)}
+    def snapshot():  # every file of the index, its lock file aside
+        return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*")
+                if p.is_file() and p.name != ".lock"}
+
+    before = snapshot()
     with pytest.raises(Exception, match="refusing to embed"):
         embed_files([str(src)], str(out), HashModel(dim=4, fail_text="row 17"), num_workers=1,
                     block_rows=8, progress=False)
-    assert {f: (out / f).read_bytes() for f in os.listdir(out)} == before
+    assert snapshot() == before
+    assert not [n for n in os.listdir(out) if n.startswith(".partial-")]
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "index"]  # no partial directory left
     index = read_index(str(out))
     assert sorted(index, key=int) == [str(i) for i in range(30)]

@@ -8,11 +8,26 @@ parser never loads Ray).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
-from .args import positive_int
+from .args import positive_float, positive_int
 
 LOCAL = "local"
+DEFAULT_CONNECT_TIMEOUT = 60.0  # tallow.distributed.runtime's (not imported: it is Ray's side)
+
+
+def ray_address_problem(value: str) -> str | None:
+    """Why ``--ray VALUE`` is not a Ray address, or None. ``--ray`` takes an optional
+    address, so ``--ray corpus.txt`` would take a file for one."""
+    if value in (LOCAL, "auto") or value.startswith("ray://"):
+        return None
+    host, sep, port = value.rpartition(":")
+    if sep and host and port.isdigit():
+        return None
+    hint = (f"; to embed that file, pass --input {value}" if os.path.exists(value) or
+            "." in os.path.basename(value) else "")
+    return f"--ray {value}: not a Ray address (auto, host:port or ray://host:port){hint}"
 
 
 def add_ray_arguments(p) -> None:
@@ -20,8 +35,12 @@ def add_ray_arguments(p) -> None:
     g = p.add_argument_group("distributed (Ray; pip install 'tallow[distributed]')")
     g.add_argument("--ray", nargs="?", const=LOCAL, default=None, metavar="ADDRESS",
                    help="embed on Ray and write a Parquet index to --output DIR: without "
-                        "ADDRESS a local runtime starts on this machine; 'auto' or "
-                        "'ray://host:port' joins a cluster")
+                        "ADDRESS a local runtime starts on this machine; 'auto', 'host:port' "
+                        "or 'ray://host:port' joins a cluster")
+    g.add_argument("--ray-timeout", type=positive_float, default=DEFAULT_CONNECT_TIMEOUT,
+                   metavar="SECONDS",
+                   help="give up joining a cluster after SECONDS (default "
+                        f"{DEFAULT_CONNECT_TIMEOUT:g})")
     g.add_argument("--num-workers", type=positive_int, default=None,
                    help="Ray actors, each with its own model (default: one per CPU but one, "
                         "or one per GPU with --device gpu)")
@@ -41,8 +60,17 @@ def run_ray_embed(args) -> int:
         print("tallow embed: --ray embeds files (--input), not texts given as arguments",
               file=sys.stderr)
         return 2
+    problem = ray_address_problem(args.ray)
+    if problem:
+        print(f"tallow embed: {problem}", file=sys.stderr)
+        return 2
     if not args.input or not args.output:
         print("tallow embed: --ray needs --input PATH... and --output DIR", file=sys.stderr)
+        return 2
+    if "-" in args.input:
+        print("tallow embed: --input -: with --ray the workers read files (each from its own "
+              "process, maybe on another machine), not this terminal's stdin; save it to a "
+              "file first", file=sys.stderr)
         return 2
     if args.model is None:
         print("tallow embed: no model: pass --model DIR (a sentence-transformers directory) or "
@@ -53,7 +81,8 @@ def run_ray_embed(args) -> int:
                            num_workers=args.num_workers, batch_size=args.batch_size,
                            device=args.device, keep_text=args.keep_text,
                            text_column=args.text_column, id_column=args.id_column,
-                           progress=args.progress, num_cpus=args.num_cpus)
+                           progress=args.progress, num_cpus=args.num_cpus,
+                           connect_timeout=args.ray_timeout)
     print(f"wrote {manifest['rows']} embeddings of dimension {manifest['dim']} to {args.output}",
           file=sys.stderr)
     return 0

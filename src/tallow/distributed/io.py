@@ -5,28 +5,26 @@ a ``text`` field and an optional ``id``, or plain strings) and Parquet (``.parqu
 files, or directories of them, with a text column and an optional id column).
 Every row gets a string ``id``: its own when the input has one, else
 ``<path>:<n>`` (the n-th line of a text or JSONL file, the n-th row of a Parquet
-file, counting from 1). Each file is read whole by one Ray task.
+file, counting from 1); lines end at ``\\n`` only (``tallow.text_lines``). Each
+file is read whole by one Ray task.
 
 The index is a directory of Parquet files (``id``, optionally ``text``, and
 ``embedding`` as a fixed-size list of float32) with ``_tallow_index.json``
-describing it. It is written under a temporary name beside its destination and
-renamed into place only once complete, so a failed run leaves any previous
-index as it was.
+describing it; ``write_index`` writes one, switched into place atomically
+(``index_store`` has the layout and the rules).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import tempfile
 
 from ..errors import EmbeddingIndexError, FileFormatError
 from ..text_lines import JSONL_SUFFIXES, file_items, read_utf8
-
-MANIFEST = "_tallow_index.json"  # "_": Parquet readers skip it
-FORMAT_VERSION = 1
-PARQUET_SUFFIX = ".parquet"
+from .index_store import (  # noqa: F401  (MANIFEST, read_manifest: re-exported)
+    FORMAT_VERSION, LOCK, MANIFEST, PARQUET_SUFFIX, PARQUET_WRITE_ARGS, check_output_dir,
+    new_partial_dir, read_manifest, remove_leftovers, switch_to, writer_lock,
+)
 
 
 def input_kind(path: str) -> str:
@@ -79,11 +77,11 @@ def _check_parquet(path, text_column):
                               "not text")
 
 
-def _read_line_file(path, name):
-    """(ids, texts) of a text or JSONL file (``tallow.text_lines`` splits its lines);
-    an id given twice in the file is refused with both line numbers."""
+def _line_rows(path, name):
+    """(ids, texts, line numbers) of a text or JSONL file (``tallow.text_lines`` splits
+    its lines); an id given twice in the file is refused with both line numbers."""
     name = path if name is None else name
-    ids, texts, first_line = [], [], {}
+    ids, texts, lines, first_line = [], [], [], {}
     for n, given, text in file_items(path, read_utf8(path)):
         row_id = f"{name}:{n}" if given is None else given
         if row_id in first_line:
@@ -92,17 +90,18 @@ def _read_line_file(path, name):
         first_line[row_id] = n
         ids.append(row_id)
         texts.append(text)
-    return ids, texts
+        lines.append(n)
+    return ids, texts, lines
 
 
 def read_text_file(path, name=None):
     """(ids, texts) of a text file: one text a line, blank lines skipped."""
-    return _read_line_file(path, name)
+    return _line_rows(path, name)[:2]
 
 
 def read_jsonl_file(path, name=None):
     """(ids, texts) of a JSONL file: ``{"text": ..., "id": ...}`` objects or strings."""
-    return _read_line_file(path, name)
+    return _line_rows(path, name)[:2]
 
 
 def read_parquet_file(path, text_column, id_column, name=None):
@@ -137,18 +136,21 @@ def read_files(batch, text_column="text", id_column="id"):
     """A Ray map step: a batch of files (path, name, kind) -> their rows (id, text)."""
     import pyarrow as pa
 
-    ids, texts = [], []
+    ids, texts, sources = [], [], []
     for path, name, kind in zip(batch["path"].to_pylist(), batch["name"].to_pylist(),
                                 batch["kind"].to_pylist()):
         if kind == "parquet":
             i, t = read_parquet_file(path, text_column, id_column, name)
-        elif kind == "jsonl":
-            i, t = read_jsonl_file(path, name)
+            where = [f"{name} row {n}" for n in range(1, len(i) + 1)]
         else:
-            i, t = read_text_file(path, name)
+            i, t, lines = _line_rows(path, name)
+            where = [f"{name}:{n}" for n in lines]
         ids += i
         texts += t
-    return pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string())})
+        sources += where
+    # _source names each row's file and line for reports; embed_dataset drops it.
+    return pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string()),
+                     "_source": pa.array(sources, pa.string())})
 
 
 def read_inputs(paths, *, text_column: str = "text", id_column: str = "id"):
@@ -166,91 +168,96 @@ def read_inputs(paths, *, text_column: str = "text", id_column: str = "id"):
                                batch_size=1, batch_format="pyarrow")
 
 
-def check_output_dir(path) -> str:
-    """The absolute destination of an index, checked before any work: its parent
-    exists and is writable; if it exists, it is an index tallow wrote (replaced
-    when the new one is complete) or an empty directory."""
-    path = os.path.abspath(os.fspath(path))
-    parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(f"--output: no such directory: {parent}")
-    if not os.access(parent, os.W_OK):
-        raise PermissionError(f"--output: cannot write in {parent}")
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise FileExistsError(f"--output: {path} exists and is not a directory")
-        if os.listdir(path) and not os.path.exists(os.path.join(path, MANIFEST)):
-            raise FileExistsError(f"--output: {path} is a non-empty directory without {MANIFEST}; "
-                                  "tallow replaces only indexes it wrote")
-    return path
+def index_columns(batch):
+    """A Ray map step before writing: the index's columns in the index's types, whatever
+    the steps after ``embed_dataset`` made of them (a row-wise ``filter`` turns the
+    embedding into a list of doubles): ``id`` (string), ``text`` if kept, and
+    ``embedding`` as a fixed-size list of float32."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.column_names
+    for need in ("id", "embedding"):
+        if need not in names:
+            raise EmbeddingIndexError(f"write_index: the dataset has no {need!r} column (it has "
+                                      f"{', '.join(names)})")
+    emb = batch.column("embedding").combine_chunks()
+    n = len(emb)
+    if pa.types.is_fixed_size_list(emb.type) or pa.types.is_list(emb.type) or \
+            pa.types.is_large_list(emb.type):
+        lengths = pc.list_value_length(emb).to_numpy(zero_copy_only=False) if n else np.zeros(0)
+        values = pc.list_flatten(emb).to_numpy(zero_copy_only=False)
+    else:  # a tensor extension column, or anything else holding equal-length vectors
+        rows = [np.asarray(v, dtype=np.float32).reshape(-1) for v in emb.to_pylist()]
+        lengths = np.array([r.size for r in rows])
+        values = np.concatenate(rows) if rows else np.zeros(0, np.float32)
+    if n and (lengths.min() != lengths.max() or lengths.min() < 1):
+        raise EmbeddingIndexError(f"write_index: embeddings of different sizes ({lengths.min()} "
+                                  f"to {lengths.max()}) in one dataset")
+    dim = int(lengths[0]) if n else 1
+    column = pa.FixedSizeListArray.from_arrays(pa.array(values.astype(np.float32), pa.float32()),
+                                               dim)
+    out = {"id": pc.cast(batch.column("id"), pa.string())}
+    if "text" in names:
+        out["text"] = pc.cast(batch.column("text"), pa.string())
+    out["embedding"] = column
+    return pa.table(out)
 
 
-def write_index(ds, output, *, info: dict | None = None) -> dict:
-    """Run ``ds`` (columns ``id``, ``embedding``, optionally ``text``) and write it as
-    an index at ``output``, atomically as far as the file system allows: the files
-    go to a temporary sibling directory, which replaces ``output`` only after every
-    block is written. Returns the manifest written (rows, dimension, ...)."""
+def _summary(folder):
+    """(rows, dim, has_text) of the Parquet files in ``folder``, refusing an id given
+    to two rows."""
     import pyarrow.parquet as pq
 
+    rows, dim, has_text, seen = 0, None, False, {}
+    for f in sorted(x for x in os.listdir(folder) if x.endswith(PARQUET_SUFFIX)):
+        path = os.path.join(folder, f)
+        schema = pq.read_schema(path)
+        dim = schema.field("embedding").type.list_size
+        has_text = "text" in schema.names
+        for row_id in pq.read_table(path, columns=["id"]).column("id").to_pylist():
+            if row_id in seen:
+                raise EmbeddingIndexError(
+                    f"id {row_id!r} is given to two rows (rows {seen[row_id] + 1} and {rows + 1}"
+                    " of the output; a JSONL or Parquet id may equal another file's <path>:<n>):"
+                    " every row needs its own id; the previous index, if any, is unchanged")
+            seen[row_id] = rows
+            rows += 1
+    return rows, dim, has_text
+
+
+def write_index(ds, output, *, info: dict | None = None, on_written=None) -> dict:
+    """Run ``ds`` (a Ray Dataset with columns ``id``, ``embedding`` and optionally
+    ``text``, as ``embed_dataset`` makes) and write it as an index at ``output``;
+    returns the manifest written (rows, dimension, files, checksums, ...).
+
+    The switch is atomic and a failed or killed run leaves any previous index as it
+    was (see ``tallow.distributed.index_store``). ``info``: more manifest entries;
+    ``on_written``: called once the rows are written, returns more of them. Every id
+    must be unique (an ``EmbeddingIndexError`` names the first one given twice)."""
     output = check_output_dir(output)
-    parent, name = os.path.split(output)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
+    created = not os.path.exists(output)
+    os.makedirs(output, exist_ok=True)
+    partial = None
     try:
-        ds.write_parquet(tmp)
-        files = sorted(f for f in os.listdir(tmp) if f.endswith(PARQUET_SUFFIX))
-        rows, dim, has_text = 0, None, False
-        for f in files:
-            meta = pq.read_metadata(os.path.join(tmp, f))
-            rows += meta.num_rows
-            schema = meta.schema.to_arrow_schema()
-            dim = schema.field("embedding").type.list_size
-            has_text = "text" in schema.names
-        if rows == 0:
-            raise ValueError("the inputs hold no texts: nothing to index")
-        manifest = {"format": "tallow-index", "version": FORMAT_VERSION, "rows": rows,
-                    "dim": dim, "has_text": has_text, "files": files, **(info or {})}
-        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=2)
-        _replace_dir(tmp, output)
+        with writer_lock(output):
+            remove_leftovers(output)
+            partial = new_partial_dir(output)
+            ds.map_batches(index_columns, batch_format="pyarrow").write_parquet(
+                partial, **PARQUET_WRITE_ARGS)
+            rows, dim, has_text = _summary(partial)
+            if rows == 0:
+                raise ValueError("the inputs hold no texts: nothing to index")
+            manifest = {"format": "tallow-index", "version": FORMAT_VERSION, "rows": rows,
+                        "dim": dim, "has_text": has_text, **(info or {}),
+                        **(on_written() if on_written else {})}
+            manifest = switch_to(output, partial, manifest)
+            partial = None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        if created and set(os.listdir(output)) <= {LOCK}:
+            shutil.rmtree(output, ignore_errors=True)
         raise
-    return manifest
-
-
-def _replace_dir(new, dest):
-    """Move directory ``new`` to ``dest``; a previous ``dest`` is removed only after."""
-    if not os.path.exists(dest):
-        os.rename(new, dest)
-        return
-    parent, name = os.path.split(dest)
-    old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
-    os.rmdir(old)
-    os.rename(dest, old)
-    try:
-        os.rename(new, dest)
-    except BaseException:
-        os.rename(old, dest)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def read_manifest(path) -> dict:
-    """An index directory's ``_tallow_index.json``, checked."""
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise EmbeddingIndexError(f"--index: no such directory: {path}")
-    mpath = os.path.join(path, MANIFEST)
-    if not os.path.exists(mpath):
-        raise EmbeddingIndexError(f"{path}: not a tallow index (no {MANIFEST})")
-    try:
-        with open(mpath, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise EmbeddingIndexError(f"{mpath}: unreadable ({e})") from None
-    if manifest.get("format") != "tallow-index" or manifest.get("version") != FORMAT_VERSION:
-        raise EmbeddingIndexError(f"{mpath}: not a version-{FORMAT_VERSION} tallow index")
-    missing = [f for f in manifest.get("files", []) if not os.path.exists(os.path.join(path, f))]
-    if missing or not manifest.get("files"):
-        raise EmbeddingIndexError(f"{path}: index files missing: {', '.join(missing) or 'all'}")
     return manifest

@@ -23,6 +23,10 @@ from ..errors import DistributedError
 MIN_RAY = (2, 60)
 INSTALL_HINT = "pip install 'tallow[distributed]'"
 LOOPBACK = "127.0.0.1"
+# Joining a cluster: ray.init waits minutes, silently, for a cluster that is gone
+# or that it cannot reach; tallow gives up after this many seconds.
+DEFAULT_CONNECT_TIMEOUT = 60.0
+PROBE_TIMEOUT = 5.0
 
 
 def import_ray():
@@ -83,12 +87,82 @@ def local_init_kwargs(num_cpus: int | None = None, num_gpus: int | None = None) 
     return kwargs
 
 
+def cluster_address(address: str) -> tuple:
+    """(host, port, where it came from) of the cluster ``address`` names: "auto" is
+    RAY_ADDRESS or the address the last ``ray start`` on this machine recorded."""
+    given = address
+    source = f"--ray {given}"
+    if address == "auto":
+        from ray._private import services
+
+        try:
+            address = services.get_ray_address_from_environment("auto", None)
+        except ConnectionError:
+            raise DistributedError(
+                "--ray auto: no Ray cluster found on this machine (no RAY_ADDRESS, no running "
+                "'ray start'); start one with 'ray start --head', give its address, or leave "
+                "--ray without an address for a private local runtime") from None
+        source = f"--ray auto (found {address})"
+    bare = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not port.isdigit():
+        raise DistributedError(f"{source}: not a Ray address (auto, host:port or "
+                               "ray://host:port)")
+    return host.strip("[]"), int(port), source
+
+
+def probe_cluster(address: str) -> tuple:
+    """Fail at once, with the reason, where nothing listens at the cluster's address
+    (a stopped cluster); returns (host, port)."""
+    import socket
+
+    host, port, source = cluster_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
+            pass
+    except OSError as e:
+        raise DistributedError(
+            f"{source}: no Ray cluster answers at {host}:{port} ({e.strerror or e}); is it "
+            "running ('ray status' on its head node)?") from None
+    return host, port
+
+
+def _init_with_timeout(ray, timeout: float, **kwargs) -> None:
+    """``ray.init(**kwargs)``, given up after ``timeout`` seconds (ray.init waits in
+    C++ for an unreachable cluster, out of reach of signals: it runs in a daemon
+    thread that the process leaves behind)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            ray.init(**kwargs)
+            outcome["ok"] = True
+        except BaseException as e:  # handed to the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name="tallow-ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise DistributedError(
+            f"could not join the Ray cluster at {kwargs.get('address')} within {timeout:g} s "
+            "(its processes may listen on addresses this machine cannot reach, e.g. a "
+            "cluster started for loopback only on another machine, or its token "
+            "authentication may refuse this process: see docs/distributed.md)")
+    if "error" in outcome:
+        raise outcome["error"]
+
+
 def connect(address: str | None = None, *, num_cpus: int | None = None,
-            num_gpus: int | None = None):
+            num_gpus: int | None = None, timeout: float = DEFAULT_CONNECT_TIMEOUT):
     """Join the Ray cluster at ``address`` (``"auto"``, ``"host:port"`` or
     ``"ray://host:port"``), or with ``address=None`` start a local runtime on this
     machine's usable CPUs (``num_cpus`` to override). A process already connected to
-    Ray keeps its connection. Returns the ``ray`` module."""
+    Ray keeps its connection. Joining fails at once where nothing listens at the
+    address, and after ``timeout`` seconds where the cluster does not answer.
+    Returns the ``ray`` module."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
@@ -104,7 +178,16 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
                               f"(RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): any process "
                               "that reaches its ports can run code as this user", stacklevel=2)
         else:
-            ray.init(address=address, log_to_driver=False, logging_level="warning")
+            host, _ = probe_cluster(address)
+            kwargs = dict(address=address, log_to_driver=False, logging_level="warning")
+            if is_loopback(host) and not address.startswith("ray://"):
+                # A cluster on loopback (a runtime started for this machine only): the
+                # driver joins its node by the loopback address too, where Ray would
+                # look for a node at the machine's outward address and wait.
+                kwargs["_node_ip_address"] = LOOPBACK
+            _init_with_timeout(ray, float(timeout), **kwargs)
+    except DistributedError:
+        raise
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = "a local Ray runtime" if address is None else f"the Ray cluster at {address}"
         raise DistributedError(f"could not start or join {where}: {e}") from None

@@ -1,0 +1,81 @@
+"""``tallow embed --ray`` usage errors and joining clusters that do not answer: no
+Ray runtime of the test process is started (a join that hangs runs in a child)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tallow.cli import main
+
+pytestmark = pytest.mark.xdist_group("ray")
+
+
+def test_ray_given_a_file_says_to_use_input(tmp_path, capsys):
+    src = tmp_path / "corpus.txt"
+    src.write_text("x\n")
+    assert main(["embed", "--ray", str(src), "--output", str(tmp_path / "ix")]) == 2
+    err = capsys.readouterr().err
+    assert f"--ray {src}: not a Ray address" in err and f"pass --input {src}" in err
+
+
+def test_ray_refuses_stdin_input(tmp_path, capsys):
+    assert main(["embed", "--ray", "--input", "-", "--output", str(tmp_path / "ix")]) == 2
+    assert "--input -: with --ray the workers read files" in capsys.readouterr().err
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_child(code: str, timeout: float):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("RAY_ADDRESS", None)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, env=env, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def test_stopped_cluster_fails_at_once(tmp_path):
+    pytest.importorskip("ray")
+    src = tmp_path / "a.txt"
+    src.write_text("x\n")
+    port = closed_port()
+    r, took = run_child(f"""
+        import sys
+        from tallow.cli import main
+        sys.exit(main(["embed", "--ray", "127.0.0.1:{port}", "--input", {str(src)!r},
+                       "--output", {str(tmp_path / 'ix')!r}, "--model", {str(tmp_path)!r}]))
+    """, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in r.stderr
+    assert took < 60
+
+
+def test_cluster_that_never_answers_times_out(tmp_path):
+    """A port that accepts connections and never speaks: ray.init would wait minutes."""
+    pytest.importorskip("ray")
+    r, took = run_child("""
+        import socket, sys, time
+        from tallow.distributed import connect
+        from tallow.errors import DistributedError
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+        t0 = time.monotonic()
+        try:
+            connect(f"127.0.0.1:{s.getsockname()[1]}", timeout=4)
+        except DistributedError as e:
+            print("error after", round(time.monotonic() - t0), "s:", e)
+            sys.exit(3)
+    """, timeout=150)
+    assert r.returncode == 3, r.stdout + r.stderr[-2000:]
+    assert "could not join the Ray cluster at 127.0.0.1:" in r.stdout and "within 4 s" in r.stdout
+    assert took < 90
