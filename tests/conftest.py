@@ -54,6 +54,18 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def override_settings():
+    """``override_settings(no_native=True, ...)``: ``tallow.config.settings.override``
+    held until the test ends (how a test switches tallow's paths)."""
+    import contextlib
+
+    from tallow import config
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **values: stack.enter_context(config.settings.override(**values))
+
+
 def device_supports(device, dtype) -> bool:
     return device.supports_dtype(dtype)
 

@@ -122,3 +122,57 @@ def test_no_native_is_a_flag(monkeypatch):
     assert native.disabled() and not native.available()
     monkeypatch.setenv("TALLOW_NO_NATIVE", "off")
     assert not native.disabled()
+
+
+# ------------------------------------------------------------------- the settings object
+def test_every_switch_is_listed_once_with_its_doc():
+    fields = [s.field for s in config.SWITCHES]
+    assert len(set(fields)) == len(fields) and len(set(config.VARIABLES)) == len(config.VARIABLES)
+    for s in config.SWITCHES:
+        assert s.doc and config.__doc__.count(f"``{s.variable}``") == 1
+        assert getattr(type(config.settings), s.field).__doc__ == s.doc
+
+
+def test_settings_read_the_environment_at_each_access(monkeypatch):
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "yes")
+    assert config.settings.no_native is True
+    monkeypatch.setenv("TALLOW_NO_NATIVE", "0")
+    assert config.settings.no_native is False
+    monkeypatch.delenv("TALLOW_NO_NATIVE")
+    assert config.settings.no_native is False
+    monkeypatch.setenv("TALLOW_HEAP_PAD", "2M")
+    assert config.settings.heap_pad == 2 << 20
+    monkeypatch.setenv("TALLOW_NATIVE_ISA", " AVX2 ")
+    assert config.settings.native_isa == "avx2"
+
+
+def test_an_invalid_value_warns_once_and_keeps_the_default(monkeypatch):
+    monkeypatch.setenv("TALLOW_GPU_OPS_PER_SUBMIT", "many")
+    with pytest.warns(RuntimeWarning, match="TALLOW_GPU_OPS_PER_SUBMIT='many'"):
+        assert config.settings.gpu_ops_per_submit == config.default("gpu_ops_per_submit") == 50
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert config.settings.gpu_ops_per_submit == 50  # the same value: parsed once
+
+
+def test_override_holds_values_inside_the_block_only(monkeypatch):
+    monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+    with config.settings.override(no_numba=False, native_isa="scalar"):
+        assert config.settings.no_numba is False and config.settings.native_isa == "scalar"
+        with config.settings.override(no_numba=True):
+            assert config.settings.no_numba is True
+        assert config.settings.no_numba is False
+    assert config.settings.no_numba is True and config.settings.native_isa is None
+
+
+def test_settings_refuse_unknown_fields_bad_choices_and_assignment():
+    with pytest.raises(AttributeError, match="no setting 'no_natve'"):
+        config.settings.no_natve
+    with pytest.raises(AttributeError, match="no setting"):
+        with config.settings.override(no_natve=True):
+            pass
+    with pytest.raises(ValueError, match="native_isa must be one of scalar, avx2, avx512vnni"):
+        with config.settings.override(native_isa="sse"):
+            pass
+    with pytest.raises(AttributeError, match=r"settings.override\(no_native=...\)"):
+        config.settings.no_native = True

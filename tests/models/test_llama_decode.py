@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import tallow as tl
+from tallow import config
 from tallow.models import llama_decode
 from tallow.models.llama import ContextLengthError
 from tallow.models.quantized_llama import ModelWeights
@@ -63,8 +64,7 @@ def run(model, prompt, steps):
 
 
 def tensor_path(path, monkeypatch):
-    with monkeypatch.context() as m:
-        m.setenv("TALLOW_NO_NATIVE", "1")
+    with config.settings.override(no_native=True):
         model = ModelWeights.from_gguf(path)
     assert model._decoder is None
     return model

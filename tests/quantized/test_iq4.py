@@ -104,11 +104,11 @@ def activations():
 
 @pytest.mark.parametrize("name", list(NAMES))
 @pytest.mark.parametrize("path", ["numba", "numpy"])
-def test_qmatmul_computes_ggmls_product(name, path, activations, monkeypatch):
+def test_qmatmul_computes_ggmls_product(name, path, activations, override_settings):
     if path == "numba" and not fast.available():
         pytest.skip(f"numba path unavailable: {fast.status()}")
     if path == "numpy":
-        monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+        override_settings(no_numba=True)
     raw = golden()[name][:12]
     x = activations
     ref = reference(name, x, raw)

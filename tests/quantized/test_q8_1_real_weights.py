@@ -92,7 +92,7 @@ def test_activation_blocks_are_ggmls(model):
 
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.ffn_gate.weight", "blk.3.attn_output.weight"])
 @pytest.mark.parametrize("path", ["native", "numba", "numpy"])
-def test_q4_1_products_use_ggmls_block_sums(model, name, path, monkeypatch):
+def test_q4_1_products_use_ggmls_block_sums(model, name, path, override_settings):
     from tallow.backends.cpu import native
 
     f, x = model
@@ -102,11 +102,11 @@ def test_q4_1_products_use_ggmls_block_sums(model, name, path, monkeypatch):
     if path == "native" and not native.available():
         pytest.skip(f"C kernels unavailable: {native.status()}")
     if path != "native":
-        monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+        override_settings(no_native=True)
     if path == "numba" and not fast.available():
         pytest.skip(f"numba path unavailable: {fast.status()}")
     if path == "numpy":
-        monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+        override_settings(no_numba=True)
     qm = QMatMul(QTensor.from_bytes(t.data, t.shape, "Q4_1"))
     assert qm.path == path
     got = qm.forward(tl.Tensor(x)).numpy().astype(np.float64)

@@ -86,11 +86,11 @@ def test_from_bytes_round_trip_and_checks():
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q8_0", "Q2K", "Q4K", "Q6K"])
-def test_qmatmul_computes_ggml_products(monkeypatch, path, name):
+def test_qmatmul_computes_ggml_products(override_settings, path, name):
     if path == "numpy":
-        monkeypatch.setenv("TALLOW_NO_NUMBA", "1")
+        override_settings(no_numba=True)
     if path != "native":
-        monkeypatch.setenv("TALLOW_NO_NATIVE", "1")
+        override_settings(no_native=True)
     elif name not in native.SUPPORTED:
         path = PATHS[1]  # the compiled C kernels leave this format to numba
     rng = np.random.default_rng(5)

@@ -50,7 +50,7 @@ _contig = Layout.contiguous_of
 
 def dequantize_all() -> bool:
     """``TALLOW_DEQUANTIZE_ALL`` is on (see tallow.config)."""
-    return config.flag("TALLOW_DEQUANTIZE_ALL", False)
+    return config.settings.dequantize_all
 
 
 def _f32_tensor(arr: np.ndarray, shape, device: Device) -> Tensor:

@@ -55,7 +55,7 @@ def test_contiguous_copies_of_permuted_tensors(shape, axes, threads):
         tl.utils.set_num_threads(before)
     np.testing.assert_array_equal(got, want)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(parallel._TRANSPOSE, "module", None)
+        mp.setattr(parallel, "_transpose_module", lambda: None)
         np.testing.assert_array_equal(parallel.copy(x.transpose(axes)), want)
 
 

@@ -171,7 +171,7 @@ _NUMBA_LOCK = threading.Lock()
 def compiled():
     """:mod:`fused_kernels` (numba) when it can be used, else None (numba missing or
     broken, or ``TALLOW_NO_NUMBA`` set): the NumPy chunk kernels serve then."""
-    if config.flag("TALLOW_NO_NUMBA", False):
+    if config.settings.no_numba:
         return None
     if not _NUMBA["checked"]:
         with _NUMBA_LOCK:

@@ -36,13 +36,15 @@ not running (and the spinning workers take the time the others need): docs/desig
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 
 from ... import config
 from . import parallel
+from .native import loader
 from .threads import CONFIG, run_pieces
 
-ENV_DISABLE = "TALLOW_NO_NATIVE_GEMM"
 # Where the native kernel is used on one thread (not split): OpenBLAS is faster on
 # thin products (few rows or columns: im2col products of a first convolution layer,
 # 1.2-1.5x), on a long k (several K chunks: 1.3x), and from ~512^3 (1024^3: 24 ms
@@ -59,16 +61,28 @@ _workers = None
 _native_on = None  # None: not loaded yet
 
 
+# Machines whose vector units tallow's own f32 kernel is written for (AVX2/AVX-512, with
+# a portable build for x86 without them); every other machine multiplies with the
+# system BLAS, which is tuned for it (OpenBLAS or Accelerate on aarch64).
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def product_kernel(machine: str | None = None) -> str:
+    """Which kernel multiplies f32 matrices here: ``"native"`` (tallow's own) on x86 when
+    it is built and not switched off (``TALLOW_NO_NATIVE_GEMM``, ``TALLOW_NO_NATIVE``),
+    else ``"blas"`` (NumPy's matmul).  ``machine``: ``platform.machine()``'s answer."""
+    if (machine or platform.machine()).lower() not in X86_MACHINES:
+        return "blas"
+    if config.settings.no_native_gemm or config.settings.no_native:
+        return "blas"
+    return "native" if loader.built("_gemm") is not None else "blas"
+
+
 def _load_native() -> None:
     global _native, _workers, _native_on
-    try:
-        from .native import _gemm, _workers as workers, apply_isa, disabled
-    except ImportError:  # pragma: no cover - exercised on machines without a compiler
-        _native_on = False
-        return
-    _native, _workers = _gemm, workers
-    _native_on = not (config.flag(ENV_DISABLE, False) or disabled())
-    apply_isa(_gemm)  # TALLOW_NATIVE_ISA: narrower kernels, as on an older CPU
+    _native = loader.built("_gemm")  # (switched to TALLOW_NATIVE_ISA's builds by the loader)
+    _workers = loader.built("_workers")
+    _native_on = product_kernel() == "native"
 
 
 def native_available() -> bool:

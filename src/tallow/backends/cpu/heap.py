@@ -30,7 +30,7 @@ M_MMAP_THRESHOLD = -3
 # mapped fresh and page-faulted in on each use (a GGUF prompt's f16 weight tiles:
 # 240 -> 150 tokens/s). So the threshold is set to that dynamic ceiling as well.
 MMAP_THRESHOLD = 32 << 20
-DEFAULT_PAD = 16 << 20
+DEFAULT_PAD = config.default("heap_pad")
 _DONE = {"pad": None}
 
 
@@ -40,7 +40,7 @@ def keep_slack() -> int | None:
     if _DONE["pad"] is not None:
         return _DONE["pad"] or None
     _DONE["pad"] = 0
-    pad = config.size("TALLOW_HEAP_PAD", DEFAULT_PAD)
+    pad = config.settings.heap_pad
     if pad <= 0 or not sys.platform.startswith("linux"):
         return None
     try:

@@ -19,7 +19,7 @@ def load(name: str):
     """The kernel module ``tallow.backends.cpu.<name>``, or None (see above)."""
     if name not in _MODULES:
         module = None
-        if not config.flag("TALLOW_NO_NUMBA", False):
+        if not config.settings.no_numba:
             try:
                 module = importlib.import_module(f"{__package__}.{name}")
             except Exception:  # numba missing or broken: the NumPy path serves

@@ -15,23 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_STATE = {"checked": False, "module": None}
 
 
 def module():
     """``native/_step`` when it is built and the compiled kernels are on, else None."""
-    if not _STATE["checked"]:
-        # (the module set before the flag: another thread may ask at the same time)
-        try:
-            from .native import _step, disabled, isa_wanted
-        except ImportError:  # not built: NumPy serves
-            _step = None
-        if _step is not None and not disabled():
-            if isa_wanted() == "scalar":
-                _step.set_simd(False)
-            _STATE["module"] = _step
-        _STATE["checked"] = True
-    return _STATE["module"]
+    from .native import loader  # (imported here: the native package imports this one's users)
+
+    return loader.load("_step")
 
 
 def takes(*arrays) -> bool:

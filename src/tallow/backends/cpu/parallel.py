@@ -163,24 +163,12 @@ def _tiled(out: np.ndarray, src: np.ndarray, axis: int) -> None:
             o[..., i:i + TILE, j:j + TILE] = v[..., i:i + TILE, j:j + TILE]
 
 
-_TRANSPOSE = {"checked": False, "module": None}
-
-
 def _transpose_module():
     """``native/_transpose`` (tiled transposing copies in C) when it is built and the
     compiled kernels are on, else None."""
-    if not _TRANSPOSE["checked"]:
-        # (the module set before the flag: another thread may ask at the same time)
-        try:
-            from .native import _transpose, disabled, isa_wanted
-        except ImportError:  # not built: the NumPy tiles serve
-            _transpose = None
-        if _transpose is not None and not disabled():
-            if isa_wanted() == "scalar":
-                _transpose.set_simd(False)
-            _TRANSPOSE["module"] = _transpose
-        _TRANSPOSE["checked"] = True
-    return _TRANSPOSE["module"]
+    from .native import loader  # (imported here: the native package imports this module)
+
+    return loader.load("_transpose")
 
 
 def transpose_into(out: np.ndarray, x: np.ndarray) -> None:

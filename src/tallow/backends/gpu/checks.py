@@ -20,7 +20,7 @@ from .kernels import family
 from .launch import compact_via_host
 
 CHECK = family("check", [("a", "in", 0), ("z", "flag", "u32")])
-CHECK_INDICES = config.flag("TALLOW_GPU_CHECK_INDICES", True)
+CHECK_INDICES = config.settings.gpu_check_indices
 _ONE = Layout.contiguous_of((1,))
 
 

@@ -47,7 +47,7 @@ _poll = libf.wgpuDevicePoll
 _submit = libf.wgpuQueueSubmitForIndex
 _write_buffer = libf.wgpuQueueWriteBuffer
 
-DEFAULT_OPS_PER_SUBMIT = 50
+DEFAULT_OPS_PER_SUBMIT = config.default("gpu_ops_per_submit")
 SLOT = 256  # bytes of parameters one dispatch may read (64 u32 words)
 RING_BYTES = 256 * 1024
 BIND_GROUP_CACHE = 8192

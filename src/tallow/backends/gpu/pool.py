@@ -32,7 +32,7 @@ from ...errors import TallowError
 from .lost import raise_if_lost
 
 MIN_BUCKET = 16
-DEFAULT_CACHE_LIMIT = 1 << 30
+DEFAULT_CACHE_LIMIT = config.default("gpu_cache_limit")
 _USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST
 _ids = itertools.count(1)
 
@@ -71,7 +71,7 @@ class BufferPool:
         self.reused = 0
         self.released = 0
         self.double_releases = 0  # returns of a buffer already returned (ignored)
-        self.cache_limit = config.size("TALLOW_GPU_CACHE_LIMIT", DEFAULT_CACHE_LIMIT)
+        self.cache_limit = config.settings.gpu_cache_limit
 
     # -- sizes -------------------------------------------------------------------------
     def bucket(self, nbytes: int) -> int:

@@ -7,10 +7,11 @@ They compute exactly what the numba and NumPy paths of
 :mod:`tallow.quantized` compute (ggml's block arithmetic), so those stay the
 fallbacks and the test oracles.
 
-The extension is built from source by ``pip install`` (``setup.py``); when it
-is missing (no compiler), or ``TALLOW_NO_NATIVE=1``, :func:`available` is
-False and quantized matmul uses the numba path.  ``TALLOW_NATIVE_ISA``
-(``scalar``, ``avx2``, ``avx512vnni``) narrows the instruction set.
+The extension is built from source by ``pip install`` (``setup.py``) and loaded
+by :mod:`.loader`; when it is missing (no compiler), or ``TALLOW_NO_NATIVE=1``,
+:func:`available` is False and quantized matmul uses the numba path.
+``TALLOW_NATIVE_ISA`` (``scalar``, ``avx2``, ``avx512vnni``) narrows the
+instruction set.
 
 Formats: Q4_0, Q5_0, Q4_1, Q5_1 and Q8_0 in layouts of the GGUF size (the
 fifth bits of Q5_0/Q5_1 regrouped into one 32-bit mask per 32-byte vector;
@@ -30,13 +31,10 @@ from ....ggml.blocks import as_bytes, byte_blocks
 from .. import pieces
 from ....ggml.types import ggml_type
 
-try:  # the extension is optional
-    from . import _kernels
-except ImportError as e:  # pragma: no cover - exercised on machines without a compiler
-    _kernels = None
-    _import_error = f"{type(e).__name__}: {e}"
-else:
-    _import_error = None
+from . import loader
+from .loader import apply_isa  # noqa: F401  (published for the modules' users)
+
+_kernels = loader.built("_kernels")  # optional: None without a compiler at install time
 
 try:  # the compiled kernels' worker pool (_workers.c): without it they run on the caller
     from . import _workers
@@ -46,52 +44,26 @@ else:
     # By default a product is split only while the machine has a CPU to spare for it.
     _workers.set_load_check(not config.flag("TALLOW_SPLIT_WHEN_BUSY", False))
 
-ENV_DISABLE = "TALLOW_NO_NATIVE"
-ENV_ISA = "TALLOW_NATIVE_ISA"
-ISAS = ("scalar", "avx2", "avx512vnni")
+ISAS = config.NATIVE_ISAS
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
 QK = 32
 SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4K", "Q6K")
 HIGH_BITS = 0  # a field's granularity that marks Q5's fifth bits (regrouped across the eight rows)
 
-_isa_checked = False
-
-
 def disabled() -> bool:
     """Whether ``TALLOW_NO_NATIVE`` turns the C kernels off (read at each call, so a
     test or a bench can switch paths)."""
-    return config.flag(ENV_DISABLE, False)
+    return config.settings.no_native
 
 
 def isa_wanted():
     """``TALLOW_NATIVE_ISA``'s instruction set, or None for the CPU's widest."""
-    return config.choice(ENV_ISA, ISAS)
-
-
-def apply_isa(module) -> None:
-    """Switch a kernel module to ``TALLOW_NATIVE_ISA``'s instruction set: "scalar" turns
-    off its SIMD builds, "avx2" its AVX-512 ones (where it has them)."""
-    want = isa_wanted()
-    if want == "scalar":
-        module.set_simd(False)
-    elif want == "avx2" and hasattr(module, "set_avx512"):
-        module.set_avx512(False)
+    return config.settings.native_isa
 
 
 def available() -> bool:
     """True when the compiled kernels are built, importable and not disabled."""
-    global _isa_checked
-    if _kernels is None or disabled():
-        return False
-    if not _isa_checked:
-        want = isa_wanted()
-        if want:
-            try:
-                _kernels.set_isa(want)
-            except ValueError:
-                pass  # an unknown or unsupported name keeps the CPU's best
-        _isa_checked = True
-    return True
+    return _kernels is not None and not config.settings.no_native
 
 
 def supports(type_name: str) -> bool:
@@ -102,7 +74,7 @@ def supports(type_name: str) -> bool:
 def status() -> dict:
     """Built or not (and why), the instruction set in use and the CPU's best."""
     usable = available()
-    return {"native": usable, "disabled": disabled(), "error": _import_error,
+    return {"native": usable, "disabled": disabled(), "error": loader.missing("_kernels"),
             "isa": _kernels.isa() if _kernels is not None else None,
             "best_isa": _kernels.best_isa() if _kernels is not None else None}
 

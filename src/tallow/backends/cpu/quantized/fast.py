@@ -61,7 +61,7 @@ _lock = threading.Lock()
 
 def numba_disabled() -> bool:
     """``TALLOW_NO_NUMBA`` is on (see tallow.config)."""
-    return config.flag("TALLOW_NO_NUMBA", False)
+    return config.settings.no_numba
 
 
 def available() -> bool:
