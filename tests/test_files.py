@@ -100,15 +100,16 @@ def test_npy_npz(tmp_path):
         tl.utils.load_npy(tmp_path / "trunc.npy")
 
 
-def test_safetensors_of_dtypes_tallow_lacks_widen_like_arrays(tmp_path):
-    # As candle (and tl.Tensor of such an array): I32 -> i64, U16 -> u32, losslessly.
+def test_safetensors_narrow_ints_load_as_themselves_u16_widens(tmp_path):
+    # I8/I16/I32/BOOL are tallow dtypes (loaded over the file's map); only U16 widens, to u32.
     from safetensors.numpy import save_file
 
     path = tmp_path / "ints.safetensors"
     arrays = {"i32": np.array([-(2**31), 5], np.int32), "u16": np.array([65535, 1], np.uint16),
-              "i8": np.array([-128, 3], np.int8)}
+              "i8": np.array([-128, 3], np.int8), "i16": np.array([-32768, 7], np.int16),
+              "bool": np.array([True, False])}
     save_file(arrays, str(path))
-    want = {"i32": tl.i64, "u16": tl.u32, "i8": tl.i64}
+    want = {"i32": tl.i32, "u16": tl.u32, "i8": tl.i8, "i16": tl.i16, "bool": tl.bool}
     back = tl.utils.load_safetensors(path)
     f = tl.utils.SafetensorsFile(path)
     for name, arr in arrays.items():

@@ -27,6 +27,11 @@ from .tensor_base import TensorBase
 _contig = Layout.contiguous_of
 
 
+# torch dtypes NumPy's DLPack import refuses -> (raw torch type of the same width, DType).
+_TORCH_RAW = {"torch.bfloat16": ("int16", dt.bf16), "torch.float8_e4m3fn": ("uint8", dt.f8e4m3),
+              "torch.float8_e8m0fnu": ("uint8", dt.f8e8m0)}
+
+
 def device_of(device) -> Device:
     """``device`` as a Device (None is the CPU)."""
     return cpu if device is None else Device.parse(device)
@@ -139,7 +144,9 @@ class Constructors:
 
     @classmethod
     def from_numpy(cls, arr):
-        """A CPU tensor over a NumPy array: its buffer when C-contiguous, else a copy."""
+        """A CPU tensor over a NumPy array of any tallow dtype (bool, int8/16/32 and
+        ml_dtypes' types included): its buffer when C-contiguous, else a copy; uint16
+        widens to u32 (a copy)."""
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"from_numpy: expected a NumPy array, got {type(arr).__name__}")
         if arr.flags.c_contiguous and arr.dtype in {d.np for d in dt.ALL}:
@@ -148,16 +155,22 @@ class Constructors:
 
     @classmethod
     def from_dlpack(cls, x):
-        """A CPU tensor from any object speaking DLPack (torch, NumPy, JAX, ...)."""
+        """A CPU tensor from any object speaking DLPack (torch, NumPy, JAX, ...), over
+        its buffer (no copy) when that is a contiguous CPU one."""
+        if isinstance(x, TensorBase):
+            return cls.from_numpy(x.numpy())  # tallow's own dtypes, bf16 and f8 included
         try:
             arr = np.from_dlpack(x)
         except (TypeError, BufferError, RuntimeError):
-            import torch  # only a torch tensor gets here (a bf16 one), so torch is there
+            # NumPy reads no bfloat16 or float8: a torch tensor of them is read through a
+            # raw integer view of its bytes (the same memory), retyped with ml_dtypes.
+            import torch  # only a torch tensor of those dtypes gets here
 
-            if isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16:
-                arr = x.detach().cpu().view(torch.int16).numpy().view(dt.bf16.np)
-            else:
+            found = _TORCH_RAW.get(str(x.dtype)) if isinstance(x, torch.Tensor) else None
+            if found is None:
                 raise
+            raw, dtype = found
+            arr = x.detach().cpu().view(getattr(torch, raw)).numpy().view(dtype.np)
         return cls.from_numpy(arr)
 
     @classmethod

@@ -69,7 +69,7 @@ class DType:
         if value is int:
             return i64
         if value is float:
-            return f32
+            return f64  # NumPy's and PyTorch's dtype=float
         return from_numpy_dtype(value)
 
 

@@ -140,6 +140,8 @@ class ElementwiseOps:
         if ls.dtype is not rhs_s.dtype or ls.bdev is not rhs_s.bdev:
             if not promote or ls.bdev is not rhs_s.bdev:
                 binary_mismatch(name, self, rhs)
+            if name == "sub" and (ls.dtype.is_bool or rhs_s.dtype.is_bool):
+                raise _bool_subtraction()
             # PyTorch's promotion: both operands converted to the result dtype first
             # (recorded as casts, so gradients flow back in each operand's dtype).
             common = dt.result_type_tensors(self, rhs)
@@ -167,6 +169,8 @@ class ElementwiseOps:
 
     def _scalar(self, name, value, on_left):
         dtype = self._storage.dtype
+        if name == "sub" and (dtype.is_bool or isinstance(value, (bool, np.bool_))):
+            raise _bool_subtraction()
         if not dtype.is_float:
             # A weak Python scalar can still change an integer or bool tensor's kind.
             common = dt.result_type_scalar(dtype, value)
@@ -297,7 +301,7 @@ class ElementwiseOps:
 
     def __pow__(self, rhs):
         dtype = self._storage.dtype
-        if dtype.is_int and isinstance(rhs, (int, np.integer)) and not isinstance(rhs, bool):
+        if dtype.is_int and isinstance(rhs, (int, np.integer, np.bool_)):
             return _int_power(self.to_dtype(dt.result_type_scalar(dtype, rhs)), int(rhs))
         return self._operand("pow", rhs)
 
@@ -524,6 +528,12 @@ for _name in SYMBOLS:
 for _name in UNARY_OPS:
     setattr(ElementwiseOps, _name, _unary(_name))
 del _name
+
+
+def _bool_subtraction():
+    return UnsupportedDTypeError(
+        "-: subtraction with a bool tensor is not supported, as in PyTorch (use ^ or "
+        "logical_xor, ~ to invert a mask, or convert with to_dtype first)")
 
 
 def _true_divide(t, other, on_left):

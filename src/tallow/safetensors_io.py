@@ -17,8 +17,12 @@ before any tensor is read:
 
 A violation is a ``FileFormatError`` naming the file and, where one is at fault,
 the tensor. A tensor is read through a slice of the map cut to its own
-``[begin, end)``, so it can never see another tensor's bytes. Types the format
-has but tallow cannot hold (``F8_E4M3``, complex, ...) are an
+``[begin, end)``, so it can never see another tensor's bytes, and without a copy:
+every type loads as the tallow dtype of the same name (BOOL as bool, I8/I16/I32 as
+i8/i16/i32, F8_E4M3 and F8_E8M0 as f8e4m3 and f8e8m0). Two exceptions copy: U16
+widens to u32 (tallow has no u16), and the packed F4/F6 types (two or four and a
+third elements per byte in the file, low bits first) are unpacked to tallow's one
+byte per element. Types tallow cannot hold (F8_E5M2, U64, complex) are an
 ``UnsupportedDTypeError`` when that tensor is asked for, not when the file opens.
 """
 
@@ -44,16 +48,35 @@ _BITS = {
     "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
 }
 TALLOW_TYPES = {
-    "U8": (dt.u8, np.dtype(np.uint8)), "U32": (dt.u32, np.dtype(np.uint32)),
-    "I64": (dt.i64, np.dtype(np.int64)), "F16": (dt.f16, np.dtype(np.float16)),
-    "BF16": (dt.bf16, dt.bf16.np), "F32": (dt.f32, np.dtype(np.float32)),
-    "F64": (dt.f64, np.dtype(np.float64)),
-    # Types tallow lacks, widened losslessly when read (as NumPy arrays of them are,
-    # and as candle reads I32 into i64).
-    "BOOL": (dt.u8, np.dtype(np.bool_)), "I8": (dt.i64, np.dtype(np.int8)),
-    "I16": (dt.i64, np.dtype(np.int16)), "I32": (dt.i64, np.dtype(np.int32)),
+    "BOOL": (dt.bool_, dt.bool_.np), "U8": (dt.u8, dt.u8.np), "U32": (dt.u32, dt.u32.np),
+    "I8": (dt.i8, dt.i8.np), "I16": (dt.i16, dt.i16.np), "I32": (dt.i32, dt.i32.np),
+    "I64": (dt.i64, dt.i64.np), "F16": (dt.f16, dt.f16.np), "BF16": (dt.bf16, dt.bf16.np),
+    "F32": (dt.f32, dt.f32.np), "F64": (dt.f64, dt.f64.np),
+    "F8_E4M3": (dt.f8e4m3, dt.f8e4m3.np), "F8_E8M0": (dt.f8e8m0, dt.f8e8m0.np),
+    # Packed in the file (see unpack_bits), one byte per element in tallow.
+    "F4": (dt.f4, dt.f4.np), "F6_E2M3": (dt.f6e2m3, dt.f6e2m3.np),
+    "F6_E3M2": (dt.f6e3m2, dt.f6e3m2.np),
+    # tallow has no u16: widened losslessly when read, as NumPy arrays of it are.
     "U16": (dt.u32, np.dtype(np.uint16)),
 }
+# The safetensors name of each tallow dtype, for writing.
+SAFETENSORS_NAMES = {d: name for name, (d, npd) in TALLOW_TYPES.items() if d.np == npd}
+# Sub-byte types: bits per element, packed low bits first.
+PACKED_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+
+
+def unpack_bits(raw: np.ndarray, count: int, bits: int) -> np.ndarray:
+    """``count`` codes of ``bits`` bits each, packed low bits first in ``raw`` (bytes),
+    as one byte each."""
+    flat = np.unpackbits(raw, bitorder="little")[:count * bits].reshape(count, bits)
+    weights = (1 << np.arange(bits)).astype(np.uint8)
+    return (flat * weights).sum(axis=1, dtype=np.uint8)
+
+
+def pack_bits(codes: np.ndarray, bits: int) -> np.ndarray:
+    """The inverse of ``unpack_bits``: one-byte codes packed ``bits`` bits each."""
+    flat = (codes.reshape(-1, 1) >> np.arange(bits, dtype=np.uint8)) & 1
+    return np.packbits(flat.reshape(-1), bitorder="little")
 MAX_HEADER_BYTES = 100_000_000  # the format library's own limit
 _ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
 
@@ -223,7 +246,7 @@ class SafetensorsReader:
         return found
 
     def dtype(self, name):
-        """The tallow dtype the tensor loads as (narrow integer types widen)."""
+        """The tallow dtype the tensor loads as (its own; U16 widens to u32)."""
         return self._types(name)[0]
 
     def array(self, name) -> np.ndarray:
@@ -233,6 +256,9 @@ class SafetensorsReader:
         if e.count == 0:
             return np.zeros(e.shape, npd)
         window = memoryview(self._map)[self._base + e.begin:self._base + e.end]
+        bits = PACKED_BITS.get(e.kind)
+        if bits is not None:
+            return unpack_bits(np.frombuffer(window, np.uint8), e.count, bits).view(npd).reshape(e.shape)
         return np.frombuffer(window, dtype=npd).reshape(e.shape)
 
     def get(self, name, dtype=None, device=None):
@@ -240,10 +266,30 @@ class SafetensorsReader:
         tdtype = self.dtype(name)
         arr = self.array(name)
         if arr.dtype != tdtype.np:
-            arr = arr.astype(tdtype.np)
+            arr = arr.astype(tdtype.np)  # U16 only
         t = Tensor.from_vec(arr, None)
         if dtype is not None and dt.DType.parse(dtype) is not t.dtype:
             t = t.to_dtype(dtype)
         if device is not None:
             t = t.to_device(device)
         return t
+
+
+def serialize(arrays: dict, metadata=None) -> bytes:
+    """A safetensors file's bytes for ``arrays`` (name -> (safetensors type, C-ordered
+    array)), the packed types packed. The header is padded with spaces to 8 bytes, as
+    the format's library writes it; tensors follow in the order given."""
+    header, chunks, pos = {}, [], 0
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    for name, (kind, arr) in arrays.items():
+        bits = PACKED_BITS.get(kind)
+        data = (pack_bits(arr.view(np.uint8).reshape(-1), bits) if bits is not None
+                else np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+        header[name] = {"dtype": kind, "shape": list(arr.shape),
+                        "data_offsets": [pos, pos + data.size]}
+        chunks.append(data)
+        pos += data.size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(c.tobytes() for c in chunks)

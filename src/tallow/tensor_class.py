@@ -26,6 +26,7 @@ from .ops_inplace import InplaceOps
 from .ops_linalg import LinalgOps
 from .ops_reduce import ReduceOps
 from .ops_views import ViewOps
+from .numpy_protocol import NumpyProtocol
 from .tensor_base import TensorBase, new_id
 
 _contig = Layout.contiguous_of
@@ -33,7 +34,7 @@ _new = object.__new__
 
 
 class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, InplaceOps, LinalgOps,
-             ConvOps, CustomOpMethods, TensorBase):
+             ConvOps, CustomOpMethods, NumpyProtocol, TensorBase):
     """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
     copies Python data, a NumPy array or another tensor."""
 
@@ -235,14 +236,22 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
         return self.flatten_all()._pyvalues()[0]
 
     def __dlpack__(self, *args, **kwargs):
+        """DLPack export: the buffer itself for a contiguous CPU tensor (a copy otherwise)."""
         arr = np.asarray(self.numpy(), order="C")
-        if self._storage.dtype is dt.bf16:
-            # NumPy's DLPack export knows no bfloat16; PyTorch's does (same buffer).
+        dtype = self._storage.dtype
+        if dtype in _TORCH_DLPACK:
+            # NumPy's DLPack export knows no bfloat16 or float8; PyTorch's does (same buffer).
             try:
                 import torch
             except ImportError:
-                raise BufferError("__dlpack__: exporting bf16 needs PyTorch installed") from None
-            return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).__dlpack__(*args, **kwargs)
+                raise BufferError(f"__dlpack__: exporting {dtype} needs PyTorch installed") from None
+            bits, name = _TORCH_DLPACK[dtype]
+            raw = torch.from_numpy(arr.view(bits))
+            return raw.view(getattr(torch, name)).__dlpack__(*args, **kwargs)
+        if dtype.is_small_float:
+            raise BufferError(
+                f"__dlpack__: DLPack exporters here (NumPy, PyTorch) have no {dtype} of one "
+                "byte per element; convert with to_dtype(tl.f32) or share numpy()")
         return arr.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
@@ -484,6 +493,11 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
 for _name in ops_elementwise.SYMBOLS:
     setattr(Tensor, f"__{_name}__", ops_elementwise.operator(_name, Tensor))
 del _name
+
+
+# dtypes exported through a PyTorch view of the same bytes: (raw NumPy type, torch dtype).
+_TORCH_DLPACK = {dt.bf16: (np.int16, "bfloat16"), dt.f8e4m3: (np.uint8, "float8_e4m3fn"),
+                 dt.f8e8m0: (np.uint8, "float8_e8m0fnu")}
 
 
 def _rebuild(arr, dtype, device):

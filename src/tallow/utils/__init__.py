@@ -12,7 +12,8 @@ from ..atomic import atomic_write, write_bytes
 from ..backends.cpu.threads import CONFIG as _THREADS
 from ..device import Device, cpu
 from ..errors import DTypeMismatchError, FileFormatError
-from ..safetensors_io import SafetensorsReader
+from .. import dtype as dt
+from ..safetensors_io import SAFETENSORS_NAMES, SafetensorsReader, serialize
 from ..shape import parse_shape, parse_shape_with_hole
 from ..tensor_class import Tensor
 
@@ -104,10 +105,16 @@ def load_safetensors(path, device=cpu) -> dict:
 
 
 def save_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
-    """Write ``tensors`` (name -> Tensor) to ``path``, atomically (see ``tallow.atomic``)."""
+    """Write ``tensors`` (name -> Tensor) to ``path``, atomically (see ``tallow.atomic``).
+    Every dtype is written as the safetensors type of the same name (F4 and F6 packed)."""
     from safetensors.numpy import save
 
     arrays = _host_arrays("save_safetensors", tensors)
+    if any(t.dtype in (dt.f4, dt.f6e2m3, dt.f6e3m2) for t in tensors.values()):
+        # The format's library writes no F6 and only a paired F4: tallow's writer does.
+        kinds = {n: (SAFETENSORS_NAMES[t.dtype], arrays[n]) for n, t in tensors.items()}
+        write_bytes(path, serialize(kinds, metadata))
+        return
     write_bytes(path, save(arrays, metadata=metadata))
 
 

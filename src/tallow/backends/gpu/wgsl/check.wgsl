@@ -18,7 +18,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let size = sc(0u);
 //#if T_I64
         bad = (v < TA(0) || v >= size) && v != 9223372036854775807li;
-//#elif T_U8
+//#elif T_I32
+        bad = v < TA(0) || v >= size;
+//#elif T_U8 or T_BOOL
         bad = v >= size;
 //#else
         bad = v >= size && v != 0xffffffffu;
