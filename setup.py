@@ -29,6 +29,6 @@ setup(
             extra_compile_args=flags,
             optional=True,
         )
-        for name in ("_workers", "_kernels", "_ops", "_conv", "_gemm", "_winograd", "_winograd_s2", "_step", "_transpose", "_reduce")
+        for name in ("_workers", "_kernels", "_ops", "_conv", "_gemm", "_step", "_transpose", "_reduce")
     ]
 )

@@ -1,10 +1,8 @@
 """The AVX-512 kernels against the AVX2 ones they widen: the f32 product's 6x32
-tile, the flat direct convolution's 16-lane blocks (16, 12 or 8 channels x 16
-positions; up to 4 channels x 64 positions) and the flat kernel gradient's pairs of
-channels (two 8-lane sums in one register) compute every output with the same
-operations in the same order, so they must give the AVX2 kernels' bits (and so
-PyTorch's values, which the AVX2 kernels' own tests check). They run where the CPU
-has AVX-512F; ``TALLOW_NATIVE_ISA=avx2`` switches them off.
+tile computes every output with the same operations in the same order, so it must
+give the AVX2 kernel's bits (and so PyTorch's values, which the AVX2 kernel's own
+tests check). It runs where the CPU has AVX-512F; ``TALLOW_NATIVE_ISA=avx2``
+switches it off.
 """
 
 import contextlib
@@ -14,8 +12,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +19,9 @@ import tallow as tl
 from tallow.backends.cpu import gemm, native
 
 try:
-    from tallow.backends.cpu.native import _conv, _gemm
+    from tallow.backends.cpu.native import _gemm
 except ImportError:  # pragma: no cover - without a compiler
-    _conv = _gemm = None
+    _gemm = None
 
 
 def _has_avx512() -> bool:
@@ -154,85 +150,13 @@ def test_the_product_through_the_split_and_the_python_entry():
     np.testing.assert_allclose(wide, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
 
 
-@given(b=st.integers(1, 3), c=st.integers(1, 6), co=st.integers(1, 30), h=st.integers(3, 12),
-       w=st.integers(3, 40), pad=st.integers(0, 2), seed=st.integers(0, 99))
-@SETTINGS
-def test_the_flat_direct_convolution_s_16_lane_blocks_give_the_avx2_bits(b, c, co, h, w, pad, seed):
-    """Blocks of 12 and 8 channels (the last one partial), any image width (the flat
-    positions past each row dropped); fewer than eight channels keep the AVX2 blocks."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
-    k = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
-    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
-
-    def direct():
-        out = np.full((b, co, oh, ow), np.nan, np.float32)
-        _conv.direct(x, k, out, co, b, c, h, w, 3, 3, 1, 1, pad, pad, 1, 1, oh, ow)
-        return out
-
-    plain, wide = _both(_conv, direct)
-    np.testing.assert_array_equal(wide, plain)
-    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=pad).numpy()
-    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
-
-
-@given(b=st.integers(1, 6), c=st.integers(1, 4), co=st.integers(1, 19), h=st.integers(3, 30),
-       w=st.integers(3, 40), kh=st.integers(1, 4), kw=st.integers(1, 5), pad=st.integers(0, 2),
-       dil=st.integers(1, 2), threads=st.sampled_from([1, 2]), seed=st.integers(0, 99))
-@SETTINGS
-def test_the_flat_kernel_gradient_s_channel_pairs_give_the_avx2_bits(b, c, co, h, w, kh, kw, pad, dil,
-                                                                      threads, seed):
-    """Pairs of output channels in a register's halves (an odd count's last one alone),
-    blocks of eight channels, any width (the positions past each row read zeros), one or
-    two threads and up to four image ranges."""
-    oh, ow = h + 2 * pad - dil * (kh - 1), w + 2 * pad - dil * (kw - 1)
-    if oh < 1 or ow < 1:
-        return
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
-    g = rng.standard_normal((b, co, oh, ow)).astype(np.float32)
-
-    def kernel_grad():
-        gk = np.full((co, c, kh, kw), np.nan, np.float32)
-        _conv.kernel_grad(x, g, gk, co, b, c, h, w, kh, kw, 1, 1, pad, pad, dil, dil, oh, ow)
-        return gk
-
-    plain, wide = _both_at(threads, _conv, kernel_grad)
-    np.testing.assert_array_equal(wide, plain)
-    want = torch.ops.aten.convolution_backward(
-        torch.from_numpy(g).double(), torch.from_numpy(x).double(), torch.zeros(co, c, kh, kw, dtype=torch.float64),
-        None, [1, 1], [pad, pad], [dil, dil], False, [0, 0], 1, [False, True, False])[1].numpy()
-    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4 * np.sqrt(b * oh * ow))
-
-
-@pytest.mark.parametrize("co", [1, 3, 4, 5, 8])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_few_output_channels_four_blocks_at_once(co, threads):
-    """Up to 4 output channels (a first layer's input gradient): 64 positions per step,
-    the image's last blocks and a chunk's edge in a partial step (the blocks past them
-    computed from the planes' zero slack and not stored)."""
-    rng = np.random.default_rng(co)
-    x = rng.standard_normal((3, 16, 27, 30)).astype(np.float32)
-    k = rng.standard_normal((co, 16, 3, 3)).astype(np.float32)
-
-    def direct():
-        out = np.full((3, co, 27, 30), np.nan, np.float32)
-        _conv.direct(x, k, out, co, 3, 16, 27, 30, 3, 3, 1, 1, 1, 1, 1, 1, 27, 30)
-        return out
-
-    plain, wide = _both_at(threads, _conv, direct)
-    np.testing.assert_array_equal(wide, plain)
-    want = F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(k).double(), padding=1).numpy()
-    np.testing.assert_allclose(wide, want, rtol=1e-4, atol=1e-4)
-
-
 def test_the_conv_layer_end_to_end_with_and_without_avx512():
-    """A first layer (direct) and a 32-channel one (Winograd, its products on the kernel)
-    through conv2d and autograd."""
+    """A first layer and a 32-channel one (their products on the kernel) through conv2d
+    and autograd."""
     rng = np.random.default_rng(6)
     runs = []
     for on in (False, True):
-        with avx512(_gemm, on), avx512(_conv, on):
+        with avx512(_gemm, on):
             outs = []
             for c, co in ((3, 16), (32, 32)):
                 x = tl.Var(rng.standard_normal((4, c, 12, 12)).astype(np.float32))
@@ -248,10 +172,10 @@ def test_the_conv_layer_end_to_end_with_and_without_avx512():
 
 def test_native_isa_avx2_switches_them_off():
     code = ("import numpy as np\n"
-            "from tallow.backends.cpu import conv, gemm, winograd\n"
+            "from tallow.backends.cpu import gemm\n"
             "gemm.native_available()\n"
-            "print(gemm._native.avx512(), conv._native(np.zeros(1, np.float32)).avx512())\n")
-    for isa, want in (("avx2", ["False"] * 2), (None, ["True"] * 2)):
+            "print(gemm._native.avx512())\n")
+    for isa, want in (("avx2", ["False"]), (None, ["True"])):
         env = dict(os.environ)
         env.pop("TALLOW_NATIVE_ISA", None)
         if isa:
@@ -263,8 +187,7 @@ def test_native_isa_avx2_switches_them_off():
 
 def test_switching_on_needs_the_cpu_feature():
     """set_avx512(True) is refused where the CPU lacks AVX-512F (here it has it: accepted)."""
-    for module in (_gemm, _conv):
-        with avx512(module, True):
-            assert module.avx512()
+    with avx512(_gemm, True):
+        assert _gemm.avx512()
     with pytest.raises(TypeError):
         _gemm.set_avx512()

@@ -1,39 +1,29 @@
 """Convolutions, transposed convolutions, pooling and nearest upsampling of CPU
 storage, and the backward kernels autograd asks for.
 
-A convolution is an im2col gather and BLAS products; its adjoint (the transposed
-convolution, which is also a convolution's input gradient) is a BLAS product and
-a col2im scatter-add. For f32 with the C extension (``native/_conv.c``), im2col,
-col2im and pooling are C passes split over the compiled worker pool (padding,
-stride and dilation in the gather; the same bits at any thread count), and layers
-with few input channels (``DIRECT_ROWS``) are convolved, and their kernel gradient
-computed, directly, without columns. Otherwise, with numba (``conv_kernels``),
-im2col/col2im are compiled single passes over a zero-padded copy of the images (or
-a padded output, cropped after); without numba, NumPy window views and per-tap
-strided adds do the same work more slowly.
+A convolution is an im2col gather and matrix products, as in candle; its adjoint
+(the transposed convolution, which is also a convolution's input gradient) is a
+product and a col2im scatter-add; its kernel gradient is a product of the output
+gradient and the columns, summed over the images. There are no other algorithms:
+the products give each output the plain sum of its window's products, whose
+rounding stays at the level of the largest terms' units in the last place even
+when the inputs span many orders of magnitude (docs/decisions.md).
 
-Layout choices (also in docs/design.md, "The CPU backend"):
+With the C extension (``native/_conv.c``) and f32, the three run an image at a time
+in C over the compiled worker pool (``conv_images``, ``conv_transpose_images``,
+``kernel_grad_parts``): each unit builds its image's columns a block of output rows
+at a time in its thread's scratch and multiplies them by tallow's f32 kernel, so the
+columns are read back from the cache; the results are the same bits at any thread
+count. Grouped convolutions gather the whole batch's columns (C ``im2col`` /
+``col2im``) and go through ``gemm.matmul``. Without the C extension, numba
+(``conv_kernels``) compiles im2col/col2im as single passes over a zero-padded copy
+of the images (or a padded output, cropped after); without numba, NumPy window
+views and per-tap strided adds do the same work more slowly.
 
-* forward: one product per image, ``kernel[g] (co/g, cg*kh*kw) @ cols[b, g]``, so
-  the output comes out in NCHW with no transposed copy (one batched call of the
-  native kernel); when an image has few output positions and the product goes to
-  BLAS, one product over the whole batch (columns laid out ``(rows, batch,
-  positions)``) beats many small ones, at the cost of one copy of the output;
-* stride-1 3x3 kernels between layers of 16+ channels: Winograd F(2x2, 3x3)
-  (``winograd.py``), 2.25x fewer multiply-adds and no im2col; stride-2 3x3 ones
-  under padding 1: the middle kernel column's product and Winograd F(4, 2) for the
-  outer two (``winograd_s2.py``), 0.75x the multiply-adds, for the kernel gradient
-  too;
-* 1x1 kernels without padding skip im2col: the input (strided for stride 2) is the
-  column matrix;
-* kernel gradient: with the native kernel and images of ``SMALL_IMAGE`` positions
-  or more, a product per image added into the result (no transposed copies);
-  otherwise one product over the whole batch,
-  ``grad (co/g, b*oh*ow) @ cols^T``, or a product per image summed over the batch
-  when the columns have few rows (``FEW_ROWS``);
-* transposed convolution / input gradient: ``kernel^T @ x`` then col2im, per image
-  or, for small images, as one product over the batch (its columns then land in
-  ``(rows, batch, positions)``, which col2im reads in place).
+A 1x1 kernel of stride 1 without padding skips im2col: the input is the column
+matrix. Where the products go to BLAS (no C extension), small images use one
+product over the whole batch, columns laid out ``(rows, batch, positions)``, rather
+than many small ones.
 
 A 1-D op is the 2-D op with a height of 1. f16/bf16 compute in f32.
 """
@@ -47,7 +37,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
-from . import gemm, numba_kernels, parallel, winograd, winograd_s2
+from . import gemm, numba_kernels, parallel
 from .native_module import NativeModule
 from .threads import CONFIG
 
@@ -55,12 +45,14 @@ from .threads import CONFIG
 _HALF = (dt.f16, dt.bf16)
 
 # Below this many output positions per image, one product over the whole batch is
-# faster than a product per image on BLAS (its per-call cost and thin matrices); the
-# native kernel takes a batch of per-image products in one call, so where it runs them
-# (gemm.native_takes) the per-image layout stays, without the transposed copies.
+# faster than a product per image on BLAS (its per-call cost and thin matrices).
 SMALL_IMAGE = 256
 # Up to this many column rows (c_in * kh * kw), a kernel gradient is a product per image.
 FEW_ROWS = 64
+# The kernel gradient of a batch sums its images in this many parts at most (one task
+# each, added in order at the end): the count follows the batch alone, so the bits do
+# not depend on the threads.
+KERNEL_GRAD_PARTS = 4
 
 
 def _operand(s, layout, op):
@@ -90,26 +82,12 @@ def _native(*arrays):
 
 _CONV = NativeModule("_conv")
 
-# A convolution whose columns would have at most this many rows (c_in / groups * kh *
-# kw: a first layer's 1-8 channels under a 3x3 kernel) runs as a direct convolution
-# when the native module is there: such short columns leave BLAS little to block over,
-# and building them costs as much as the product.
-DIRECT_ROWS = 80
-# ... and at most this many output channels (the kernel's rows are re-read per output
-# row; beyond this, im2col and BLAS's blocking win).
-DIRECT_MAX_CO = 64
 
-
-# A stride-1 transposed convolution runs as the direct one only with at least this many
-# output channels: the direct kernel computes blocks of 4 or 6 channels, and a 1-channel
-# input gradient wastes three quarters of each (1.1x im2col's time; 3 channels: 0.8x).
-DIRECT_T_MIN_CO = 3
-
-
-def _direct(native, groups, pointwise, rows, co):
-    """Whether a convolution (or its kernel gradient) runs as a direct one."""
-    return (native is not None and groups == 1 and not pointwise and rows <= DIRECT_ROWS
-            and co <= DIRECT_MAX_CO)
+def _by_images(native, groups) -> bool:
+    """Whether the convolution runs an image at a time in C (``conv_images`` and its
+    kin), its products on tallow's f32 kernel: the C module and the kernel are there
+    (``TALLOW_NO_NATIVE_GEMM`` turns the kernel off) and the layer is not grouped."""
+    return native is not None and groups == 1 and gemm.native_available()
 
 
 def _geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow):
@@ -177,58 +155,25 @@ def _is_pointwise(kh, kw, pad):
     return kh == kw == 1 and pad == (0, 0)
 
 
-def _pointwise_input(native, x, stride):
-    """A 1x1 unpadded convolution's columns: the input itself, subsampled for a stride.
-    Natively the subsample is a 1x1 max pool at that stride (each window one pixel,
-    copied bit for bit), split over the pool: 16 images of 128x16x16 at stride 2 in
-    30-39 us where NumPy's strided copy took 75-131 (its 1x1 128->256 layer's forward
-    at two threads 1.17x PyTorch's time with NumPy's copy)."""
+def _pointwise_input(x, stride):
+    """A 1x1 unpadded convolution's columns: the input itself, subsampled for a stride."""
     if stride == (1, 1):
         return np.ascontiguousarray(x)
-    if native is None or x.dtype != np.float32:
-        return np.ascontiguousarray(x[:, :, ::stride[0], ::stride[1]])
-    b, c, h, w = x.shape
-    out = np.empty((b, c, (h - 1) // stride[0] + 1, (w - 1) // stride[1] + 1), np.float32)
-    native.max_pool2d(np.ascontiguousarray(x), out, b * c, h, w, 1, 1, stride[0], stride[1])
-    return out
+    return np.ascontiguousarray(x[:, :, ::stride[0], ::stride[1]])
 
 
-def _by_images(native, b, groups, co, pos, rows) -> bool:
-    """Whether a transposed convolution (``rows`` x ``co`` kernel^T products of ``pos``
-    positions) runs an image at a time in C (``conv_transpose_images``: each image's
-    columns and their col2im on one thread, in its cache) rather than the batch's
-    products split over the threads and then col2im. For the native product's shapes
-    (``gemm.native_takes``, not computed transposed), so that either way gives the
-    same bits; on one thread, or when the images share out evenly enough over the
-    threads (as Winograd's, ``winograd._by_images``). The forward's rule is
-    ``_image_groups``."""
-    if native is None or groups != 1 or b < 2 or gemm._narrow_and_tall(co, pos):
-        return False
-    return gemm.native_takes(co, pos, rows, b) and winograd._by_images(b)  # (the kernel's products)
-
-
-def _image_groups(native, b, groups, co, pos, rows) -> int:
-    """How many units each image of an im2col convolution runs as in C (``conv_images``:
-    the image's product packed straight from its zero-margined planes, no columns
-    built, each unit a block of output channels on one thread), or 0 for the batch's
-    columns and the products split over the threads. One unit per image on one thread
-    (a single 7x7 image's 256->256 layer too, whose 49 positions the batch path
-    computes transposed: 0.81-0.89x its time) and when the images share out evenly
-    enough over the threads (as Winograd's, ``winograd._by_images``); fewer images (one
-    image on two threads) are cut into blocks of output channels, one per thread: 0.73x
-    the split product's time for a 224x224 stem (7x7, stride 2, 3->64), 0.77-0.84x for
-    128-512 channels on 7x7-28x28 images, 0.97x for 64->128 at 56x56, stride 2. Every
-    element is the same product's sum either way: the same bits."""
-    if native is None or groups != 1 or not gemm.native_takes(co, pos, rows, b):
-        return 0
-    return _units_per_image(b, co)
+def _images_share_out(b) -> bool:
+    """Whether whole images share out evenly enough over the threads to be the units
+    of a C pass: on one thread always, and on more with at least two images per
+    thread or a multiple of the threads."""
+    threads = CONFIG.get()
+    return threads <= 1 or b >= 2 * threads or b % threads == 0
 
 
 def _units_per_image(b, co) -> int:
-    """Units (blocks of output channels) each image of a per-image C convolution runs
-    as: one when the images share out evenly enough over the threads (as Winograd's,
-    ``winograd._by_images``), else enough for every thread (``_blocks_per_item``)."""
-    return 1 if b >= 2 and winograd._by_images(b) else _blocks_per_item(b, co)
+    """Units (blocks of output channels) each image of ``conv_images`` runs as: one
+    when the images share out over the threads, else enough for every thread."""
+    return 1 if _images_share_out(b) else _blocks_per_item(b, co)
 
 
 def _blocks_per_item(items, co) -> int:
@@ -242,27 +187,6 @@ def _blocks_per_item(items, co) -> int:
     return min(co, threads // math.gcd(items, threads))
 
 
-def _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, pos) -> int:
-    """How many parts an im2col kernel gradient's sum over the images is cut into (each
-    summed image by image in C, ``kernel_grad_parts``: the columns of an image made
-    and used on one thread, in its cache), or 0 for the products below. A count that
-    follows the batch alone (``winograd.KERNEL_GRAD_PARTS`` at most), so the bits do
-    not depend on the threads; for the native product's shapes, and images of
-    ``SMALL_IMAGE`` positions or more, where the per-image products already ran, or a
-    1x1 kernel of stride 1 at any size, whose columns are the images themselves (read
-    in place: 64->256 on 8x8 images, batch 64, forward + backward 0.82-0.84x the time
-    of one product over the batch's transposed copies). A single image of any size
-    (its one product is the batch's: the same bits) packs its columns from the
-    windows too, built by neither (a 7x7 256->256 layer's kernel gradient 0.90-0.92x
-    the time at one thread, 0.86-0.98x at two). A strided 1x1 kernel keeps that
-    product (its gathered columns made the parts 1.1x slower)."""
-    if (native is None or groups != 1 or not gemm.native_takes(co, rows, pos)
-            or (pointwise and stride != (1, 1))
-            or (b < 2 and pointwise) or (b >= 2 and not pointwise and pos < SMALL_IMAGE)):
-        return 0
-    return min(b, winograd.KERNEL_GRAD_PARTS)
-
-
 def _conv2d(x, k, pad, stride, dil, groups):
     """A convolution of NCHW ``x`` with ``k`` (c_out, c_in / groups, kh, kw), NCHW out."""
     kernels, native = _compiled(), _native(x, k)
@@ -273,37 +197,24 @@ def _conv2d(x, k, pad, stride, dil, groups):
     oh, ow = _out_hw(h, w, kh, kw, pad, stride, dil)
     x = np.ascontiguousarray(x)
     pointwise = _is_pointwise(kh, kw, pad)
-    if _direct(native, groups, pointwise, c * kh * kw, co):
-        y = np.empty((b, co, oh, ow), np.float32)
-        native.direct(x, np.ascontiguousarray(k), y, co,
-                      *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
-        return y
-    if winograd.applies(x, k, pad, stride, dil, groups):
-        y = winograd.conv2d(x, k, pad)
-        if y is not None:  # (None: a non-finite value, which its transforms would spread)
-            return y
-    if winograd_s2.applies(x, k, pad, stride, dil, groups):
-        y = winograd_s2.conv2d(x, k, _units_per_image(b, co))
-        if y is not None:
-            return y
-    kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     CONFIG.apply()
+    if _by_images(native, groups) and not (pointwise and stride == (1, 1)):
+        y = np.empty((b, co, oh, ow), np.float32)
+        native.conv_images(x, np.ascontiguousarray(k), y, co,
+                           *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow),
+                           _units_per_image(b, co))
+        return y
+    kern = np.ascontiguousarray(k).reshape(groups, co // groups, cg * kh * kw)
     if b == 1 or oh * ow >= SMALL_IMAGE or gemm.native_takes(co // groups, oh * ow, cg * kh * kw, b * groups):
-        units = 0 if pointwise else _image_groups(native, b, groups, co, oh * ow, c * kh * kw)
-        if units:
-            y = np.empty((b, co, oh, ow), np.float32)
-            native.conv_images(x, np.ascontiguousarray(k), y, co,
-                               *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow), units)
-            return y
         if pointwise:
-            cols = _pointwise_input(native, x, stride).reshape(b, groups, cg, oh * ow)
+            cols = _pointwise_input(x, stride).reshape(b, groups, cg, oh * ow)
         else:
             cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
             cols = cols.reshape(b, groups, cg * kh * kw, oh * ow)
         return gemm.matmul(kern, cols).reshape(b, co, oh, ow)
     # Small images: one product over the batch, then the output back to NCHW.
     if pointwise:
-        xs = _pointwise_input(native, x, stride).reshape(b, c, oh * ow)
+        xs = _pointwise_input(x, stride).reshape(b, c, oh * ow)
         cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
     else:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, False)
@@ -326,28 +237,10 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
     rows, pos = cog * kh * kw, h * w
     x = np.ascontiguousarray(x)
     native = _native(x, k)
-    if (stride == (1, 1) and out_pad == (0, 0) and pad[0] <= dil[0] * (kh - 1)
-            and pad[1] <= dil[1] * (kw - 1) and groups == 1):
-        # Stride 1: the convolution of x with the flipped, transposed kernel under the
-        # complementary padding; for few output channels (a first layer's input
-        # gradient) the direct kernel needs no column buffer and no scatter, and a
-        # 3x3 kernel between wider layers goes to Winograd's products.
-        cpad = (dil[0] * (kh - 1) - pad[0], dil[1] * (kw - 1) - pad[1])
-        if _direct(native, groups, False, rows, ci) and co >= DIRECT_T_MIN_CO:
-            flipped = np.ascontiguousarray(k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-            y = np.empty((b, co, oh, ow), np.float32)
-            native.direct(x, flipped, y, co, *_geometry(b, ci, h, w, kh, kw, (1, 1), cpad, dil, oh, ow))
-            return y
-        flipped = k.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
-        if winograd.applies(x, flipped, cpad, (1, 1), dil, 1):
-            y = winograd.conv2d(x, k, cpad, flipped=True)
-            if y is not None:
-                return y
     kern_t = np.ascontiguousarray(k).reshape(groups, cig, rows).transpose(0, 2, 1)
     if b > 1:
-        # Row-major (a copy of the kernel's size): read transposed, the native kernel
-        # packed it again for every image of the batch (a 1x1 layer's input gradient,
-        # batch 64: 1.96 -> 1.60 ms, the same bits). One image packs it once anyway.
+        # Row-major (a copy of the kernel's size): read transposed, the product would
+        # pack it again for every image of the batch.
         kern_t = np.ascontiguousarray(kern_t)
     CONFIG.apply()
     if _is_pointwise(kh, kw, pad) and stride == (1, 1):
@@ -357,12 +250,13 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
         if (oh, ow) != (h, w):
             y = np.pad(y, ((0, 0), (0, 0), (0, oh - h), (0, ow - w)))
         return y
-    if _by_images(native, b, groups, rows, pos, cig):
-        # An image at a time in C: its columns (kernel^T @ x[b]) in the thread's scratch,
-        # then col2im of them, one chunk of images per thread (the same bits).
+    if _by_images(native, groups):
+        # An image (or a block of its output channels) at a time in C: its columns
+        # (kernel^T @ x[b]) in the thread's scratch, then col2im of them.
         out = np.empty((b, co, oh, ow), np.float32)
-        native.conv_transpose_images(x, kern_t.reshape(rows, cig), out, cig,
-                                     *_geometry(b, co, oh, ow, kh, kw, stride, pad, dil, h, w))
+        native.conv_transpose_images(x, np.ascontiguousarray(kern_t.reshape(rows, cig)), out, cig,
+                                     *_geometry(b, co, oh, ow, kh, kw, stride, pad, dil, h, w),
+                                     _units_per_image(b, co))
         return out
     if b == 1 or pos >= SMALL_IMAGE or gemm.native_takes(rows, pos, cig, b * groups):
         cols = gemm.matmul(kern_t, x.reshape(b, groups, cig, pos))  # (b, g, rows, pos)
@@ -387,10 +281,11 @@ def _conv_transpose2d(x, k, pad, out_pad, stride, dil, groups):
 
 
 def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-    """dL/dkernel: ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``
-    as one BLAS product over all images at once; with few column rows (a first
-    layer's 1-3 input channels) a product per image summed over the batch is faster,
-    since the single product's tiny output leaves BLAS little to block over."""
+    """dL/dkernel: ``grad[g, cog, (b, oh, ow)] @ cols[g, (cg, kh, kw), (b, oh, ow)]^T``,
+    in C an image at a time (the batch in ``KERNEL_GRAD_PARTS`` parts), else as one
+    product over all images at once; with few column rows (a first layer's 1-3 input
+    channels) a product per image summed over the batch, since the single product's
+    tiny output leaves BLAS little to block over."""
     kernels, native = _compiled(), _native(x, g)
     if kernels is None and native is None:
         return _conv2d_kernel_grad_numpy(x, g, k_shape, pad, stride, dil, groups)
@@ -405,52 +300,23 @@ def _conv2d_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
     x = np.ascontiguousarray(x)
     g = g[:, :, :oh, :ow]
     pointwise = _is_pointwise(kh, kw, pad)
-    if _direct(native, groups, pointwise, c * kh * kw, co) and native.simd():
-        gk = np.empty(k_shape, np.float32)
-        native.kernel_grad(x, np.ascontiguousarray(g), gk, co,
-                           *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow))
-        return gk
-    if winograd.applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-        dk = winograd.kernel_grad(x, g, k_shape, pad)
-        if dk is not None:
-            return dk
-    if winograd_s2.applies_to_kernel_grad(x, g, k_shape, pad, stride, dil, groups):
-        dk = winograd_s2.kernel_grad(x, g, k_shape)
-        if dk is not None:
-            return dk
     CONFIG.apply()
-    parts = _kernel_grad_parts(native, b, groups, pointwise, stride, co, rows, oh * ow)
-    if parts:
+    if _by_images(native, groups):
+        parts = min(b, KERNEL_GRAD_PARTS)
         out = np.empty((parts, co, rows), np.float32)
+        # (fewer parts than threads, a single image: each part cut in blocks of rows,
+        # one task each)
         native.kernel_grad_parts(x, np.ascontiguousarray(g), out, parts, co,
                                  *_geometry(b, c, h, w, kh, kw, stride, pad, dil, oh, ow),
-                                 # fewer parts than threads (a single image): each cut in
-                                 # blocks of columns (packed from the windows) or rows, one
-                                 # task each (a stride-2 128->256 image at 32x32: 0.60x the
-                                 # time at two threads)
                                  _blocks_per_item(parts, co))
         return out[0].reshape(co, cg, kh, kw)
-    if (x.dtype == np.float32 and g.dtype == np.float32 and gemm.native_available()
-            and oh * ow >= SMALL_IMAGE):
-        # One product per image added into the result by the native kernel: neither
-        # the gradient nor the columns are copied transposed (a whole 1x1 layer's
-        # forward + backward 0.73-0.94x the time with one product over the batch).
-        # Small images keep that one product: per-image ones of k < 256 lost 4-7%.
-        if pointwise:
-            cols = np.ascontiguousarray(_pointwise_input(native, x, stride)[:, :, :oh, :ow])
-        else:
-            cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
-        cols = cols.reshape(b, groups, rows, oh * ow).transpose(0, 1, 3, 2)
-        gm = np.ascontiguousarray(g).reshape(b, groups, cog, oh * ow)
-        out = np.empty((groups, cog, rows), np.float32)
-        return gemm.sum_of_products(gm, cols, out).reshape(co, cg, kh, kw)
     if b > 1 and c * kh * kw <= FEW_ROWS and not pointwise:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, True)
         cols = cols.reshape(b, groups, rows, oh * ow).transpose(0, 1, 3, 2)
         gm = np.ascontiguousarray(g).reshape(b, groups, cog, oh * ow)
         return gemm.matmul(gm, cols).sum(0).reshape(co, cg, kh, kw)
     if pointwise:
-        xs = _pointwise_input(native, x, stride)[:, :, :oh, :ow].reshape(b, c, oh * ow)
+        xs = _pointwise_input(x, stride)[:, :, :oh, :ow].reshape(b, c, oh * ow)
         cols = np.ascontiguousarray(xs.transpose(1, 0, 2))
     else:
         cols = _im2col(kernels, x, kh, kw, pad, stride, dil, oh, ow, False)

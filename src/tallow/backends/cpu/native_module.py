@@ -1,4 +1,4 @@
-"""One compiled kernel module of ``native/`` (``_conv``, ``_winograd``), loaded at first
+"""One compiled kernel module of ``native/`` (``_conv``), loaded at first
 use: the native package imports parts of tallow that import the modules asking."""
 
 from __future__ import annotations

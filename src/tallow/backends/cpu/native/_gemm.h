@@ -2,8 +2,8 @@
  *
  * _gemm.c publishes one entry through a capsule (as _workers.c does the pool): a
  * product on the calling thread, for a module whose own task (one split over the
- * pool) contains products: the Winograd convolution runs a whole batch of images'
- * transforms and products per chunk, so that no pass reads what another core wrote.
+ * pool) contains products: the convolution builds an image's columns and multiplies
+ * them in one task, so that no pass reads what another core wrote.
  * Without the module (not built, or not importable) tallow_gemm is NULL and the
  * caller keeps its other path.
  */

@@ -1,11 +1,8 @@
 /* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c, _conv.c,
- * _gemm.c, _winograd.c, _winograd_s2.c, _step.c, _transpose.c, _reduce.c): the CPU
- * feature checks and the Python switch between a module's SIMD and baseline builds,
- * an 8x8 register transpose, part-vector lane masks, a stride-2 image row's two
- * column phases, the exact f16
- * -> f32 conversion of the scalar code, the finiteness check of the Winograd
- * convolutions' outputs, and the buffer-protocol wrappers every entry point validates
- * its arrays with.
+ * _gemm.c, _step.c, _transpose.c, _reduce.c): the CPU feature checks and the Python
+ * switch between a module's SIMD and baseline builds, an 8x8 register transpose,
+ * part-vector lane masks, the exact f16 -> f32 conversion of the scalar code, and the
+ * buffer-protocol wrappers every entry point validates its arrays with.
  * Include after Python.h. */
 #ifndef TALLOW_NATIVE_COMMON_H
 #define TALLOW_NATIVE_COMMON_H
@@ -47,36 +44,9 @@ AVX2 static inline void transpose8x8_ps(__m256 r[8]) {
 #endif
 
 #ifdef TALLOW_X86
-/* ------------------------------------------------------------------ lane masks, stride-2 rows */
+/* ------------------------------------------------------------------ lane masks */
 /* The first n of 16 lanes (none for n <= 0): a part-vector's loads and stores. */
 static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xFFFF : (1u << n) - 1); }
-
-/* The lanes of a 32-float load from image column c0 that lie inside the row [0, w):
- * the others read as the padding's zeros, and never touch memory. */
-static inline uint32_t inside_mask(int64_t c0, int64_t w) {
-    const int64_t lo = c0 < 0 ? -c0 : 0, hi = w - c0 < 32 ? w - c0 : 32;
-    if (hi <= lo) return 0;
-    const uint32_t upto = hi >= 32 ? 0xFFFFFFFFu : (1u << hi) - 1;
-    return upto & ~((1u << lo) - 1);
-}
-
-/* Pixels c0, c0 + 2, ..., c0 + 30 of image row src into *e and c0 + 1, ..., c0 + 31
- * into *o (zeros outside [0, w), read under masks): a stride-2 row's two column
- * phases, two loads and two permutes. */
-static AVX512F inline void row_phases(const float *src, int64_t c0, int64_t w, __m512 *e, __m512 *o) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const uint32_t in = inside_mask(c0, w);
-    __m512 a, b;
-    if (in == 0xFFFFFFFFu) {
-        a = _mm512_loadu_ps(src + c0), b = _mm512_loadu_ps(src + c0 + 16);
-    } else {
-        a = _mm512_maskz_loadu_ps((__mmask16)in, src + c0);
-        b = _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + c0 + 16);
-    }
-    *e = _mm512_permutex2var_ps(a, even, b);
-    *o = _mm512_permutex2var_ps(a, odd, b);
-}
 #endif
 
 /* ------------------------------------------------------------------ CPU features */
@@ -251,36 +221,6 @@ static inline PyObject *none_or_no_memory(int failed) {
     if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
-
-/* Whether the n floats at x are all finite (no exponent of all ones). */
-static inline int all_finite(const float *x, int64_t n) {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
-    return !bad;
-}
-
-#ifdef TALLOW_X86
-/* The largest magnitude's bits (sign cleared) below an infinity's: two operations a
- * vector, four running maxima (all_finite's flags ran at 36 GB/s from the L2 cache). */
-AVX2 static inline int all_finite_avx2(const float *x, int64_t n) {
-    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
-    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), magnitude));
-        m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 8)), magnitude));
-        m2 = _mm256_max_epu32(m2, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 16)), magnitude));
-        m3 = _mm256_max_epu32(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 24)), magnitude));
-    }
-    m0 = _mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3));
-    uint32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, m0);
-    uint32_t top = 0;
-    for (int l = 0; l < 8; l++) top = lanes[l] > top ? lanes[l] : top;
-    return top < 0x7f800000u && all_finite(x + i, n - i);
-}
-#endif
 
 /* ------------------------------------------------------------------ buffers */
 typedef struct {
