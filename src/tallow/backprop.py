@@ -17,6 +17,7 @@ import numpy as np
 from . import dtype as dt
 from .creation import arange, cat, full, ones, ones_like, stack, tensor, zeros, zeros_like
 from .errors import NoGradientError, NotDifferentiableError
+from .grad_mode import GRAD_MODE
 from .layout import Layout
 from .tensor_class import Tensor
 from .versions import check_unchanged
@@ -179,7 +180,7 @@ def backward(root):
             else:
                 store[aid] = prev + g
     # PyTorch's ``.grad``: each Var reached also sums its gradient there.
-    for aid, t in tensors.items():
+    for aid, t in (tensors.items() if GRAD_MODE.fill_grad else ()):
         g = store.get(aid)
         if g is not None and t.is_variable():
             t.accumulate_grad(g)

@@ -15,9 +15,12 @@ import threading
 
 
 class _GradMode(threading.local):
-    """``enabled``: whether ops over tracked tensors record (True unless inside no_grad)."""
+    """``enabled``: whether ops over tracked tensors record (True unless inside no_grad);
+    ``fill_grad``: whether ``backward()`` also sums into each Var's ``.grad`` (False while
+    a compiled function records: a replay could not update ``.grad``)."""
 
     enabled = True
+    fill_grad = True
 
 
 GRAD_MODE = _GradMode()

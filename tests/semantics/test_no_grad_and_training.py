@@ -96,6 +96,7 @@ def test_step_with_a_grad_store_still_works(device):
     opt = tl.nn.optim.SGD([w], lr=0.5)
     opt.step((w * w).sum().backward())
     assert w.values() == [0.0, 0.0]
+    assert w.grad is None  # candle's loop never zeroes: a store's step clears .grad
 
 
 def _data(seed=0):
@@ -186,3 +187,30 @@ def test_a_manual_sgd_loop_with_no_grad(device):
     got = _manual_sgd(tl, device)
     assert want[-1] < want[0]
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+
+
+def test_step_without_grads_says_to_run_backward():
+    w = tl.Var([1.0])
+    opt = tl.nn.optim.SGD([w], lr=0.1)
+    with pytest.raises(tl.nn.OptimizerVariablesError, match="backward"):
+        opt.step()
+
+
+def test_a_compiled_step_leaves_grad_alone():
+    # A replay could not update .grad, so backward() inside a compiled function does
+    # not touch it, on the recording call either (docs/compile.md).
+    w = tl.Var([1.0, 2.0])
+    opt = tl.nn.optim.SGD([w], lr=0.1)
+
+    def step(x):
+        loss = (w * x).sum()
+        opt.backward_step(loss)
+        return loss.detach()
+
+    compiled = tl.compile(step)
+    for _ in range(3):
+        compiled(tl.tensor([1.0, 1.0]))
+    assert w.grad is None
+    np.testing.assert_allclose(w.values(), [0.7, 1.7], rtol=1e-6)
+    (w * w).sum().backward()  # outside, .grad fills again
+    np.testing.assert_allclose(w.grad.values(), [1.4, 3.4], rtol=1e-6)

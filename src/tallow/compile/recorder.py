@@ -27,6 +27,7 @@ import weakref
 
 from ..backends.base import BackendDevice, BackendStorage
 from ..errors import CaptureError
+from ..grad_mode import GRAD_MODE
 
 # Storage methods that hand values to Python: a replay cannot repeat the Python
 # code that looked at them.
@@ -360,10 +361,14 @@ def record(fn, args, kwargs, input_storages):
         loaded_gpu = "tallow.backends.gpu.storage" in sys.modules
         patches.install(backprop, lambda: setattr(rec.trace, "backward_ran", True))
         _ACTIVE = rec
+        # backward() leaves .grad alone here: a replay could not update it (the step
+        # uses the GradStore backward returns, as opt.backward_step does).
+        fill_grad, GRAD_MODE.fill_grad = GRAD_MODE.fill_grad, False
         try:
             result = fn(*args, **kwargs)
         finally:
             _ACTIVE = None
+            GRAD_MODE.fill_grad = fill_grad
             patches.remove()
     if not loaded_gpu and "tallow.backends.gpu.storage" in sys.modules:
         raise CaptureError(

@@ -145,14 +145,21 @@ class Optimizer:
 
     def step(self, grads=None) -> None:
         """Update each Var that has a gradient in ``grads`` (a GradStore or a mapping
-        taking Vars), or, without ``grads``, in its ``.grad`` (PyTorch's ``step()``)."""
+        taking Vars), or, without ``grads``, in its ``.grad`` (PyTorch's ``step()``).
+
+        A step from ``grads`` also clears the Vars' ``.grad``: candle's loop
+        (``opt.step(loss.backward())``) never zeroes it, and the sum would otherwise grow
+        by one addition per parameter and step (and outlive a compiled step)."""
         updated = 0
+        from_store = grads is not None
         if grads is None:
             by_id = None
             grads = _GradAttributes()
         else:
             by_id = getattr(grads, "get_id", None)  # a GradStore; else a mapping taking Vars
         for i, v in enumerate(self.vars):
+            if from_store:
+                v.grad = None
             g = by_id(v._id) if by_id is not None else grads.get(v)
             if g is None:
                 continue
@@ -166,6 +173,12 @@ class Optimizer:
                 g = _follow(g, v)
             self._update(v, g.detach() if g._track else g, state)
             updated += 1
+        if not updated and not from_store:
+            raise OptimizerVariablesError(
+                f"{type(self).__name__}.step(): none of its {len(self.vars)} variables has a "
+                ".grad: call loss.backward() first (inside a compiled function backward() "
+                "leaves .grad alone: pass its GradStore, opt.step(grads), or use "
+                "opt.backward_step(loss))")
         if not updated:
             raise OptimizerVariablesError(
                 f"{type(self).__name__}.step: none of its {len(self.vars)} variables has a "
