@@ -73,6 +73,7 @@ def tallow_steps(lr=0.01):
     linear = tl.nn.linear  # PyTorch's side calls F.linear
 
     def mlp():
+        mopt.zero_grad()  # as PyTorch's steps: backward sets each Var's .grad afresh
         h = mx
         for i, (w, b) in enumerate(zip(mw, mb)):
             h = linear(h, w, b)
@@ -86,6 +87,7 @@ def tallow_steps(lr=0.01):
     iopt = tl.nn.optim.SGD(iw + ib, lr=lr)
 
     def mlp_idiom():
+        iopt.zero_grad()
         h = mx
         for i, (w, b) in enumerate(zip(iw, ib)):
             h = h @ w.t() + b
@@ -101,6 +103,7 @@ def tallow_steps(lr=0.01):
     copt = tl.nn.optim.SGD([ck, ckb, cw, cwb], lr=lr)
 
     def conv():
+        copt.zero_grad()
         h = tx.conv2d(ck).broadcast_add(ckb.reshape((1, 8, 1, 1))).relu().max_pool2d(2)
         loss = ce(h.flatten_from(1).matmul(cw.t()).broadcast_add(cwb), ty)
         copt.backward_step(loss)
