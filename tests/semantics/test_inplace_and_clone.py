@@ -385,3 +385,35 @@ def test_a_write_into_a_view_of_a_tracked_result_is_refused(device):
     with pytest.raises(tl.InplaceOnTrackedError):
         h[0] = 1.0
     assert h.values() == [[2.0, 4.0], [6.0, 8.0]]
+
+
+def _row_plus(x):
+    x[1] += 1
+
+
+def _column_times(x):
+    x[:, 0] *= 2
+
+
+def _slice_minus(x):
+    x[0, 1:] -= 5
+
+
+def _repeated_ids_plus(x):
+    x[[0, 0, 2]] += 1
+
+
+INDEXED_UPDATES = {"x[1] += 1": _row_plus, "x[:, 0] *= 2": _column_times,
+                   "x[0, 1:] -= 5": _slice_minus, "x[[0, 0, 2]] += 1": _repeated_ids_plus}
+
+
+@pytest.mark.parametrize("name", list(INDEXED_UPDATES))
+def test_indexed_augmented_assignment_matches_torch(device, name):
+    # Python runs ``x[i] op= v`` as a get, the in-place op, and a set; repeated
+    # advanced indices add once (NumPy's and PyTorch's last-write rule).
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = torch.from_numpy(values.copy())
+    INDEXED_UPDATES[name](want)
+    got = tl.Tensor(values.copy(), device=device)
+    INDEXED_UPDATES[name](got)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
