@@ -79,3 +79,48 @@ def test_cluster_that_never_answers_times_out(tmp_path):
     assert r.returncode == 3, r.stdout + r.stderr[-2000:]
     assert "could not join the Ray cluster at 127.0.0.1:" in r.stdout and "within 4 s" in r.stdout
     assert took < 90
+
+
+def test_auto_against_a_private_loopback_runtime_times_out_with_a_reason(tmp_path):
+    """A runtime tallow started for its own process (loopback only, its own token) as
+    the cluster --ray auto finds: joining it fails after --ray-timeout, with the reasons
+    to check, instead of waiting for minutes without a word."""
+    pytest.importorskip("ray")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import time
+            from tallow.distributed import connect
+            ray = connect(num_cpus=1)
+            print(ray.get_runtime_context().gcs_address, flush=True)
+            time.sleep(300)
+        """)], stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        address = holder.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        src = tmp_path / "a.txt"
+        src.write_text("x\n")
+        r, took = run_child(f"""
+            import os, sys
+            os.environ["RAY_ADDRESS"] = {address!r}
+            from tallow.cli import main
+            sys.exit(main(["embed", "--ray", "auto", "--ray-timeout", "8", "--input",
+                           {str(src)!r}, "--output", {str(tmp_path / 'ix')!r}]))
+        """, timeout=150)
+    finally:
+        import signal
+
+        holder.send_signal(signal.SIGINT)  # Ray's exit handler stops the runtime
+        try:
+            holder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait()
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"could not join the Ray cluster at auto within 8 s" in r.stderr
+    assert took < 100
+
+
+def test_chaos_is_an_option_of_the_distributed_bench_only(capsys):
+    assert main(["bench", "cpu", "--chaos"]) == 2
+    assert "--chaos is an option of the distributed suite" in capsys.readouterr().err

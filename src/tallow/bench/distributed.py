@@ -13,6 +13,8 @@ file. Candidates, each a whole job from that file to embeddings on disk:
 Each job includes loading the model (once per process or actor); starting the
 Ray runtime is timed once, apart. Candidates take turns in each repeat and the
 median of each is reported, with its rows/s relative to ``tallow embed`` at 1 thread.
+
+``--chaos`` runs ``distributed_chaos`` instead: a job whose workers are killed.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ def _ray_job(model, corpus, out, workers):
 
 
 def run(args) -> int:
+    if getattr(args, "chaos", False):
+        from .distributed_chaos import run as run_chaos
+
+        return run_chaos(args)
     try:
         from ..distributed import connect
         from ..distributed.runtime import import_ray, usable_cpus

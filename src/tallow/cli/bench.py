@@ -49,6 +49,10 @@ def _run(args) -> int:
         print(f"tallow bench: error: --plot: the {args.suite} suite draws nothing (suites that "
               f"draw: {', '.join(DRAWING)}, and all)", file=sys.stderr)
         return 2
+    if getattr(args, "chaos", False) and args.suite != "distributed":
+        print("tallow bench: error: --chaos is an option of the distributed suite",
+              file=sys.stderr)
+        return 2
     status = 0
     results = {}
     # Each suite writes its own JSON; they get a scratch file each, so that under
@@ -97,6 +101,9 @@ def add_bench_parser(sub):
     p.add_argument("--busy", action="store_true",
                    help="also measure beside one competing CPU-bound process, at 1 and 2 threads "
                         "(cpu: the network and 1024 matmul rows; models: the embedding; llm: every run)")
+    p.add_argument("--chaos", action="store_true",
+                   help="distributed: embed 50,000 sentences on Ray with two workers, one "
+                        "SIGKILLed every 10 s, and check every row against one process")
     llm = p.add_argument_group("llm (GGUF Llama decode/prompt speed, side by side with llama.cpp)")
     llm.add_argument("--models", metavar="DIR", default=None,
                      help="folder of model-<FORMAT>.gguf files (default $LLM_BENCH_MODELS or ./llm-bench-models)")
