@@ -417,3 +417,20 @@ def test_indexed_augmented_assignment_matches_torch(device, name):
     got = tl.Tensor(values.copy(), device=device)
     INDEXED_UPDATES[name](got)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_clone_and_write_inside_a_compiled_function(device):
+    # While a compiled function records, a clone copies where the trace sees it, so
+    # every replay clones the new input.
+    def f(x):
+        y = x.clone()
+        y.add_(1.0)
+        y *= 2
+        return y
+
+    compiled = tl.compile(f)
+    for v in (1.0, 5.0, -3.0):
+        x = tl.tensor([v, v + 1], device=device)
+        assert compiled(x).values() == [(v + 1) * 2, (v + 2) * 2]
+        assert x.values() == [v, v + 1]
+    assert compiled.stats()["replays"] == 2

@@ -13,11 +13,25 @@ A CPU handle only needs to know whether another handle is alive (weak references
 A GPU buffer goes back to the pool when its last holder dies, so GPU handles also
 count holders: that count is kept by ``__del__`` and is exact even when handles die
 together in a garbage cycle (weak references are cleared before finalizers run).
+
+While a compiled function records (tallow.compile), a clone copies at once instead
+(``CAPTURE.active``): the recorder sees that copy, while a handle swapping its buffer
+later would be invisible to it.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
+
+
+class _Capture(threading.local):
+    """``active``: this thread records a compiled function (set by the recorder)."""
+
+    active = False
+
+
+CAPTURE = _Capture()
 
 
 class BufferShare:

@@ -26,6 +26,7 @@ import threading
 import weakref
 
 from ..backends.base import BackendDevice, BackendStorage
+from ..backends.shared_buffer import CAPTURE
 from ..errors import CaptureError
 from ..grad_mode import GRAD_MODE
 
@@ -364,11 +365,13 @@ def record(fn, args, kwargs, input_storages):
         # backward() leaves .grad alone here: a replay could not update it (the step
         # uses the GradStore backward returns, as opt.backward_step does).
         fill_grad, GRAD_MODE.fill_grad = GRAD_MODE.fill_grad, False
+        CAPTURE.active = True  # clones copy where the trace sees it (shared_buffer.py)
         try:
             result = fn(*args, **kwargs)
         finally:
             _ACTIVE = None
             GRAD_MODE.fill_grad = fill_grad
+            CAPTURE.active = False
             patches.remove()
     if not loaded_gpu and "tallow.backends.gpu.storage" in sys.modules:
         raise CaptureError(

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...layout import Layout
 from ..base import BackendStorage
-from ..shared_buffer import share_of
+from ..shared_buffer import CAPTURE, share_of
 from . import parallel
 from .conv import CpuConv
 from .copy import CpuCopy
@@ -104,10 +104,11 @@ class CpuCore:
         """A second handle over this buffer (a clone's), copied only when written.
 
         A buffer outside code may write (``from_vec``, a ``numpy()`` handed out) is
-        copied now: such a write would otherwise show through both handles."""
+        copied now: such a write would otherwise show through both handles. So is one
+        cloned while a compiled function records (shared_buffer.CAPTURE)."""
         ws = getattr(self, "_ws", None)
-        if ws is not None and ws.shared:
-            return self._wrap(self.arr.copy(), self.dtype)
+        if CAPTURE.active or (ws is not None and ws.shared):
+            return self.copy_strided(_contig((self.arr.size,)))
         s = _new(CpuStorage)
         s.arr = self.arr
         s.dtype = self.dtype

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...layout import Layout
 from ..base import BackendStorage
-from ..shared_buffer import share_of
+from ..shared_buffer import CAPTURE, share_of
 from .conv import GpuConv
 from .copy import GpuCopy
 from .elementwise import GpuElementwise
@@ -52,7 +52,10 @@ class GpuCore:
 
     # -- copy-on-write (backends/shared_buffer.py) ------------------------------------
     def share_buffer(self) -> "GpuStorage":
-        """A second handle over this buffer (a clone's), copied only when written."""
+        """A second handle over this buffer (a clone's), copied only when written (at
+        once while a compiled function records: shared_buffer.CAPTURE)."""
+        if CAPTURE.active:
+            return self.copy_strided(Layout.contiguous_of((self.count,)))
         s = new_storage(self.bdev, self.buf, self.dtype, self.count)
         share_of(self).join(s)
         return s
