@@ -3,8 +3,8 @@
  * ReLU's gradient `grad * (x > 0)`. Each is one pass here, with NumPy's roundings: the
  * product rounded, then the sum (the module is built with -ffp-contract=off, so no
  * FMA), and the mask a 1.0 or 0.0 factor (so a negative gradient at x <= 0 gives -0.0
- * and a NaN or infinite one NaN, as the composed rule does). Baseline and AVX2 builds
- * (the compiler vectorises the update; ReLU's has intrinsics), chosen at import. On
+ * and a NaN or infinite one NaN, as the composed rule does). Each pass is written once
+ * and compiled for the baseline and for AVX2, chosen at import. On
  * contiguous f32 / f64 arrays; the callers fall back to NumPy for anything else.
  */
 #define PY_SSIZE_T_CLEAN
@@ -16,50 +16,43 @@
 
 static int use_avx2 = 0;
 
+/* ReLU's gradient as a compare-and-mask on vectors (GCC vector extensions): a branch
+ * per element, which the compiler keeps for a float comparison, mispredicts on signs at
+ * random. */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef double f64x4 __attribute__((vector_size(32)));
+typedef int64_t i64x4 __attribute__((vector_size(32)));
+#pragma GCC diagnostic ignored "-Wpsabi" /* (the vectors stay inside each function) */
+
+#define RELU_GRAD(NAME, ATTR, T, VT, MT, W)                                                       \
+    ATTR static void NAME(const T *x, const T *g, T *o, int64_t n) {                              \
+        const VT one = (VT){0} + (T)1;                                                            \
+        int64_t i = 0;                                                                            \
+        for (; i + W <= n; i += W) {                                                              \
+            VT xv, gv;                                                                            \
+            memcpy(&xv, x + i, sizeof xv);                                                        \
+            memcpy(&gv, g + i, sizeof gv);                                                        \
+            gv = gv * (VT)((xv > 0) & (MT)one);                                                   \
+            memcpy(o + i, &gv, sizeof gv);                                                        \
+        }                                                                                         \
+        for (; i < n; i++) o[i] = g[i] * (x[i] > 0 ? (T)1 : (T)0);                                \
+    }
+
+/* Each pass written once, compiled for the baseline and for AVX2. */
 #define LOOPS(SUFFIX, ATTR)                                                                       \
     ATTR static void add_scaled_f32##SUFFIX(float *d, const float *s, float a, int64_t n) {       \
         for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i] * a;                                   \
     }                                                                                             \
     ATTR static void add_scaled_f64##SUFFIX(double *d, const double *s, double a, int64_t n) {    \
         for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i] * a;                                   \
-    }
+    }                                                                                             \
+    RELU_GRAD(relu_grad_f32##SUFFIX, ATTR, float, f32x8, i32x8, 8)                                \
+    RELU_GRAD(relu_grad_f64##SUFFIX, ATTR, double, f64x4, i64x4, 4)
 
 LOOPS(_base, )
 #ifdef TALLOW_X86
 LOOPS(_avx2, AVX2)
-#endif
-
-/* ReLU's gradient: the compiler keeps a branch per element here (it does not turn a
- * float comparison into a mask), which mispredicts on signs at random; the AVX2 build
- * makes the 1.0 / 0.0 factor with a compare-and-mask. */
-static void relu_grad_f32_base(const float *x, const float *g, float *o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
-}
-
-static void relu_grad_f64_base(const double *x, const double *g, double *o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] * (x[i] > 0.0 ? 1.0 : 0.0);
-}
-
-#ifdef TALLOW_X86
-AVX2 static void relu_grad_f32_avx2(const float *x, const float *g, float *o, int64_t n) {
-    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 factor = _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), zero, _CMP_GT_OQ), one);
-        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(g + i), factor));
-    }
-    relu_grad_f32_base(x + i, g + i, o + i, n - i);
-}
-
-AVX2 static void relu_grad_f64_avx2(const double *x, const double *g, double *o, int64_t n) {
-    const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        __m256d factor = _mm256_and_pd(_mm256_cmp_pd(_mm256_loadu_pd(x + i), zero, _CMP_GT_OQ), one);
-        _mm256_storeu_pd(o + i, _mm256_mul_pd(_mm256_loadu_pd(g + i), factor));
-    }
-    relu_grad_f64_base(x + i, g + i, o + i, n - i);
-}
 #endif
 
 /* A C-contiguous f32 or f64 buffer (writable if asked); 0 with an exception set. */
