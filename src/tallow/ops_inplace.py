@@ -138,6 +138,31 @@ class InplaceOps:
         return update_in_place(self, "^=", lambda t: t ^ other)
 
 
+# PyTorch's unary in-place methods: ``x.relu_()`` is ``x`` with ``x.relu()``'s values.
+# (``round_`` is left out: PyTorch rounds halves to even, tallow's ``round`` away from
+# zero, as candle.)
+UNARY_INPLACE = {
+    "abs_": "abs", "neg_": "neg", "exp_": "exp", "log_": "log", "sin_": "sin", "cos_": "cos",
+    "tanh_": "tanh", "sqrt_": "sqrt", "relu_": "relu", "sigmoid_": "sigmoid",
+    "floor_": "floor", "ceil_": "ceil", "sign_": "sign", "erf_": "erf",
+    "reciprocal_": "recip", "square_": "sqr",
+}
+
+
+def _unary_inplace(name, method):
+    def inplace(self):
+        return update_in_place(self, name, lambda t: getattr(t, method)())
+
+    inplace.__name__ = inplace.__qualname__ = name
+    inplace.__doc__ = f"In place: ``self = self.{method}()``; returns self."
+    return inplace
+
+
+for _name, _method in UNARY_INPLACE.items():
+    setattr(InplaceOps, _name, _unary_inplace(_name, _method))
+del _name, _method
+
+
 def _source(t, src, index):
     """A scatter's source: a tensor as it is, a scalar as a tensor of ``index``'s shape."""
     if isinstance(src, TensorBase):
