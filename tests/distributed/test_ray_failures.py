@@ -136,3 +136,40 @@ def test_manifest_records_the_model_by_name_and_hash(runtime, tmp_path, model_di
     (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
     with pytest.raises(Exception, match="not the model that built the index"):
         Index(str(moved), model=str(copy)).search("cat", k=1)
+
+
+def test_no_dataset_will_hang_warning_for_a_job_that_runs(runtime, tmp_path, monkeypatch):
+    """Ray Data warns that a job "will hang" whenever it starts while no CPU is free at
+    that instant (an earlier stage's actors still holding theirs); a tallow job always
+    leaves a CPU to its readers and writers, so the warning is dropped. The test makes
+    every start see no free CPU."""
+    import logging
+
+    from ray.util import debug
+
+    class Seen(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    seen = Seen()
+    logger = logging.getLogger("ray.data.dataset")  # Ray's loggers do not propagate
+    logger.addHandler(seen)
+    monkeypatch.setattr(ray, "available_resources", lambda: {})
+    try:
+        monkeypatch.setattr(debug, "_logged", set())  # Ray logs it once per process
+        src = tmp_path / "t.txt"
+        src.write_text("".join(f"line {i}\n" for i in range(20)))
+        manifest = embed_files([str(src)], str(tmp_path / "ix"), HashModel(dim=3),
+                               num_workers=1, progress=False)
+        assert manifest["rows"] == 20
+        assert not [m for m in seen.messages if "will hang" in m]
+        # The warning is there to drop: outside a tallow job Ray logs it.
+        monkeypatch.setattr(debug, "_logged", set())
+        ray.data.from_items([{"x": 1}]).materialize()
+        assert [m for m in seen.messages if "will hang" in m]
+    finally:
+        logger.removeHandler(seen)
