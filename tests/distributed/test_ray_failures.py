@@ -173,3 +173,18 @@ def test_no_dataset_will_hang_warning_for_a_job_that_runs(runtime, tmp_path, mon
         assert [m for m in seen.messages if "will hang" in m]
     finally:
         logger.removeHandler(seen)
+
+
+def test_write_index_after_a_filter_step(runtime, tmp_path):
+    """A row-wise filter after embed_dataset hands write_index list<double> embeddings."""
+    from tallow.distributed import embed_dataset, write_index
+
+    ds = ray.data.from_items([{"id": f"r{i}", "text": f"text {i}"} for i in range(30)])
+    ds = embed_dataset(ds, HashModel(dim=5), num_workers=1, block_rows=8)
+    ds = ds.filter(lambda row: int(row["id"][1:]) % 3 == 0)
+    manifest = write_index(ds, str(tmp_path / "ix"))
+    assert manifest["rows"] == 10 and manifest["dim"] == 5
+    index = read_index(str(tmp_path / "ix"))
+    assert sorted(index) == sorted(f"r{i}" for i in range(0, 30, 3))
+    for i in range(0, 30, 3):
+        np.testing.assert_array_equal(index[f"r{i}"][1], hash_vector(f"text {i}", 5))
