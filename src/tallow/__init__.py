@@ -40,6 +40,9 @@ from .shape import D
 from .tensor_class import Tensor
 from .var import Var
 from . import testing, utils  # noqa: E402  (they import the names above)
+# Defines Tensor.quantize on top of Tensor (tensor_class.py says why).
+from . import quantized  # noqa: E402
+from .quantized import QMatMul, QTensor  # noqa: E402
 # The function, not the package of the same name: importing the package set the
 # attribute first, this binds the name over it (later submodule imports leave it).
 from .compile import CompiledFunction, compile  # noqa: E402,A004
@@ -48,12 +51,12 @@ __version__ = "0.1.0"
 
 float_warnings.install()
 
-_LAZY = ("nn", "models", "quantized", "functional")
-_LAZY_NAMES = {"QTensor": "quantized", "QMatMul": "quantized"}
+_LAZY = ("nn", "models", "functional")
+_LAZY_NAMES = {}
 
 
 def __getattr__(name):
-    # tl.nn, tl.models, tl.quantized and tl.functional load on first use, so ``import tallow`` stays fast.
+    # tl.nn, tl.models and tl.functional load on first use, so ``import tallow`` stays fast.
     if name in _LAZY or name in _LAZY_NAMES:
         module = importlib.import_module(f"{__name__}.{_LAZY_NAMES.get(name, name)}")
         return getattr(module, name) if name in _LAZY_NAMES else module

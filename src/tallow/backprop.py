@@ -886,3 +886,20 @@ def _up2(op, a, out, g):
 @rule("custom")
 def _custom(op, a, out, g):
     return list(op.params.backward(a, out, g))
+
+
+# -- Tensor's autograd methods: defined here, on top of Tensor (tensor_class.py says why)
+def _tensor_backward(self):
+    """Gradients of this tensor with respect to every Var it depends on (a ``tl.GradStore``)."""
+    return backward(self)
+
+
+def _tensor_sorted_nodes(self):
+    """The tracked tensors this one depends on, in topological order."""
+    return sorted_nodes(self)
+
+
+_tensor_backward.__name__ = _tensor_backward.__qualname__ = "backward"
+_tensor_sorted_nodes.__name__ = _tensor_sorted_nodes.__qualname__ = "sorted_nodes"
+Tensor.backward = _tensor_backward
+Tensor.sorted_nodes = _tensor_sorted_nodes

@@ -463,29 +463,10 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
             mine, theirs = mine.astype(common), theirs.astype(common)
         return bool(np.array_equal(mine, theirs))
 
-    # -- quantization (tallow.quantized) ------------------------------------------------
-    def quantize(self, ggml_dtype):
-        """A ``tallow.QTensor`` of this tensor in a GGML format ("q4_0", "q4k", "f16", ...)."""
-        # tallow.quantized loads on first use (``import tallow`` stays light), and it is
-        # built on Tensor.
-        from .quantized.qtensor import QTensor
-
-        return QTensor.quantize(self, ggml_dtype)
-
-    # -- autograd (tallow.backprop) -----------------------------------------------------
-    # backprop computes gradients with Tensor's ops and constructors, so it is loaded
-    # when first used, not while Tensor is being defined.
-    def sorted_nodes(self):
-        """The tracked tensors this one depends on, in topological order."""
-        from .backprop import sorted_nodes
-
-        return sorted_nodes(self)
-
-    def backward(self):
-        """Gradients of this tensor with respect to every Var it depends on (a ``tl.GradStore``)."""
-        from .backprop import backward
-
-        return backward(self)
+    # ``quantize`` (tallow.quantized.qtensor) and ``backward`` / ``sorted_nodes``
+    # (tallow.backprop) are methods of Tensor defined by the modules built on it, as
+    # candle's backprop.rs and quantized/ add their own ``impl Tensor`` blocks: Tensor
+    # imports neither (``import tallow`` loads both).
 
 
 # ``+ - *`` on Tensor assemble their result inline (a Python call less on every

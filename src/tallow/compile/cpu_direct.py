@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.cpu.matmul import _blas_ready
+from ..backends.cpu.matmul import blas_ready
 
 
 def matmul_uncached(self, lhs_layout, rhs, rhs_layout):
@@ -26,7 +26,7 @@ def matmul_uncached(self, lhs_layout, rhs, rhs_layout):
         return self.matmul(lhs_layout, rhs, rhs_layout)
     b = rhs.view(rhs_layout)
     if a.strides[-1] != a.itemsize:
-        a = _blas_ready(a)
+        a = blas_ready(a)
     if b.strides[-1] != b.itemsize:
-        b = _blas_ready(b)
+        b = blas_ready(b)
     return self._wrap(np.matmul(a, b), self.dtype)

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import dtype as dt
 from ..backends.cpu import gemm, onepass
-from ..backends.cpu.elementwise import _ZEROS_MAX, _zeros_like
+from ..backends.cpu.elementwise import ZEROS_MAX, cached_zeros_like
 from .recorder import Ref
 
 _FLOATS = (dt.f32, dt.f64)
@@ -195,13 +195,13 @@ class Lowering:
             return None
         recv = self._slots[call.recv.slot]
         dtype = recv.dtype
-        if lay.count > _ZEROS_MAX or lay.count == 0:
+        if lay.count > ZEROS_MAX or lay.count == 0:
             return None  # the eager kernel's large-input path (split over threads)
         planned = self._planned(call, lay.shape, dtype)
         if planned is None:
             return None
         out_arr = planned.arr
-        zeros = _zeros_like(out_arr)  # the eager kernel's cached zero array
+        zeros = cached_zeros_like(out_arr)  # the eager kernel's cached zero array
 
         def relu(s, op, lay):
             np.maximum(s.view(lay), zeros, out=out_arr)

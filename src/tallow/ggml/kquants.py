@@ -48,12 +48,12 @@ def _pack_2bit(levels: np.ndarray) -> np.ndarray:
     return (q[:, :, 0] | q[:, :, 1] | q[:, :, 2] | q[:, :, 3]).reshape(n, 64)
 
 
-def _unpack_2bit(qs: np.ndarray) -> np.ndarray:
+def unpack_2bit(qs: np.ndarray) -> np.ndarray:
     n = qs.shape[0]
     return ((qs.reshape(n, 2, 1, 32) >> _SHIFT2[None, None, :, None]) & 3).reshape(n, QK_K)
 
 
-def _unpack_4bit_32(qs: np.ndarray) -> np.ndarray:
+def unpack_4bit_32(qs: np.ndarray) -> np.ndarray:
     """128 bytes -> 8 sub-blocks of 32: sub-block 2c is the low nibbles of bytes 32c.., 2c+1 the high."""
     n = qs.shape[0]
     return np.stack([qs.reshape(n, 4, 32) & 0x0F, qs.reshape(n, 4, 32) >> 4], axis=2).reshape(n, 8, 32)
@@ -66,7 +66,7 @@ def _pack_4bit_32(levels: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------- scale packing
-def _k4_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def k4_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q4K/Q5K: 12 bytes -> eight 6-bit scales and eight 6-bit mins (get_scale_min_k4)."""
     d, m, md = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
     sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
@@ -86,7 +86,7 @@ def _k4_pack_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
     ).astype(np.uint8)
 
 
-def _q3_scales(scales: np.ndarray) -> np.ndarray:
+def q3_scales(scales: np.ndarray) -> np.ndarray:
     """Q3K: 12 bytes -> sixteen signed 6-bit scales (-32..31) as int8."""
     n = scales.shape[0]
     low = np.concatenate([scales[:, :8] & 0x0F, scales[:, :8] >> 4], axis=-1)
@@ -95,7 +95,7 @@ def _q3_scales(scales: np.ndarray) -> np.ndarray:
 
 
 def _q3_pack_scales(levels: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`_q3_scales` for levels 0..63 (scale + 32)."""
+    """Inverse of :func:`q3_scales` for levels 0..63 (scale + 32)."""
     n = levels.shape[0]
     lv = levels.astype(np.uint8)
     low = (lv[:, :8] & 0x0F) | ((lv[:, 8:] & 0x0F) << 4)
@@ -111,14 +111,14 @@ def q2k_dequantize(blocks: np.ndarray) -> np.ndarray:
     d, dmin = f16_field(blocks, 80), f16_field(blocks, 82)
     dl = (d * (scales & 0x0F).astype(F32)).reshape(n, 16, 1)
     ml = (dmin * (scales >> 4).astype(F32)).reshape(n, 16, 1)
-    q = _unpack_2bit(qs).reshape(n, 16, 16).astype(F32)
+    q = unpack_2bit(qs).reshape(n, 16, 16).astype(F32)
     return (dl * q - ml).reshape(n, QK_K)
 
 
 def q2k_planes(blocks: np.ndarray) -> Planes:
     n = blocks.shape[0]
     scales = blocks[:, :16]
-    q = _unpack_2bit(blocks[:, 16:80]).reshape(n, 16, 16) * (scales & 0x0F)[:, :, None]
+    q = unpack_2bit(blocks[:, 16:80]).reshape(n, 16, 16) * (scales & 0x0F)[:, :, None]
     return Planes(
         q=q.reshape(n, QK_K).astype(np.int8),
         gscale=np.repeat(f16_field(blocks, 80), 8, axis=1),
@@ -154,10 +154,10 @@ def q2k_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------- Q3K
-def _q3_values(blocks: np.ndarray) -> np.ndarray:
+def q3_values(blocks: np.ndarray) -> np.ndarray:
     """Signed 3-bit values -4..3: two low bits from qs, minus 4 where the hmask bit is clear."""
     n = blocks.shape[0]
-    low = _unpack_2bit(blocks[:, 32:96]).astype(np.int8)
+    low = unpack_2bit(blocks[:, 32:96]).astype(np.int8)
     high = np.unpackbits(blocks[:, :32].reshape(n, 1, 32), axis=1, bitorder="little").reshape(n, QK_K)
     return low - ((high ^ 1) << 2).astype(np.int8)
 
@@ -165,14 +165,14 @@ def _q3_values(blocks: np.ndarray) -> np.ndarray:
 def q3k_dequantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     d = f16_field(blocks, 108)
-    dl = (d * _q3_scales(blocks[:, 96:108]).astype(F32)).reshape(n, 16, 1)
-    return (dl * _q3_values(blocks).reshape(n, 16, 16).astype(F32)).reshape(n, QK_K)
+    dl = (d * q3_scales(blocks[:, 96:108]).astype(F32)).reshape(n, 16, 1)
+    return (dl * q3_values(blocks).reshape(n, 16, 16).astype(F32)).reshape(n, QK_K)
 
 
 def q3k_planes(blocks: np.ndarray) -> Planes:
     n = blocks.shape[0]
-    sc = _q3_scales(blocks[:, 96:108]).astype(np.int16)
-    q = _q3_values(blocks).reshape(n, 16, 16).astype(np.int16) * sc[:, :, None]
+    sc = q3_scales(blocks[:, 96:108]).astype(np.int16)
+    q = q3_values(blocks).reshape(n, 16, 16).astype(np.int16) * sc[:, :, None]
     return Planes(q=q.reshape(n, QK_K), gscale=np.repeat(f16_field(blocks, 108), 8, axis=1))
 
 
@@ -188,7 +188,7 @@ def q3k_quantize(blocks: np.ndarray) -> np.ndarray:
         levels = clamp(ggml_nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32
         d = f16_round(np.where(nonzero, F32(1) / iscale, F32(0)))
     packed = np.where(nonzero[:, None], _q3_pack_scales(levels), np.uint8(0)).astype(np.uint8)
-    dl = d[:, None] * _q3_scales(packed).astype(F32)
+    dl = d[:, None] * q3_scales(packed).astype(F32)
     x = blocks.reshape(n, 16, 16)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         lv = clamp(ggml_nearest_int(x / dl[:, :, None]), -4, 3) + 4
@@ -200,15 +200,15 @@ def q3k_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------- Q4K / Q5K
-def _k45_fields(blocks: np.ndarray):
+def k45_fields(blocks: np.ndarray):
     d, dmin = f16_field(blocks, 0), f16_field(blocks, 2)
-    sc, mn = _k4_scales(blocks[:, 4:16])
+    sc, mn = k4_scales(blocks[:, 4:16])
     return d, dmin, sc, mn
 
 
 def _k45_dequantize(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
-    d, dmin, sc, mn = _k45_fields(blocks)
+    d, dmin, sc, mn = k45_fields(blocks)
     dl = (d * sc.astype(F32)).reshape(n, 8, 1)
     ml = (dmin * mn.astype(F32)).reshape(n, 8, 1)
     return (dl * q.astype(F32) - ml).reshape(n, QK_K)
@@ -216,7 +216,7 @@ def _k45_dequantize(blocks: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 def _k45_planes(blocks: np.ndarray, q: np.ndarray) -> Planes:
     n = blocks.shape[0]
-    d, dmin, sc, mn = _k45_fields(blocks)
+    d, dmin, sc, mn = k45_fields(blocks)
     return Planes(
         q=q.reshape(n, QK_K).astype(np.int8),
         gscale=d * sc.astype(F32),
@@ -247,7 +247,7 @@ def _k45_quantize(blocks: np.ndarray, nmax: int):
     scales = _k4_pack_scales(ls, lm)
     d = f16_round(max_scale / F32(63))
     dmin = f16_round(max_min / F32(63))
-    sq, mq = _k4_scales(scales)
+    sq, mq = k4_scales(scales)
     dl = d[:, None] * sq.astype(F32)
     ml = dmin[:, None] * mq.astype(F32)
     x = blocks.reshape(n, 8, 32)
@@ -259,11 +259,11 @@ def _k45_quantize(blocks: np.ndarray, nmax: int):
 
 
 def q4k_dequantize(blocks: np.ndarray) -> np.ndarray:
-    return _k45_dequantize(blocks, _unpack_4bit_32(blocks[:, 16:144]))
+    return _k45_dequantize(blocks, unpack_4bit_32(blocks[:, 16:144]))
 
 
 def q4k_planes(blocks: np.ndarray) -> Planes:
-    return _k45_planes(blocks, _unpack_4bit_32(blocks[:, 16:144]))
+    return _k45_planes(blocks, unpack_4bit_32(blocks[:, 16:144]))
 
 
 def q4k_quantize(blocks: np.ndarray) -> np.ndarray:
@@ -271,18 +271,18 @@ def q4k_quantize(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([head, _pack_4bit_32(lv)], axis=-1)
 
 
-def _q5k_values(blocks: np.ndarray) -> np.ndarray:
+def q5k_values(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     high = np.unpackbits(blocks[:, 16:48].reshape(n, 1, 32), axis=1, bitorder="little")
-    return _unpack_4bit_32(blocks[:, 48:176]) | (high << 4)
+    return unpack_4bit_32(blocks[:, 48:176]) | (high << 4)
 
 
 def q5k_dequantize(blocks: np.ndarray) -> np.ndarray:
-    return _k45_dequantize(blocks, _q5k_values(blocks))
+    return _k45_dequantize(blocks, q5k_values(blocks))
 
 
 def q5k_planes(blocks: np.ndarray) -> Planes:
-    return _k45_planes(blocks, _q5k_values(blocks))
+    return _k45_planes(blocks, q5k_values(blocks))
 
 
 def q5k_quantize(blocks: np.ndarray) -> np.ndarray:
@@ -293,7 +293,7 @@ def q5k_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------- Q6K
-def _q6_values(blocks: np.ndarray) -> np.ndarray:
+def q6_values(blocks: np.ndarray) -> np.ndarray:
     """Signed 6-bit values -32..31, (n, 256)."""
     n = blocks.shape[0]
     ql = blocks[:, :128].reshape(n, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8)[None, None, :, None]
@@ -306,13 +306,13 @@ def q6k_dequantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     scales = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).astype(F32)
     dl = (f16_field(blocks, 208) * scales).reshape(n, 16, 1)
-    return (dl * _q6_values(blocks).reshape(n, 16, 16).astype(F32)).reshape(n, QK_K)
+    return (dl * q6_values(blocks).reshape(n, 16, 16).astype(F32)).reshape(n, QK_K)
 
 
 def q6k_planes(blocks: np.ndarray) -> Planes:
     n = blocks.shape[0]
     sc = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).astype(np.int16)
-    q = _q6_values(blocks).reshape(n, 16, 16).astype(np.int16) * sc[:, :, None]
+    q = q6_values(blocks).reshape(n, 16, 16).astype(np.int16) * sc[:, :, None]
     return Planes(q=q.reshape(n, QK_K), gscale=np.repeat(f16_field(blocks, 208), 8, axis=1))
 
 
@@ -360,7 +360,7 @@ def q8k_quantize(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([d[:, None].view(np.uint8), q.view(np.uint8), bsums.view(np.uint8)], axis=-1)
 
 
-def _q8k_fields(blocks: np.ndarray):
+def q8k_fields(blocks: np.ndarray):
     d = np.ascontiguousarray(blocks[:, :4]).view(F32)
     q = np.ascontiguousarray(blocks[:, 4:260]).view(np.int8)
     bsums = np.ascontiguousarray(blocks[:, 260:292]).view(np.int16)
@@ -368,15 +368,15 @@ def _q8k_fields(blocks: np.ndarray):
 
 
 def q8k_dequantize(blocks: np.ndarray) -> np.ndarray:
-    d, q, _ = _q8k_fields(blocks)
+    d, q, _ = q8k_fields(blocks)
     return d * q.astype(F32)
 
 
 def q8k_planes(blocks: np.ndarray) -> Planes:
-    d, q, _ = _q8k_fields(blocks)
+    d, q, _ = q8k_fields(blocks)
     return Planes(q=q, gscale=np.repeat(d, 8, axis=1))
 
 
 def q8k_act_planes(blocks: np.ndarray) -> ActPlanes:
-    d, q, bsums = _q8k_fields(blocks)
+    d, q, bsums = q8k_fields(blocks)
     return ActPlanes(q=q, gscale=np.repeat(d, 8, axis=1), sums16=bsums)

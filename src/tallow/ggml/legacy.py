@@ -31,7 +31,7 @@ QK = 32
 _HALF = QK // 2
 
 
-def _nibbles(qs: np.ndarray) -> np.ndarray:
+def nibbles(qs: np.ndarray) -> np.ndarray:
     """16 packed bytes -> 32 values: low nibbles are elements 0..15, high ones 16..31."""
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
@@ -44,8 +44,8 @@ def _fifth_bits(q: np.ndarray) -> np.ndarray:
     return bits_le(q >> 4)
 
 
-def _q5_values(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
-    return _nibbles(qs) | (unpack_bits_le(qh) << 4)
+def q5_values(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    return nibbles(qs) | (unpack_bits_le(qh) << 4)
 
 
 def _inverse(d: np.ndarray) -> np.ndarray:
@@ -67,11 +67,11 @@ def q4_0_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 def q4_0_dequantize(blocks: np.ndarray) -> np.ndarray:
-    return f16_field(blocks, 0) * (_nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8)).astype(F32)
+    return f16_field(blocks, 0) * (nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8)).astype(F32)
 
 
 def q4_0_planes(blocks: np.ndarray) -> Planes:
-    return Planes(q=_nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8), gscale=f16_field(blocks, 0))
+    return Planes(q=nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8), gscale=f16_field(blocks, 0))
 
 
 # ---------------------------------------------------------------- Q4_1
@@ -83,12 +83,12 @@ def q4_1_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 def q4_1_dequantize(blocks: np.ndarray) -> np.ndarray:
-    return (f16_field(blocks, 0) * _nibbles(blocks[:, 4:]).astype(F32)) + f16_field(blocks, 2)
+    return (f16_field(blocks, 0) * nibbles(blocks[:, 4:]).astype(F32)) + f16_field(blocks, 2)
 
 
 def q4_1_planes(blocks: np.ndarray) -> Planes:
     return Planes(
-        q=_nibbles(blocks[:, 4:]).astype(np.int8),
+        q=nibbles(blocks[:, 4:]).astype(np.int8),
         gscale=f16_field(blocks, 0),
         offset=f16_field(blocks, 2),
     )
@@ -102,12 +102,12 @@ def q5_0_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 def q5_0_dequantize(blocks: np.ndarray) -> np.ndarray:
-    q = _q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
+    q = q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
     return f16_field(blocks, 0) * q.astype(F32)
 
 
 def q5_0_planes(blocks: np.ndarray) -> Planes:
-    q = _q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
+    q = q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
     return Planes(q=q, gscale=f16_field(blocks, 0))
 
 
@@ -120,13 +120,13 @@ def q5_1_quantize(blocks: np.ndarray) -> np.ndarray:
 
 
 def q5_1_dequantize(blocks: np.ndarray) -> np.ndarray:
-    q = _q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(F32)
+    q = q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(F32)
     return (f16_field(blocks, 0) * q) + f16_field(blocks, 2)
 
 
 def q5_1_planes(blocks: np.ndarray) -> Planes:
     return Planes(
-        q=_q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(np.int8),
+        q=q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(np.int8),
         gscale=f16_field(blocks, 0),
         offset=f16_field(blocks, 2),
     )

@@ -37,10 +37,7 @@ from ..backends.cpu import native
 from ..ggml.gguf_io import GgufTensor
 from .rope_table import RopeTable
 
-try:
-    from ..backends.cpu.native import _ops
-except ImportError:  # pragma: no cover - the extension is not built
-    _ops = None
+_ops = native.decode_ops  # the compiled float kernels, or None when not built
 
 F32 = np.float32
 _F16_TILE_BYTES = 2 << 20  # an f16 weight's rows are converted to f32 this much at a time in a prompt
@@ -89,8 +86,8 @@ class _FloatProj:
             threads = native.plan_threads(1, self.n, self.k, groups, None)
             if threads > 1:
                 w, half, n, k = self.w, self.half, self.n, self.k
-                native.run_pieces(lambda a, b: _ops.matvec_float(w, half, x, out, 1, n, k, a * 64, min(n, b * 64)),
-                                  groups, threads)
+                native.pool.run_ranges(
+                    lambda a, b: _ops.matvec_float(w, half, x, out, 1, n, k, a * 64, min(n, b * 64)), groups, threads)
                 return
         _ops.matvec_float(self.w, self.half, x, out, 1, self.n, self.k, 0, self.n)
 
@@ -120,7 +117,7 @@ class _FloatProj:
                 out[a:b, r0:r1] = x[a:b] @ t.T
 
             if threads > 1:
-                native.run_pieces(rows, blocks, threads)
+                native.pool.run_ranges(rows, blocks, threads)
             else:
                 rows(0, blocks)
         return out
@@ -364,11 +361,11 @@ class LlamaDecoder:
         if s == 1:
             y = self._step(x.reshape(-1), pos0, state)
         else:
-            from ..backends.cpu.quantized.vec_dot import _single_threaded_blas
+            from ..backends.cpu.quantized.vec_dot import single_threaded_blas
 
             # BLAS's own threads spin after each product and would take the core the
             # next step needs; the prompt's products are split by tallow's pool instead.
-            with _single_threaded_blas():
+            with single_threaded_blas():
                 y = self._prompt(x, pos0, state)
         if last_only or s == 1:
             out = np.empty(self.vocab, F32)
@@ -438,7 +435,7 @@ class LlamaDecoder:
             np.matmul(scores, vc[a:b, :total], out=out[a:b])
 
         if threads > 1:
-            native.run_pieces(heads, nkv, threads)
+            native.pool.run_ranges(heads, nkv, threads)
         else:
             heads(0, nkv)
         att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)

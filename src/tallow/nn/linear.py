@@ -11,7 +11,7 @@ from ..op import Op
 from ..tensor_class import Tensor
 from . import init
 from .module import Module
-from .ops import fused
+from .fused import fused
 
 
 def linear(x: Tensor, weight, bias=None) -> Tensor:

@@ -14,49 +14,12 @@ import numpy as np
 from .. import dtype as dt
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError, UnsupportedDTypeError
-from ..layout import Layout
 from ..op import Op
 from ..shape import normalize_dim
 from ..tensor_class import Tensor
 from . import rotary as rotary_emb  # noqa: F401  (tl.nn.ops.rotary_emb.rope / rope_i)
+from .fused import fused, has_fused  # noqa: F401  (re-exported: tl.nn.ops.fused / has_fused)
 
-_contig = Layout.contiguous_of
-
-# storage class -> set of fused op names that raised NotImplementedError
-_MISSING: dict = {}
-
-
-def fused(name, x, *args, shape=None):
-    """Run the backend's fused op ``name`` on ``x``'s storage; None when it has none.
-
-    ``args`` are passed after ``x``'s layout. The result is a contiguous tensor of
-    ``shape`` (default: ``x``'s shape).
-    """
-    s = x._storage
-    missing = _MISSING.get(type(s))
-    if missing is not None and name in missing:
-        return None
-    fn = getattr(s, name, None)
-    if fn is None:
-        return None
-    try:
-        out = fn(x._layout, *args)
-    except NotImplementedError:
-        _MISSING.setdefault(type(s), set()).add(name)
-        return None
-    return Tensor._wrap(out, _contig(x._layout.shape if shape is None else shape))
-
-
-def has_fused(x, name) -> bool:
-    """Whether ``x``'s backend has its own kernel for the fused op ``name`` (rather than
-    the protocol's default, which leaves the op to be composed)."""
-    from ..backends.base import BackendStorage
-
-    s = x._storage
-    fn = getattr(type(s), name, None)
-    if fn is None or fn is getattr(BackendStorage, name, None):
-        return False
-    return name not in _MISSING.get(type(s), ())
 
 
 def _float_only(op, x):

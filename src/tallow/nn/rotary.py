@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..checks import same_dtype_device
 from ..errors import ShapeMismatchError
 from ..tensor_class import Tensor
+from .fused import fused
 
 
 def _check(op, xs, cos, sin):
@@ -45,8 +46,6 @@ def _table(c, b, t, half):
 def _fused(xs, cos, sin, interleaved):
     if xs._track or cos._track or sin._track:
         return None
-    from .ops import fused
-
     return fused("rope", xs, cos._storage, cos._layout, sin._storage, sin._layout, interleaved)
 
 

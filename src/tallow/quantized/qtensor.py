@@ -305,9 +305,12 @@ class QMatMul:
         in_dtype = x.dtype
         x = x.to_dtype(dt.f32)
         if self._dequantized():
-            from ..nn.linear import linear
-
-            y = linear(x, self.weight())
+            # x @ W^T on the rows of x (the weight is an (n, k) f32 tensor)
+            lead = shape[:-1]
+            rows = 1
+            for d in lead:
+                rows *= d
+            y = x.reshape((rows, self.k)).matmul(self.weight().t()).reshape(lead + (self.n,))
         else:
             y = qops.qmatmul_t(x, self.qtensor.blocks, self.qtensor.ggml_type, self.n, self.k)
         return y if in_dtype is dt.f32 else y.to_dtype(in_dtype)
@@ -318,3 +321,13 @@ class QMatMul:
 def quantize(tensor: Tensor, ggml_dtype) -> QTensor:
     """``tensor.quantize(ggml_dtype)``."""
     return QTensor.quantize(tensor, ggml_dtype)
+
+
+def _tensor_quantize(self, ggml_dtype) -> QTensor:
+    """A ``tallow.QTensor`` of this tensor in a GGML format ("q4_0", "q4k", "f16", ...)."""
+    return QTensor.quantize(self, ggml_dtype)
+
+
+# Tensor's quantize method, defined here on top of Tensor (tensor_class.py says why).
+_tensor_quantize.__name__ = _tensor_quantize.__qualname__ = "quantize"
+Tensor.quantize = _tensor_quantize

@@ -194,18 +194,6 @@ def test_set_num_threads_reapplies_to_blas(monkeypatch):
         tl.utils.set_num_threads(before)
 
 
-def test_set_num_threads_keeps_a_pool_in_use_working():
-    """Another thread may hold the old pool between CONFIG.pool() and submit()."""
-    before = tl.utils.get_num_threads()
-    old = threads.CONFIG.pool()
-    try:
-        tl.utils.set_num_threads(1)
-        assert old.submit(lambda: 42).result() == 42
-        assert threads.CONFIG.pool() is not old
-    finally:
-        tl.utils.set_num_threads(before)
-
-
 def test_cpus_without_topology_are_not_dropped(tmp_path):
     """A CPU whose topology files are unreadable counts as its own core: leaving it out
     would cap the threads below what the process may use."""

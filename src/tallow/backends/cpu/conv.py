@@ -38,6 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
 from . import gemm, numba_kernels, parallel
+from .native.pool import run_pieces
 from .native_module import NativeModule
 from .threads import CONFIG
 
@@ -108,11 +109,7 @@ def _over_batch(kernel, nb, per_image, *args):
         stop = start + step + (1 if i < extra else 0)
         bounds.append((start, stop))
         start = stop
-    pool = CONFIG.pool()
-    futures = [pool.submit(kernel, *args, b0, b1) for b0, b1 in bounds[1:]]
-    kernel(*args, *bounds[0])
-    for f in futures:
-        f.result()
+    run_pieces(lambda b0, b1: kernel(*args, b0, b1), bounds, parts)
 
 
 def _out_hw(h, w, kh, kw, pad, stride, dil):

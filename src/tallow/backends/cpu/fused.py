@@ -19,6 +19,7 @@ from ... import dtype as dt
 from ..base import BackendStorage
 from . import gemm, onepass, parallel
 from .matmul import float_operands
+from .native.pool import run_pieces
 from .threads import CONFIG
 
 
@@ -543,12 +544,8 @@ class CpuFused:
                 cuts = [0] + [int(np.searchsorted(work, work[-1] * j / parts)) + 1
                               for j in range(1, parts)] + [count]
                 cuts = sorted(set(min(c, count) for c in cuts))
-                pool = CONFIG.pool()
-                futures = [pool.submit(_packed_sequences, out, q, kk, vv, starts, scale, a, b)
-                           for a, b in zip(cuts[1:-1], cuts[2:])]
-                _packed_sequences(out, q, kk, vv, starts, scale, cuts[0], cuts[1])
-                for f in futures:
-                    f.result()
+                run_pieces(lambda a, b: _packed_sequences(out, q, kk, vv, starts, scale, a, b),
+                           list(zip(cuts[:-1], cuts[1:])), parts)
             else:
                 _packed_sequences(out, q, kk, vv, starts, scale, 0, count)
         return _finish(self, out, out.shape, dtype)

@@ -30,7 +30,7 @@ not running (and the spinning workers take the time the others need): docs/desig
   matrices of the leading batch dim when both are too narrow to cut), each
   block one single-threaded BLAS call. ``PIECES_PER_THREAD`` blocks per thread
   (one for very large products) are handed out as threads free up
-  (:func:`threads.run_pieces`): the calling thread works too, and a core taken
+  (:func:`native.pool.run_pieces`): the calling thread works too, and a core taken
   by another process delays at most the block it holds.
 """
 
@@ -43,7 +43,8 @@ import numpy as np
 from ... import config
 from . import parallel
 from .native import loader
-from .threads import CONFIG, run_pieces
+from .native.pool import run_pieces, sync_threads
+from .threads import CONFIG
 
 # Where the native kernel is used on one thread (not split): OpenBLAS is faster on
 # thin products (few rows or columns: im2col products of a first convolution layer,
@@ -57,7 +58,6 @@ NATIVE_MAX = 1 << 27
 # tallow's own f32 kernel (an optional C extension), loaded at the first product: the
 # native package imports parts of tallow that import this module.
 _native = None
-_workers = None
 _native_on = None  # None: not loaded yet
 
 
@@ -79,9 +79,8 @@ def product_kernel(machine: str | None = None) -> str:
 
 
 def _load_native() -> None:
-    global _native, _workers, _native_on
+    global _native, _native_on
     _native = loader.built("_gemm")  # (switched to TALLOW_NATIVE_ISA's builds by the loader)
-    _workers = loader.built("_workers")
     _native_on = product_kernel() == "native"
 
 
@@ -165,11 +164,8 @@ def _narrow_and_tall(m: int, n: int) -> bool:
 
 
 def _pool_threads() -> int:
-    """tallow's thread setting, the compiled pool sized to it (cheap when unchanged)."""
-    n = CONFIG.get()
-    if _workers.threads() != n:
-        _workers.set_threads(n)
-    return n
+    """tallow's thread setting, the pool sized to it (cheap when unchanged)."""
+    return sync_threads()
 
 
 def _batch_shape(a_batch: tuple, b_batch: tuple) -> tuple:

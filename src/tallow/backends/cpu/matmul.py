@@ -20,7 +20,7 @@ from .threads import CONFIG
 _HALF = (dt.f16, dt.bf16)
 
 
-def _blas_ready(x: np.ndarray) -> np.ndarray:
+def blas_ready(x: np.ndarray) -> np.ndarray:
     if x.ndim < 2:
         return x
     item = x.itemsize
@@ -93,7 +93,7 @@ def float_operands(a, rhs, rhs_layout, b):
     product gives the same bits on every path that makes it."""
     b = _rhs_operand(rhs, rhs_layout, b, a)
     if a.strides[-1] != a.itemsize:
-        a = _blas_ready(a)
+        a = blas_ready(a)
     if b.strides[-1] != b.itemsize:
-        b = _blas_ready(b)
+        b = blas_ready(b)
     return a, b

@@ -9,60 +9,16 @@ per-op fast path short).
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import numpy as np
 
-from .threads import CONFIG, run_pieces
+from .native.pool import in_serial, run_pieces, serial, sync_threads  # noqa: F401  (serial: re-exported)
+from .threads import CONFIG
 
 MIN_ELEMENTS = 1 << 18  # 262,144 elements: below this one thread is faster
 
 
-class _ThreadState(threading.local):
-    """Per-thread flags; ``serial`` is False on a thread until :func:`serial` sets it
-    (a class default: ``getattr(local, name, default)`` on a thread that never set the
-    name raised and caught an AttributeError inside, 0.5 us per product)."""
-
-    serial = False
-
-
-_local = _ThreadState()
-
-
-@contextlib.contextmanager
-def serial():
-    """Keep the calling thread's ops on that thread (for callers that already run
-    independent work on every core, e.g. one batch per thread): the Python splits
-    here and the compiled pool's (its tasks run in place on this thread)."""
-    before = _local.serial
-    _local.serial = True
-    pool = _compiled_pool()
-    pool_before = pool.set_serial(True) if pool is not None else False
-    try:
-        yield
-    finally:
-        _local.serial = before
-        if pool is not None:
-            pool.set_serial(pool_before)
-
-
-def _compiled_pool():
-    """``native/_workers`` (the compiled pool) when built, else None."""
-    try:
-        from .native import _workers
-    except ImportError:  # not built
-        return None
-    return _workers
-
-
-def in_serial() -> bool:
-    """True inside :func:`serial` on this thread."""
-    return _local.serial
-
-
 def worth_splitting(shape) -> bool:
-    if not shape or shape[0] < 2 or _local.serial:
+    if not shape or shape[0] < 2 or in_serial():
         return False
     n = 1
     for d in shape:
@@ -89,7 +45,7 @@ def run_rows(kernel, out: np.ndarray, *inputs) -> np.ndarray:
     Inputs that are not arrays (scalars) are passed whole; arrays must have the
     output's leading dim (stride-0 broadcasts are fine). The blocks go to
     whichever thread is free first, the calling thread included
-    (:func:`threads.run_pieces`).
+    (:func:`native.pool.run_pieces`).
     """
     threads = CONFIG.get()
     blocks = list(_bounds(out.shape[0], min(threads * PIECES_PER_THREAD, out.shape[0])))
@@ -180,9 +136,7 @@ def transpose_into(out: np.ndarray, x: np.ndarray) -> None:
     if kernel is None or x.dtype.itemsize not in (1, 2, 4, 8):
         np.copyto(out, x)
         return
-    from . import native
-
-    kernel.transpose_copy(x, out, not in_serial() and native.sync_threads() > 1)
+    kernel.transpose_copy(x, out, not in_serial() and sync_threads() > 1)
 
 
 def copy(x: np.ndarray) -> np.ndarray:

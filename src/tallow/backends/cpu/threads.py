@@ -194,7 +194,6 @@ class ThreadConfig:
         self._rule = None
         self._details = {}
         self._applied = None
-        self._pool = None
 
     def _resolve(self):
         if self._count is None:
@@ -238,9 +237,6 @@ class ThreadConfig:
         with self._lock:
             self._count, self._rule = n, "set_num_threads"
             self._details = self._details or {}
-            # Dropped, not shut down: another thread may hold it between pool() and
-            # submit(). Its idle workers exit once it is garbage collected.
-            self._pool = None
             # Apply again even at an unchanged count: a BLAS loaded since the last call
             # has its own, unlimited, pool.
             self._applied = None
@@ -253,8 +249,9 @@ class ThreadConfig:
         BLAS's own worker threads spin-wait between and inside products; when
         another process takes a core they wait on a thread that is not running
         and a product takes 10-60x longer. tallow splits large products over
-        its own blocking pool instead (:mod:`tallow.backends.cpu.gemm`), so
-        BLAS never needs more than the calling thread.
+        its own pool instead (:mod:`tallow.backends.cpu.gemm`,
+        :mod:`tallow.backends.cpu.native.pool`), so BLAS never needs more than
+        the calling thread.
         """
         if self._count is None:
             with self._lock:
@@ -271,18 +268,6 @@ class ThreadConfig:
                 pass
             self._applied = n
 
-    def pool(self):
-        """A shared executor with ``get()`` workers (blocking: idle workers sleep on its queue)."""
-        if self._pool is None:
-            n = self.get()  # outside the lock: the first get() takes it to settle BLAS
-            with self._lock:
-                if self._pool is None:
-                    from concurrent.futures import ThreadPoolExecutor
-
-                    self._pool = ThreadPoolExecutor(n, thread_name_prefix="tallow-cpu")
-        pool = self._pool
-        return pool if pool is not None else self.pool()  # dropped by a concurrent set()
-
     def blas_info(self) -> list:
         try:
             from threadpoolctl import threadpool_info
@@ -298,65 +283,13 @@ class ThreadConfig:
 CONFIG = ThreadConfig()
 
 
-# -- running pieces of one op on several threads --------------------------------------
-
-class _Pieces:
-    """One op's pieces, handed out one at a time to whichever thread asks first."""
-
-    __slots__ = ("fn", "pieces", "next", "left", "lock", "done", "error")
-
-    def __init__(self, fn, pieces):
-        self.fn = fn
-        self.pieces = pieces
-        self.next = 0
-        self.left = len(pieces)
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.error = None
-
-    def work(self):
-        pieces, lock = self.pieces, self.lock
-        while True:
-            with lock:
-                i = self.next
-                if i >= len(pieces):
-                    return
-                self.next = i + 1
-            try:
-                self.fn(*pieces[i])
-            except BaseException as e:  # re-raised on the calling thread
-                if self.error is None:
-                    self.error = e
-            with lock:
-                self.left -= 1
-                if self.left == 0:
-                    self.done.set()
+def _after_fork_in_child():
+    # A thread of the parent may have held the lock at the fork; it did not come along.
+    CONFIG._lock = threading.Lock()
 
 
-def run_pieces(fn, pieces, threads: int) -> None:
-    """``fn(*piece)`` for every piece, on up to ``threads`` threads; returns when all ran.
-
-    The calling thread works too, and every thread takes the next piece when it
-    is free, so a pool worker that has not started yet (its core busy with
-    another process) costs nothing: the others take its share. Waiting is
-    blocking (an event), never spinning, so a waiting thread leaves its core
-    to whoever can use it. The caller waits only for pieces already taken,
-    never for a queued worker, so nested use cannot deadlock on a full pool.
-    The first exception a piece raised is raised here, after all pieces ended.
-    """
-    pieces = list(pieces)
-    if threads <= 1 or len(pieces) <= 1:
-        for p in pieces:
-            fn(*p)
-        return
-    job = _Pieces(fn, pieces)
-    pool = CONFIG.pool()
-    for _ in range(min(threads, len(pieces)) - 1):
-        pool.submit(job.work)
-    job.work()
-    job.done.wait()
-    if job.error is not None:
-        raise job.error
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # -- the ceiling: more threads than usable CPUs only add start-up cost, memory and

@@ -22,27 +22,21 @@ values as bytes: 1.3x), the last two with Q8K activations.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from .... import config
 from ....ggml.blocks import as_bytes, byte_blocks
 from .. import pieces
 from ....ggml.types import ggml_type
+from . import pool
+from .pool import sync_threads  # noqa: F401  (published: the decode path sizes the pool per step)
 
 from . import loader
 from .loader import apply_isa  # noqa: F401  (published for the modules' users)
 
 _kernels = loader.built("_kernels")  # optional: None without a compiler at install time
-
-try:  # the compiled kernels' worker pool (_workers.c): without it they run on the caller
-    from . import _workers
-except ImportError:  # pragma: no cover - not built
-    _workers = None
-else:
-    # By default a product is split only while the machine has a CPU to spare for it.
-    _workers.set_load_check(not config.flag("TALLOW_SPLIT_WHEN_BUSY", False))
+# The float decode kernels (_ops.c), published for tallow.models' decode path (None: not built).
+decode_ops = loader.built("_ops")
 
 ISAS = config.NATIVE_ISAS
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
@@ -90,29 +84,9 @@ def isa() -> str | None:
 
 # ------------------------------------------------------------------- the pool
 def pool_available() -> bool:
-    """True when the compiled kernels split their products over their own pool (_workers.c)."""
-    return _workers is not None and _workers.enabled()
-
-
-def sync_threads() -> int:
-    """Size the compiled pool to tallow's thread setting (``set_num_threads`` /
-    ``TALLOW_NUM_THREADS``); cheap when unchanged.  Returns the count.
-
-    Called by the decode path once per step and by the products that split, so a
-    changed setting takes effect at the next token.
-    """
-    get = _THREAD_SETTING.get("get")
-    if get is None:  # (imported here: tallow.utils is not loaded when this module is)
-        from ....utils import get_num_threads as get
-
-        _THREAD_SETTING["get"] = get
-    n = get()
-    if _workers is not None and _workers.threads() != n:
-        _workers.set_threads(n)
-    return n
-
-
-_THREAD_SETTING = {}
+    """True when the compiled kernels split their products over the backend's pool
+    (:mod:`.pool`)."""
+    return pool.available()
 
 
 # ------------------------------------------------------------------- repacking
@@ -173,12 +147,12 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     if t.name == "Q6K":
         from ....ggml import kquants
 
-        q = kquants._q6_values(blocks).view(np.uint8)
+        q = kquants.q6_values(blocks).view(np.uint8)
         return _kernels.Q6K, _interleave([(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (q, 4)], n, nb)
     if t.name == "Q4K":
         from ....ggml import kquants
 
-        sc, mn = kquants._k4_scales(blocks[:, 4:16])
+        sc, mn = kquants.k4_scales(blocks[:, 4:16])
         fields = [(blocks[:, 0:2], 2), (blocks[:, 2:4], 2), (np.ascontiguousarray(sc, np.uint8), 1),
                   (np.ascontiguousarray(mn, np.uint8), 1), (blocks[:, 16:144], 4)]
         return _kernels.Q4K, _interleave(fields, n, nb)
@@ -268,7 +242,7 @@ class NativeWeight:
         if threads == 1:
             kernel(*args, 0, self.groups, *tail)
         else:
-            run_pieces(lambda a, b: kernel(*args, a, b, *tail), self.groups, threads)
+            pool.run_ranges(lambda a, b: kernel(*args, a, b, *tail), self.groups, threads)
         return out.reshape(lead + (self.n,))
 
 
@@ -276,7 +250,7 @@ class NativeWeight:
 # A product is split across threads only when each thread gets a few hundred
 # microseconds of work (a hand-off costs tens): the matrix-vector products of a
 # decoder layer never are, so a busy core cannot stall them; prompt-sized
-# products and a vocabulary-sized output layer are, in pieces (run_pieces).
+# products and a vocabulary-sized output layer are, in pieces (pool.run_ranges).
 MIN_WORK_PER_THREAD = 1 << 23  # multiply-adds
 
 
@@ -285,34 +259,6 @@ def plan_threads(m: int, n: int, k: int, groups: int, num_threads: int | None) -
     if m * n * k < 2 * MIN_WORK_PER_THREAD:
         return 1
     if num_threads is None:
-        from ....utils import get_num_threads
-
-        num_threads = get_num_threads()
+        num_threads = pool.CONFIG.get()
     return max(1, min(num_threads, groups, (m * n * k) // MIN_WORK_PER_THREAD))
 
-
-_pool = None
-_pool_size = 0
-_pool_lock = threading.Lock()
-
-
-def _executor(n: int):
-    """The kernels' own pool, with at least ``n`` workers (not the backend's shared
-    pool: a caller may itself run on one of that pool's workers).
-
-    A smaller pool is replaced, not shut down: a concurrent caller may still be
-    submitting to it; its idle threads end once it is unreferenced.
-    """
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size < n:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tallow-qmm"), n
-        return _pool
-
-
-def run_pieces(fn, total: int, threads: int) -> None:
-    """``fn(a, b)`` over pieces of ``range(total)``, taken by ``threads`` threads as they
-    free up (see :mod:`tallow.backends.cpu.pieces`), on the kernels' own pool."""
-    pieces.run_pieces(fn, total, threads, _executor(threads - 1))

@@ -18,8 +18,12 @@
  *    preempted, the caller's core goes to it instead of being burnt in a spin.
  *  - One job at a time: a second caller (another Python thread) runs its task on
  *    its own thread instead of waiting.
- *  - fork: the dispatch lock is taken around fork (pthread_atfork), and the child,
- *    which has no workers, starts its own on its first split.
+ *  - fork: the child has none of the parent's threads; an atfork handler gives it a
+ *    fresh dispatch lock and no workers, and it starts its own on its first split
+ *    (the parent never waits in fork: a job of Python pieces needs the GIL that the
+ *    forking thread holds).
+ *  - Python pieces (run_pieces): the backend's NumPy and BLAS work splits over the
+ *    same threads, each piece called under the GIL (its NumPy or C work releases it).
  * Linux only (futex); elsewhere threads() is 1 and every task runs on the caller.
  */
 #define PY_SSIZE_T_CLEAN
@@ -243,16 +247,6 @@ static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain,
     pthread_mutex_unlock(&dispatch_lock);
 }
 
-static void before_fork(void) { pthread_mutex_lock(&dispatch_lock); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&dispatch_lock); }
-static void after_fork_child(void) {
-    /* The workers did not come along; the child starts its own when it next splits. */
-    nworkers = 0;
-    atomic_store(&sleepers, 0);
-    atomic_store(&caller_waiting, 0);
-    atomic_store(&stop_flag, 0);
-    pthread_mutex_unlock(&dispatch_lock);
-}
 #else
 static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain, int64_t bytes) {
     (void)grain;
@@ -334,6 +328,74 @@ static int pool_worth(int64_t bytes) { return bytes >= min_split_bytes; }
 #endif
 
 static const tallow_pool_api api = {TALLOW_POOL_ABI, pool_threads, pool_run, pool_worth};
+
+#ifdef POOL_ENABLED
+static void after_fork_child(void) {
+    /* Only the forking thread came along: no workers, and the dispatch lock, which a
+     * thread of the parent may have held mid-job, made anew.  The child starts its own
+     * workers when it next splits. */
+    pthread_mutex_init(&dispatch_lock, NULL);
+    nworkers = 0;
+    atomic_store(&sleepers, 0);
+    atomic_store(&caller_waiting, 0);
+    atomic_store(&stop_flag, 0);
+    atomic_store(&sampling, 0);
+}
+#endif
+
+/* ---- Python pieces: fn(*pieces[i]) for every i, on the pool's threads and the caller's.
+ * Each call takes the GIL; the pieces' NumPy, BLAS and C work releases it, so they run
+ * at once.  After a piece raises, the pieces not yet started are skipped and the first
+ * exception is raised to the caller. */
+typedef struct {
+    PyObject *fn, *pieces;
+    int failed; /* read and written under the GIL only */
+    PyObject *err_type, *err_value, *err_tb; /* the first exception */
+} py_pieces_ctx;
+
+static void py_pieces_task(void *p, int64_t lo, int64_t hi) {
+    py_pieces_ctx *c = (py_pieces_ctx *)p;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    for (int64_t i = lo; i < hi && !c->failed; i++) {
+        PyObject *r = PyObject_Call(c->fn, PyList_GET_ITEM(c->pieces, i), NULL);
+        if (r) {
+            Py_DECREF(r);
+        } else if (!c->failed) {
+            c->failed = 1;
+            PyErr_Fetch(&c->err_type, &c->err_value, &c->err_tb);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    PyGILState_Release(gil);
+}
+
+/* run_pieces(fn, pieces): pieces a list of argument tuples. */
+static PyObject *py_run_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "run_pieces takes 2 arguments (fn, pieces)");
+    if (!PyCallable_Check(args[0])) return PyErr_Format(PyExc_TypeError, "run_pieces: fn must be callable");
+    if (!PyList_CheckExact(args[1])) return PyErr_Format(PyExc_TypeError, "run_pieces: pieces must be a list of tuples");
+    Py_ssize_t n = PyList_GET_SIZE(args[1]);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyTuple_CheckExact(PyList_GET_ITEM(args[1], i)))
+            return PyErr_Format(PyExc_TypeError, "run_pieces: piece %zd is not a tuple", i);
+    /* a copy: a piece that changes the caller's list cannot move the others' items */
+    PyObject *pieces = PyList_GetSlice(args[1], 0, n);
+    if (!pieces) return NULL;
+    py_pieces_ctx c = {args[0], pieces, 0, NULL, NULL, NULL};
+    Py_INCREF(c.fn);
+    Py_BEGIN_ALLOW_THREADS
+    tallow_pool_run(py_pieces_task, &c, (int64_t)n, 1, -1);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(c.fn);
+    Py_DECREF(pieces);
+    if (c.failed) {
+        PyErr_Restore(c.err_type, c.err_value, c.err_tb);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
 
 /* ------------------------------------------------------------------ Python */
 static PyObject *py_set_threads(PyObject *self, PyObject *arg) {
@@ -533,6 +595,8 @@ static PyMethodDef methods[] = {
     {"stats", py_stats, METH_NOARGS, "Counters of split jobs."},
     {"set_serial", py_set_serial, METH_O, "Run this thread's tasks in place (returns the previous setting)."},
     {"cover", (PyCFunction)(void (*)(void))py_cover, METH_FASTCALL, "Test task: count units covered."},
+    {"run_pieces", (PyCFunction)(void (*)(void))py_run_pieces, METH_FASTCALL,
+     "run_pieces(fn, pieces): fn(*piece) for every tuple of the list, on the pool's threads and this one."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_workers", "tallow's worker pool for compiled kernels.",
@@ -543,7 +607,7 @@ PyMODINIT_FUNC PyInit__workers(void) {
 #ifdef POOL_ENABLED
     static int atfork_done = 0;
     if (!atfork_done) {
-        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+        pthread_atfork(NULL, NULL, after_fork_child);
         atfork_done = 1;
     }
 #endif

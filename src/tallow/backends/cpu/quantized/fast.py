@@ -48,7 +48,8 @@ from .... import config
 from ....ggml.blocks import byte_blocks, f16_field, f16_round
 from ....ggml.types import ggml_type
 from ..threads import CONFIG
-from ..pieces import activation_rows, run_pieces
+from ..native.pool import run_ranges
+from ..pieces import activation_rows
 
 F32 = np.float32
 
@@ -135,38 +136,38 @@ def _decompose(t, blocks: np.ndarray) -> dict:
     nb = blocks.shape[0]
     out: dict = {"mode": LEGACY, "sub": 32}
     if name == "Q4_0":  # values 0..15 kept packed; the -8 is applied to the integer sum
-        out.update(q=lg._nibbles(blocks[:, 2:]).astype(np.int8), d=f16_field(blocks, 0), zero=8, packed=True)
+        out.update(q=lg.nibbles(blocks[:, 2:]).astype(np.int8), d=f16_field(blocks, 0), zero=8, packed=True)
     elif name == "Q4_1":
-        out.update(q=lg._nibbles(blocks[:, 4:]).astype(np.int8), d=f16_field(blocks, 0),
+        out.update(q=lg.nibbles(blocks[:, 4:]).astype(np.int8), d=f16_field(blocks, 0),
                    m=f16_field(blocks, 2), mode=OFFSET, packed=True)
     elif name == "Q5_0":
-        q = lg._q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
+        q = lg.q5_values(blocks[:, 2:6], blocks[:, 6:]).astype(np.int8) - np.int8(16)
         out.update(q=q, d=f16_field(blocks, 0))
     elif name == "Q5_1":
-        out.update(q=lg._q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(np.int8), d=f16_field(blocks, 0),
+        out.update(q=lg.q5_values(blocks[:, 4:8], blocks[:, 8:]).astype(np.int8), d=f16_field(blocks, 0),
                    m=f16_field(blocks, 2), mode=OFFSET)
     elif name == "Q8_0":
         out.update(q=np.ascontiguousarray(blocks[:, 2:]).view(np.int8), d=f16_field(blocks, 0))
     elif name == "Q8_1":  # Q8_1 x Q8_1 uses d and qs only
         out.update(q=np.ascontiguousarray(blocks[:, 4:]).view(np.int8), d=f16_field(blocks, 0))
     elif name == "Q8K":
-        d, q, _ = kq._q8k_fields(blocks)
+        d, q, _ = kq.q8k_fields(blocks)
         out.update(q=q, d=d)
     elif name == "Q2K":
         sc = blocks[:, :16]
-        out.update(q=kq._unpack_2bit(blocks[:, 16:80]).astype(np.int8), d=f16_field(blocks, 80),
+        out.update(q=kq.unpack_2bit(blocks[:, 16:80]).astype(np.int8), d=f16_field(blocks, 80),
                    sc=(sc & 0x0F).astype(np.int8), mins=(sc >> 4).astype(np.int8),
                    dmin=f16_field(blocks, 82), mode=KMIN)
     elif name == "Q3K":
-        out.update(q=kq._q3_values(blocks), d=f16_field(blocks, 108), sc=kq._q3_scales(blocks[:, 96:108]),
+        out.update(q=kq.q3_values(blocks), d=f16_field(blocks, 108), sc=kq.q3_scales(blocks[:, 96:108]),
                    mode=KQUANT)
     elif name in ("Q4K", "Q5K"):
-        values = kq._unpack_4bit_32(blocks[:, 16:144]) if name == "Q4K" else kq._q5k_values(blocks)
-        d, dmin, sc, mn = kq._k45_fields(blocks)
+        values = kq.unpack_4bit_32(blocks[:, 16:144]) if name == "Q4K" else kq.q5k_values(blocks)
+        d, dmin, sc, mn = kq.k45_fields(blocks)
         out.update(q=values.reshape(nb, 256).astype(np.int8), d=d, sc=sc.astype(np.int8),
                    mins=mn.astype(np.int8), dmin=dmin, mode=KMIN, packed=name == "Q4K")
     elif name == "Q6K":
-        out.update(q=kq._q6_values(blocks), d=f16_field(blocks, 208),
+        out.update(q=kq.q6_values(blocks), d=f16_field(blocks, 208),
                    sc=np.ascontiguousarray(blocks[:, 192:208]).view(np.int8), mode=KQUANT)
     elif name in ("IQ4_NL", "IQ4_XS"):  # non-linear levels; ggml scales (d_w d_x) * isum
         from ....ggml import iq4
@@ -326,7 +327,7 @@ class TiledWeight:
             # among them: a core busy with other work (another process, BLAS threads
             # still spinning after a product) delays a piece, not half of the product.
             count = threads * (4 if work >= 1 << 24 else 1)
-            run_pieces(lambda a, b: kernel(*args, a, b), self.tiles, threads, CONFIG.pool(), count)
+            run_ranges(lambda a, b: kernel(*args, a, b), self.tiles, threads, count)
         if out.shape[1] != self.n:
             out = np.ascontiguousarray(out[:, : self.n])
         return out.reshape(lead + (self.n,))

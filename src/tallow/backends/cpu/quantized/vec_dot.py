@@ -42,7 +42,8 @@ import numpy as np
 from ....ggml.blocks import byte_blocks
 from ....ggml.planes import GROUP
 from ....ggml.types import GgmlType, ggml_type
-from ..pieces import activation_rows, split as _split
+from ..native.pool import run_pieces, split as _split
+from ..pieces import activation_rows
 from ..threads import CONFIG
 
 F32 = np.float32
@@ -61,7 +62,7 @@ _blas_controller = None
 
 
 @contextmanager
-def _single_threaded_blas():
+def single_threaded_blas():
     """Run BLAS on one thread while the integer path parallelises by itself.
 
     Its BLAS calls are many small products; BLAS's own threads add nothing
@@ -198,13 +199,16 @@ class PreparedWeight:
         xplanes, xscale, s = self.quantize_activations(x)
         groups = self.planes.shape[0]
         ranges = _split(groups, min(threads, -(-groups // _ACC)), _ACC)
-        with _single_threaded_blas():
+        with single_threaded_blas():
             if len(ranges) == 1:
                 partials = [self._partial(xplanes, xscale, 0, groups)]
             else:
-                pool = CONFIG.pool()
-                futures = [pool.submit(self._partial, xplanes, xscale, a, b) for a, b in ranges]
-                partials = [f.result() for f in futures]
+                partials = [None] * len(ranges)
+
+                def part(i, a, b):
+                    partials[i] = self._partial(xplanes, xscale, a, b)
+
+                run_pieces(part, [(i, a, b) for i, (a, b) in enumerate(ranges)], len(ranges))
         out = partials[0]
         for p in partials[1:]:
             out += p
