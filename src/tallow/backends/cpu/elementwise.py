@@ -400,6 +400,13 @@ class CpuElementwise:
         x = self.view(layout)
         if dtype.is_bool:
             return self._wrap(np.asarray(x != 0), dtype)  # PyTorch: 0.5 and NaN are True
+        if (dtype.is_small_float or self.dtype.is_small_float) and dt.f32 not in (dtype, self.dtype) \
+                and self.dtype is not dt.f64:
+            # Through f32, as the GPU and candle convert them (ml_dtypes' direct casts
+            # between two small formats treat NaN differently from its casts via f32).
+            x = x.astype(_F32)
+            if dtype.is_int:
+                return self._wrap(_float_to_int(x, dtype), dtype)
         if dtype.is_int and self.dtype.is_float:
             return self._wrap(_float_to_int(x, dtype), dtype)
         if dtype is dt.bf16 and self.dtype is dt.f64:

@@ -158,7 +158,7 @@ fn small_magnitude(a: f32, M: u32, B: i32) -> u32 {
 
 // float8_e4m3fn: no infinity, 0x7f / 0xff are NaN; beyond 448 (after rounding) is NaN.
 fn f8e4m3_to_f32(h: u32) -> f32 {
-    if ((h & 0x7fu) == 0x7fu) { return bitcast<f32>(F32_NAN_BITS); }
+    if ((h & 0x7fu) == 0x7fu) { return bitcast<f32>(F32_NAN_BITS | ((h & 0x80u) << 24u)); }
     return small_to_f32(h, 4u, 3u, 7);
 }
 fn f32_to_f8e4m3(f: f32) -> u32 {
@@ -170,15 +170,16 @@ fn f32_to_f8e4m3(f: f32) -> u32 {
 }
 
 // float6_e2m3fn, float6_e3m2fn, float4_e2m1fn: no infinity or NaN; out of range
-// (infinity included) saturates to the largest finite value, NaN becomes -0.
+// (infinity included) saturates to the largest finite value, NaN becomes a zero of
+// the opposite sign (+NaN -> -0), as ml_dtypes converts it.
 fn f6e2m3_to_f32(h: u32) -> f32 { return small_to_f32(h, 2u, 3u, 1); }
 fn f6e3m2_to_f32(h: u32) -> f32 { return small_to_f32(h, 3u, 2u, 3); }
 fn f4_to_f32(h: u32) -> f32 { return small_to_f32(h, 2u, 1u, 1); }
 fn f32_to_saturating(f: f32, M: u32, B: i32, sign: u32, max_code: u32) -> u32 {
     let x = bitcast<u32>(f);
     let ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) { return sign; }
     let s = select(0u, sign, (x & 0x80000000u) != 0u);
+    if (ax > 0x7f800000u) { return sign ^ s; }  // ml_dtypes: NaN becomes a zero of the other sign
     if (ax == 0x7f800000u) { return s | max_code; }
     return s | min(small_magnitude(bitcast<f32>(ax), M, B), max_code);
 }
