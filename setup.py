@@ -25,7 +25,8 @@ setup(
             # shared helpers and the pool's interface (listed so that they ship in the sdist
             # and a change to them rebuilds the modules)
             depends=["src/tallow/backends/cpu/native/common.h", "src/tallow/backends/cpu/native/_workers.h",
-                     "src/tallow/backends/cpu/native/_gemm.h", "src/tallow/backends/cpu/native/_kernels_body.h"],
+                     "src/tallow/backends/cpu/native/_gemm.h", "src/tallow/backends/cpu/native/_kernels_body.h",
+                     "src/tallow/backends/cpu/native/_ops_body.h"],
             extra_compile_args=flags,
             optional=True,
         )

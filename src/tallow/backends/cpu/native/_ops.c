@@ -1,10 +1,10 @@
 /* Compiled steps of a Llama decoder layer on contiguous f32 arrays (tallow's decode path):
  * rms_norm (with the residual add fused), interleaved rotary embedding fused with the
  * key/value cache write, causal attention over the cache, silu(gate) * up, and f32 / f16
- * matrix-vector products.  Dot products and axpys have AVX2+FMA versions chosen at
- * import (target attributes; the module is compiled for the baseline ISA) and scalar
- * C fallbacks.  These are float computations whose rounding differs from the
- * Tensor-level ops' only in summation order; the tests compare within f32 tolerance.
+ * matrix-vector products.  The float kernels are written once (_ops_body.h) and
+ * compiled for the baseline instruction set and for AVX2+FMA, chosen at import; both
+ * builds give the same bits.  These are float computations whose rounding differs from
+ * the Tensor-level ops' only in summation order; the tests compare within f32 tolerance.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,177 +19,38 @@
 static int use_avx2 = 0;
 
 
-/* ------------------------------------------------------------------ dot / axpy */
-static float dot_scalar(const float *a, const float *b, int64_t n) {
-    float s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
-    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-    for (; i < n; i++) t += a[i] * b[i];
-    return t;
-}
+/* ------------------------------------------------------------------ the builds */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+/* (The 32-byte vectors pass between static, inlined functions of one build only.) */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
-static void axpy_scalar(float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
+typedef struct {
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a x */
+    float (*row)(const void *w, int half, int64_t k, const float *x); /* a weight row . x */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    float (*exp_shift_sum)(float *p, int64_t n, float mx);
+    void (*silu_mul)(const float *g, const float *u, float *out, int64_t n);
+} ops_set;
 
-static float dot_f16_scalar(const uint16_t *w, const float *x, int64_t n) {
-    float s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += half_to_float(w[i + j]) * x[i + j];
-    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-    for (; i < n; i++) t += half_to_float(w[i]) * x[i];
-    return t;
-}
-
+#define SUFFIX generic
+#define TARGET
+#include "_ops_body.h"
+#undef SUFFIX
+#undef TARGET
 #ifdef TALLOW_X86
-AVX2 static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static float dot_avx2(const float *a, const float *b, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float t = hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) t += a[i] * b[i];
-    return t;
-}
-
-AVX2 static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
-    __m256 va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
-/* One weight row against one activation row, four accumulators: a single
- * sequential stream per row is what the hardware prefetcher follows best
- * (measured faster than four or eight rows interleaved for k = 576..1536). */
-AVX2 static float row_f32_avx2(const float *w, int64_t k, const float *x) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= k; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
-    }
-    for (; i + 8 <= k; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), s0);
-    float t = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < k; i++) t += w[i] * x[i];
-    return t;
-}
-
-/* The same for an f16 row, converted eight at a time by F16C (exact: every f16 is an f32). */
-AVX2 static float row_f16_avx2(const uint16_t *w, int64_t k, const float *x) {
-#define LH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= k; i += 32) {
-        s0 = _mm256_fmadd_ps(LH(w + i), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(LH(w + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-        s2 = _mm256_fmadd_ps(LH(w + i + 16), _mm256_loadu_ps(x + i + 16), s2);
-        s3 = _mm256_fmadd_ps(LH(w + i + 24), _mm256_loadu_ps(x + i + 24), s3);
-    }
-    for (; i + 8 <= k; i += 8) s0 = _mm256_fmadd_ps(LH(w + i), _mm256_loadu_ps(x + i), s0);
-#undef LH
-    float t = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < k; i++) t += half_to_float(w[i]) * x[i];
-    return t;
-}
-
-AVX2 static void f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = half_to_float(src[i]);
-}
+#define SUFFIX avx2
+#define TARGET AVX2
+#define BUILD_AVX2
+#include "_ops_body.h"
+#undef SUFFIX
+#undef TARGET
+#undef BUILD_AVX2
+#define OPS (use_avx2 ? &ops_avx2 : &ops_generic)
+#else
+#define OPS (&ops_generic)
 #endif
-
-#ifdef TALLOW_X86
-/* exp of eight floats: Cephes' expf (range reduction by ln 2 in two parts, degree-5
- * polynomial), within 2 ulp of expf over the range where the result is normal. */
-AVX2 static inline __m256 exp8(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
-    x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-
-/* p[t] = exp(p[t] - mx) for t < n; returns the sum. */
-AVX2 static float exp_shift_sum_avx2(float *p, int64_t n, float mx) {
-    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
-    int64_t t = 0;
-    for (; t + 8 <= n; t += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + t), vm));
-        _mm256_storeu_ps(p + t, e);
-        acc = _mm256_add_ps(acc, e);
-    }
-    float sum = hsum8(acc);
-    for (; t < n; t++) {
-        p[t] = expf(p[t] - mx);
-        sum += p[t];
-    }
-    return sum;
-}
-
-AVX2 static void silu_mul_avx2(const float *g, const float *u, float *out, int64_t n) {
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 gv = _mm256_loadu_ps(g + i);
-        __m256 den = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv)));
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
-    }
-    for (; i < n; i++) out[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
-}
-#endif
-
-static float exp_shift_sum(float *p, int64_t n, float mx) {
-#ifdef TALLOW_X86
-    if (use_avx2) return exp_shift_sum_avx2(p, n, mx);
-#endif
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n; t++) {
-        p[t] = expf(p[t] - mx);
-        sum += p[t];
-    }
-    return sum;
-}
-
-static inline float dot(const float *a, const float *b, int64_t n) {
-#ifdef TALLOW_X86
-    if (use_avx2) return dot_avx2(a, b, n);
-#endif
-    return dot_scalar(a, b, n);
-}
-
-static inline void axpy(float *y, float a, const float *x, int64_t n) {
-#ifdef TALLOW_X86
-    if (use_avx2) { axpy_avx2(y, a, x, n); return; }
-#endif
-    axpy_scalar(y, a, x, n);
-}
 
 /* ------------------------------------------------------------------ arguments */
 static int ints(PyObject *const *args, Py_ssize_t first, Py_ssize_t count, int64_t *out) {
@@ -324,15 +185,15 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
                 const float *K = kc + (h / group) * ctx * d, *V = vc + (h / group) * ctx * d;
                 float mx = -INFINITY;
                 for (int64_t t = 0; t < total; t++) {
-                    float v = dot(qh, K + t * d, d) * scale;
+                    float v = OPS->dot(qh, K + t * d, d) * scale;
                     scores[t] = v;
                     mx = v > mx ? v : mx;
                 }
-                float sum = exp_shift_sum(scores, total, mx);
+                float sum = OPS->exp_shift_sum(scores, total, mx);
                 float *o = out + (r * nh + h) * d;
                 memset(o, 0, (size_t)d * 4);
                 float inv = 1.0f / sum;
-                for (int64_t t = 0; t < total; t++) axpy(o, scores[t] * inv, V + t * d, d);
+                for (int64_t t = 0; t < total; t++) OPS->axpy(o, scores[t] * inv, V + t * d, d);
             }
         }
         Py_END_ALLOW_THREADS
@@ -372,7 +233,7 @@ static PyObject *py_causal_softmax(PyObject *self, PyObject *const *args, Py_ssi
                         p[t] *= scale;
                         mx = p[t] > mx ? p[t] : mx;
                     }
-                    float inv = 1.0f / exp_shift_sum(p, valid, mx);
+                    float inv = 1.0f / OPS->exp_shift_sum(p, valid, mx);
                     for (int64_t t = 0; t < valid; t++) p[t] *= inv;
                     memset(p + valid, 0, (size_t)(total - valid) * 4);
                 }
@@ -401,13 +262,7 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t n
         for (int64_t r = 0; r < s; r++) {
             const float *g = gu + r * 2 * f, *u = g + f;
             float *o = out + r * f;
-#ifdef TALLOW_X86
-            if (use_avx2) {
-                silu_mul_avx2(g, u, o, f);
-                continue;
-            }
-#endif
-            for (int64_t i = 0; i < f; i++) o[i] = (g[i] / (1.0f + expf(-g[i]))) * u[i];
+            OPS->silu_mul(g, u, o, f);
         }
         Py_INCREF(Py_None);
         res = Py_None;
@@ -435,14 +290,8 @@ static void fmv_task(void *p, int64_t lo, int64_t hi) {
     for (int64_t r = j->r0 + lo; r < j->r0 + hi; r++) {
         for (int64_t i = 0; i < j->m; i++) {
             const float *xi = j->x + i * k;
-            float v;
-#ifdef TALLOW_X86
-            if (use_avx2)
-                v = half ? row_f16_avx2((const uint16_t *)j->w + r * k, k, xi) : row_f32_avx2((const float *)j->w + r * k, k, xi);
-            else
-#endif
-                v = half ? dot_f16_scalar((const uint16_t *)j->w + r * k, xi, k) : dot_scalar((const float *)j->w + r * k, xi, k);
-            j->out[i * j->n + r] = v;
+            const void *w = half ? (const void *)((const uint16_t *)j->w + r * k) : (const void *)((const float *)j->w + r * k);
+            j->out[i * j->n + r] = OPS->row(w, (int)half, k, xi);
         }
     }
 }
@@ -487,11 +336,7 @@ static PyObject *py_f16_to_f32(PyObject *self, PyObject *const *args, Py_ssize_t
         const uint16_t *src = (const uint16_t *)b[0].view.buf;
         float *dst = (float *)b[1].view.buf;
         Py_BEGIN_ALLOW_THREADS
-#ifdef TALLOW_X86
-        if (use_avx2) f16_to_f32_avx2(src, dst, n);
-        else
-#endif
-            for (int64_t i = 0; i < n; i++) dst[i] = half_to_float(src[i]);
+        OPS->f16_to_f32(src, dst, n);
         Py_END_ALLOW_THREADS
         Py_INCREF(Py_None);
         res = Py_None;
