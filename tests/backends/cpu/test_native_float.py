@@ -91,3 +91,65 @@ def test_a_large_float_matvec_split_across_threads_matches_numpy(half, monkeypat
     finally:
         tl.utils.set_num_threads(old)
     np.testing.assert_allclose(out, w.astype(np.float64) @ x.astype(np.float64), rtol=1e-4, atol=1e-5)
+
+
+def both_builds(fn):
+    """fn() with the AVX2 build, then with the baseline one (the AVX2 result first)."""
+    before = ops.simd()
+    if not before:
+        pytest.skip("this CPU has no AVX2/FMA/F16C")
+    try:
+        first = fn()
+        ops.set_simd(False)
+        return first, fn()
+    finally:
+        ops.set_simd(before)
+
+
+@pytest.mark.parametrize("d,ctx,pos0", [(64, 40, 3), (64, 11, 10), (40, 9, 0)])
+def test_the_builds_give_the_same_bits(d, ctx, pos0):
+    """The kernels are one source compiled twice: attention (dot, exp, axpy), silu(g) * u
+    and the weight rows give the same bits on both builds, and NumPy's values."""
+    rng = np.random.default_rng(d + ctx)
+    nh, nkv, s = 6, 2, ctx - pos0
+    q = rng.standard_normal((s, nh, d)).astype(np.float32)
+    kc = rng.standard_normal((nkv, ctx, d)).astype(np.float32)
+    vc = rng.standard_normal((nkv, ctx, d)).astype(np.float32)
+    scale = 1 / np.sqrt(d)
+
+    def attention():
+        out = np.empty((s, nh, d), np.float32)
+        ops.attention(q, kc, vc, out, s, nh, nkv, d, ctx, pos0, scale, 0, nh)
+        return out
+
+    a, b = both_builds(attention)
+    np.testing.assert_array_equal(a, b)
+    scores = np.einsum("shd,htd->sht", q.astype(np.float64), np.repeat(kc, nh // nkv, 0).astype(np.float64)) * scale
+    future = (np.arange(s)[:, None] + pos0 < np.arange(ctx)[None, :])[:, None, :]
+    scores = np.where(future, -np.inf, scores)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("sht,htd->shd", p / p.sum(-1, keepdims=True), np.repeat(vc, nh // nkv, 0))
+    np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-5)
+
+    gu = (rng.standard_normal((3, 2 * 100)) * 4).astype(np.float32)  # 100: a part-vector tail
+
+    def silu():
+        out = np.empty((3, 100), np.float32)
+        ops.silu_mul(gu, 3, 100, out)
+        return out
+
+    a, b = both_builds(silu)
+    np.testing.assert_array_equal(a, b)
+    g, u = gu[:, :100].astype(np.float64), gu[:, 100:].astype(np.float64)
+    np.testing.assert_allclose(a, g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+
+    w = (rng.standard_normal((7, 1000)) * 0.05).astype(np.float16)  # 1000: every loop's tail
+    x = rng.standard_normal((2, 1000)).astype(np.float32)
+
+    def rows():
+        out = np.empty((2, 7), np.float32)
+        ops.matvec_float(w.view(np.uint16), True, x, out, 2, 7, 1000, 0, 7)
+        return out
+
+    a, b = both_builds(rows)
+    np.testing.assert_array_equal(a, b)
