@@ -14,15 +14,16 @@ the GPU codes and the WGSL constants (``OP_NEG``...) are derived from it.
 
 from __future__ import annotations
 
+from . import versions
 from .grad_mode import GRAD_MODE
-from .versions import versions_of
 
 _new_op = object.__new__
 
 
 class Op:
     """A recorded op: its ``name`` (the backward rule's key), input tensors ``args``,
-    non-tensor ``params`` and the inputs' in-place write counts (``versions``).
+    non-tensor ``params`` and the clock of in-place writes when it was recorded
+    (``versions``: ``versions.WRITES``, checked by backward).
 
     ``Op(...)`` is None inside ``tl.no_grad()``: every site that records writes
     ``Op(...) if <an input is tracked> else None``, so building nothing there
@@ -37,8 +38,8 @@ class Op:
         self.name = name
         self.args = args
         self.params = params
-        # The inputs' in-place write counts, checked by backward (see versions.py).
-        self.versions = versions_of(args)
+        # Backward refuses the op if an input is written after this time (versions.py).
+        self.versions = versions.WRITES
 
     def __repr__(self):
         shapes = [list(a.shape) for a in self.args]

@@ -5,11 +5,12 @@ copy of their values. ``Var.set`` and the other in-place writes change those
 values; a backward pass over a graph recorded before the write would then mix
 old and new values without a word (PyTorch raises on its version counter).
 
-Every in-place write to a buffer calls ``bump(storage)``; a recorded op notes
-``versions_of(args)``; backward compares them with ``version(storage)`` now and
-raises ``StaleGraphError`` naming the tensor that changed. Buffers never written
-in place have no entry, so recording costs one dictionary check while no Var was
-ever set.
+Every in-place write to a buffer calls ``bump(storage)``, which counts the write
+on the buffer and on a clock of all writes (``WRITES``); a recorded op notes the
+clock (one attribute read), and backward raises ``StaleGraphError`` naming the
+tensor written after that time. While nothing was written since an op was
+recorded (a training step's backward, between two optimiser steps), its check
+is one comparison. Buffers never written in place have no entry.
 """
 
 from __future__ import annotations
@@ -18,53 +19,44 @@ import weakref
 
 from .errors import StaleGraphError
 
-# id(storage) -> in-place writes. A plain dict (C-speed lookups on every recorded op
-# and every backward node); an entry is removed by a finalizer when its storage dies,
-# before the id can be reused.
+# id(storage) -> (in-place writes, WRITES at the last one). A plain dict (C-speed
+# lookups); an entry is removed by a finalizer when its storage dies, before the id
+# can be reused.
 _VERSIONS: dict = {}
+# In-place writes so far, to any buffer: the clock ops record (``Op.versions``).
+WRITES = 0
 
 
 def version(storage) -> int:
     """How many in-place writes ``storage`` has had."""
-    return _VERSIONS.get(id(storage), 0) if _VERSIONS else 0
+    entry = _VERSIONS.get(id(storage)) if _VERSIONS else None
+    return entry[0] if entry else 0
 
 
 def bump(storage) -> None:
     """Note an in-place write to ``storage``."""
+    global WRITES
+    WRITES += 1
     key = id(storage)
-    n = _VERSIONS.get(key)
-    if n is None:
+    entry = _VERSIONS.get(key)
+    if entry is None:
         weakref.finalize(storage, _VERSIONS.pop, key, None)
-        n = 0
-    _VERSIONS[key] = n + 1
-
-
-def versions_of(args):
-    """The versions of the args' storages, or None when every one is 0 (the common case
-    until an optimiser's first step; after it, every op over a weight has a version).
-    (A list made into a tuple: a generator cost twice as much per recorded op.)"""
-    if not _VERSIONS:
-        return None
-    get = _VERSIONS.get
-    vs = tuple([get(id(a._storage), 0) for a in args])
-    return vs if any(vs) else None
+        entry = (0, 0)
+    _VERSIONS[key] = (entry[0] + 1, WRITES)
 
 
 def check_unchanged(op) -> None:
     """Raise StaleGraphError if an input of the recorded ``op`` was written since."""
-    if not _VERSIONS:
+    recorded = getattr(op, "versions", None) or 0  # WRITES when the op was recorded
+    if recorded == WRITES:  # nothing written anywhere since
         return
-    recorded = getattr(op, "versions", None)
     get = _VERSIONS.get
-    if versions_of(op.args) == recorded:  # (None on both sides: every version 0)
-        return
     for i, a in enumerate(op.args):
-        now = get(id(a._storage), 0)
-        then = recorded[i] if recorded else 0
-        if now != then:
+        entry = get(id(a._storage))
+        if entry is not None and entry[1] > recorded:
             what = "the Var" if a.is_variable() else "a view of a Var (or a tensor)"
             raise StaleGraphError(
                 f"backward: {what} with id {a.id} (shape {a.shape}, {a.dtype}) was modified in "
-                f"place (Var.set or another in-place write: version {then} -> {now}) after the "
-                f"op '{op.name}' used it as input {i}; its gradient would mix old and new "
+                f"place (Var.set or another in-place write: now at version {entry[0]}) after "
+                f"the op '{op.name}' used it as input {i}; its gradient would mix old and new "
                 "values. Run the forward pass again after changing the Var.")

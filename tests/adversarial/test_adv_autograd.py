@@ -71,3 +71,28 @@ def test_graph_cut_by_integer_cast_says_why():
     with pytest.raises(TallowError, match=rf"tensor {w.id} .*integer dtype"):
         grads[w]
     np.testing.assert_allclose(grads[x].numpy(), [1.0, 2.0])
+
+
+def test_only_writes_to_an_op_input_after_recording_make_backward_refuse(dev):
+    # Ops note the clock of in-place writes; backward refuses an op only for a write
+    # to one of its own inputs after that time, as PyTorch's per-tensor versions do:
+    # a write to another Var in between, or to this one before the op, is no reason.
+    w = tl.Var(tl.tensor([1.0, 2.0, 3.0], device=dev))
+    other = tl.Var(tl.tensor([0.0, 0.0], device=dev))
+    x = tl.tensor([4.0, 5.0, 6.0], device=dev)
+    w.set(tl.tensor([2.0, 3.0, 4.0], device=dev))  # before recording: fine
+    loss = (w * w * x).sum_all()
+    other.set(tl.tensor([1.0, 1.0], device=dev))  # another buffer: fine
+    grads = loss.backward()
+    tw = torch.tensor([2.0, 3.0, 4.0], requires_grad=True)
+    tother = torch.tensor([0.0, 0.0], requires_grad=True)
+    tloss = (tw * tw * torch.tensor([4.0, 5.0, 6.0])).sum()
+    with torch.no_grad():
+        tother.copy_(torch.tensor([1.0, 1.0]))
+    tloss.backward()
+    np.testing.assert_allclose(grads[w].numpy(), tw.grad.numpy())
+    loss = (w * w * x).sum_all()
+    w.set(tl.tensor([5.0, 5.0, 5.0], device=dev))
+    other.set(tl.tensor([2.0, 2.0], device=dev))
+    with pytest.raises(StaleGraphError, match=rf"Var with id {w.id} .*version 2\)"):
+        loss.backward()
