@@ -214,3 +214,13 @@ def test_a_compiled_step_leaves_grad_alone():
     np.testing.assert_allclose(w.values(), [0.7, 1.7], rtol=1e-6)
     (w * w).sum().backward()  # outside, .grad fills again
     np.testing.assert_allclose(w.grad.values(), [1.4, 3.4], rtol=1e-6)
+
+
+def test_module_zero_grad_clears_its_parameters(device):
+    model = tl.nn.Linear(3, 2).to(device)
+    model(tl.ones((4, 3), device=device)).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    model.zero_grad(set_to_none=False)
+    assert all(not np.any(p.grad.numpy()) for p in model.parameters())
+    model.zero_grad()
+    assert all(p.grad is None for p in model.parameters())

@@ -304,7 +304,16 @@ class Module:
         return self.to("bf16")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Nothing to clear: gradients live in the GradStore ``backward()`` returns."""
+        """Clear the ``.grad`` of every Var parameter (None, or zeros in place with
+        ``set_to_none=False``), as PyTorch's ``Module.zero_grad``."""
+        for p in self.parameters():
+            g = getattr(p, "grad", None)
+            if g is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                g.zero_()
 
     def apply(self, fn) -> "Module":
         """Call ``fn`` on every submodule (children first) and on this module."""
