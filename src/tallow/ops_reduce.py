@@ -22,7 +22,7 @@ from .shape import normalize_dim, normalize_dims
 from .tensor_base import TensorBase
 
 _contig = Layout.contiguous_of
-_HALF = (dt.f16, dt.bf16)
+_HALF = (dt.f16, dt.bf16) + dt.SMALL_FLOATS  # mean/var computed in f32
 GPU_MAX_ELEMENTS = 2**32 - 1  # the GPU kernels index with u32
 
 ValuesIndices = namedtuple("ValuesIndices", ("values", "indices"))

@@ -17,7 +17,7 @@ from . import gemm
 from .threads import CONFIG
 
 
-_HALF = (dt.f16, dt.bf16)
+_HALF = (dt.f16, dt.bf16) + dt.SMALL_FLOATS  # multiplied in f32, rounded once
 
 
 def blas_ready(x: np.ndarray) -> np.ndarray:

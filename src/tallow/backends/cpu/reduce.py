@@ -9,7 +9,11 @@ from ...errors import TallowError
 from .native_module import NativeModule
 
 
-_HALF = (dt.f16, dt.bf16)
+# Float dtypes summed in f32 (the small float formats too, as on the GPU).
+_HALF = (dt.f16, dt.bf16) + dt.SMALL_FLOATS
+# Float dtypes compared through their exact f32 values (NumPy's NaN rules, not the
+# ml_dtypes release's).
+_VIA_F32 = (dt.bf16,) + dt.SMALL_FLOATS
 
 # native/_reduce: the sum of a contiguous f32 array in a fixed order (the same bits on
 # any instruction set and thread count), vectorised, on the calling thread: 256K
@@ -85,7 +89,7 @@ class CpuReduce:
             if x.shape[d] == 0:
                 raise TallowError(f"{op}: cannot reduce over dim {d} of size 0 (shape {x.shape})")
         x, _ = collapse_broadcast_dims(x, dims)
-        if dtype is dt.bf16:
+        if dtype in _VIA_F32:
             x = x.astype(np.float32)  # exact; NumPy's NaN rules, not ml_dtypes' release's
         if op == "max":
             return self._wrap(np.max(x, axis=dims, keepdims=True).astype(dtype.np, copy=False), dtype)
@@ -105,7 +109,7 @@ class CpuReduce:
 
     def arg_sort_last_dim(self, layout, ascending):
         x = self.view(layout)
-        if self.dtype is dt.bf16:
+        if self.dtype in _VIA_F32:
             x = x.astype(np.float32)  # exact; NaN last, whatever ml_dtypes' release
         if ascending:
             idx = np.argsort(x, axis=-1, kind="stable")

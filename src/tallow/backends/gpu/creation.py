@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import dtype as dt
 from ...errors import UnsupportedDTypeError
 from .kernel_args import pad_scalars, scalar_words
 from .kernels import family
@@ -62,7 +63,8 @@ class GpuCreation:
 
 
     def zeros(self, count, dtype):
-        return self.full(count, dtype, 0)
+        # All-zero bytes, as the CPU's: f8e8m0 has no zero, its code 0 is 2^-127.
+        return self.full(count, dtype, 2.0**-127 if dtype is dt.f8e8m0 else 0)
 
 
     def rand_uniform(self, count, dtype, low, high):
