@@ -4,8 +4,10 @@
 augmented operators (``x += y``), ``x[i] = v``, candle's ``slice_set`` /
 ``zero_set`` ..., ``Var.set`` and the optimisers. In order, it
 
-1. applies PyTorch's leaf rule: a ``Var`` (a leaf that requires grad) is refused
-   outside ``tl.no_grad()``; candle's own in-place names and ``Var.set`` skip it
+1. applies the graph rule outside ``tl.no_grad()``: a ``Var`` (PyTorch's leaf that
+   requires grad) is refused, and so is a result computed from one, which a plain
+   write would change behind its graph (``update_in_place`` records the write
+   instead); candle's own in-place names and ``Var.set`` skip the rule
    (``graph_rule=False``), as in candle;
 2. refuses a broadcast view (several elements on one memory location);
 3. gives the tensor's storage handle a private buffer if a ``clone()`` still shares
@@ -13,6 +15,9 @@ augmented operators (``x += y``), ``x[i] = v``, candle's ``slice_set`` /
 4. runs ``write(storage)``;
 5. bumps the storage's version (versions.py), so a backward through a graph that
    recorded the old values raises ``StaleGraphError``.
+
+Code that writes by itself (``x[i] = v`` in setitem.py) calls ``prepare_write`` (steps
+1 to 3, returning the storage) and bumps the version afterwards.
 
 ``update_in_place(t, op, compute)`` is PyTorch's in-place arithmetic on top of it:
 ``t``'s values become ``compute(t)``, cast to ``t``'s dtype by PyTorch's rule (a float
