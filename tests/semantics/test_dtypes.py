@@ -188,3 +188,36 @@ def test_int_shorthands_are_torch_s(device):
     assert x.int().dtype is tl.i32 and x.int().values() == tx.int().tolist()
     assert x.short().dtype is tl.i16 and x.short().values() == tx.short().tolist()
     assert x.char().dtype is tl.i8 and x.char().values()[:3] == tx.char().tolist()[:3]
+
+
+_GPU_OPS = {
+    "sum0": lambda t: t.sum(0), "max1": lambda t: t.max(1).values, "argmax": lambda t: t.argmax(1),
+    "min": lambda t: t.min(), "cat": lambda t: tl.cat([t, t], 0), "narrow": lambda t: t.narrow(1, 1, 2),
+    "index_select_i32": lambda t: t.index_select(tl.tensor([2, 0], device=t.device).to_dtype(tl.i32), 1),
+    "gather_i16": lambda t: t.gather(tl.tensor([[0, 1, 2], [2, 1, 0], [1, 1, 1]], device=t.device).to_dtype(tl.i16), 1),
+    "getitem_i8": lambda t: t[tl.tensor([1, 0], device=t.device).to_dtype(tl.i8)],
+    "where": lambda t: tl.where(t.to_dtype(tl.i8) > 1, t, t), "sort": lambda t: t.sort(1).values,
+    "cumsum": lambda t: t.cumsum(1), "mul3": lambda t: t * 3, "t": lambda t: t.t().contiguous(),
+    "masked_fill": lambda t: t.masked_fill(t > 1, 0), "eq": lambda t: t == t, "mean": lambda t: t.mean(),
+    "clamp": lambda t: t.clamp(0, 2), "matmul": lambda t: t @ t.t(),
+    "zeros": lambda t: tl.zeros((2, 2), dtype=t.dtype, device=t.device),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_gpu_ops_give_the_cpus_bits_for_every_dtype(dtype, gpu):
+    if not gpu.supports_dtype(dtype):
+        pytest.skip(f"no {dtype} on {gpu}")
+    a = np.array([[1, 3, 2, 0], [2, 0, 3, 1], [0, 1, 1, 3]], np.float32).astype(dtype.np)
+    cpu_t, gpu_t = tl.tensor(a), tl.tensor(a, device=gpu)
+    for name, f in _GPU_OPS.items():
+        try:
+            want = f(cpu_t)
+        except tl.TallowError as e:
+            with pytest.raises(type(e)):
+                f(gpu_t)
+            continue
+        got = f(gpu_t)
+        assert got.dtype is want.dtype, name
+        np.testing.assert_array_equal(np.ascontiguousarray(got.numpy()).view(np.uint8),
+                                      np.ascontiguousarray(want.numpy()).view(np.uint8), err_msg=name)
