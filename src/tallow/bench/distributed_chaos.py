@@ -2,7 +2,7 @@
 
 50,000 sentences (``--quick``: 2,000) in a text file, embedded with all-MiniLM-L6-v2
 by ``embed_files`` on a local runtime with two workers while ``WorkerKiller``
-SIGKILLs one of them every 10 seconds (``--quick``: 5). Blocks are of 128 rows, so
+SIGKILLs one of them every 10 seconds. Blocks are of 128 rows, so
 that most finish between two kills of their worker (at the default 1,024 rows a
 block outlasts the interval and the ledger's row-by-row fallback does the work). The index must hold every
 line exactly once, with the vector one process gives for it (the reference is
@@ -59,7 +59,7 @@ def run(args) -> int:
     from ..models.sentence import SentenceEmbedder
 
     rows = 2000 if args.quick else 50000
-    interval = 5.0 if args.quick else 10.0
+    interval = 10.0
     texts = sentences(rows, seed=1)
     scratch = tempfile.mkdtemp(prefix="tallow-bench-chaos-")
     try:
