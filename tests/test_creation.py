@@ -20,7 +20,7 @@ def test_dtype_inference_from_python_data():
     assert tl.Tensor([2**32]).dtype == tl.i64
     assert tl.Tensor([True, False]).dtype == tl.bool
     assert tl.Tensor(np.array([1.0, 2.0])).dtype == tl.f64  # NumPy keeps its dtype
-    assert tl.Tensor(np.array([1, 2], np.int32)).dtype == tl.i64  # widened losslessly
+    assert tl.Tensor(np.array([1, 2], np.int32)).dtype == tl.i32  # kept, as torch.tensor
     assert tl.Tensor(np.zeros(2, ml_dtypes.bfloat16)).dtype == tl.bf16
     assert tl.tensor([1, 2], dtype="f16").dtype == tl.f16
     assert tl.tensor([1, 2], dtype=tl.bf16).values() == [1.0, 2.0]
