@@ -15,22 +15,23 @@ from .recorder import Ref
 UNARY = {"neg": 10, "abs": 11, "sqr": 12, "sqrt": 13, "recip": 14, "relu": 15}
 BINARY = {"add": 20, "sub": 21, "mul": 22, "div": 23, "maximum": 24, "minimum": 25}
 MIN_OPS = 2  # a single op runs faster as its own kernel
-# Comparisons give a u8 mask; inside a group it is a register of 1.0 / 0.0 that only
+# Comparisons give a bool mask; inside a group it is a register of 1.0 / 0.0 that only
 # a cast back to the group's dtype may read (``relu``'s backward: gt, to_dtype, mul).
 CMP = {"eq": 30, "ne": 31, "lt": 32, "le": 33, "gt": 34, "ge": 35}
 AS_FLOAT = 16  # the cast of such a mask: the register as it is
+MASK_DTYPES = ("bool", "u8")  # a comparison's result, or a mask cast to u8
 
 
 def element_op(call, slots, backend, dtypes, masks=False):
     """``(shape, dtype, ops)`` when ``call`` can join a fused group, else None. ``ops``
     is a list of ``(code, operands)``; an operand is ``(slot, layout)`` or ``("const", v)``;
     the last op's value is the call's result. ``masks``: comparisons and the casts of
-    their masks count too (their result slot is u8)."""
+    their masks count too (their result slot is bool)."""
     if call.owner != "storage" or not isinstance(call.out, int) or call.kwargs:
         return None
     recv = slots[call.recv.slot]
     name, a = call.name, call.args
-    if masks and name == "to_dtype" and recv.cls_name == backend and recv.dtype.name == "u8" \
+    if masks and name == "to_dtype" and recv.cls_name == backend and recv.dtype.name in MASK_DTYPES \
             and a[1] in dtypes:
         return a[0].shape, a[1], [(AS_FLOAT, [(recv.slot_no, a[0])])]
     if recv.cls_name != backend or recv.dtype not in dtypes:
@@ -88,7 +89,7 @@ def find_groups(calls, slots, live, backend, dtypes, masks=False):
             continue
         info = element_op(call, slots, backend, dtypes, masks)
         if info is not None and info[2][0][0] == AS_FLOAT and (cur is None or call.recv.slot not in cur[4]):
-            info = None  # a mask from outside the group: u8 data the kernel does not read
+            info = None  # a mask from outside the group: data the kernel does not read
         if info is None:
             close()
             cur = None

@@ -36,9 +36,9 @@ def element_op(call, slots):
 
 
 def stores_a_mask(slots, live_after) -> bool:
-    """True when a comparison's u8 mask is needed after the group (the kernel's
+    """True when a comparison's mask is needed after the group (the kernel's
     buffers are all of the group's float dtype, so such a group is not fused)."""
-    return any(slots[s].dtype.name == "u8" for s in live_after)
+    return any(slots[s].dtype.name in elementwise.MASK_DTYPES for s in live_after)
 
 
 def _offsets(start, shape, stride):
