@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from . import dtype as dt
 from .checks import is_scalar, scalar_for
+from .flat_scatter import scatter_flat
 from .getitem import basic_view
 from .index_items import GAP, Ids, read_index
 from .ops_index import check_writable, source_for
@@ -91,11 +91,8 @@ def _scatter(t, positions, value, accumulate, op):
     src = source_for(t, value, positions.shape, op).flatten_all().contiguous()
     if positions.size == 0:
         return
-    pos_dtype = dt.i64 if t.device.supports_dtype(dt.i64) else dt.u32
-    ids = t.new(positions.reshape(-1).astype(pos_dtype.np), device=t.device)
     flat = t.flatten_all() if t.is_contiguous() else t.copy().flatten_all()
-    flat._storage.scatter_inplace(flat._layout, ids._storage, ids._layout,
-                                  src._storage, src._layout, 0, accumulate)
+    scatter_flat(flat, positions.reshape(-1), src, accumulate)
     if flat._storage is not t._storage:
         t._storage.copy_into_inplace(t._layout, flat._storage, flat.reshape(t.shape)._layout)
     bump(t._storage)

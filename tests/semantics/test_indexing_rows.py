@@ -106,6 +106,31 @@ def test_repeated_positions_last_write_wins(device):
     assert t.numpy()[1] == 4.0
 
 
+def test_writes_of_more_than_65535_elements(device):
+    # One GPU invocation walking every id stopped at 65,535 on lavapipe: the rest
+    # of x[mask] = v was silently dropped. The ids are spread over columns now.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 300)).astype(np.float32)
+    t = _t(x, device)
+    t[_t((x > -5).astype(np.uint8), device, tl.u8)] = 2.0        # 90,000 positions
+    np.testing.assert_array_equal(t.numpy(), np.full_like(x, 2.0))
+    pos = rng.integers(0, 500, 100_000)                          # repeats: the last wins
+    vals = np.arange(100_000, dtype=np.float32)
+    t = tl.zeros((500,), device=device)
+    t[_t(pos, device)] = _t(vals, device)
+    expected = np.zeros(500, np.float32)
+    expected[pos] = vals
+    np.testing.assert_array_equal(t.numpy(), expected)
+    for pos in (rng.permutation(90_000)[:80_000].repeat(2),      # two layers of adds
+                np.zeros(70_000, np.int64)):                     # one position, many adds
+        vals = rng.standard_normal(pos.size).astype(np.float32)
+        t = tl.zeros((90_000,), device=device)
+        t.index_put_((_t(pos, device),), _t(vals, device), accumulate=True)
+        ref = torch.zeros(90_000).index_put_((torch.from_numpy(pos),), torch.from_numpy(vals),
+                                              accumulate=True)
+        np.testing.assert_allclose(t.numpy(), ref.numpy(), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_index_put_as_torch(device, accumulate):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
