@@ -221,3 +221,25 @@ def test_gpu_ops_give_the_cpus_bits_for_every_dtype(dtype, gpu):
         assert got.dtype is want.dtype, name
         np.testing.assert_array_equal(np.ascontiguousarray(got.numpy()).view(np.uint8),
                                       np.ascontiguousarray(want.numpy()).view(np.uint8), err_msg=name)
+
+
+def test_compiled_cpu_groups_fuse_bool_masks_and_keep_returned_ones():
+    x = tl.tensor(np.linspace(-2, 2, 64, dtype=np.float32))
+
+    def scaled(a):
+        return ((a > 0).to_dtype(tl.f32) * a + 1.0) * 2.0
+
+    f = tl.compile(scaled)
+    f(x)
+    np.testing.assert_array_equal(f(x).numpy(), scaled(x).numpy())
+    assert f.stats()["fused_groups"] == 1 and f.stats()["calls"] == 0  # the mask's cast fused
+
+    def with_mask(a):
+        m = a > 0
+        return (m.to_dtype(tl.f32) * a + 1.0) * 2.0, m
+
+    g = tl.compile(with_mask)
+    g(x)
+    y, m = g(x)
+    assert m.dtype is tl.bool and m.values() == (x > 0).values()  # a mask needed later is kept
+    np.testing.assert_array_equal(y.numpy(), with_mask(x)[0].numpy())
