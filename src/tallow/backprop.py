@@ -62,6 +62,25 @@ class GradStore:
     def items(self):
         return [(self._tensors[i], g) for i, g in self._grads.items()]
 
+    def __add__(self, other):
+        """The sum of two stores (gradient accumulation over micro-batches): a tensor's
+        gradients are added where both have one; a store's own entries are kept as they
+        are where only it has one. Neither operand changes."""
+        if not isinstance(other, GradStore):
+            return NotImplemented
+        out = GradStore()
+        for store in (self, other):
+            for tid, g in store._grads.items():
+                out._accumulate(store._tensors[tid], g)
+        return out
+
+    def __iadd__(self, other):
+        if not isinstance(other, GradStore):
+            return NotImplemented
+        for tid, g in other._grads.items():
+            self._accumulate(other._tensors[tid], g)
+        return self
+
     def _accumulate(self, t, grad):
         prev = self._grads.get(t.id)
         if prev is None:

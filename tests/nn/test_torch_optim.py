@@ -143,6 +143,9 @@ def test_clip_grad_norm_limited_to_parameters_and_value_clipping():
         tl.nn.clip_grad_norm_(op, 1.0)  # PyTorch's call: tallow's gradients are not on the Vars
 
 
-def test_param_groups_are_refused_by_name():
-    with pytest.raises(tl.nn.UnsupportedOptionError):
-        tl.nn.SGD([{"params": [tl.Var([1.0])]}], lr=0.1)
+def test_param_groups_with_their_own_settings():
+    """PyTorch's per-group options (tests/nn/test_param_groups.py has the rest)."""
+    _compare(lambda p: tl.nn.SGD([{"params": p[:2], "lr": 0.3}, {"params": p[2:]}],
+                                 lr=0.05, momentum=0.9),
+             lambda p: torch.optim.SGD([{"params": p[:2], "lr": 0.3}, {"params": p[2:]}],
+                                       lr=0.05, momentum=0.9))
