@@ -187,6 +187,26 @@ def test_advanced_write_is_seen_by_views(device):
     assert t.numpy()[2, 0] == -1 and t.numpy()[2, 3] == -1
 
 
+def test_indexed_writes_keep_clones_apart_and_bump_versions(device):
+    # PyTorch: a clone never sees the other's writes; a backward through a tensor
+    # written since it was used raises.
+    x = tl.arange(0, 12, device=device).reshape(3, 4).to_dtype(tl.f32)
+    y = x.clone()
+    row = y[1]
+    y[[1, 1], [0, 3]] = -1
+    x[x > 9] = 0
+    y.index_put_((tl.tensor([2], device=device),), tl.tensor(7.0, device=device), accumulate=True)
+    np.testing.assert_array_equal(x.numpy(), [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 0]])
+    np.testing.assert_array_equal(y.numpy(), [[0, 1, 2, 3], [-1, 5, 6, -1], [15, 16, 17, 18]])
+    np.testing.assert_array_equal(row.numpy(), [-1, 5, 6, -1])
+    w = tl.Var([1.0, 2.0, 3.0], device=device)
+    a = tl.ones((3,), device=device)
+    loss = (w * a).sum()
+    a[[0, 2]] = 5
+    with pytest.raises(tl.StaleGraphError):
+        loss.backward()
+
+
 def test_out_of_range_raises_before_any_write(device):
     t = tl.zeros((3, 4), device=device)
     with pytest.raises(tl.IndexOutOfRangeError, match="index 5 is out of range for dim 1 of size 4"):
