@@ -167,14 +167,19 @@ def test_matmul_checks_shape_then_device_then_dtype(dev):
             a.matmul(tl.zeros((3, 5), dtype=tl.f64))
 
 
-def test_f8_safetensors_is_an_unsupported_dtype_error(tmp_path):
+def test_f8_e5m2_safetensors_is_an_unsupported_dtype_error(tmp_path):
+    # F8_E5M2 is no candle dtype; F8_E4M3 is (tl.f8e4m3) and loads.
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
 
     p = tmp_path / "f8.safetensors"
-    save_file({"w": torch.zeros(4, dtype=torch.float8_e4m3fn)}, str(p))
-    with pytest.raises(tl.UnsupportedDTypeError, match=r"f8\.safetensors.*'w'.*F8_E4M3"):
+    save_file({"w": torch.zeros(4, dtype=torch.float8_e5m2)}, str(p))
+    with pytest.raises(tl.UnsupportedDTypeError, match=r"f8\.safetensors.*'w'.*F8_E5M2"):
         tl.utils.load_safetensors(p)
+    ok = tmp_path / "e4m3.safetensors"
+    save_file({"w": torch.tensor([0.5, -2.0]).to(torch.float8_e4m3fn)}, str(ok))
+    w = tl.utils.load_safetensors(ok)["w"]
+    assert w.dtype == tl.f8e4m3 and w.to_dtype(tl.f32).values() == [0.5, -2.0]
     with pytest.raises(tl.UnsupportedDTypeError, match=r"f8\.safetensors.*'w'"):
         tl.nn.VarBuilder.from_safetensors(str(p)).get((4,), "w")
     assert FileFormatError  # the other corrupt-file cases: test_adv_safetensors.py
