@@ -61,6 +61,8 @@ def _host_ids(index, size, dim):
 
 
 _SIGNED = ("i64", "i32", "i16", "i8")
+# The dtypes whose max index_select reads as candle's "no id" (a slice of zeros).
+_NO_ID = ("u32", "i64")
 
 
 def ids_on(t, arr, device):
@@ -88,9 +90,25 @@ def select_ids(t, dim, index):
             # here (index_select would read its dtype's max as "no id" and give zeros).
             if arr.size and (arr.min() < 0 or arr.max() >= size):
                 ids = ids_on(t, checked_ids(arr, size, dim), t.device)
-        elif ids.dtype.name in _SIGNED and ids.nelement:
-            # On a GPU: wrap on the device (reading the ids back would wait).
-            ids = ids.lt(0).where_cond(ids + size, ids)
+        elif ids.nelement:
+            # On a GPU, on the device (reading the ids back would wait): wrap negative
+            # ids, and turn every id past the end into one index_select's check
+            # raises for (its dtype's max is its "no id").
+            given = ids
+            if ids.dtype.name in _SIGNED:
+                ids = ids.lt(0).where_cond(ids + size, ids)
+            if ids.dtype.name in _NO_ID:
+                ids = ids.masked_fill(ids.ge(size), size)
+            try:
+                return _select_flat(t, dim, ids)
+            except IndexOutOfRangeError:
+                # Name the id as given (read back: this is the error path).
+                checked_ids(np.asarray(given.numpy()), size, dim)
+                raise
+    return _select_flat(t, dim, ids)
+
+
+def _select_flat(t, dim, ids):
     shape = ids.shape
     out = t.index_select(ids.flatten_all() if len(shape) != 1 else ids, dim)
     if len(shape) != 1:

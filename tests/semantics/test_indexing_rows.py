@@ -209,6 +209,8 @@ def test_indexed_writes_keep_clones_apart_and_bump_versions(device):
 
 def test_out_of_range_raises_before_any_write(device):
     t = tl.zeros((3, 4), device=device)
+    with pytest.raises(tl.IndexOutOfRangeError, match="index -5 is out of range for dim 0"):
+        t[tl.tensor([0, -5], device=device)]
     with pytest.raises(tl.IndexOutOfRangeError, match="index 5 is out of range for dim 1 of size 4"):
         t[[0, 1], [1, 5]] = 1
     with pytest.raises(IndexError, match="-4"):
@@ -220,13 +222,15 @@ def test_out_of_range_raises_before_any_write(device):
     np.testing.assert_array_equal(t.numpy(), np.zeros((3, 4)))
 
 
-def test_an_id_at_the_dtype_max_is_out_of_range():
+def test_an_id_at_the_dtype_max_is_out_of_range(device):
     # index_select reads u32::MAX / i64::MAX as candle's "no id" (a row of zeros);
     # t[...] is NumPy's, where that id is out of range.
-    t = tl.zeros((3, 4))
-    for ids in (tl.tensor([0, 0xFFFFFFFF], dtype=tl.u32),
-                tl.tensor([np.iinfo(np.int64).max], dtype=tl.i64)):
-        with pytest.raises(tl.IndexOutOfRangeError, match="out of range for dim 0 of size 3"):
+    t = tl.zeros((3, 4), device=device)
+    for value, ids in ((0xFFFFFFFF, tl.tensor([0, 0xFFFFFFFF], dtype=tl.u32, device=device)),
+                       (np.iinfo(np.int64).max,
+                        tl.tensor([np.iinfo(np.int64).max], dtype=tl.i64, device=device))):
+        with pytest.raises(tl.IndexOutOfRangeError,
+                           match=f"index {value} is out of range for dim 0 of size 3"):
             t[ids]
         with pytest.raises(tl.IndexOutOfRangeError):
             t[:, 1:][ids]
