@@ -240,7 +240,8 @@ def test_cache_grows_and_keeps_every_position():
         pos += n
         np.testing.assert_array_equal(kk.numpy(), np.concatenate(ks, 2))
         np.testing.assert_array_equal(vv.numpy(), np.concatenate(vs, 2))
-    assert cache._kv[0][0].shape[2] == 700  # 256 -> 512 -> capped at the context
+    kv = cache._kv[0]  # the layer's tallow.nn.KvCache
+    assert kv.k_cache.all_data.shape[2] == 700  # 256 -> 512 -> capped at the context
     # rewinding overwrites from that position on
     k = np.ones((1, 1, 2, 4), np.float32)
     kk, _ = cache.update(0, tl.Tensor(k), tl.Tensor(k), 3)

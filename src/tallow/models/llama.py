@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import dtype as dt
-from ..creation import zeros
 from ..device import Device
 from ..errors import ShapeMismatchError
 from ..nn import ops
 from ..nn.container import ModuleList
 from ..nn.embedding import Embedding
+from ..nn.kv_cache import KvCache
 from ..nn.linear import Linear
 from ..nn.module import Module
 from ..nn.norm import RmsNorm
@@ -209,34 +209,24 @@ class Cache:
     def update(self, layer: int, k: Tensor, v: Tensor, index_pos: int):
         """Store ``k, v`` (b, hk, seq, d) at ``index_pos``; return all keys/values so far.
 
-        The buffers grow by doubling (from 256 positions, capped at the context), so a
-        long context costs memory only when it is used, and each step writes in place.
-        """
+        Each layer's ``KvCache`` grows its buffers by doubling (from 256 positions,
+        capped at the context), so a long context costs memory only when it is used,
+        and each step writes in place. Writing at an earlier position than the cached
+        ones generates again from there."""
         if not self.use_kv_cache:
             return k, v
-        b, hk, seq, d = k.shape
-        total = index_pos + seq
-        entry = self._kv[layer]
-        if entry is None or entry[0].shape[0] != b:
+        kv = self._kv[layer]
+        if kv is None:
+            kv = self._kv[layer] = KvCache(2, self.max_positions)
+        cached = kv.k()
+        if cached is None or cached.shape[0] != k.shape[0]:
             if index_pos != 0:
                 raise ShapeMismatchError(
                     f"Cache: index_pos {index_pos} with an empty cache (start at 0 or reset)")
-            entry = None
-        if entry is None or entry[0].shape[2] < total:
-            cap = 256 if entry is None else entry[0].shape[2]
-            while cap < total:
-                cap *= 2
-            cap = min(cap, self.max_positions)
-            kb = zeros((b, hk, cap, d), dtype=k.dtype, device=k.device)
-            vb = zeros((b, hk, cap, v.shape[3]), dtype=v.dtype, device=v.device)
-            if entry is not None and index_pos:
-                kb.slice_set(entry[0].narrow(2, 0, index_pos), 2, 0)
-                vb.slice_set(entry[1].narrow(2, 0, index_pos), 2, 0)
-            entry = self._kv[layer] = (kb, vb)
-        kb, vb = entry
-        kb.slice_set(k, 2, index_pos)
-        vb.slice_set(v, 2, index_pos)
-        return kb.narrow(2, 0, total), vb.narrow(2, 0, total)
+            kv.truncate(0)
+        elif index_pos != kv.current_seq_len:
+            kv.truncate(index_pos)
+        return kv.append(k, v)
 
 
 class LlamaAttention(Module):

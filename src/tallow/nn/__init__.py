@@ -7,7 +7,7 @@ GGUF) holds plain tensors, so inference records no graph.
 ``Module.requires_grad_(flag)`` switches between the two.
 """
 
-from . import init, loss, lr_scheduler, ops, optim, utils
+from . import init, kv_cache, loss, lr_scheduler, ops, optim, utils
 from . import functional
 from . import rotary as rotary_emb
 from .attention import MultiheadAttention
@@ -23,6 +23,7 @@ from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from .embedding import Embedding
 from .errors import OptimizerVariablesError, UnsupportedOptionError
 from .init import Init
+from .kv_cache import KvCache, RotatingKvCache
 from .linear import Identity, Linear, linear
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss
 from .module import Module
@@ -48,5 +49,6 @@ __all__ = [
     "ops", "loss", "optim", "lr_scheduler", "init", "utils", "functional", "rotary_emb",
     "silu", "softmax", "Parameter", "MultiheadAttention", "Transformer", "TransformerEncoder",
     "TransformerEncoderLayer", "TransformerDecoder", "TransformerDecoderLayer",
-    "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+    "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "kv_cache", "KvCache",
+    "RotatingKvCache",
 ]
