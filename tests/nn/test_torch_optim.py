@@ -139,8 +139,26 @@ def test_clip_grad_norm_limited_to_parameters_and_value_clipping():
     assert abs(total - 1e-3) < 1e-6
     tl.nn.clip_grad_value_(grads, 0.01)
     assert np.abs(grads[op[2]].numpy()).max() <= 0.01
-    with pytest.raises(TypeError, match="GradStore"):
-        tl.nn.clip_grad_norm_(op, 1.0)  # PyTorch's call: tallow's gradients are not on the Vars
+    with pytest.raises(TypeError, match="PyTorch's form"):
+        tl.nn.clip_grad_norm_(op, 1.0, parameters=op)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_clip_grad_norm_on_parameters_grad_matches_torch(norm_type):
+    """PyTorch's form: the parameters' .grad is clipped (and clip_grad_value_ too)."""
+    tp = [torch.tensor(a, requires_grad=True) for a in (W1, B1, W2)]
+    op = [tl.Var(a) for a in (W1, B1, W2)]
+    _loss_torch(tp, torch.from_numpy(X), torch.from_numpy(Y)).backward()
+    _loss_ours(op, tl.Tensor(X), tl.Tensor(Y)).backward()
+    tn = torch.nn.utils.clip_grad_norm_(iter(tp), 0.05, norm_type)
+    n = tl.nn.utils.clip_grad_norm_(iter(op), 0.05, norm_type)
+    assert abs(float(n.item()) - float(tn)) < 1e-5 * max(1.0, float(tn))
+    for a, b in zip(op, tp):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-7)
+    torch.nn.utils.clip_grad_value_(tp, 0.004)
+    tl.nn.utils.clip_grad_value_(op, 0.004)
+    for a, b in zip(op, tp):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-7)
 
 
 def test_param_groups_with_their_own_settings():

@@ -1,8 +1,9 @@
 """Gradient clipping (torch.nn.utils's ``clip_grad_norm_`` / ``clip_grad_value_``).
 
-tallow keeps gradients in the GradStore that ``loss.backward()`` returns, not on the
-tensors, so these functions take that store (and optionally the parameters to clip)
-and replace its gradients with the clipped ones.
+Two forms: PyTorch's, ``clip_grad_norm_(model.parameters(), 1.0)``, clips each
+parameter's ``.grad`` (what ``loss.backward()`` accumulated there); candle's,
+``clip_grad_norm_(grads, 1.0, parameters=...)``, takes the GradStore that
+``loss.backward()`` returns and replaces its gradients with the clipped ones.
 """
 
 from __future__ import annotations
@@ -11,14 +12,36 @@ import math
 
 from ..backprop import GradStore
 from ..errors import TallowError
+from ..tensor_class import Tensor
+
+
+class _GradAttributes:
+    """Parameters' ``.grad`` seen as a GradStore (PyTorch's form of the clipping calls)."""
+
+    def __init__(self, op, params):
+        self.params = [params] if isinstance(params, Tensor) else list(params)
+        for p in self.params:
+            if not isinstance(p, Tensor):
+                raise TypeError(
+                    f"{op}: pass model.parameters() (tensors whose .grad is clipped) or the "
+                    f"GradStore loss.backward() returns; got a {type(p).__name__} among them")
+
+    def items(self):
+        return [(p, p.grad) for p in self.params if p.grad is not None]
+
+    @staticmethod
+    def insert(p, g):
+        p.grad = g
 
 
 def _pairs(op, grads, parameters):
     if not isinstance(grads, GradStore):
-        raise TypeError(
-            f"{op}: pass the GradStore loss.backward() returns (tallow keeps gradients "
-            f"there), e.g. {op}(grads, 1.0, parameters=model.parameters()); got "
-            f"{type(grads).__name__}")
+        if parameters is not None:
+            raise TypeError(
+                f"{op}: parameters= goes with a GradStore (candle's form, "
+                f"{op}(grads, 1.0, parameters=...)); PyTorch's form takes the parameters "
+                f"first, {op}(model.parameters(), 1.0)")
+        return grads.items()
     if parameters is None:
         # The store also holds gradients of plain inputs a Var was combined with: only
         # the variables' count, as only parameters are clipped in PyTorch.
@@ -32,6 +55,8 @@ def clip_grad_norm_(grads, max_norm: float, norm_type: float = 2.0,
     (by ``max_norm / (total + 1e-6)``, clamped to 1, as PyTorch); returns the total norm
     before clipping as a 0-dim tensor. Every Var's gradient in ``grads`` counts, or
     only those of ``parameters`` when given."""
+    if not isinstance(grads, GradStore):
+        grads = _GradAttributes("clip_grad_norm_", grads)
     pairs = _pairs("clip_grad_norm_", grads, parameters)
     if not pairs:
         from ..creation import zeros
@@ -61,5 +86,7 @@ def clip_grad_norm_(grads, max_norm: float, norm_type: float = 2.0,
 def clip_grad_value_(grads, clip_value: float, parameters=None) -> None:
     """Clamp every gradient to ``[-clip_value, clip_value]``."""
     c = float(clip_value)
+    if not isinstance(grads, GradStore):
+        grads = _GradAttributes("clip_grad_value_", grads)
     for p, g in _pairs("clip_grad_value_", grads, parameters):
         grads.insert(p, g.clamp(-c, c))
