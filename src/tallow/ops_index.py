@@ -371,12 +371,18 @@ class IndexOps:
     # -- joining ----------------------------------------------------------------------------
     @staticmethod
     def cat(tensors, dim=0):
-        """Concatenate along ``dim`` (shapes equal off ``dim``)."""
+        """Concatenate along ``dim`` (shapes equal off ``dim``); tensors of several
+        dtypes are joined in their promoted dtype, as ``torch.cat``."""
         tensors = list(tensors)
         if not tensors:
             raise ShapeMismatchError("cat: needs at least one tensor")
         first = tensors[0]
         d = normalize_dim(dim, first.rank, "cat")
+        d0 = first._storage.dtype
+        if any(t._storage.dtype is not d0 for t in tensors):
+            common = dt.result_type(*(t._storage.dtype for t in tensors))
+            tensors = [t.to_dtype(common) for t in tensors]
+            first = tensors[0]
         same_dtype_device("cat", tensors)
         for t in tensors[1:]:
             if t.rank != first.rank or any(

@@ -207,3 +207,15 @@ def test_out_of_range_int_scalars_raise_as_numpy_not_wrap_as_torch(device):
                 f(x)
     assert (u < -1).values() == (np.array([1, 200], np.uint8) < -1).tolist() == [False, False]
     assert (u == 300).values() == [False, False]
+
+
+def test_cat_and_stack_promote_as_torch(device):
+    pairs = [("i64", "f32"), ("bool", "u8"), ("u8", "i8"), ("f16", "bf16"), ("bool", "f16")]
+    for na, nb in pairs:
+        ta, tb = torch.tensor([1, 0]).to(TORCH[na]), torch.tensor([2, 3]).to(TORCH[nb])
+        xa = tl.tensor(ta.to(torch.float32).numpy(), device=device).to_dtype(na)
+        xb = tl.tensor(tb.to(torch.float32).numpy(), device=device).to_dtype(nb)
+        for mine, theirs in ((tl.cat, torch.cat), (tl.stack, torch.stack)):
+            got, want = mine([xa, xb]), theirs([ta, tb])
+            assert str(got.dtype) == TORCH_NAME[want.dtype], (na, nb)
+            assert got.to_dtype(tl.f32).values() == want.float().tolist()
