@@ -20,8 +20,8 @@ def f64(x):
     return np.asarray(x).astype(np.float64)
 
 
-def round_half_away(x):
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+def round_half_even(x):
+    return np.rint(x)
 
 
 FLOAT_REFS = {
@@ -43,7 +43,7 @@ FLOAT_REFS = {
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "floor": np.floor,
     "ceil": np.ceil,
-    "round": round_half_away,
+    "round": round_half_even,
     "sign": np.sign,
 }
 # Inputs adjusted so the reference is defined (log of positives, ...).
@@ -118,9 +118,17 @@ def test_unary_int(dtype, device, rng):
         t.exp()
 
 
-def test_round_is_half_away_from_zero(device):
-    t = tl.Tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, -0.49999997], device=device)
-    assert t.round().values() == [-3.0, -2.0, -1.0, 1.0, 2.0, 3.0, 0.0, -0.0]
+def test_round_is_torch_half_to_even(device):
+    values = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, -0.49999997, 8388609.0,
+              float("inf"), float("-inf")]
+    t = tl.Tensor(values, device=device)
+    assert t.round().values() == torch.tensor(values).round().tolist()
+    assert math.isnan(tl.Tensor([float("nan")], device=device).round().values()[0])
+
+
+def test_round_to_keeps_candles_halves_away_from_zero(device):
+    t = tl.Tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997], device=device)
+    assert t.round_to().values() == [-3.0, -2.0, -1.0, 1.0, 2.0, 3.0, 0.0]
     assert tl.Tensor([1.2345, -1.2355], device=device).round_to(2).values() == pytest.approx([1.23, -1.24], abs=1e-6)
 
 

@@ -88,9 +88,14 @@ class ElementwiseOps:
         return self._wrap(out, _contig(self._layout.shape), record1("clamp", self, (lo, hi)))
 
     def round_to(self, decimals=0):
-        """Round to ``decimals`` decimal places (halves away from zero)."""
+        """Round to ``decimals`` decimal places with candle's halves away from zero
+        (``round()`` is PyTorch's, halves to even)."""
         m = 10.0 ** int(decimals)
-        return (self * m).round() * (1.0 / m)
+        y = self * m
+        # A half (y = k + 0.5 exactly) steps away from zero; y + 0.5 * sign(y) is exact.
+        tie = (y - y.floor()) == 0.5
+        away = y + y.sign() * 0.5
+        return tie.where_cond(away, y.round()) * (1.0 / m)
 
     # -- PyTorch's dtype shorthands ----------------------------------------------------------
     def float(self):

@@ -110,10 +110,6 @@ def _t(f):
     return lambda dtype, *arrs: from_torch(f(*[to_torch(a) for a in arrs]))
 
 
-def _round_away(x):
-    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
-
-
 UNARY = {
     "abs": (FLOATS + [tl.i64], "any", lambda t: t.abs(), _t(torch.abs)),
     "neg": (FLOATS + [tl.i64], "any", lambda t: t.neg(), _t(torch.neg)),
@@ -134,7 +130,7 @@ UNARY = {
     "sigmoid": (FLOATS, "any", lambda t: t.sigmoid(), _t(torch.sigmoid)),
     "ceil": (FLOATS, "any", lambda t: t.ceil(), _t(torch.ceil)),
     "floor": (FLOATS, "any", lambda t: t.floor(), _t(torch.floor)),
-    "round": (FLOATS, "any", lambda t: t.round(), _t(_round_away)),
+    "round": (FLOATS, "any", lambda t: t.round(), _t(torch.round)),
     "sign": (FLOATS, "any", lambda t: t.sign(), _t(torch.sign)),
     "elu": (FLOATS, "any", lambda t: t.elu(1.0), _t(torch.nn.functional.elu)),
     "powf": (FLOATS, "pos", lambda t: t.powf(1.5), _t(lambda x: torch.pow(x, 1.5))),

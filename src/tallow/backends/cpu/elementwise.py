@@ -70,11 +70,9 @@ def _silu(x):
         return x * _sigmoid(x)
 
 
-def _round_half_away(x):
-    # Rust's f32::round: halves go away from zero (NumPy's np.round goes to even).
-    t = np.trunc(x)
-    frac = x - t
-    return t + np.copysign((np.abs(frac) >= 0.5).astype(x.dtype), x)
+def _round_half_even(x):
+    # PyTorch's round (and NumPy's): halves go to the even neighbour.
+    return np.rint(x)
 
 
 _ZEROS: dict = {}
@@ -122,7 +120,7 @@ _FLOAT_UNARY = {
     "relu": _relu, "gelu": _gelu_tanh,
     "gelu_erf": _gelu_erf, "erf": lambda x: _erf(x.astype(np.float64)),
     "silu": _silu, "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil,
-    "round": _round_half_away, "sign": np.sign,
+    "round": _round_half_even, "sign": np.sign,
 }
 
 

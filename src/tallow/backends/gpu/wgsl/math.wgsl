@@ -30,11 +30,16 @@ fn m_min(a: T, b: T) -> T {
     return select(a, b, b < a);
 }
 
-// Rust's round: halves away from zero.
+// PyTorch's round: halves to the even neighbour. Written out (x - floor(x) is exact)
+// rather than WGSL's round() because T may be f64.
 fn m_round(x: T) -> T {
-    let t = trunc(x);
-    if (abs(x - t) >= T(0.5)) { return t + select(T(-1), T(1), x > T(0)); }
-    return t;
+    let f = floor(x);
+    let d = x - f;
+    if (m_isnan(d)) { return x; }  // NaN and the infinities
+    if (d > T(0.5)) { return f + T(1); }
+    if (d < T(0.5)) { return f; }
+    let odd = f - T(2) * floor(f * T(0.5));
+    return f + odd;
 }
 
 fn m_sign(x: T) -> T {
