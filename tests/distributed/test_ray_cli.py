@@ -124,3 +124,47 @@ def test_auto_against_a_private_loopback_runtime_times_out_with_a_reason(tmp_pat
 def test_chaos_is_an_option_of_the_distributed_bench_only(capsys):
     assert main(["bench", "cpu", "--chaos"]) == 2
     assert "--chaos is an option of the distributed suite" in capsys.readouterr().err
+
+
+def test_joins_a_loopback_cluster_started_with_ray_start(tmp_path, model_dir):
+    """`ray start --head --node-ip-address=127.0.0.1` (a cluster for this machine only),
+    joined by host:port: the job runs and the index is whole."""
+    import signal
+    import tempfile
+
+    pytest.importorskip("ray")
+    port = closed_port()
+    temp = tempfile.mkdtemp(prefix="/tmp/tr-")  # Ray's socket paths must stay short
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    head = subprocess.Popen([ray_cli, "start", "--head", "--node-ip-address=127.0.0.1",
+                             f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                             f"--temp-dir={temp}", "--block"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(1)
+        src = tmp_path / "a.txt"
+        src.write_text("first line\nsecond line\n")
+        out = tmp_path / "ix"
+        r, took = run_child(f"""
+            import os, sys
+            os.environ["RAY_AUTH_MODE"] = "token"
+            from tallow.cli import main
+            sys.exit(main(["embed", "--ray", "127.0.0.1:{port}", "--ray-timeout", "60",
+                           "--input", {str(src)!r}, "--output", {str(out)!r},
+                           "--model", {model_dir!r}, "--num-workers", "1", "--no-progress"]))
+        """, timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "wrote 2 embeddings of dimension 384" in r.stderr
+    finally:
+        head.send_signal(signal.SIGTERM)  # ray start --block stops its processes
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()

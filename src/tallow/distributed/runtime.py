@@ -178,14 +178,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
                               f"(RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}): any process "
                               "that reaches its ports can run code as this user", stacklevel=2)
         else:
-            host, _ = probe_cluster(address)
-            kwargs = dict(address=address, log_to_driver=False, logging_level="warning")
-            if is_loopback(host) and not address.startswith("ray://"):
-                # A cluster on loopback (a runtime started for this machine only): the
-                # driver joins its node by the loopback address too, where Ray would
-                # look for a node at the machine's outward address and wait.
-                kwargs["_node_ip_address"] = LOOPBACK
-            _init_with_timeout(ray, float(timeout), **kwargs)
+            probe_cluster(address)
+            _init_with_timeout(ray, float(timeout), address=address, log_to_driver=False,
+                               logging_level="warning")
     except DistributedError:
         raise
     except (ConnectionError, RuntimeError, ValueError) as e:
