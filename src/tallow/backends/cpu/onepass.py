@@ -17,11 +17,17 @@ import numpy as np
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+_loader = None  # native.loader, imported at the first call (below)
+
+
 def module():
     """``native/_step`` when it is built and the compiled kernels are on, else None."""
-    from .native import loader  # (imported here: the native package imports this one's users)
+    global _loader
+    if _loader is None:  # (imported here: the native package imports this one's users)
+        from .native import loader
 
-    return loader.load("_step")
+        _loader = loader
+    return _loader.load("_step")  # (called per update and per ReLU gradient)
 
 
 def takes(*arrays) -> bool:
