@@ -258,13 +258,18 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
         return (1, 0)  # kDLCPU: the exported array is a host copy on other devices
 
     def to_torch(self):
-        """A PyTorch CPU tensor with a copy of the values (u32 becomes int64)."""
+        """A PyTorch CPU tensor with a copy of the values (u32 becomes int64; the 6- and
+        4-bit floats, which PyTorch lacks, become float32, exactly)."""
         import torch
 
         arr = np.asarray(self._host(), order="C")
-        if self._storage.dtype is dt.bf16:
-            return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
-        if self._storage.dtype is dt.u32:
+        dtype = self._storage.dtype
+        if dtype in _TORCH_DLPACK:
+            bits, name = _TORCH_DLPACK[dtype]
+            return torch.from_numpy(arr.view(bits).copy()).view(getattr(torch, name))
+        if dtype.is_small_float:
+            return torch.from_numpy(arr.astype(np.float32))
+        if dtype is dt.u32:
             return torch.from_numpy(arr.astype(np.int64))
         return torch.from_numpy(arr.copy())
 

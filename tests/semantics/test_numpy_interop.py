@@ -132,3 +132,16 @@ def test_astype_converts_as_numpy_names_it():
     assert t.astype("float16").dtype is tl.f16 and t.astype(tl.bf16).dtype is tl.bf16
     assert t.astype(float).dtype is tl.f64 and t.astype(bool).dtype is tl.bool
     assert t.astype(int).dtype is tl.i64 and np.array([1.5]).astype(int).dtype == np.int64
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_to_torch_keeps_every_dtype_pytorch_has(dtype):
+    t = tl.tensor([1.5, 0.0, -2.0, 448.0]).to_dtype(dtype)
+    p = t.to_torch()
+    want = {"u32": torch.int64, "f6e2m3": torch.float32, "f6e3m2": torch.float32,
+            "f4": torch.float32}.get(dtype.name)
+    assert p.dtype == (want or getattr(torch, {
+        "bool": "bool", "u8": "uint8", "i8": "int8", "i16": "int16", "i32": "int32",
+        "i64": "int64", "f16": "float16", "bf16": "bfloat16", "f32": "float32",
+        "f64": "float64", "f8e4m3": "float8_e4m3fn", "f8e8m0": "float8_e8m0fnu"}[dtype.name]))
+    np.testing.assert_array_equal(p.to(torch.float64).numpy(), t.to_dtype(tl.f64).numpy())
