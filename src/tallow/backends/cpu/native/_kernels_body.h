@@ -29,65 +29,62 @@ INLINE i32x8 K(word4)(const int8_t *x) {
 }
 
 #if defined(BUILD_VNNI) || defined(BUILD_AVX2)
-/* Lane r: the sum over v < nv of the four products of a[v]'s bytes 4r..4r+3 (unsigned,
- * at most amax) with b[v]'s (signed, |b| <= 127). */
-INLINE i32x8 K(dot_pairs)(const u8x32 *a, const i8x32 *b, int nv, int amax) {
+/* Lane r: the sum over v < nv of the four products of a(v)'s bytes 4r..4r+3 (unsigned,
+ * at most amax) with b(v)'s (signed, |b| <= 127); A and B_ are expressions in v, made
+ * as they are consumed (arrays of them spilled registers in the AVX2 build). */
 #if defined(BUILD_VNNI)
-    (void)amax;
-    __m256i s = _mm256_setzero_si256();
-    for (int v = 0; v < nv; v++) s = _mm256_dpbusd_epi32(s, (__m256i)a[v], (__m256i)b[v]);
-    return (i32x8)s;
-#else
-    /* vpmaddubsw sums two products per 16-bit lane: `per16` of them stay below 2^15 */
-    const int per16 = 32767 / (2 * 127 * amax);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s32 = _mm256_setzero_si256();
-    for (int v0 = 0; v0 < nv; v0 += per16) {
-        __m256i s16 = _mm256_setzero_si256();
-        for (int v = v0; v < v0 + per16 && v < nv; v++)
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16((__m256i)a[v], (__m256i)b[v]));
-        s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
-    }
-    return (i32x8)s32;
+#define DOT_PAIRS(out, nv, amax, A, B_)                                                           \
+    do {                                                                                          \
+        __m256i s_ = _mm256_setzero_si256();                                                      \
+        for (int v = 0; v < (nv); v++) s_ = _mm256_dpbusd_epi32(s_, (A), (B_));                   \
+        out = (i32x8)s_;                                                                          \
+    } while (0)
+#else /* vpmaddubsw sums two products per 16-bit lane: `per16` of them stay below 2^15 */
+#define DOT_PAIRS(out, nv, amax, A, B_)                                                           \
+    do {                                                                                          \
+        const int per16 = 32767 / (2 * 127 * (amax));                                            \
+        __m256i s32_ = _mm256_setzero_si256();                                                    \
+        for (int v0 = 0; v0 < (nv); v0 += per16) {                                                \
+            __m256i s16_ = _mm256_setzero_si256();                                                \
+            for (int v = v0; v < v0 + per16 && v < (nv); v++)                                     \
+                s16_ = _mm256_add_epi16(s16_, _mm256_maddubs_epi16((A), (B_)));                   \
+            s32_ = _mm256_add_epi32(s32_, _mm256_madd_epi16(s16_, _mm256_set1_epi16(1)));         \
+        }                                                                                         \
+        out = (i32x8)s32_;                                                                        \
+    } while (0)
 #endif
-}
 #endif
 
 /* Lane r (a weight row): the sum over vectors v < nv of the four products of w[v]'s bytes
  * 4r..4r+3 (unsigned, at most wmax) with x[4v..4v+3] (signed, |x| <= 127). */
 INLINE i32x8 K(dot_us)(const u8x32 *w, const int8_t *x, int nv, int wmax) {
+    i32x8 s = {0};
 #if defined(BUILD_VNNI) || defined(BUILD_AVX2)
-    i8x32 b[8];
-    for (int v = 0; v < nv; v++) b[v] = (i8x32)K(word4)(x + 4 * v);
-    return K(dot_pairs)(w, b, nv, wmax);
+    DOT_PAIRS(s, nv, wmax, (__m256i)w[v], (__m256i)K(word4)(x + 4 * v));
 #else
     (void)wmax;
-    i32x8 s = {0};
     for (int v = 0; v < nv; v++)
         for (int r = 0; r < 8; r++)
             for (int j = 0; j < 4; j++) s[r] += (int32_t)w[v][4 * r + j] * x[4 * v + j];
-    return s;
 #endif
+    return s;
 }
 
-/* As dot_us for signed weights (|w| <= wmax, -128 allowed): |w| times x with w's sign. */
-INLINE i32x8 K(dot_ss)(const u8x32 *w, const int8_t *x, int nv, int wmax) {
+/* As dot_us for signed weights (|w| <= wmax, -128 allowed), read from memory: the nv
+ * vectors at w, 32 bytes apart (|w| times x with w's sign). */
+INLINE i32x8 K(dot_ss)(const uint8_t *w, const int8_t *x, int nv, int wmax) {
+    i32x8 s = {0};
 #if defined(BUILD_VNNI) || defined(BUILD_AVX2)
-    u8x32 a[8];
-    i8x32 b[8];
-    for (int v = 0; v < nv; v++) {
-        a[v] = (u8x32)_mm256_abs_epi8((__m256i)w[v]);
-        b[v] = (i8x32)_mm256_sign_epi8((__m256i)K(word4)(x + 4 * v), (__m256i)w[v]);
-    }
-    return K(dot_pairs)(a, b, nv, wmax);
+#define W_ _mm256_loadu_si256((const __m256i *)(w + 32 * v))
+    DOT_PAIRS(s, nv, wmax, _mm256_abs_epi8(W_), _mm256_sign_epi8((__m256i)K(word4)(x + 4 * v), W_));
+#undef W_
 #else
     (void)wmax;
-    i32x8 s = {0};
     for (int v = 0; v < nv; v++)
         for (int r = 0; r < 8; r++)
-            for (int j = 0; j < 4; j++) s[r] += (int32_t)(int8_t)w[v][4 * r + j] * x[4 * v + j];
-    return s;
+            for (int j = 0; j < 4; j++) s[r] += (int32_t)(int8_t)w[32 * v + 4 * r + j] * x[4 * v + j];
 #endif
+    return s;
 }
 
 /* A fifth-bit mask word -> 32 bytes, 16 where its bit is set (ggml's bytes_from_bits_32). */
@@ -117,6 +114,18 @@ INLINE f32x8 K(halves8)(const uint8_t *p) {
         memcpy(&h, p + 2 * i, 2);
         v[i] = half_to_float(h);
     }
+    return v;
+#endif
+}
+
+/* Eight floats at p (whole 32-byte loads: a memcpy into a vector was split in two
+ * 16-byte halves through the stack in the AVX2 build, 15x slower). */
+INLINE f32x8 K(floats8)(const float *p) {
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    return (f32x8)_mm256_loadu_ps(p);
+#else
+    f32x8 v;
+    memcpy(&v, p, sizeof v);
     return v;
 #endif
 }
@@ -170,7 +179,7 @@ TARGET static int K(quantize_q8_0)(const float *x, int64_t k, int8_t *xq, float 
         f32x8 v[4];
         i32x8 top = {0};
         for (int u = 0; u < 4; u++) {
-            memcpy(&v[u], x + b * QK + 8 * u, sizeof v[u]);
+            v[u] = K(floats8)(x + b * QK + 8 * u);
             i32x8 mag = (i32x8)v[u] & 0x7fffffff; /* magnitudes' bits order as the magnitudes */
             top = top + ((mag - top) & (mag > top));
         }
@@ -211,9 +220,7 @@ TARGET static int K(quantize_q8k)(const float *x, int64_t k, int8_t *xq, float *
         for (int t = 0; t < QKK; t += 32) {
             i32x8 qi[4];
             for (int u = 0; u < 4; u++) {
-                f32x8 v;
-                memcpy(&v, xb + t + 8 * u, sizeof v);
-                qi[u] = __builtin_convertvector(K(round_even)(v * iscale), i32x8);
+                qi[u] = __builtin_convertvector(K(round_even)(K(floats8)(xb + t + 8 * u) * iscale), i32x8);
                 qi[u] += (127 - qi[u]) & (qi[u] > 127);
                 qi[u] += (-128 - qi[u]) & (qi[u] < -128);
             }
@@ -245,12 +252,8 @@ INLINE void K(rows_32)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
         const uint8_t *blk = wg + b * bb;
         const f32x8 dw = K(halves8)(blk), mw = has_min(fmt) ? K(halves8)(blk + 16) : (f32x8){0};
         u8x32 w[8]; /* vector v < 4: elements 4v.. of each row (the low nibbles), v >= 4: 16 + 4(v - 4).. */
-        for (int v = 0; v < (fmt == FMT_Q8_0 ? 8 : 4); v++) {
+        for (int v = 0; v < (fmt == FMT_Q8_0 ? 0 : 4); v++) { /* (Q8_0's are read by dot_ss) */
             u8x32 W = K(load32)(blk + qa + 32 * v);
-            if (fmt == FMT_Q8_0) {
-                w[v] = W;
-                continue;
-            }
             w[v] = W & 15;
             w[4 + v] = W >> 4;
             if (has_high(fmt)) {
@@ -261,7 +264,7 @@ INLINE void K(rows_32)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
         for (int r = 0; r < R; r++) {
             const int64_t i = i0 + r;
             const int8_t *x = xq + i * k + b * QK;
-            i32x8 s = fmt == FMT_Q8_0 ? K(dot_ss)(w, x, 8, 128) : K(dot_us)(w, x, 8, has_high(fmt) ? 31 : 15);
+            i32x8 s = fmt == FMT_Q8_0 ? K(dot_ss)(blk + qa, x, 8, 128) : K(dot_us)(w, x, 8, has_high(fmt) ? 31 : 15);
             if (zero) s -= zero * xs[i * nb + b];
             f32x8 f = K(to_float)(s) * dw;
             f = f * xd[i * nb + b];
@@ -281,10 +284,9 @@ INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
         const uint8_t *blk = wg + b * bb;
         i32x8 isum[4] = {{0}, {0}, {0}, {0}};
         for (int sb = 0; sb < 16; sb++) {
-            u8x32 w[4];
-            for (int v = 0; v < 4; v++) w[v] = K(load32)(blk + 144 + 32 * (4 * sb + v));
             const i32x8 sc = K(bytes8)(blk + 16 + 8 * sb, 1);
-            for (int r = 0; r < R; r++) isum[r] += K(dot_ss)(w, xq + (i0 + r) * k + b * QKK + 16 * sb, 4, 32) * sc;
+            for (int r = 0; r < R; r++)
+                isum[r] += K(dot_ss)(blk + 144 + 128 * sb, xq + (i0 + r) * k + b * QKK + 16 * sb, 4, 32) * sc;
         }
         const f32x8 dw = K(halves8)(blk);
         for (int r = 0; r < R; r++) acc[r] += (dw * xd[(i0 + r) * nb + b]) * K(to_float)(isum[r]);
@@ -343,25 +345,53 @@ INLINE void K(rows)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, co
     }
 }
 
+/* Activation rows a pass takes, the weights' unpacked block shared by them. */
+#define RMAX 4
+
+/* Rows [8 g0, 8 g1) of out (m, n) for one format (a function each: one format's body
+ * per function keeps the register allocation of each as tight as a hand-written one). */
+#define K_PRODUCT_OF(FMT)                                                                         \
+    TARGET static void K(product_##FMT)(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1,    \
+                                        const int8_t *xq, const float *xd, const int32_t *xs,      \
+                                        const float *xsf, int64_t m, float *out, int64_t n) {      \
+        const int64_t gb = nb * fmt_bytes(FMT);                                                   \
+        for (int64_t g = g0; g < g1; g++)                                                         \
+            for (int64_t i = 0; i < m; i += RMAX) {                                               \
+                const uint8_t *wg = w + g * gb;                                                   \
+                switch (m - i < RMAX ? m - i : RMAX) {                                            \
+                case 4: K(rows)(FMT, wg, nb, xq, xd, xs, xsf, i, 4, out, n, g); break;            \
+                case 3: K(rows)(FMT, wg, nb, xq, xd, xs, xsf, i, 3, out, n, g); break;            \
+                case 2: K(rows)(FMT, wg, nb, xq, xd, xs, xsf, i, 2, out, n, g); break;            \
+                default: K(rows)(FMT, wg, nb, xq, xd, xs, xsf, i, 1, out, n, g); break;           \
+                }                                                                                 \
+            }                                                                                     \
+    }
+K_PRODUCT_OF(FMT_Q4_0)
+K_PRODUCT_OF(FMT_Q8_0)
+K_PRODUCT_OF(FMT_Q5_0)
+K_PRODUCT_OF(FMT_Q4_1)
+K_PRODUCT_OF(FMT_Q5_1)
+K_PRODUCT_OF(FMT_Q4K)
+K_PRODUCT_OF(FMT_Q6K)
+#undef K_PRODUCT_OF
+
 /* Rows [8 g0, 8 g1) of out (m, n); xs: Q8_0's block sums or Q8K's sixteen sums a block. */
 TARGET static void K(product)(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
                               const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n) {
-    const int64_t gb = nb * fmt_bytes(fmt);
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *wg = w + g * gb;
-        for (int64_t i = 0; i < m; i += 4) {
-            switch (m - i < 4 ? m - i : 4) {
-            case 4: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 4, out, n, g); break;
-            case 3: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 3, out, n, g); break;
-            case 2: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 2, out, n, g); break;
-            default: K(rows)(fmt, wg, nb, xq, xd, xs, xsf, i, 1, out, n, g); break;
-            }
-        }
+    switch (fmt) {
+    case FMT_Q4_0: K(product_FMT_Q4_0)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_Q8_0: K(product_FMT_Q8_0)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_Q5_0: K(product_FMT_Q5_0)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_Q4_1: K(product_FMT_Q4_1)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_Q5_1: K(product_FMT_Q5_1)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_Q6K: K(product_FMT_Q6K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    default: K(product_FMT_Q4K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
     }
 }
 
 static const kernel_set K(kernels) = {K(quantize_q8_0), K(quantize_q8k), K(product)};
 
+#undef RMAX
 #undef INLINE
 #undef K
 #undef K_JOIN
