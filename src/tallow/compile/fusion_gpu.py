@@ -5,7 +5,10 @@ invocation per element computes the whole chain in registers, reading each input
 through its layout (offset, shape and strides are baked into the source as
 constants, so a contiguous input is a plain index and a broadcast one a few integer
 divisions) and writing only the values used later. Each op is written as the eager
-kernels write it (NaN-propagating max/min, ``1.0 / x``, ``x * x``...). The shader is
+kernels write it (NaN-propagating max/min, ``1.0 / x``, ``x * x``...). Scalar
+operands come in the uniform parameters, as the eager kernels take them, not as
+literals: the shader compiler would fold ``x * 0.0`` to 0 and ``0.0 / x`` to 0,
+where eager gives NaN for an infinite or zero ``x``. The shader is
 dispatched with ``run_wgsl``, which compiles a source once and caches the pipeline,
 and takes up to 4 input and 3 output buffers: a longer run is not fused.
 """
@@ -19,6 +22,7 @@ from . import elementwise
 
 BACKEND, DTYPES = "GpuStorage", (dt.f32,)
 MAX_INPUTS, MAX_OUTPUTS = 4, 3
+PARAM_WORDS = 64  # the uniform's 16 vec4<u32>: the element count, then the constants
 WORKGROUP = 64
 MAX_GROUPS_X = 65535
 
@@ -52,9 +56,8 @@ def find_groups(calls, slots, live):
     return elementwise.find_groups(calls, slots, live, BACKEND, DTYPES)
 
 
-def _f32(value) -> str:
-    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
-    return f"bitcast<f32>({bits:#010x}u)"
+def _f32_bits(value) -> int:
+    return struct.unpack("<I", struct.pack("<f", float(value)))[0]
 
 
 def _index(layout) -> str:
@@ -87,12 +90,17 @@ class GpuFusedGroup:
         self.n_ops = 0
         self.inputs, value, body, stores = [], {}, [], []
         loads = {}
+        self.constants = []  # f32 bit patterns, parameter words 1, 2, ...
 
         def operand(o, prev):
             if o == "prev":
                 return prev
             if o[0] == "const":
-                return _f32(o[1])
+                bits = _f32_bits(o[1])
+                if bits not in self.constants:
+                    self.constants.append(bits)
+                word = 1 + self.constants.index(bits)
+                return f"bitcast<f32>(P.w[{word // 4}][{word % 4}])"
             slot, lay = o
             if slot in value:
                 return value[slot]
@@ -120,7 +128,8 @@ class GpuFusedGroup:
                 body.append(f"    out{len(stores)}[i] = {prev};")
                 stores.append(call.out)
         self.outputs = stores
-        self.ok = 0 < len(self.inputs) <= MAX_INPUTS and 0 < len(stores) <= MAX_OUTPUTS
+        self.ok = (0 < len(self.inputs) <= MAX_INPUTS and 0 < len(stores) <= MAX_OUTPUTS
+                   and 1 + len(self.constants) <= PARAM_WORDS)
         decls = [f"@group(0) @binding({1 + j}) var<storage, read> in{j}: array<f32>;"
                  for j in range(len(self.inputs))]
         decls += [f"@group(0) @binding({5 + j}) var<storage, read_write> out{j}: array<f32>;"
@@ -137,4 +146,4 @@ class GpuFusedGroup:
 
     def __call__(self, *inputs):
         return self._run(self.source, inputs=inputs, outputs=self._outputs,
-                         params=(self.count,), workgroups=self.workgroups)
+                         params=(self.count, *self.constants), workgroups=self.workgroups)
