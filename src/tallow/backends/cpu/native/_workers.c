@@ -59,6 +59,12 @@ static int want = 1; /* threads a split uses, the caller included */
  * 1 there and run() calls the task in place. */
 static _Thread_local int serial_here = 0;
 
+/* Set by run_pieces on its caller while it dispatches: a job of Python pieces, each
+ * hundreds of microseconds and with the caller's Python work between jobs, after
+ * which a worker sleeps at once rather than spinning for the next (a spinning worker
+ * would take the core that Python work needs, as the blocking pool before it never did). */
+static _Thread_local int coarse_here = 0;
+
 #ifdef POOL_ENABLED
 static pthread_mutex_t dispatch_lock = PTHREAD_MUTEX_INITIALIZER;
 static int nworkers = 0;
@@ -75,6 +81,7 @@ static _Atomic(tallow_task_fn) job_fn;
 static _Atomic(void *) job_ctx;
 static _Atomic int64_t job_total, job_chunk;
 static _Atomic uint32_t job_nchunks;
+static _Atomic int job_coarse; /* the job is of Python pieces (coarse_here of its caller) */
 
 /* 300 us: the gaps between the products of a training step (autograd's Python between
  * them) are 50-150 us; a worker asleep by then is woken late for each product. */
@@ -125,10 +132,10 @@ static void work(uint32_t g, int is_worker) {
     }
 }
 
-/* Spin on the job number for worker_spin_ns, then sleep on it; returns the new number. */
-static uint32_t wait_for_job(uint32_t seen) {
+/* Spin on the job number for `limit` ns, then sleep on it; returns the new number. */
+static uint32_t wait_for_job(uint32_t seen, long limit) {
     uint32_t g;
-    long limit = atomic_load_explicit(&worker_spin_ns, memory_order_relaxed), t0 = now_ns();
+    long t0 = now_ns();
     for (unsigned i = 1;; i++) {
         g = atomic_load_explicit(&gen, memory_order_acquire);
         if (g != seen) return g;
@@ -147,10 +154,12 @@ static uint32_t wait_for_job(uint32_t seen) {
 
 static void *worker_main(void *arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
+    long spin = atomic_load_explicit(&worker_spin_ns, memory_order_relaxed);
     for (;;) {
-        seen = wait_for_job(seen);
+        seen = wait_for_job(seen, spin);
         if (atomic_load(&stop_flag)) return NULL;
         work(seen, 1);
+        spin = atomic_load(&job_coarse) ? 0 : atomic_load_explicit(&worker_spin_ns, memory_order_relaxed);
     }
 }
 
@@ -224,6 +233,7 @@ static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain,
     atomic_store_explicit(&job_total, total, memory_order_release);
     atomic_store_explicit(&job_chunk, chunk, memory_order_release);
     atomic_store_explicit(&job_nchunks, (uint32_t)nchunks, memory_order_release);
+    atomic_store(&job_coarse, coarse_here);
     atomic_store(&done, 0);
     atomic_store(&claim, (uint64_t)g << 32);
     publish(g);
@@ -386,7 +396,9 @@ static PyObject *py_run_pieces(PyObject *self, PyObject *const *args, Py_ssize_t
     py_pieces_ctx c = {args[0], pieces, 0, NULL, NULL, NULL};
     Py_INCREF(c.fn);
     Py_BEGIN_ALLOW_THREADS
+    coarse_here = 1;
     tallow_pool_run(py_pieces_task, &c, (int64_t)n, 1, -1);
+    coarse_here = 0;
     Py_END_ALLOW_THREADS
     Py_DECREF(c.fn);
     Py_DECREF(pieces);
