@@ -73,7 +73,7 @@ def test_chaos_every_row_once_with_undisturbed_vectors(runtime, tmp_path):
     killer = WorkerKiller(interval=3.0, max_kills=4)
     killer.start()
     try:
-        manifest = embed_files([str(src)], str(tmp_path / "index"), HashModel(dim=6, delay=0.01),
+        manifest = embed_files([str(src)], str(tmp_path / "index"), HashModel(dim=6, delay=0.02),
                                num_workers=2, block_rows=25, progress=False)
     finally:
         kills = killer.stop()
