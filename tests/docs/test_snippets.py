@@ -118,4 +118,5 @@ def test_examples_run(example: Path, tmp_path):
 def test_every_example_is_collected():
     assert {p.name for p in EXAMPLES} >= {
         "train_mlp.py", "train_convnet.py", "finetune_save_reload.py", "embed_search.py",
-        "generate_smollm2.py"}
+        "generate_smollm2.py", "gpt_char.py", "lstm_char.py", "mlp_dataloader.py",
+        "cnn_classifier.py"}
