@@ -23,9 +23,9 @@ class DType:
     """
 
     __slots__ = ("name", "size_in_bytes", "np", "is_float", "is_int", "is_bool", "is_signed",
-                 "is_small_float", "min", "max", "rank")
+                 "is_small_float", "min", "max")
 
-    def __init__(self, name: str, np_dtype, kind: str, rank: int):
+    def __init__(self, name: str, np_dtype, kind: str):
         self.name = name
         self.np = np.dtype(np_dtype)
         self.size_in_bytes = self.np.itemsize
@@ -34,8 +34,6 @@ class DType:
         self.is_bool = kind == "b"
         self.is_small_float = kind == "s"
         self.is_signed = kind in "ifs"
-        # Order within a kind: the wider type wins a promotion between two floats.
-        self.rank = rank
         if self.is_bool:
             self.min, self.max = 0, 1
         else:
@@ -73,22 +71,22 @@ class DType:
         return from_numpy_dtype(value)
 
 
-bool_ = DType("bool", np.bool_, "b", 0)
-u8 = DType("u8", np.uint8, "u", 1)
-u32 = DType("u32", np.uint32, "u", 4)
-i8 = DType("i8", np.int8, "i", 1)
-i16 = DType("i16", np.int16, "i", 2)
-i32 = DType("i32", np.int32, "i", 4)
-i64 = DType("i64", np.int64, "i", 8)
-f16 = DType("f16", np.float16, "f", 2)
-bf16 = DType("bf16", ml_dtypes.bfloat16, "f", 2)
-f32 = DType("f32", np.float32, "f", 4)
-f64 = DType("f64", np.float64, "f", 8)
-f8e4m3 = DType("f8e4m3", ml_dtypes.float8_e4m3fn, "s", 1)
-f6e2m3 = DType("f6e2m3", ml_dtypes.float6_e2m3fn, "s", 1)
-f6e3m2 = DType("f6e3m2", ml_dtypes.float6_e3m2fn, "s", 1)
-f4 = DType("f4", ml_dtypes.float4_e2m1fn, "s", 1)
-f8e8m0 = DType("f8e8m0", ml_dtypes.float8_e8m0fnu, "s", 1)
+bool_ = DType("bool", np.bool_, "b")
+u8 = DType("u8", np.uint8, "u")
+u32 = DType("u32", np.uint32, "u")
+i8 = DType("i8", np.int8, "i")
+i16 = DType("i16", np.int16, "i")
+i32 = DType("i32", np.int32, "i")
+i64 = DType("i64", np.int64, "i")
+f16 = DType("f16", np.float16, "f")
+bf16 = DType("bf16", ml_dtypes.bfloat16, "f")
+f32 = DType("f32", np.float32, "f")
+f64 = DType("f64", np.float64, "f")
+f8e4m3 = DType("f8e4m3", ml_dtypes.float8_e4m3fn, "s")
+f6e2m3 = DType("f6e2m3", ml_dtypes.float6_e2m3fn, "s")
+f6e3m2 = DType("f6e3m2", ml_dtypes.float6_e3m2fn, "s")
+f4 = DType("f4", ml_dtypes.float4_e2m1fn, "s")
+f8e8m0 = DType("f8e8m0", ml_dtypes.float8_e8m0fnu, "s")
 
 # PyTorch's names for the same DType objects (``tl.bool`` is set in tallow/__init__.py:
 # a module attribute named ``bool`` here would shadow the builtin).
@@ -139,10 +137,6 @@ def from_numpy_dtype(np_dtype, allow_widening: bool = False) -> DType:
 # of its own kind (f16 + 2.0 is f16, u8 + 1 is u8). A rank-0 tensor is weak in the same
 # way against a tensor of rank >= 1, as in PyTorch.
 
-def _kind(d: DType) -> int:
-    return 0 if d.is_bool else (1 if d.is_int else 2)
-
-
 def _promote_pair(a: DType, b: DType) -> DType:
     if a.is_bool:
         return b
@@ -155,7 +149,7 @@ def _promote_pair(a: DType, b: DType) -> DType:
     if a.is_float and b.is_float:
         if {a, b} == {f16, bf16}:
             return f32
-        return a if a.rank >= b.rank else b
+        return a if a.size_in_bytes >= b.size_in_bytes else b
     if a.is_float:
         return a
     if b.is_float:
