@@ -104,6 +104,9 @@ def add_bench_parser(sub):
     p.add_argument("--chaos", action="store_true",
                    help="distributed: embed 50,000 sentences on Ray with two workers, one "
                         "SIGKILLed every 10 s, and check every row against one process")
+    p.add_argument("--chaos-check-rows", type=positive_int, default=None, metavar="N",
+                   help="--chaos: compare the vectors of a sample of N rows with one process "
+                        "(default all; every row is still checked to come out once)")
     llm = p.add_argument_group("llm (GGUF Llama decode/prompt speed, side by side with llama.cpp)")
     llm.add_argument("--models", metavar="DIR", default=None,
                      help="folder of model-<FORMAT>.gguf files (default $LLM_BENCH_MODELS or ./llm-bench-models)")
