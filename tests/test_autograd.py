@@ -42,6 +42,33 @@ def rnd(*shape, seed=0, low=-2.0, high=2.0):
 
 # -- the op graph ----------------------------------------------------------------------
 
+def test_sorted_nodes_of_a_diamond_put_every_node_after_its_users():
+    # Shared subexpressions (reached along several paths), a Var used twice, a branch
+    # through an integer cast (no gradient) and a plain tensor: each tracked node comes
+    # once, after every node that uses it, and backward gives PyTorch's gradients.
+    x_np = np.array([0.5, -1.0, 2.0], np.float32)
+    c_np = np.array([1.5, 2.5, -0.5], np.float32)
+    w, c = tl.Var(x_np), tl.Tensor(c_np)
+    a = w * c
+    b = a.exp() + a * w
+    d = (b * a).sum_all() + (w.to_dtype(tl.i64).to_dtype(tl.f32) * b).sum_all()
+    nodes = d.sorted_nodes()
+    ids = [n.id for n in nodes]
+    assert len(ids) == len(set(ids)) and nodes[0] is d and nodes[-1] is w
+    assert c.id not in ids
+    position = {n.id: i for i, n in enumerate(nodes)}
+    for n in nodes:
+        for arg in (n.op.args if n.op is not None else ()):
+            if arg.id in position:
+                assert position[arg.id] > position[n.id]
+    tw = torch.tensor(x_np, requires_grad=True)
+    tc = torch.from_numpy(c_np)
+    ta = tw * tc
+    tb = ta.exp() + ta * tw
+    ((tb * ta).sum() + (tw.detach().long().float() * tb).sum()).backward()
+    np.testing.assert_allclose(d.backward()[w].numpy(), tw.grad.numpy(), rtol=1e-5)
+
+
 def test_seed_graph_example():
     x = tl.Tensor.new([1.0, 2.0, 3.0])
     y = x.sqr().sum_all()
