@@ -63,6 +63,11 @@ class Device:
         return self._state.kind
 
     @property
+    def type(self) -> str:
+        """PyTorch's name for ``kind``: ``"cpu"`` or ``"gpu"``."""
+        return self._state.kind
+
+    @property
     def ordinal(self) -> int:
         return self._state.ordinal
 
@@ -182,7 +187,8 @@ def _parse_name(value) -> tuple:
     if kind in ("cuda", "metal", "mps"):
         raise TallowError(
             f"device {value!r}: tallow has no {kind} backend; its GPU backend is 'gpu' "
-            "(WebGPU: Metal, Vulkan or D3D12 underneath)"
+            "(WebGPU: Metal, Vulkan or D3D12 underneath): write x.to('gpu') / "
+            "model.to('gpu'), or 'cpu'"
         )
     raise TallowError(f"unknown device {value!r}; expected 'cpu', 'gpu' or 'gpu:N'")
 

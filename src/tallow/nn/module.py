@@ -482,6 +482,16 @@ class Module:
         dev = Device.gpu(ordinal)
         return self._apply(lambda t: self._move(t, dev))
 
+    def cuda(self, device=None):
+        """PyTorch's ``cuda()`` has no meaning here: tallow has no CUDA backend. Raises
+        with the call to use instead (``model.to("gpu")``, WebGPU)."""
+        from ..errors import TallowError
+
+        raise TallowError(
+            f"{type(self).__name__}.cuda(): tallow has no CUDA backend; its GPU device is "
+            "'gpu' (WebGPU): use model.to('gpu') or model.gpu(), and x.to('gpu') for the "
+            "inputs")
+
     def type(self, dtype):
         from ..dtype import DType
 
@@ -507,10 +517,12 @@ class Module:
             elif isinstance(arg, str):
                 try:
                     device = Device.parse(arg)
-                except TallowError:
+                except TallowError as device_error:
                     try:
                         dtype = DType.parse(arg)
                     except TallowError:
+                        if arg.strip().lower().partition(":")[0] in ("cuda", "metal", "mps"):
+                            raise device_error from None  # says which device to use instead
                         raise TypeError(f"Module.to: {arg!r} is neither a device nor a dtype") from None
             else:
                 raise TypeError(f"Module.to() received an invalid argument: {arg!r}")
