@@ -200,11 +200,12 @@ class Constructors:
 
     @classmethod
     def full(cls, shape, value, dtype=None, device=cpu):
-        """A tensor of ``shape`` filled with ``value`` (dtype inferred from the value: float -> f32, int -> i64, bool -> u8)."""
+        """A tensor of ``shape`` filled with ``value`` (dtype inferred from the value, as
+        torch.full: float -> f32, int -> i64, bool -> bool)."""
         shape = parse_shape((shape,), "full")
         if dtype is None:
             dtype = dt.f32 if isinstance(value, float) else (
-                dt.u8 if isinstance(value, bool) else (dt.i64 if isinstance(value, int) else dt.f32))
+                dt.bool_ if isinstance(value, (bool, np.bool_)) else (dt.i64 if isinstance(value, int) else dt.f32))
         dtype = dt.DType.parse(dtype)
         device = device_of(device)
         value = scalar_for("full", value, dtype)

@@ -243,3 +243,9 @@ def test_compiled_cpu_groups_fuse_bool_masks_and_keep_returned_ones():
     y, m = g(x)
     assert m.dtype is tl.bool and m.values() == (x > 0).values()  # a mask needed later is kept
     np.testing.assert_array_equal(y.numpy(), with_mask(x)[0].numpy())
+
+
+def test_full_of_a_bool_is_bool_as_torch(device):
+    assert tl.full((2,), True, device=device).dtype is tl.bool
+    assert str(torch.full((2,), True).dtype) == "torch.bool"
+    assert tl.full((2,), True, device=device).values() == [True, True]
