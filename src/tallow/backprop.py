@@ -918,7 +918,14 @@ def _tensor_sorted_nodes(self):
     return sorted_nodes(self)
 
 
+def _tensor_grad(self):
+    """PyTorch's ``.grad`` of a tensor that is no leaf requiring grad: None. Only a
+    ``Var`` (PyTorch's leaf with ``requires_grad=True``) accumulates one (var.py)."""
+    return None
+
+
 _tensor_backward.__name__ = _tensor_backward.__qualname__ = "backward"
 _tensor_sorted_nodes.__name__ = _tensor_sorted_nodes.__qualname__ = "sorted_nodes"
 Tensor.backward = _tensor_backward
 Tensor.sorted_nodes = _tensor_sorted_nodes
+Tensor.grad = property(_tensor_grad)

@@ -6,8 +6,8 @@ augmented operators (``x += y``), ``x[i] = v``, candle's ``slice_set`` /
 
 1. applies the graph rule outside ``tl.no_grad()``: a ``Var`` (PyTorch's leaf that
    requires grad) is refused, and so is a result computed from one, which a plain
-   write would change behind its graph (``update_in_place`` records the write
-   instead); candle's own in-place names and ``Var.set`` skip the rule
+   write would change behind its graph (``update_in_place`` and ``x[i] = v`` record
+   the write instead, tracked_writes.py); candle's own in-place names and ``Var.set`` skip the rule
    (``graph_rule=False``), as in candle;
 2. refuses a broadcast view (several elements on one memory location);
 3. gives the tensor's storage handle a private buffer if a ``clone()`` still shares
@@ -24,7 +24,8 @@ Code that writes by itself (``x[i] = v`` in setitem.py) calls ``prepare_write`` 
 result never goes into an integer tensor). On a tensor in a recorded graph (a
 result computed from a Var), outside ``no_grad``, the tensor becomes the node of
 ``compute``: ``compute`` reads a copy-on-write handle of the old values, so the
-graph behind still has them, and gradients flow as in PyTorch.
+graph behind still has them, and gradients flow as in PyTorch; on a view of such a
+tensor the base is rebased too (tracked_writes.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from .errors import (
 )
 from .grad_mode import GRAD_MODE
 from .shape import broadcast_shapes
-from .tensor_base import TensorBase, new_id
+from .tensor_base import TensorBase
+from .tracked_writes import is_view_of_graph, rebind, stand_in, write_view_recorded
 from .versions import bump
 
 
@@ -66,18 +68,6 @@ def check_writable(t, op, graph_rule=True):
             f"{op}: the tensor is a broadcast view (shape {lay.shape}, strides {lay.stride}): "
             "several elements share one memory location; write into a copy() instead"
         )
-
-
-def _check_rebase(t, op):
-    """Raise unless tensor ``t`` of a recorded graph can become the node of an in-place op."""
-    if t._op is None:
-        raise _leaf_error(t, op)
-    if any(a._storage is t._storage for a in t._op.args):
-        raise InplaceOnTrackedError(
-            f"{op}: the tensor is a view of a tensor in a recorded graph (computed from a "
-            "Var): the write would change its base behind the graph's back. Write into "
-            "the base, compute a new tensor (x = x + y), or write inside "
-            "`with tl.no_grad():`")
 
 
 def prepare_write(t, op, graph_rule=True):
@@ -134,29 +124,25 @@ def result_for(t, result, op):
     return result.to_dtype(want)
 
 
-def _stand_in(t):
-    """The old value of ``t`` as a node of its own: a copy-on-write handle of its
-    buffer (free until ``t`` is written) with ``t``'s op."""
-    old = t._wrap(t._storage.share_buffer(), t._layout, t._op)
-    old._track = t._track
-    return old
-
-
 def update_in_place(t, op, compute):
     """``t``'s values replaced by ``compute(t)`` (broadcast to ``t``'s shape, cast by
     PyTorch's rule); on a tensor in a recorded graph ``t`` becomes the new node."""
     recording = GRAD_MODE.enabled
     if recording and t._track:
-        _check_rebase(t, op)
+        if t._op is None:
+            raise _leaf_error(t, op)
+        if is_view_of_graph(t):  # its base changes too (tracked_writes.py)
+            check_writable(t, op, graph_rule=False)
+            return write_view_recorded(t, op, compute, lambda r: result_for(t, r, op))
     check_writable(t, op, graph_rule=False)
     if recording and t._track:
-        result = compute(_stand_in(t))
+        result = compute(stand_in(t))
     else:
         result = compute(t)
         if recording and result._track:
             # A tracked operand (x.add_(w)): t joins the graph, as in PyTorch; the op
             # must read t's old value as a node of its own.
-            result = compute(_stand_in(t))
+            result = compute(stand_in(t))
     result = result_for(t, result, op)
     if result.shape != t.shape:
         src = source_for(t, result, t.shape, op)
@@ -168,9 +154,5 @@ def update_in_place(t, op, compute):
     if recording and (t._track or result._track):
         if result.shape != t.shape:
             result = result.broadcast_as(t.shape)
-        t._op = result._op
-        t._track = result._track
-        # A new node: a clone that shares t's id (candle's clone keeps it) stays the
-        # old value's node.
-        t._id = new_id()
+        rebind(t, result)
     return t

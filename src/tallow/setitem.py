@@ -13,6 +13,9 @@ position named twice takes the last value written to it (NumPy's rule for
 The positions come from NumPy itself, indexing one zero-stride ``arange`` per
 dim, so the selection is NumPy's for every mix of index kinds and costs memory
 in proportion to the selection, not to the tensor.
+
+On a tensor of a recorded graph (computed from a ``Var``), or with a value that is,
+the write is recorded as PyTorch records it (tracked_writes.py).
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ import numpy as np
 from .checks import is_scalar, scalar_for
 from .flat_scatter import scatter_flat
 from .getitem import basic_view
+from .grad_mode import GRAD_MODE
 from .index_items import GAP, Ids, read_index
+from .inplace import update_in_place
 from .ops_index import check_writable, source_for
 from .tensor_base import TensorBase
+from .tracked_writes import placed, read_apart
 from .versions import bump
 
 
@@ -98,8 +104,27 @@ def _scatter(t, positions, value, accumulate, op):
     bump(t._storage)
 
 
+def _recorded(t, value) -> bool:
+    """True when the write must be recorded: ``t`` or ``value`` is in a recorded graph."""
+    return GRAD_MODE.enabled and (t._track or (isinstance(value, TensorBase) and value._track))
+
+
+def _record_write(t, index, value, accumulate, op):
+    """The write as PyTorch records it on a tensor of a graph (tracked_writes.py)."""
+    items, _ = read_index(t, index)
+    positions = selected_positions(t.shape, items)
+    if isinstance(value, TensorBase) and value._storage is t._storage:
+        value = read_apart(value)  # ``h[0] += 1`` writes the view h[0] back into h
+    elif is_scalar(value):
+        value = _scalar_value(value, t.dtype)
+    update_in_place(t, op, lambda old: placed(old, positions, value, accumulate))
+
+
 def setitem(t, index, value):
     """``t[index] = value``: write into t's storage (value broadcast, cast to t's dtype)."""
+    if _recorded(t, value):
+        _record_write(t, index, value, False, "__setitem__")
+        return
     _check_writable(t, "__setitem__")
     items, has_arrays = read_index(t, index)
     if _is_basic(items, has_arrays):
@@ -120,7 +145,6 @@ def setitem(t, index, value):
 def index_put_(t, indices, values, accumulate=False):
     """PyTorch's ``index_put_``: ``t[indices] = values``, or ``+=`` with every repeated
     index counted when ``accumulate`` is true; returns ``t``."""
-    _check_writable(t, "index_put_")
     if not isinstance(indices, tuple):
         indices = tuple(indices) if isinstance(indices, list) else (indices,)
     for i in indices:
@@ -128,6 +152,10 @@ def index_put_(t, indices, values, accumulate=False):
             raise TypeError(
                 f"index_put_: indices must be a tuple of tensors (ids or masks), got a "
                 f"{type(i).__name__}; use t[index] = v for ints and slices")
+    if _recorded(t, values):
+        _record_write(t, indices, values, bool(accumulate), "index_put_")
+        return t
+    _check_writable(t, "index_put_")
     items, _ = read_index(t, indices)
     positions = selected_positions(t.shape, items)
     if is_scalar(values):
