@@ -176,8 +176,9 @@ class ElementwiseOps:
         dtype = self._storage.dtype
         if name == "sub" and (dtype.is_bool or isinstance(value, (bool, np.bool_))):
             raise _bool_subtraction()
-        if not dtype.is_float:
-            # A weak Python scalar can still change an integer or bool tensor's kind.
+        if not dtype.is_float and (dtype.is_bool or not isinstance(value, (int, np.integer))):
+            # A weak Python scalar can still change a bool tensor's kind, or an integer
+            # tensor's (a float scalar); an int scalar never changes an integer tensor's.
             common = dt.result_type_scalar(dtype, value)
             if common is not dtype:
                 return self.to_dtype(common)._scalar(name, value, on_left)
