@@ -36,6 +36,7 @@ from .errors import (
 )
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .layout import Layout
+from .serialization import load, save
 from .shape import D
 from .tensor_class import Tensor
 from .var import Var
@@ -51,12 +52,12 @@ __version__ = "0.1.0"
 
 float_warnings.install()
 
-_LAZY = ("nn", "models", "functional")
+_LAZY = ("nn", "models", "functional", "optim")
 _LAZY_NAMES = {}
 
 
 def __getattr__(name):
-    # tl.nn, tl.models and tl.functional load on first use, so ``import tallow`` stays fast.
+    # tl.nn, tl.models, tl.functional and tl.optim load on first use, so ``import tallow`` stays fast.
     if name in _LAZY or name in _LAZY_NAMES:
         module = importlib.import_module(f"{__name__}.{_LAZY_NAMES.get(name, name)}")
         return getattr(module, name) if name in _LAZY_NAMES else module
@@ -80,6 +81,6 @@ __all__ = [
     "float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8",
     "uint32", "long", "float8_e4m3fn", "float8_e8m0fnu",
     "manual_seed", "where", "randint", "randperm", "multinomial",
-    "testing", "utils", "nn", "models", "quantized", "functional", "QTensor",
-    "compile", "CompiledFunction", "no_grad", "enable_grad", "is_grad_enabled",
+    "testing", "utils", "nn", "models", "quantized", "functional", "optim", "QTensor",
+    "compile", "CompiledFunction", "save", "load", "no_grad", "enable_grad", "is_grad_enabled",
 ]

@@ -232,7 +232,10 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
     def item(self):
         """The value of a one-element tensor (any rank) as a Python number."""
         if self._layout.count != 1:
-            raise ShapeMismatchError(f"item: the tensor has {self.nelement} elements, not 1")
+            raise ShapeMismatchError(
+                f"item: the tensor has {self.nelement} elements (shape {self.shape}), not 1; "
+                "reduce it first (.sum(), .mean()) or read them all with .tolist() or "
+                ".numpy()")
         return self.flatten_all()._pyvalues()[0]
 
     def __dlpack__(self, *args, **kwargs):
@@ -362,6 +365,13 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
         """``to_device(tl.Device.gpu(ordinal))``."""
         return self.to_device(Device.gpu(ordinal))
 
+    def cuda(self, device=None) -> "Tensor":
+        """PyTorch's ``cuda()``: tallow has no CUDA backend, so this raises with the call
+        to write instead (``x.to("gpu")``, the WebGPU device)."""
+        raise TallowError(
+            "cuda(): tallow has no CUDA backend; its GPU device is 'gpu' (WebGPU): write "
+            "x.to('gpu') or x.gpu(), and model.to('gpu') for a model")
+
     def to(self, *args, **kwargs) -> "Tensor":
         """Dtype and/or device conversion, with candle-pyo3's argument rules."""
         device = dtype = other = None
@@ -381,10 +391,12 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
             elif isinstance(arg, str):
                 try:
                     d = Device.parse(arg)
-                except TallowError:
+                except TallowError as device_error:
                     try:
                         d = dt.DType.parse(arg)
                     except TallowError:
+                        if arg.strip().lower().partition(":")[0] in ("cuda", "metal", "mps"):
+                            raise device_error from None  # says which device to use instead
                         raise TypeError(f"to: {arg!r} is neither a device nor a dtype") from None
                     dtype = put(dtype, d, "dtypes")
                 else:

@@ -98,3 +98,32 @@ def test_kv_cache_overflow_says_how_to_go_on():
     k = tl.tensor(np.zeros((1, 1, 5, 2), np.float32))
     with pytest.raises(tl.ShapeMismatchError, match="RotatingKvCache"):
         cache.append(k, k)
+
+
+def test_tensor_cuda_says_to_use_gpu():
+    with pytest.raises(tl.TallowError, match=r"x.to\('gpu'\)"):
+        tl.zeros((2,)).cuda()
+    with pytest.raises(tl.TallowError, match=r"to\('gpu'\)"):
+        tl.zeros((2,)).to("cuda")
+
+
+def test_item_of_many_elements_says_how_to_read_them():
+    _, loss = _model_and_loss()
+    with pytest.raises(tl.ShapeMismatchError, match=r"\.sum\(\).*\.tolist\(\)"):
+        tl.ones((2, 3)).item()
+    assert isinstance(loss.item(), float)
+
+
+def test_tl_save_load_and_tl_optim_are_attributes(tmp_path):
+    """PyTorch's ``torch.save``/``torch.load`` and ``torch.optim`` without an import."""
+    import subprocess
+    import sys
+
+    code = ("import tallow as tl; import numpy as np; "
+            "tl.save({'w': tl.ones((2,))}, 'w.pt'); "
+            "assert np.allclose(tl.load('w.pt')['w'].numpy(), 1); "
+            "print(tl.optim.AdamW.__name__, tl.optim.lr_scheduler.StepLR.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["AdamW", "StepLR"]
