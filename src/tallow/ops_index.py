@@ -27,6 +27,14 @@ from .tensor_base import TensorBase
 _contig = Layout.contiguous_of
 
 
+def _ids_and_dim(ids, dim):
+    """``(ids, dim)`` from candle's order or PyTorch's ``(dim, index)``: the dim is the
+    one that is an int, so the two orders cannot be confused."""
+    if isinstance(ids, (int, np.integer)) and not isinstance(dim, (int, np.integer)):
+        return dim, int(ids)
+    return ids, dim
+
+
 def _check_ids(op, t, ids):
     if not ids.dtype.is_int:
         raise UnsupportedDTypeError(f"{op}: indices must be u8, u32 or i64, got {ids.dtype}")
@@ -55,7 +63,9 @@ class IndexOps:
 
     # -- selection -----------------------------------------------------------------------
     def index_select(self, ids, dim):
-        """The slices at the 1-D ``ids`` along ``dim`` (an id equal to the dtype's max selects zeros, as candle)."""
+        """The slices at the 1-D ``ids`` along ``dim`` (an id equal to the dtype's max selects zeros, as candle).
+        PyTorch's order, ``index_select(dim, ids)``, is accepted too."""
+        ids, dim = _ids_and_dim(ids, dim)
         d = normalize_dim(dim, self.rank, "index_select")
         _check_ids("index_select", self, ids)
         if ids.rank != 1:
@@ -73,7 +83,9 @@ class IndexOps:
         return rows.reshape(ids.shape + (self.shape[1],)) if ids.rank != 1 else rows
 
     def gather(self, ids, dim):
-        """Values at ``ids`` along ``dim`` (``out[i][j] = self[ids[i][j]][j]`` for dim 0); ids have self's rank."""
+        """Values at ``ids`` along ``dim`` (``out[i][j] = self[ids[i][j]][j]`` for dim 0); ids have self's rank.
+        PyTorch's order, ``gather(dim, ids)``, is accepted too."""
+        ids, dim = _ids_and_dim(ids, dim)
         d = normalize_dim(dim, self.rank, "gather")
         _check_ids("gather", self, ids)
         if ids.rank != self.rank or any(

@@ -127,3 +127,19 @@ def test_tl_save_load_and_tl_optim_are_attributes(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["AdamW", "StepLR"]
+
+
+def test_index_select_and_gather_take_pytorchs_argument_order():
+    import torch
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x, t = tl.tensor(a), torch.from_numpy(a)
+    ids = np.array([2, 0], dtype=np.int64)
+    for dim in (0, 1):
+        want = t.index_select(dim, torch.from_numpy(ids)).numpy()
+        np.testing.assert_array_equal(x.index_select(dim, tl.tensor(ids)).numpy(), want)
+        np.testing.assert_array_equal(x.index_select(tl.tensor(ids), dim).numpy(), want)
+    g = np.array([[0, 2], [1, 1], [3, 0]], dtype=np.int64)
+    want = t.gather(1, torch.from_numpy(g)).numpy()
+    np.testing.assert_array_equal(x.gather(1, tl.tensor(g)).numpy(), want)
+    np.testing.assert_array_equal(x.gather(tl.tensor(g), 1).numpy(), want)
