@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from tallow.utils import gpu_is_available as tl_gpu_is_available
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEPS = 20
 
@@ -26,9 +28,12 @@ def _as_pytorch(source: str) -> str:
     return out
 
 
-def _load(name: str, pytorch: bool):
+def _load(name: str, pytorch: bool, device: str = "cpu"):
     path = EXAMPLES / f"{name}.py"
     source = path.read_text()
+    if device != "cpu":
+        assert source.count('device = "cpu"') == 1
+        source = source.replace('device = "cpu"', f'device = "{device}"')
     module = types.ModuleType(f"{name}_{'torch' if pytorch else 'tallow'}")
     module.__file__ = str(path)
     sys.path.insert(0, str(EXAMPLES))
@@ -116,3 +121,16 @@ def test_cnn_classifier_matches_pytorch():
             continue
         np.testing.assert_allclose(v.numpy(), tmodel.state_dict()[k].numpy(), rtol=1e-3,
                                    atol=1e-4, err_msg=k)
+
+
+@pytest.mark.skipif(not tl_gpu_is_available(), reason="no GPU adapter")
+def test_mlp_dataloader_on_the_gpu_matches_pytorch():
+    """The device name is the one other change: ``device = "gpu"``."""
+    ours, theirs = _load("mlp_dataloader", False, "gpu"), _load("mlp_dataloader", True)
+    model, tmodel = ours.make_model(), theirs.make_model()
+    _copy_weights(model, tmodel)
+    model.to("gpu")
+    losses = ours.train(model, ours.DataLoader(ours.blobs(640), batch_size=32), STEPS)
+    tlosses = theirs.train(tmodel, theirs.DataLoader(theirs.blobs(640), batch_size=32), STEPS)
+    _assert_same_losses(losses, tlosses)
+    assert next(iter(model.parameters())).device.type == "gpu"
