@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 import tallow as tl
 from tallow.backends.cpu import gemm, native
 
+from ...support.native_builds import each_build_and_thread_count
+
 pytestmark = pytest.mark.skipif(not gemm.native_available(), reason="the native gemm module is not built")
 
 G = gemm._native
@@ -458,3 +460,26 @@ def test_a_layer_s_kernel_gradient_is_summed_in_parts_in_c(monkeypatch):
             torch.from_numpy(g).double())
         np.testing.assert_allclose(got, pk.grad.numpy(), rtol=1e-4, atol=1e-4)
     assert calls == []
+
+
+# Thin products (fewer columns than a panel, few rows, both operands contiguous along
+# k): a few-channel layer's kernel gradient g (c_out, positions) @ cols^T, a narrow
+# last layer h @ w.t(); they are dot products of contiguous runs in the kernel.
+THIN_SHAPES = [(8, 9, 676), (64, 10, 256), (3, 1, 33), (7, 15, 1000), (1, 1, 40), (5, 4, 39)]
+
+
+@pytest.mark.parametrize("m,n,k", THIN_SHAPES)
+def test_thin_products_match_float64_in_every_build_and_thread_count(m, n, k):
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((m, k)).astype(F)
+    b = rng.standard_normal((n, k)).astype(F).T  # (k, n), each column contiguous
+    c0 = rng.standard_normal((m, n)).astype(F)
+    bias = rng.standard_normal(n).astype(F)
+    results = []
+    for _ in each_build_and_thread_count(G):
+        out = c0.copy()
+        G.gemm(a[None], b[None], out[None], True, bias)
+        assert np.all(np.abs(out - reference(a, b, c0, bias)) <= bound(a, b, c0, bias))
+        results.append(out)
+    for out in results[1:]:
+        np.testing.assert_array_equal(out, results[0])

@@ -595,6 +595,71 @@ static int windows_whole(const tallow_windows *w, int64_t j0, int64_t nc, int64_
     return 1;
 }
 
+/* ------------------------------------------------------------------ thin products */
+/* Fewer columns than a panel and few rows, A's rows and B's columns both running
+ * along K (csa = rsb = 1): a few-channel convolution's kernel gradient, g (c_out,
+ * positions) @ cols^T (positions, c_in * taps), or a narrow last layer. The tiles
+ * would compute mostly padding there, after packing B by a strided transpose; here
+ * each element is the dot product of two contiguous runs, taken three rows by three
+ * columns at a time (nine sums and six loads fill the 16 vector registers) in
+ * eight-lane partial sums (lane l sums the k = l mod 8 terms),
+ * the lanes then added in order and the last k % 8 terms after them: each element's
+ * sum follows k alone, whatever the units. Written once with GCC vector types and
+ * compiled for the baseline and for AVX2 (the build has no FMA contraction: the
+ * same operations, the same bits). */
+#define THIN_ROWS 64 /* at most this many rows */
+#define THIN_K 32    /* at least this long a K */
+#define THIN_TR 3    /* a block's rows and columns */
+#define THIN_TC 3
+typedef float thin_f32x8 __attribute__((vector_size(32)));
+typedef float thin_f32x8u __attribute__((vector_size(32), aligned(4))); /* an unaligned load */
+
+static inline __attribute__((always_inline)) void thin_dots(const gemm_job *j, const float *A, const float *B,
+                                                            float *C, int64_t i0, int64_t i1) {
+    const int64_t k = j->k, k8 = k & ~(int64_t)7, n = j->n;
+    for (int64_t i = i0; i < i1; i += THIN_TR)
+        for (int64_t c0 = 0; c0 < n; c0 += THIN_TC) {
+            const float *a[THIN_TR], *b[THIN_TC]; /* a missing row or column repeats the first, not stored */
+            for (int r = 0; r < THIN_TR; r++) a[r] = A + (i + r < i1 ? i + r : i) * j->rsa;
+            for (int q = 0; q < THIN_TC; q++) b[q] = B + (c0 + q < n ? c0 + q : c0) * j->csb;
+            thin_f32x8 acc[THIN_TR][THIN_TC];
+            for (int r = 0; r < THIN_TR; r++)
+                for (int q = 0; q < THIN_TC; q++) acc[r][q] = (thin_f32x8){0};
+            for (int64_t p = 0; p < k8; p += 8) {
+                thin_f32x8 av[THIN_TR];
+                for (int r = 0; r < THIN_TR; r++) av[r] = *(const thin_f32x8u *)(a[r] + p);
+                for (int q = 0; q < THIN_TC; q++) {
+                    thin_f32x8 bv = *(const thin_f32x8u *)(b[q] + p);
+                    for (int r = 0; r < THIN_TR; r++) acc[r][q] += av[r] * bv;
+                }
+            }
+            for (int r = 0; r < THIN_TR && i + r < i1; r++)
+                for (int q = 0; q < THIN_TC && c0 + q < n; q++) {
+                    float s = acc[r][q][0];
+                    for (int l = 1; l < 8; l++) s += acc[r][q][l];
+                    for (int64_t p = k8; p < k; p++) s += a[r][p] * b[q][p];
+                    float *c = C + (i + r) * j->ldc + c0 + q;
+                    float v = j->accumulate ? *c + s : s;
+                    if (j->bias) v = v + j->bias[c0 + q];
+                    *c = v;
+                }
+        }
+}
+
+static void thin_dots_base(const gemm_job *j, const float *A, const float *B, float *C, int64_t i0, int64_t i1) {
+    thin_dots(j, A, B, C, i0, i1);
+}
+#ifdef TALLOW_X86
+static AVX2 void thin_dots_avx2(const gemm_job *j, const float *A, const float *B, float *C, int64_t i0,
+                                int64_t i1) {
+    thin_dots(j, A, B, C, i0, i1);
+}
+#endif
+
+static int is_thin(const gemm_job *j) {
+    return !j->win && j->csa == 1 && j->rsb == 1 && j->n < NR && j->m <= THIN_ROWS && j->k >= THIN_K;
+}
+
 /* One unit: rows [i0, i1) x columns [j0, j1) of batch item bi. */
 static void run_unit(gemm_job *j, int64_t u) {
     int64_t ib = u % j->nmb, jb = (u / j->nmb) % j->nnb, bi = u / (j->nmb * j->nnb);
@@ -603,6 +668,16 @@ static void run_unit(gemm_job *j, int64_t u) {
     if (i0 >= i1 || j0 >= j1) return;
     const float *A = j->a + bi * j->sab, *B = j->win ? NULL : j->b + bi * j->sbb;
     float *C = j->c + bi * j->m * j->n;
+    if (is_thin(j)) { /* (a unit is then whole columns: n < NR) */
+#ifdef TALLOW_X86
+        if (use_avx2) {
+            thin_dots_avx2(j, A, B, C, i0, i1);
+            return;
+        }
+#endif
+        thin_dots_base(j, A, B, C, i0, i1);
+        return;
+    }
     const int64_t ldc = j->ldc, k = j->k, kc = kc_of(k), nc = j1 - j0, panels = (nc + NR - 1) / NR;
     /* A is packed only when its rows are not contiguous: rows read in place, six
      * streams, ran as fast as packed ones for wide products and up to 1.5x faster for
