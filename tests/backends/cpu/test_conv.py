@@ -23,6 +23,8 @@ import tallow as tl
 from tallow.backends.cpu import conv as cpu_conv
 from tallow.backends.cpu import native, parallel
 
+from ...support.native_builds import each_build_and_thread_count
+
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-4), np.float64: dict(rtol=1e-9, atol=1e-9)}
@@ -556,6 +558,30 @@ def test_wide_max_pool_rows_with_ties_and_nans_match_torch(kernel, stride, nativ
     (ref * torch.from_numpy(g)).sum().backward()
     np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
     np.testing.assert_allclose(gx, px.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_NATIVE, reason="native conv module not built")
+@pytest.mark.parametrize("kernel", [(2, 2), (3, 2), (1, 3)])
+def test_tiling_max_pool_backward_writes_every_element_in_every_build(kernel):
+    """Windows that tile the plane (stride = window) write each input row outright: the
+    gradient at the winner (a -0.0 kept, ties to the first maximum, a NaN winning),
+    zero elsewhere and in the rows and columns no window covers, the same bits as
+    PyTorch in each build at one and two threads."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(-2, 3, (3, 2, 2 * kernel[0] * 5 + 1, kernel[1] * 23 + 1)).astype(np.float32)
+    x[rng.random(x.shape) < 0.02] = np.nan
+    px = torch.tensor(x, requires_grad=True)
+    ref = F.max_pool2d(px, kernel, kernel)
+    g = rng.standard_normal(ref.shape).astype(np.float32)
+    g[rng.random(g.shape) < 0.1] = -0.0
+    ref.backward(torch.from_numpy(g))
+    want = px.grad.numpy()
+    mod = cpu_conv._CONV()
+    for _ in each_build_and_thread_count(mod):
+        gx = np.full(x.shape, np.nan, np.float32)  # every element must be written
+        mod.max_pool2d_backward(x, g, gx, 6, x.shape[2], x.shape[3], *kernel, *kernel)
+        np.testing.assert_array_equal(gx, want)
+        np.testing.assert_array_equal(np.signbit(gx), np.signbit(want))
 
 
 def test_no_native_variable_turns_the_native_passes_off(monkeypatch):

@@ -556,8 +556,45 @@ ALWAYS_INLINE void max_pool_backward_row(const int64_t sw, const int64_t kh, con
     }
 }
 
-/* Each unit zeroes its plane, then routes its rows of windows in order, in blocks of
- * POOL_BLOCK windows. */
+/* Windows that tile the plane (strides = window, as max_pool2d's default): each input
+ * element is in one window at most, so a row of windows writes its kh input rows
+ * outright, 0 + the gradient at each winner (the bits of the adding route) and zero
+ * elsewhere, with selects the compiler vectorises, where the route scatters into a
+ * zeroed plane. (`off` unused: the rows' shared signature.) */
+ALWAYS_INLINE void max_pool_backward_tiles_row(const int64_t sw, const int64_t kh, const int64_t kw,
+                                               const pool_job *j, const float *restrict win,
+                                               const float *restrict g, float *restrict gx,
+                                               const int64_t *restrict off) {
+    (void)off;
+    const int64_t ow = j->ow, w = j->w;
+    float tap[POOL_BLOCK];
+    for (int64_t c0 = 0; c0 < ow; c0 += POOL_BLOCK) {
+        const int64_t n = ow - c0 < POOL_BLOCK ? ow - c0 : POOL_BLOCK;
+        const float *restrict wb = win + c0 * sw;
+        for (int64_t c = 0; c < n; c++) {
+            float best = wb[c * sw], t = 0.0f;
+            for (int64_t di = 0; di < kh; di++)
+                for (int64_t dj = di == 0 ? 1 : 0; dj < kw; dj++) {
+                    const float v = wb[di * w + c * sw + dj];
+                    const int take = TAKES(v, best);
+                    best = take ? v : best;
+                    t = take ? (float)(di * kw + dj) : t;
+                }
+            tap[c] = t;
+        }
+        for (int64_t di = 0; di < kh; di++) {
+            float *restrict row = gx + di * w + c0 * sw;
+            for (int64_t c = 0; c < n; c++) {
+                const float routed = 0.0f + g[c0 + c];
+                for (int64_t dj = 0; dj < kw; dj++) row[c * sw + dj] = tap[c] == (float)(di * kw + dj) ? routed : 0.0f;
+            }
+        }
+    }
+}
+
+/* Each unit routes its plane's rows of windows in order: tiling windows write their
+ * rows outright (the rest of the plane zeroed), others add into the zeroed plane in
+ * blocks of POOL_BLOCK windows. */
 ALWAYS_INLINE void max_pool_backward_task(void *p, int64_t lo, int64_t hi) {
     const pool_job *j = (const pool_job *)p;
     int64_t *off = (int64_t *)malloc((size_t)(j->kh * j->kw) * sizeof(int64_t));
@@ -566,9 +603,22 @@ ALWAYS_INLINE void max_pool_backward_task(void *p, int64_t lo, int64_t hi) {
         return;
     }
     for (int64_t t = 0; t < j->kh * j->kw; t++) off[t] = (t / j->kw) * j->w + t % j->kw;
+    const int tiling = j->sh == j->kh && j->sw == j->kw;
     for (int64_t u = lo; u < hi; u++) {
         const float *x = j->x + u * j->h * j->w, *g = j->g + u * j->oh * j->ow;
         float *gx = j->out + u * j->h * j->w;
+        if (tiling) {
+            const int64_t covered = j->ow * j->kw; /* columns in a window */
+            for (int64_t i = 0; i < j->oh; i++) {
+                float *rows = gx + i * j->sh * j->w;
+                POOL_SHAPES(max_pool_backward_tiles_row, j, x + i * j->sh * j->w, g + i * j->ow, rows, off);
+                for (int64_t di = 0; di < j->kh && covered < j->w; di++)
+                    memset(rows + di * j->w + covered, 0, (size_t)(j->w - covered) * sizeof(float));
+            }
+            const int64_t done = j->oh * j->kh; /* rows in a window */
+            memset(gx + done * j->w, 0, (size_t)((j->h - done) * j->w) * sizeof(float));
+            continue;
+        }
         memset(gx, 0, (size_t)(j->h * j->w) * sizeof(float));
         for (int64_t i = 0; i < j->oh; i++)
             POOL_SHAPES(max_pool_backward_row, j, x + i * j->sh * j->w, g + i * j->ow, gx + i * j->sh * j->w, off);
