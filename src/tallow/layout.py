@@ -41,6 +41,37 @@ def _is_f_contiguous(shape: tuple, stride: tuple) -> bool:
     return True
 
 
+def view_stride(old_shape: tuple, old_stride: tuple, new_shape: tuple):
+    """Strides that read ``new_shape`` from the elements of ``(old_shape, old_stride)`` in
+    row-major order, or None where no strides can (PyTorch's ``computeStride``). The old
+    dims are cut into chunks, each contiguous within itself; the new dims must tile
+    each chunk exactly, so a new dim never spans two chunks."""
+    if elem_count(old_shape) == 0 or not old_shape:
+        return contiguous_stride(new_shape)
+    new_stride = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base = old_stride[-1]
+    tensor_numel = view_numel = 1
+    for tensor_d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[tensor_d]
+        chunk_ends = tensor_d == 0 or (old_shape[tensor_d - 1] != 1
+                                       and old_stride[tensor_d - 1] != tensor_numel * chunk_base)
+        if not chunk_ends:
+            continue
+        while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+            new_stride[view_d] = view_numel * chunk_base
+            view_numel *= new_shape[view_d]
+            view_d -= 1
+        if view_numel != tensor_numel:
+            return None
+        if tensor_d > 0:
+            chunk_base = old_stride[tensor_d - 1]
+            tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_stride)
+
+
 class Layout:
     """How a tensor reads its storage: ``shape``, ``stride`` (in elements) and ``start_offset``.
 
@@ -217,6 +248,15 @@ class Layout:
         if self.contiguous:
             return Layout.contiguous_of(shape, self.start_offset)
         return None
+
+    def strided_view(self, shape: tuple):
+        """The layout of ``shape`` over the same elements by PyTorch's ``view`` rule
+        (``computeStride``): a strided layout views too whenever each run of merged or
+        split dims is contiguous within itself; None where no strides can."""
+        if self.contiguous:
+            return Layout.contiguous_of(shape, self.start_offset)
+        stride = view_stride(self.shape, self.stride, shape)
+        return None if stride is None else Layout(shape, stride, self.start_offset)
 
 
 _INTERNED: dict = {}

@@ -12,7 +12,7 @@ from .getitem import getitem, int_index
 from .setitem import index_put_, setitem
 from .layout import Layout
 from .op import record1
-from .shape import normalize_dim, parse_shape, parse_shape_with_hole
+from .shape import elem_count, normalize_dim, parse_shape, parse_shape_with_hole
 
 _contig = Layout.contiguous_of
 
@@ -160,15 +160,25 @@ class ViewOps:
 
     # -- PyTorch's shape spellings ---------------------------------------------------------
     def view(self, *shape):
-        """PyTorch's ``view``: a reshape that never copies. The tensor must be
-        contiguous (else use ``reshape``, which copies); one ``-1`` is inferred."""
-        if not self._layout.contiguous:
+        """PyTorch's ``view``: a reshape that never copies. It works whenever the new
+        shape can be read with strides of the old layout (PyTorch's rule: a strided
+        tensor views too, as long as no new dim spans two non-adjacent runs of
+        elements); else it raises, and ``reshape`` (which copies then) is the fix. One
+        ``-1`` is inferred."""
+        lay = self._layout
+        if lay.contiguous:
+            return self.reshape(*shape)
+        new_shape = parse_shape_with_hole(shape, lay.count, "view")
+        if elem_count(new_shape) != lay.count:
+            return self.reshape(*shape)  # raises, naming both shapes
+        view = lay.strided_view(new_shape)
+        if view is None:
             raise NotContiguousError(
-                f"view: the tensor (shape {self.shape}, strides {self.stride}) is not "
-                "contiguous, so a view cannot reshape it; use reshape(...) (copies) or "
-                "contiguous().view(...)"
-            )
-        return self.reshape(*shape)
+                f"view: shape {new_shape} is not compatible with the tensor's shape "
+                f"{self.shape} and strides {tuple(self.stride)} (at least one dim spans "
+                "across two contiguous runs of elements); use reshape(...) instead, "
+                "which copies here")
+        return self._wrap(self._storage, view, record1("reshape", self, lay.shape))
 
     def size(self, dim=None):
         """PyTorch's ``size()``: the shape tuple, or the size of ``dim``."""

@@ -25,6 +25,7 @@ from .ops_index import IndexOps
 from .ops_inplace import InplaceOps
 from .ops_linalg import LinalgOps
 from .ops_reduce import ReduceOps
+from .ops_torch import TorchMethods
 from .ops_views import ViewOps
 from .numpy_protocol import NumpyProtocol
 from .tensor_base import TensorBase, new_id
@@ -34,7 +35,7 @@ _new = object.__new__
 
 
 class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, InplaceOps, LinalgOps,
-             ConvOps, CustomOpMethods, NumpyProtocol, TensorBase):
+             ConvOps, CustomOpMethods, TorchMethods, NumpyProtocol, TensorBase):
     """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
     copies Python data, a NumPy array or another tensor."""
 
