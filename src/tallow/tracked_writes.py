@@ -91,9 +91,7 @@ def placed(old, positions, value, accumulate):
     flat_positions = positions.reshape(-1)
     n = old.nelement
     if accumulate:
-        from .creation import zeros  # creation.py imports the Tensor class, built on this
-
-        added = zeros((n,), dtype=old.dtype, device=old.device).index_add(
+        added = old.zeros((n,), dtype=old.dtype, device=old.device).index_add(
             ids_on(old, flat_positions, old.device), flat_value, 0)
         return old + added.reshape(old.shape)
     source = np.zeros(n, dtype=np.int64)
