@@ -90,7 +90,7 @@ def _shifted_ids(ids, ids_layout, r0):
 
 
 def _in_slab(ids_c, layout, length):
-    """u8 mask of the shifted ids that fall in a slab of ``length``."""
+    """bool mask of the shifted ids that fall in a slab of ``length``."""
     mask = ids_c.cmp_scalar("lt", layout, length)
     if ids_c.dtype is dt.i64:
         mask = mask.binary("mul", layout, ids_c.cmp_scalar("ge", layout, 0), layout)
