@@ -40,6 +40,10 @@ from .serialization import load, save
 from .shape import D
 from .tensor_class import Tensor
 from .var import Var
+# PyTorch's module-level functions (tl.exp, tl.sum, tl.einsum, ...); tl.meshgrid also
+# takes PyTorch's (*tensors, indexing=) form.
+from .functions import *  # noqa: E402,F401,F403,A001
+from . import functions as _functions  # noqa: E402
 from . import testing, utils  # noqa: E402  (they import the names above)
 # Defines Tensor.quantize on top of Tensor (tensor_class.py says why).
 from . import quantized  # noqa: E402
@@ -84,3 +88,4 @@ __all__ = [
     "testing", "utils", "nn", "models", "quantized", "functional", "optim", "QTensor",
     "compile", "CompiledFunction", "save", "load", "no_grad", "enable_grad", "is_grad_enabled",
 ]
+__all__ += [n for n in _functions.__all__ if n not in __all__]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtype as dt
+from .contraction import einsum
 from .errors import InvalidArgumentError, ShapeMismatchError, UnsupportedDTypeError
+from .ops_reduce import ValuesIndices
 from .shape import normalize_dim
 from .tensor_base import TensorBase
 
@@ -24,9 +26,8 @@ def _dims_of(shape):
 
 
 def _on_device(arr, dtype, like):
-    from .tensor_class import Tensor
-
-    return Tensor(np.ascontiguousarray(arr), dtype=dtype, device=like.device)
+    """``arr`` as a tensor of ``dtype`` on ``like``'s device."""
+    return like.new(np.ascontiguousarray(arr, dtype=dtype.np), device=like.device)
 
 
 def _tree_product(x, d):
@@ -75,9 +76,7 @@ class TorchMethods:
 
     # -- new tensors like this one ---------------------------------------------------------
     def _new_full(self, shape, value, dtype, device):
-        from .tensor_class import Tensor
-
-        return Tensor.full(_dims_of(shape), value, dtype=dtype or self.dtype,
+        return self.full(_dims_of(shape), value, dtype=dtype or self.dtype,
                            device=device or self.device)
 
     def new_zeros(self, *size, dtype=None, device=None):
@@ -98,23 +97,17 @@ class TorchMethods:
 
     def new_tensor(self, data, dtype=None, device=None):
         """A copy of ``data`` with this tensor's dtype and device (unless given)."""
-        from .tensor_class import Tensor
-
-        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device)
+        return self.new(data, device=device or self.device).to_dtype(dtype or self.dtype)
 
     def uniform_(self, from_=0.0, to=1.0, **kwargs):
         """Fill in place with values drawn uniformly from ``[from_, to)``."""
         from_ = kwargs.pop("from", from_)
-        from .tensor_class import Tensor
-
-        draw = Tensor.rand(self.shape, low=from_, high=to, dtype=self.dtype, device=self.device)
+        draw = self.rand(self.shape, low=from_, high=to, dtype=self.dtype, device=self.device)
         return self.copy_(draw)
 
     def normal_(self, mean=0.0, std=1.0):
         """Fill in place with values drawn from a normal distribution."""
-        from .tensor_class import Tensor
-
-        draw = Tensor.randn(self.shape, mean=mean, std=std, dtype=self.dtype, device=self.device)
+        draw = self.randn(self.shape, mean=mean, std=std, dtype=self.dtype, device=self.device)
         return self.copy_(draw)
 
     # -- shape ---------------------------------------------------------------------------------
@@ -361,8 +354,6 @@ class TorchMethods:
     def median(self, dim=None, keepdim=False):
         """The lower median; NaN where a NaN is among the values (PyTorch's rule). With
         ``dim``, ``(values, indices)``."""
-        from .tensor_class import Tensor
-
         if dim is None:
             return self.flatten_all().median(0).values.reshape(
                 (1,) * self.rank if keepdim else ())
@@ -378,7 +369,7 @@ class TorchMethods:
             else np.full_like(has_nan, n, dtype=np.int64)
         pos = np.where(has_nan, finite_count, (n - 1) // 2)
         ids = np.take_along_axis(order, pos, d).astype(np.int64)
-        index = Tensor(ids, dtype=dt.i64, device=self.device)
+        index = _on_device(ids, dt.i64, self)
         vals = self.gather(index, d)
         if not keepdim:
             vals, index = vals.squeeze(d), index.squeeze(d)
@@ -424,8 +415,6 @@ class TorchMethods:
 
     def einsum(self, equation, *operands):
         """``tl.einsum(equation, self, *operands)``."""
-        from .einsum import einsum
-
         return einsum(equation, self, *operands)
 
     # -- indexing ------------------------------------------------------------------------------
@@ -458,8 +447,6 @@ class TorchMethods:
 
 
 def _values_indices(values, indices):
-    from .ops_reduce import ValuesIndices
-
     return ValuesIndices(values, indices)
 
 

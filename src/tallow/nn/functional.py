@@ -15,6 +15,10 @@ from .activation import _legacy_softmax_dim
 from .ops import gelu as _gelu_tanh
 from .ops import gelu_erf, leaky_relu, relu, scaled_dot_product_attention, sigmoid, silu
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from .functional_torch import (batch_norm, cosine_similarity, elu, glu, group_norm, hardtanh,
+                               interpolate, kl_div, layer_norm, logsigmoid, mish, normalize,
+                               one_hot, pad, pairwise_distance, smooth_l1_loss, softplus, unfold)
+from .functional_torch import __all__ as _more
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
@@ -62,7 +66,7 @@ def tanh(input: Tensor) -> Tensor:
     return input.tanh()
 
 
-def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``
     when ``training`` (PyTorch's default is True here too)."""
     from .activation import Dropout
@@ -70,8 +74,20 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     return Dropout(p).train(training)(input)
 
 
-def embedding(input: Tensor, weight: Tensor) -> Tensor:
-    return weight.embedding(input)
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm=None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> Tensor:
+    """``F.embedding``: the rows of ``weight`` at ``input``; rows at ``padding_idx`` get
+    no gradient, as PyTorch (``max_norm`` and the rest are not supported)."""
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise TypeError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    out = weight.embedding(input)
+    if padding_idx is None or not out.track_op():
+        return out
+    if padding_idx < 0:
+        padding_idx += weight.shape[0]
+    at_pad = input.eq(padding_idx).unsqueeze(-1)
+    return out.detach().where(at_pad, out)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -95,4 +111,4 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "binary_cross_entropy_with_logit
            "conv2d", "conv_transpose2d", "cross_entropy", "dropout", "embedding", "gelu",
            "l1_loss", "leaky_relu", "linear", "log_softmax", "max_pool2d", "mse_loss",
            "nll_loss", "relu", "scaled_dot_product_attention", "sigmoid", "silu", "softmax",
-           "tanh"]
+           "tanh"] + _more
