@@ -92,13 +92,31 @@ def cached_zeros_like(x):
     return z
 
 
+ZERO_ROW = 1 << 12  # elements per row of a large input's maximum against zeros
+
+
 def _relu(x, out=None):
     # NumPy's maximum against a scalar takes a slower loop than against an array
-    # of the same shape (3.6 vs 2.5 µs for 64x256 f32), so small inputs use a
-    # cached zero array.
+    # (the same values, the same results), so small inputs use a cached zero array of
+    # their shape and large contiguous ones go as rows against one zero row.
     if x.size <= ZEROS_MAX:
         return np.maximum(x, cached_zeros_like(x), out=out)
+    if x.flags.c_contiguous and (out is None or out.flags.c_contiguous):
+        return _max_with_zero_rows(x, out)
     return np.maximum(x, x.dtype.type(0), out=out)
+
+
+def _max_with_zero_rows(x, out):
+    """``max(x, 0)`` of a contiguous ``x``: rows of ``ZERO_ROW`` elements against a
+    broadcast zero row (a read-only view of a cached one), then the tail."""
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    flat, res = x.reshape(-1), out.reshape(-1)
+    zeros = cached_zeros_like(np.empty(ZERO_ROW, x.dtype))
+    whole = flat.size - flat.size % ZERO_ROW
+    np.maximum(flat[:whole].reshape(-1, ZERO_ROW), zeros, out=res[:whole].reshape(-1, ZERO_ROW))
+    np.maximum(flat[whole:], zeros[:flat.size - whole], out=res[whole:])
+    return out
 
 
 _relu.takes_out = True
