@@ -44,8 +44,9 @@ class BertConfig:
     extra: dict = field(default_factory=dict, repr=False)
 
     @staticmethod
-    def from_dict(data: dict, path="config") -> "BertConfig":
-        check_architecture(data, path, BERT_TYPES, "BERT")
+    def from_dict(data: dict, path="config", model_types=BERT_TYPES,
+                  family="BERT") -> "BertConfig":
+        check_architecture(data, path, model_types, family)
         require(data, path, "vocab_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "intermediate_size")
         names = set(BertConfig.__dataclass_fields__) - {"extra"}
@@ -69,7 +70,10 @@ class BertConfig:
 
 
 class BertEmbeddings(Module):
-    def __init__(self, vb, cfg: BertConfig):
+    """Word + position + token-type embeddings, then LayerNorm. ``position_offset`` is
+    the first position id (RoBERTa-style models count positions from ``pad + 1``)."""
+
+    def __init__(self, vb, cfg: BertConfig, position_offset: int = 0):
         super().__init__()
         h = cfg.hidden_size
         self.word_embeddings = Embedding.load(vb.pp("word_embeddings"), cfg.vocab_size, h)
@@ -78,17 +82,18 @@ class BertEmbeddings(Module):
         self.token_type_embeddings = Embedding.load(vb.pp("token_type_embeddings"),
                                                     cfg.type_vocab_size, h)
         self.LayerNorm = LayerNorm.load(vb.pp("LayerNorm"), h, cfg.layer_norm_eps)
-        self.max_positions = cfg.max_position_embeddings
+        self.position_offset = position_offset
+        self.max_positions = cfg.max_position_embeddings - position_offset
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
         _b, seq = input_ids.shape
         if seq > self.max_positions:
             raise ShapeMismatchError(
-                f"BERT: sequence of {seq} tokens is longer than max_position_embeddings "
-                f"{self.max_positions}")
+                f"BERT: sequence of {seq} tokens is longer than the {self.max_positions} "
+                "positions max_position_embeddings gives (truncate the input)")
         x = self.word_embeddings(input_ids)
         x = x + self.token_type_embeddings(token_type_ids)
-        pos = self.position_embeddings.weight.narrow(0, 0, seq)
+        pos = self.position_embeddings.weight.narrow(0, self.position_offset, seq)
         x = x.broadcast_add(pos)
         return self.LayerNorm(x)
 
@@ -235,7 +240,7 @@ def _root(vb, cfg):
     """The builder whose names start at ``embeddings.`` (checkpoints differ in prefix)."""
     if vb.contains_tensor("embeddings.word_embeddings.weight"):
         return vb
-    for p in ("bert", cfg.model_type):
+    for p in ("bert", "roberta", cfg.model_type):
         if vb.pp(p).contains_tensor("embeddings.word_embeddings.weight"):
             return vb.pp(p)
     raise ModelFormatError(
@@ -253,12 +258,21 @@ class BertModel(Module):
         super().__init__()
         self.config = cfg
         vb = _root(vb, cfg)
-        self.embeddings = BertEmbeddings(vb.pp("embeddings"), cfg)
+        self.embeddings = BertEmbeddings(vb.pp("embeddings"), cfg, self.position_offset_for(cfg))
         self.encoder = BertEncoder(vb.pp("encoder"), cfg)
 
     @classmethod
     def load(cls, vb, config: BertConfig) -> "BertModel":
         return cls(vb, config)
+
+    @classmethod
+    def position_offset_for(cls, cfg: BertConfig) -> int:
+        return 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence the position table covers."""
+        return self.embeddings.max_positions
 
     @property
     def dtype(self):

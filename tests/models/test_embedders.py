@@ -1,0 +1,244 @@
+"""XLM-RoBERTa, MPNet and the pooling / prompt options of SentenceEmbedder, against
+sentence-transformers and transformers on small random models saved to temporary
+directories (no network)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import tallow as tl
+from tallow.models.config import ModelFormatError
+from tallow.models.mpnet import relative_position_buckets
+from tallow.models.sentence import SentenceEmbedder
+
+_BASES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Привет, мир! Как у тебя дела сегодня?",
+    "你好，世界。今天的天气非常好。",
+    "مرحبا بالعالم، كيف حالك؟",
+    "Bonjour le monde 🎉 — des émojis 😀👍 partout",
+    "Γειά σου Κόσμε, τι κάνεις;",
+    "こんにちは世界、元気ですか。",
+    "नमस्ते दुनिया, आप कैसे हैं?",
+    "Hallo Welt! Straße, Größe, Übermaß.",
+    "שלום עולם",
+]
+# >= 50 texts: several scripts, emoji, one-word ones, and long ones truncated.
+TEXTS = (_BASES + [b.upper() for b in _BASES] + [b.split()[0] for b in _BASES]
+         + [" ".join(_BASES[i:] + _BASES[:i]) * 3 for i in range(10)]
+         + [f"{a} {b}" for a, b in zip(_BASES, reversed(_BASES))] + ["🎉", "x"])
+MAX_SEQ = 40
+
+
+def cosines(a, b):
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _unigram_tokenizer(d):
+    """A SentencePiece Unigram tokenizer trained on the texts, saved as XLM-R's."""
+    from tokenizers import SentencePieceUnigramTokenizer, processors
+    from transformers import XLMRobertaTokenizerFast
+
+    tok = SentencePieceUnigramTokenizer()
+    tok.train_from_iterator(_BASES * 20, vocab_size=300,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>"], unk_token="<unk>")
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", 0), ("</s>", 2)])
+    hf = XLMRobertaTokenizerFast(tokenizer_object=tok._tokenizer, bos_token="<s>",
+                                 eos_token="</s>", sep_token="</s>", cls_token="<s>",
+                                 unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    hf.save_pretrained(d)
+    return len(hf)
+
+
+@pytest.fixture(scope="module")
+def tiny_xlmr_dir(tmp_path_factory):
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    d = tmp_path_factory.mktemp("tiny_xlmr")
+    vocab = _unigram_tokenizer(d)
+    torch.manual_seed(1)
+    cfg = XLMRobertaConfig(vocab_size=vocab + 4, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=64,
+                           max_position_embeddings=MAX_SEQ + 2, type_vocab_size=1,
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    XLMRobertaModel(cfg, add_pooling_layer=False).eval().save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tiny_mpnet_dir(tmp_path_factory, minilm_dir):
+    """A random MPNet with MiniLM's WordPiece tokenizer (the model math is under test;
+    the real all-mpnet-base-v2 test covers MPNet's own tokenizer)."""
+    import shutil
+
+    from transformers import MPNetConfig, MPNetModel
+
+    d = tmp_path_factory.mktemp("tiny_mpnet")
+    torch.manual_seed(2)
+    # 300 positions: relative distances past 128 reach the last, logarithmic buckets.
+    cfg = MPNetConfig(vocab_size=30527, hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=302)
+    model = MPNetModel(cfg, add_pooling_layer=False).eval()
+    with torch.no_grad():  # a visible position bias
+        model.encoder.relative_attention_bias.weight.normal_(0, 1.0)
+    model.save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(f"{minilm_dir}/{f}", d / f)
+    return d
+
+
+def _st_folder(base, tmp_path, mode="mean", normalize=True, max_seq=MAX_SEQ,
+               include_prompt=True, prompts=None, default_prompt_name=None, tag=""):
+    from sentence_transformers import SentenceTransformer, models
+
+    word = models.Transformer(str(base), max_seq_length=max_seq)
+    dim = word.get_embedding_dimension() if hasattr(word, "get_embedding_dimension") \
+        else word.get_word_embedding_dimension()
+    mods = [word, models.Pooling(dim, pooling_mode=mode, include_prompt=include_prompt)]
+    if normalize:
+        mods.append(models.Normalize())
+    st = SentenceTransformer(modules=mods, device="cpu", prompts=prompts,
+                             default_prompt_name=default_prompt_name)
+    out = tmp_path / f"st_{mode}_{normalize}_{include_prompt}{tag}"
+    st.save(str(out))
+    return out, st
+
+
+def _check(ours, st, texts=TEXTS, **kw):
+    want = st.encode(texts, batch_size=8, **kw)
+    got = ours.encode(texts, batch_size=8, **kw)
+    assert got.shape == want.shape
+    cos = cosines(got, want)
+    assert cos.min() >= 0.99999, (cos.min(), texts[int(cos.argmin())])
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(want, axis=1),
+                               rtol=1e-4)
+    return got
+
+
+def _token_ids_match(ours, path, max_seq):
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(path))
+    want = hf(TEXTS, truncation=True, max_length=max_seq)["input_ids"]
+    got = [e.ids for e in ours.tokenize(TEXTS)]
+    assert got == want
+    assert max(len(g) for g in got) == max_seq  # the long texts were truncated
+
+
+@pytest.mark.parametrize("mode,normalize", [("mean", True), ("cls", False)])
+def test_xlm_roberta_matches_sentence_transformers(tiny_xlmr_dir, tmp_path, mode, normalize):
+    path, st = _st_folder(tiny_xlmr_dir, tmp_path, mode, normalize)
+    ours = SentenceEmbedder.from_pretrained(path)
+    assert type(ours.model).__name__ == "XLMRobertaModel" and ours.normalize == normalize
+    _token_ids_match(ours, path, MAX_SEQ)
+    _check(ours, st)
+
+
+def test_xlm_roberta_hidden_states_match_transformers(tiny_xlmr_dir):
+    """Position ids counted from pad + 1: every position of every row, padded batch."""
+    from transformers import XLMRobertaModel as HF
+
+    from tallow.models.xlm_roberta import XLMRobertaModel, xlm_roberta_config
+
+    hf = HF.from_pretrained(str(tiny_xlmr_dir), add_pooling_layer=False).eval()
+    cfg = xlm_roberta_config(json.loads((tiny_xlmr_dir / "config.json").read_text()))
+    ours = XLMRobertaModel.load(tl.nn.VarBuilder.from_safetensors(
+        tiny_xlmr_dir / "model.safetensors"), cfg)
+    ids = np.array([[0, 5, 9, 12, 7, 2], [0, 8, 2, 1, 1, 1]], np.int64)
+    mask = (ids != 1).astype(np.int64)
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
+    got = ours.forward_unpadded(tl.Tensor(ids.astype(np.uint32)), None,
+                                tl.Tensor(mask.astype(np.uint32))).numpy()
+    keep = mask.astype(bool)
+    np.testing.assert_allclose(got[keep], want[keep], atol=2e-5, rtol=1e-5)
+
+
+def test_relative_position_buckets_match_transformers():
+    from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+    seq = 700
+    pos = torch.arange(seq)
+    rel = pos[None, :] - pos[:, None]
+    want = MPNetEncoder.relative_position_bucket(rel).numpy()
+    np.testing.assert_array_equal(relative_position_buckets(seq), want)
+
+
+@pytest.mark.parametrize("mode,normalize", [("mean", True), ("max", False)])
+def test_mpnet_matches_sentence_transformers(tiny_mpnet_dir, tmp_path, mode, normalize):
+    path, st = _st_folder(tiny_mpnet_dir, tmp_path, mode, normalize, max_seq=300)
+    ours = SentenceEmbedder.from_pretrained(path)
+    assert type(ours.model).__name__ == "MPNetModel" and ours.max_seq_length == 300
+    _token_ids_match(ours, path, 300)
+    _check(ours, st)
+
+
+def test_mpnet_hidden_states_match_transformers(tiny_mpnet_dir):
+    from transformers import MPNetModel as HF
+
+    from tallow.models.mpnet import MPNetModel, mpnet_config
+
+    hf = HF.from_pretrained(str(tiny_mpnet_dir), add_pooling_layer=False).eval()
+    cfg = mpnet_config(json.loads((tiny_mpnet_dir / "config.json").read_text()))
+    ours = MPNetModel.load(tl.nn.VarBuilder.from_safetensors(tiny_mpnet_dir / "model.safetensors"), cfg)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 30000, size=(2, 150)).astype(np.int64)
+    ids[1, 40:] = 1
+    mask = (ids != 1).astype(np.int64)
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
+    t_ids, t_mask = tl.Tensor(ids.astype(np.uint32)), tl.Tensor(mask.astype(np.uint32))
+    keep = mask.astype(bool)
+    np.testing.assert_allclose(ours.forward_unpadded(t_ids, None, t_mask).numpy()[keep], want[keep],
+                               atol=3e-5, rtol=1e-5)
+    np.testing.assert_allclose(ours.forward(t_ids, None, t_mask).numpy()[keep], want[keep],
+                               atol=3e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode,normalize", [("lasttoken", False), ("weightedmean", True),
+                                            (("cls", "mean"), False)])
+def test_bert_other_poolings_match_sentence_transformers(tiny_bert_dir, tmp_path, mode, normalize):
+    path, st = _st_folder(tiny_bert_dir, tmp_path, mode, normalize)
+    ours = SentenceEmbedder.from_pretrained(path)
+    assert ours.normalize == normalize
+    _check(ours, st)
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "lasttoken", "weightedmean", "max"])
+def test_prompts_and_include_prompt_match_sentence_transformers(tiny_bert_dir, tmp_path, mode):
+    """A default prompt from config_sentence_transformers.json, left out of the pooling."""
+    prompts = {"query": "query: ", "passage": "passage: a longer instruction prefix "}
+    path, st = _st_folder(tiny_bert_dir, tmp_path, mode, False, include_prompt=False,
+                          prompts=prompts, default_prompt_name="query", tag="p")
+    ours = SentenceEmbedder.from_pretrained(path)
+    assert prompts.items() <= ours.prompts.items() and ours.default_prompt_name == "query"
+    assert not ours.pooling.include_prompt
+    _check(ours, st)  # the default prompt
+    _check(ours, st, prompt_name="passage")
+    _check(ours, st, prompt="custom: ")
+    with pytest.raises(ValueError, match="prompt_name"):
+        ours.encode(["x"], prompt_name="nope")
+
+
+def test_prompt_included_in_pooling_by_default(tiny_bert_dir, tmp_path):
+    path, st = _st_folder(tiny_bert_dir, tmp_path, "mean", True, prompts={"q": "query: "}, tag="i")
+    ours = SentenceEmbedder.from_pretrained(path)
+    assert ours.default_prompt_name is None
+    _check(ours, st)
+    _check(ours, st, prompt_name="q")
+
+
+def test_unsupported_model_type_lists_the_supported_ones(tiny_bert_dir, tmp_path):
+    import shutil
+
+    d = tmp_path / "deberta"
+    shutil.copytree(tiny_bert_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["model_type"] = "deberta-v2"
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelFormatError, match=r"'deberta-v2'.*bert.*mpnet.*xlm-roberta"):
+        SentenceEmbedder.from_pretrained(d)
