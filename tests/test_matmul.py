@@ -109,10 +109,12 @@ def test_matmul_shape_errors(device):
     a = tl.zeros((2, 3, 4), device=device)
     with pytest.raises(tl.ShapeMismatchError, match="inner"):
         a.matmul(tl.zeros((2, 5, 6), device=device))
-    with pytest.raises(tl.ShapeMismatchError, match="batch"):
+    with pytest.raises(tl.ShapeMismatchError, match="batch|broadcast"):
         a.matmul(tl.zeros((3, 4, 6), device=device))
+    # Vectors follow torch.matmul (a dot product), as ``@`` does.
+    assert tl.ones(4, device=device).matmul(tl.ones(4, device=device)).item() == 4.0
     with pytest.raises(tl.ShapeMismatchError):
-        tl.zeros(4, device=device).matmul(tl.zeros(4, device=device))
+        tl.zeros(3, device=device).matmul(tl.zeros(4, device=device))
     with pytest.raises(tl.ShapeMismatchError):
         tl.zeros(3, device=device).dot(tl.zeros(4, device=device))
 

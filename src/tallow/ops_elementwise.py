@@ -69,9 +69,12 @@ class ElementwiseOps:
         out = self._storage.elu(self._layout, alpha)
         return self._wrap(out, _contig(self._layout.shape), record1("elu", self, alpha))
 
-    def clamp(self, low=None, high=None):
-        """Values limited to ``[low, high]`` (either may be None; scalars or tensors).
-        A float bound on an integer tensor gives f32, as ``torch.clamp`` promotes."""
+    def clamp(self, low=None, high=None, *, min=None, max=None):  # noqa: A002 - torch's names
+        """Values limited to ``[low, high]`` (either may be None; scalars or tensors;
+        PyTorch's ``min=`` / ``max=`` name them too). A float bound on an integer
+        tensor gives f32, as ``torch.clamp`` promotes."""
+        low = min if low is None else low
+        high = max if high is None else high
         if not self.dtype.is_float and (isinstance(low, float) or isinstance(high, float)):
             return self.to_dtype(dt.f32).clamp(low, high)
         if isinstance(low, TensorBase) or isinstance(high, TensorBase):

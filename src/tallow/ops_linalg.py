@@ -22,9 +22,12 @@ class LinalgOps:
     __slots__ = ()
 
     def matmul(self, rhs):
-        """Matrix product ``(..., m, k) @ (..., k, n)``; batch dims must be equal (see ``broadcast_matmul`` and ``@``)."""
-        ls, rs = self._storage, rhs._storage
+        """Matrix product ``(..., m, k) @ (..., k, n)``; vectors and batch dims that
+        differ follow ``torch.matmul`` (``@``)."""
         a, b = self._layout.shape, rhs._layout.shape
+        if len(a) < 2 or len(b) < 2 or a[:-2] != b[:-2]:
+            return self @ rhs
+        ls, rs = self._storage, rhs._storage
         if len(a) == 2 and len(b) == 2:
             if a[1] != b[0]:
                 raise ShapeMismatchError(f"matmul: inner dims differ, lhs {a}, rhs {b}")

@@ -26,16 +26,28 @@ from .ops_inplace import InplaceOps
 from .ops_linalg import LinalgOps
 from .ops_reduce import ReduceOps
 from .ops_torch import TorchMethods
+from .ops_torch_names import TorchNamedOps
 from .ops_views import ViewOps
 from .numpy_protocol import NumpyProtocol
 from .tensor_base import TensorBase, new_id
 
 _contig = Layout.contiguous_of
+
+
+class Strides(tuple):
+    """A tensor's strides: a tuple (candle-pyo3's ``t.stride``), callable as PyTorch's
+    ``t.stride()`` / ``t.stride(dim)``."""
+
+    __slots__ = ()
+
+    def __call__(self, dim=None):
+        return tuple(self) if dim is None else self[dim]
 _new = object.__new__
 
 
 class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, InplaceOps, LinalgOps,
-             ConvOps, CustomOpMethods, TorchMethods, NumpyProtocol, TensorBase):
+             ConvOps, CustomOpMethods, TorchNamedOps, TorchMethods, NumpyProtocol,
+             TensorBase):
     """An n-dimensional array on a device: ``Tensor(data, dtype=None, device=None)``
     copies Python data, a NumPy array or another tensor."""
 
@@ -75,9 +87,10 @@ class Tensor(Constructors, ViewOps, ElementwiseOps, ReduceOps, IndexOps, Inplace
         return self._layout.shape
 
     @property
-    def stride(self) -> tuple:
-        """The strides, in elements, as a tuple."""
-        return self._layout.stride
+    def stride(self) -> "Strides":
+        """The strides, in elements, as a tuple (candle-pyo3's property) that can also be
+        called as PyTorch's method: ``t.stride()`` is the tuple, ``t.stride(d)`` one."""
+        return Strides(self._layout.stride)
 
     @property
     def rank(self) -> int:
