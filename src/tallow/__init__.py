@@ -56,12 +56,12 @@ __version__ = "0.1.0"
 
 float_warnings.install()
 
-_LAZY = ("nn", "models", "functional", "optim")
+_LAZY = ("nn", "models", "functional", "optim", "cuda")
 _LAZY_NAMES = {}
 
 
 def __getattr__(name):
-    # tl.nn, tl.models, tl.functional and tl.optim load on first use, so ``import tallow`` stays fast.
+    # tl.nn, tl.models, tl.functional, tl.optim and tl.cuda load on first use, so ``import tallow`` stays fast.
     if name in _LAZY or name in _LAZY_NAMES:
         module = importlib.import_module(f"{__name__}.{_LAZY_NAMES.get(name, name)}")
         return getattr(module, name) if name in _LAZY_NAMES else module
@@ -85,7 +85,7 @@ __all__ = [
     "float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8",
     "uint32", "long", "float8_e4m3fn", "float8_e8m0fnu",
     "manual_seed", "where", "randint", "randperm", "multinomial",
-    "testing", "utils", "nn", "models", "quantized", "functional", "optim", "QTensor",
+    "testing", "utils", "nn", "models", "quantized", "functional", "optim", "cuda", "QTensor",
     "compile", "CompiledFunction", "save", "load", "no_grad", "enable_grad", "is_grad_enabled",
 ]
 __all__ += [n for n in _functions.__all__ if n not in __all__]

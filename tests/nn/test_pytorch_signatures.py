@@ -51,3 +51,9 @@ def test_a_cuda_device_says_which_device_to_use(name):
         tl.ones((2,)).to(name)
     with pytest.raises(tl.TallowError, match="'gpu'"):
         tl.zeros((2,), device=name)
+
+
+def test_the_cuda_probe_of_a_pytorch_program_picks_the_cpu():
+    device = "cuda" if tl.cuda.is_available() else "cpu"
+    assert device == "cpu" and tl.cuda.device_count() == 0
+    assert tl.ones((2,)).to(device).device == tl.cpu
