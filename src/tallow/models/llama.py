@@ -1,5 +1,7 @@
 """The Llama family (Llama 2/3, SmolLM2, TinyLlama...): candle-transformers' ``llama.rs``
-on Hugging Face's ``LlamaForCausalLM`` weights.
+on Hugging Face's ``LlamaForCausalLM`` weights, and the decoders that differ from it
+only by a flag: Mistral (sliding-window attention), Qwen2/2.5 (biases on q/k/v) and
+Qwen3 (an RMSNorm per head on queries and keys). ``DECODER_TYPES`` lists them.
 
 Grouped-query attention, rotary embeddings (Hugging Face's half-split layout, base
 ``rope_theta``, optional Llama-3 frequency scaling), RMSNorm, a SiLU-gated MLP and,
@@ -30,7 +32,9 @@ from ..tensor_class import Tensor
 from .config import ModelFormatError, check_architecture, positive_int, read_json, require
 from .rope_table import RopeTable
 
-LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral")
+LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
+DECODER_TYPES = LLAMA_TYPES
+SLIDING, FULL = "sliding_attention", "full_attention"
 
 
 class ContextLengthError(ModelFormatError, ValueError):
@@ -57,6 +61,14 @@ class LlamaConfig:
     mlp_bias: bool = False
     hidden_act: str = "silu"
     model_type: str = "llama"
+    # Qwen2: biases on q/k/v only (``attention_bias`` puts one on o_proj too, as Llama)
+    qkv_bias: bool = False
+    # Qwen3: RMSNorm over each head's queries and keys before the rotation
+    qk_norm: bool = False
+    # Mistral, Qwen2/3 with use_sliding_window: a query sees the last ``sliding_window``
+    # keys (itself included) in the layers ``layer_types`` marks "sliding_attention"
+    sliding_window: int | None = None
+    layer_types: list | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -64,6 +76,16 @@ class LlamaConfig:
             self.num_key_value_heads = self.num_attention_heads
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.sliding_window is None:
+            self.layer_types = None
+        elif self.layer_types is None:
+            self.layer_types = [SLIDING] * self.num_hidden_layers
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer``, or None where it attends to every key."""
+        if self.layer_types is None or self.layer_types[layer] != SLIDING:
+            return None
+        return self.sliding_window
 
     @property
     def eos_token_ids(self) -> list:
@@ -89,6 +111,7 @@ class LlamaConfig:
             data["rope_theta"] = params["rope_theta"]
         if data.get("rope_scaling") is None and params.get("rope_type", "default") != "default":
             data["rope_scaling"] = params
+        _family_options(data, path)
         names = set(LlamaConfig.__dataclass_fields__) - {"extra"}
         cfg = LlamaConfig(**{k: data[k] for k in names if k in data and data[k] is not None
                              or k in ("bos_token_id", "eos_token_id", "rope_scaling") and k in data})
@@ -115,6 +138,33 @@ class LlamaConfig:
     def from_json(path) -> "LlamaConfig":
         """A Hugging Face ``config.json`` (a file or the directory holding it)."""
         return LlamaConfig.from_dict(read_json(path), path)
+
+
+def _family_options(data: dict, path) -> None:
+    """Set, in ``data``, the flags that make a Mistral or Qwen config a Llama one."""
+    mtype = data.get("model_type") or ""
+    archs = " ".join(data.get("architectures") or []).lower()
+    if mtype == "qwen2" or not mtype and "qwen2" in archs:
+        data["qkv_bias"] = True
+    if mtype == "qwen3" or not mtype and "qwen3" in archs:
+        data["qk_norm"] = True
+    if mtype in ("qwen2", "qwen3") and not data.get("use_sliding_window", False):
+        data["sliding_window"] = None  # Qwen files state a window they do not use
+    window = data.get("sliding_window")
+    if window is not None:
+        positive_int(data, path, "sliding_window")
+        types = data.get("layer_types")
+        if types is None and mtype in ("qwen2", "qwen3"):
+            first = data.get("max_window_layers", data["num_hidden_layers"])
+            types = [SLIDING if i >= first else FULL for i in range(data["num_hidden_layers"])]
+        if types is not None and (len(types) != data["num_hidden_layers"]
+                                  or set(types) - {SLIDING, FULL}):
+            raise ModelFormatError(
+                f"{path}: layer_types must list {data['num_hidden_layers']} entries of "
+                f"{SLIDING!r} or {FULL!r}, got {types!r}")
+        data["layer_types"] = types
+    else:
+        data["layer_types"] = None
 
 
 def _check_llama3_scaling(scaling: dict, path) -> None:
@@ -196,14 +246,20 @@ class Cache:
         self._kv = [None] * self.config.num_hidden_layers
         self.seq_len = 0
 
-    def mask(self, seq: int, index_pos: int):
-        """Additive causal mask (seq, index_pos + seq), or None for one new token."""
-        if seq == 1:
-            return None
+    def mask(self, seq: int, index_pos: int, window: int | None = None):
+        """Additive causal mask (seq, index_pos + seq), or None where it hides nothing
+        (one new token that sees every key). With ``window``, a query at position
+        ``i`` sees the keys ``i - window + 1 .. i`` only (sliding-window attention).
+        Built from each query's position, so rows at different positions fit it."""
         total = index_pos + seq
+        if seq == 1 and (window is None or total <= window):
+            return None
         i = np.arange(seq)[:, None] + index_pos
         j = np.arange(total)[None, :]
-        m = np.where(j > i, np.float32(np.finfo(np.float32).min), np.float32(0.0))
+        hidden = j > i
+        if window is not None:
+            hidden |= j <= i - window
+        m = np.where(hidden, np.float32(np.finfo(np.float32).min), np.float32(0.0))
         return Tensor(m).to_dtype(self.dtype).to_device(self.device)
 
     def update(self, layer: int, k: Tensor, v: Tensor, index_pos: int):
@@ -236,16 +292,24 @@ class LlamaAttention(Module):
         self.num_heads, self.num_kv_heads, self.head_dim = (
             cfg.num_attention_heads, cfg.num_key_value_heads, d)
         bias = cfg.attention_bias
-        self.q_proj = Linear.load(vb.pp("q_proj"), h, self.num_heads * d, bias)
-        self.k_proj = Linear.load(vb.pp("k_proj"), h, self.num_kv_heads * d, bias)
-        self.v_proj = Linear.load(vb.pp("v_proj"), h, self.num_kv_heads * d, bias)
+        qkv_bias = bias or cfg.qkv_bias
+        self.q_proj = Linear.load(vb.pp("q_proj"), h, self.num_heads * d, qkv_bias)
+        self.k_proj = Linear.load(vb.pp("k_proj"), h, self.num_kv_heads * d, qkv_bias)
+        self.v_proj = Linear.load(vb.pp("v_proj"), h, self.num_kv_heads * d, qkv_bias)
         self.o_proj = Linear.load(vb.pp("o_proj"), self.num_heads * d, h, bias)
+        self.q_norm = self.k_norm = None
+        if cfg.qk_norm:
+            self.q_norm = RmsNorm.load(vb.pp("q_norm"), d, cfg.rms_norm_eps)
+            self.k_norm = RmsNorm.load(vb.pp("k_norm"), d, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, index_pos: int, layer: int, cache: Cache, mask) -> Tensor:
         b, s, _ = x.shape
         d = self.head_dim
-        q = self.q_proj(x).reshape((b, s, self.num_heads, d)).transpose(1, 2)
-        k = self.k_proj(x).reshape((b, s, self.num_kv_heads, d)).transpose(1, 2)
+        q = self.q_proj(x).reshape((b, s, self.num_heads, d))
+        k = self.k_proj(x).reshape((b, s, self.num_kv_heads, d))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).reshape((b, s, self.num_kv_heads, d)).transpose(1, 2)
         cos = cache.cos.narrow(0, index_pos, s)
         sin = cache.sin.narrow(0, index_pos, s)
@@ -354,8 +418,13 @@ def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: 
             f"{who}: index_pos {index_pos} is past the {cache.seq_len} cached positions")
     cache.reserve(index_pos + s)
     x = model.embed_tokens(input_ids)
-    mask = cache.mask(s, index_pos if cache.use_kv_cache else 0)
+    start = index_pos if cache.use_kv_cache else 0
+    masks = {}
+    config = cache.config
     for i, layer in enumerate(model.layers):
-        x = layer(x, index_pos, i, cache, mask)
+        window = config.window(i) if hasattr(config, "window") else None
+        if window not in masks:
+            masks[window] = cache.mask(s, start, window)
+        x = layer(x, index_pos, i, cache, masks[window])
     cache.seq_len = index_pos + s
     return model.norm(x)
