@@ -117,6 +117,7 @@ def tallow_steps(lr=0.01):
     bopt = tl.nn.optim.SGD(bk + bn, lr=lr)
 
     def resnet_block():
+        vx.grad = None  # as PyTorch's step does: vx is not in the optimiser, which clears the rest
         h = _batch_norm(vx.conv2d(bk[0], padding=1), bn[0], bn[1]).relu()
         h = _batch_norm(h.conv2d(bk[1], padding=1), bn[2], bn[3])
         loss = (h + vx).relu().sqr().mean_all()
