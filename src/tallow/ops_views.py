@@ -98,12 +98,12 @@ class ViewOps:
         d = normalize_dim(dim, len(lay.shape) + 1, "unsqueeze")
         return self._view(lay.unsqueeze(d), "reshape", lay.shape)
 
-    def transpose(self, dim1, dim2):
-        """A view with ``dim1`` and ``dim2`` swapped."""
+    def transpose(self, dim0, dim1):
+        """A view with ``dim0`` and ``dim1`` swapped (PyTorch's argument names)."""
         lay = self._layout
         rank = len(lay.shape)
-        d1 = normalize_dim(dim1, rank, "transpose")
-        d2 = normalize_dim(dim2, rank, "transpose")
+        d1 = normalize_dim(dim0, rank, "transpose")
+        d2 = normalize_dim(dim1, rank, "transpose")
         if d1 == d2:
             return self
         return self._view(lay.transpose_cached(d1, d2), "transpose", (d1, d2))
