@@ -523,3 +523,40 @@ def test_torch_signatures_are_accepted():
         ours = list(inspect.signature(getattr(F, name)).parameters)
         theirs = [p for p in inspect.signature(getattr(TF, name)).parameters if p != "_random_samples"]
         assert ours[:len(theirs)] == theirs[:len(ours)], (name, ours, theirs)
+
+
+# -- hypothesis over shapes, dims and dtypes ---------------------------------------------------
+_DTYPES = {"f32": (np.float32, 1e-4), "f64": (np.float64, 1e-10)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data(),
+       dtype=st.sampled_from(sorted(_DTYPES)), seed=st.integers(0, 2**16))
+def test_scans_windows_and_repeats_follow_torch(shape, data, dtype, seed):
+    np_dtype, tol = _DTYPES[dtype]
+    a = np.random.default_rng(seed).uniform(-1.5, 1.5, shape).astype(np_dtype)
+    d = data.draw(st.integers(-len(shape), len(shape) - 1))
+    n = shape[d]
+    size = data.draw(st.integers(1, n))
+    step = data.draw(st.integers(1, 3))
+    reps = data.draw(st.integers(0, 3))
+    calls = [
+        lambda x: x.prod(d), lambda x: x.cumprod(d), lambda x: x.unfold(d, size, step),
+        lambda x: x.repeat_interleave(reps, d), lambda x: x.diff(dim=d), lambda x: x.movedim(d, 0),
+        lambda x: x.median(d).values, lambda x: x.logsumexp(d),
+    ]
+    call = data.draw(st.sampled_from(calls))
+    _check(call, call, [a], tl.cpu, atol=tol, rtol=tol)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 3), i=st.integers(1, 4), j=st.integers(1, 4), k=st.integers(1, 4),
+       seed=st.integers(0, 2**16), form=st.sampled_from(
+           ["bij,bjk->bik", "bij,bkj->bki", "bij,bjk->", "bij,bjk->bk", "bji,bjk->ik"]))
+def test_einsum_follows_torch_over_shapes(b, i, j, k, seed, form):
+    rng = np.random.default_rng(seed)
+    lhs, rhs = form.split("->")[0].split(",")
+    sizes = {"b": b, "i": i, "j": j, "k": k}
+    arrays = [rng.standard_normal(tuple(sizes[c] for c in t)) for t in (lhs, rhs)]
+    _check(lambda *v: tl.einsum(form, *v), lambda *t: torch.einsum(form, *t), arrays, tl.cpu,
+           atol=1e-10, rtol=1e-10)
