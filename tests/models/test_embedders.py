@@ -138,7 +138,7 @@ def test_xlm_roberta_matches_sentence_transformers(tiny_xlmr_dir, tmp_path, mode
     _check(ours, st)
 
 
-def test_xlm_roberta_hidden_states_match_transformers(tiny_xlmr_dir):
+def test_xlm_roberta_hidden_states_match_transformers(tiny_xlmr_dir, device):
     """Position ids counted from pad + 1: every position of every row, padded batch."""
     from transformers import XLMRobertaModel as HF
 
@@ -147,13 +147,13 @@ def test_xlm_roberta_hidden_states_match_transformers(tiny_xlmr_dir):
     hf = HF.from_pretrained(str(tiny_xlmr_dir), add_pooling_layer=False).eval()
     cfg = xlm_roberta_config(json.loads((tiny_xlmr_dir / "config.json").read_text()))
     ours = XLMRobertaModel.load(tl.nn.VarBuilder.from_safetensors(
-        tiny_xlmr_dir / "model.safetensors"), cfg)
+        tiny_xlmr_dir / "model.safetensors", device=device), cfg)
     ids = np.array([[0, 5, 9, 12, 7, 2], [0, 8, 2, 1, 1, 1]], np.int64)
     mask = (ids != 1).astype(np.int64)
     with torch.no_grad():
         want = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
-    got = ours.forward_unpadded(tl.Tensor(ids.astype(np.uint32)), None,
-                                tl.Tensor(mask.astype(np.uint32))).numpy()
+    got = ours.forward_unpadded(tl.Tensor(ids.astype(np.uint32), device=device), None,
+                                tl.Tensor(mask.astype(np.uint32), device=device)).numpy()
     keep = mask.astype(bool)
     np.testing.assert_allclose(got[keep], want[keep], atol=2e-5, rtol=1e-5)
 
@@ -177,21 +177,23 @@ def test_mpnet_matches_sentence_transformers(tiny_mpnet_dir, tmp_path, mode, nor
     _check(ours, st)
 
 
-def test_mpnet_hidden_states_match_transformers(tiny_mpnet_dir):
+def test_mpnet_hidden_states_match_transformers(tiny_mpnet_dir, device):
     from transformers import MPNetModel as HF
 
     from tallow.models.mpnet import MPNetModel, mpnet_config
 
     hf = HF.from_pretrained(str(tiny_mpnet_dir), add_pooling_layer=False).eval()
     cfg = mpnet_config(json.loads((tiny_mpnet_dir / "config.json").read_text()))
-    ours = MPNetModel.load(tl.nn.VarBuilder.from_safetensors(tiny_mpnet_dir / "model.safetensors"), cfg)
+    ours = MPNetModel.load(tl.nn.VarBuilder.from_safetensors(tiny_mpnet_dir / "model.safetensors",
+                                                             device=device), cfg)
     rng = np.random.default_rng(0)
     ids = rng.integers(5, 30000, size=(2, 150)).astype(np.int64)
     ids[1, 40:] = 1
     mask = (ids != 1).astype(np.int64)
     with torch.no_grad():
         want = hf(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state.numpy()
-    t_ids, t_mask = tl.Tensor(ids.astype(np.uint32)), tl.Tensor(mask.astype(np.uint32))
+    t_ids = tl.Tensor(ids.astype(np.uint32), device=device)
+    t_mask = tl.Tensor(mask.astype(np.uint32), device=device)
     keep = mask.astype(bool)
     np.testing.assert_allclose(ours.forward_unpadded(t_ids, None, t_mask).numpy()[keep], want[keep],
                                atol=3e-5, rtol=1e-5)
@@ -230,6 +232,17 @@ def test_prompt_included_in_pooling_by_default(tiny_bert_dir, tmp_path):
     assert ours.default_prompt_name is None
     _check(ours, st)
     _check(ours, st, prompt_name="q")
+
+
+@pytest.mark.parametrize("arch", ["xlmr", "mpnet"])
+def test_embedders_on_every_device(tiny_xlmr_dir, tiny_mpnet_dir, tmp_path, device, arch):
+    """Every pooling path and a left-out prompt, on each backend."""
+    base = tiny_xlmr_dir if arch == "xlmr" else tiny_mpnet_dir
+    for mode in (("cls", "lasttoken", "weightedmean", "max", "mean"),):
+        path, st = _st_folder(base, tmp_path, mode, True, include_prompt=False,
+                              prompts={"q": "query: "}, default_prompt_name="q", tag=arch)
+        ours = SentenceEmbedder.from_pretrained(path, device=device)
+        _check(ours, st, texts=TEXTS[:24])
 
 
 def test_unsupported_model_type_lists_the_supported_ones(tiny_bert_dir, tmp_path):
