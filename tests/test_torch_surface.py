@@ -560,3 +560,14 @@ def test_einsum_follows_torch_over_shapes(b, i, j, k, seed, form):
     arrays = [rng.standard_normal(tuple(sizes[c] for c in t)) for t in (lhs, rhs)]
     _check(lambda *v: tl.einsum(form, *v), lambda *t: torch.einsum(form, *t), arrays, tl.cpu,
            atol=1e-10, rtol=1e-10)
+
+
+def test_gather_and_index_select_take_torch_keywords(device):
+    a = _x((3, 4))
+    ids = np.array([[1, 0, 3], [2, 2, 0], [3, 1, 1]], np.int64)
+    x, t = tl.Tensor(a, device=device), torch.from_numpy(a)
+    i, ti = tl.Tensor(ids, device=device), torch.from_numpy(ids)
+    _same(x.gather(1, index=i), t.gather(1, index=ti))
+    _same(x.gather(dim=1, index=i), t.gather(dim=1, index=ti))
+    _same(x.index_select(dim=1, index=i[0]), t.index_select(dim=1, index=ti[0]))
+    _same(x.index_select(i[0], 1), t.index_select(1, ti[0]))  # candle's order

@@ -27,9 +27,12 @@ from .tensor_base import TensorBase
 _contig = Layout.contiguous_of
 
 
-def _ids_and_dim(ids, dim):
+def _ids_and_dim(ids, dim, index=None):
     """``(ids, dim)`` from candle's order or PyTorch's ``(dim, index)``: the dim is the
-    one that is an int, so the two orders cannot be confused."""
+    one that is an int, so the two orders cannot be confused. PyTorch's keywords
+    (``gather(1, index=ids)``, ``gather(dim=1, index=ids)``) name the ids ``index``."""
+    if index is not None:
+        return index, ids if dim is None else dim
     if isinstance(ids, (int, np.integer)) and not isinstance(dim, (int, np.integer)):
         return dim, int(ids)
     return ids, dim
@@ -62,10 +65,10 @@ class IndexOps:
     __slots__ = ()
 
     # -- selection -----------------------------------------------------------------------
-    def index_select(self, ids, dim):
+    def index_select(self, ids=None, dim=None, *, index=None):
         """The slices at the 1-D ``ids`` along ``dim`` (an id equal to the dtype's max selects zeros, as candle).
         PyTorch's order, ``index_select(dim, ids)``, is accepted too."""
-        ids, dim = _ids_and_dim(ids, dim)
+        ids, dim = _ids_and_dim(ids, dim, index)
         d = normalize_dim(dim, self.rank, "index_select")
         _check_ids("index_select", self, ids)
         if ids.rank != 1:
@@ -82,10 +85,10 @@ class IndexOps:
         rows = self.index_select(flat, 0)
         return rows.reshape(ids.shape + (self.shape[1],)) if ids.rank != 1 else rows
 
-    def gather(self, ids, dim):
+    def gather(self, ids=None, dim=None, *, index=None):
         """Values at ``ids`` along ``dim`` (``out[i][j] = self[ids[i][j]][j]`` for dim 0); ids have self's rank.
         PyTorch's order, ``gather(dim, ids)``, is accepted too."""
-        ids, dim = _ids_and_dim(ids, dim)
+        ids, dim = _ids_and_dim(ids, dim, index)
         d = normalize_dim(dim, self.rank, "gather")
         _check_ids("gather", self, ids)
         if ids.rank != self.rank or any(
