@@ -571,3 +571,17 @@ def test_gather_and_index_select_take_torch_keywords(device):
     _same(x.gather(dim=1, index=i), t.gather(dim=1, index=ti))
     _same(x.index_select(dim=1, index=i[0]), t.index_select(dim=1, index=ti[0]))
     _same(x.index_select(i[0], 1), t.index_select(1, ti[0]))  # candle's order
+
+
+def test_every_listed_method_and_functional_name_exists():
+    methods = ("prod unique median isnan isfinite isinf nan_to_num cumprod lerp tril triu unbind "
+               "rsqrt mT softmax log_softmax uniform_ normal_ new_zeros new_ones new_tensor new_full "
+               "new_empty type unfold view_as expand_as diff square reciprocal log1p expm1 addcmul "
+               "count_nonzero outer trace diag diagonal einsum repeat_interleave tile movedim "
+               "swapaxes clamp_min clamp_max fmod allclose isclose unflatten mm bmm take_along_dim "
+               "index_fill requires_grad_ requires_grad is_leaf grad").split()
+    assert [n for n in methods if not hasattr(tl.Tensor, n)] == []
+    functional = ("pad one_hot layer_norm normalize interpolate cosine_similarity softplus "
+                  "group_norm batch_norm smooth_l1_loss kl_div unfold pairwise_distance elu hardtanh "
+                  "logsigmoid glu mish gelu embedding dropout scaled_dot_product_attention").split()
+    assert [n for n in functional if not callable(getattr(F, n, None))] == []
