@@ -1,4 +1,4 @@
-"""Mistral, Qwen2/2.5 and Qwen3 against Hugging Face transformers (small random models):
+"""Mistral, Qwen2/2.5, Qwen3 and Gemma 3 against Hugging Face transformers (small random models):
 logits of a 32-token prompt and of 16 cached steps, and 16 greedy tokens."""
 
 import os
@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import tallow as tl
+from tallow.models.config import ModelFormatError
+from tallow.models.decoders import decoder_config
 from tallow.models.generate import TextGenerator
 from tallow.models.llama import Llama, LlamaConfig
 from tallow.models.sentence import load_tokenizer
@@ -45,8 +47,21 @@ def _qwen3(**kw):
                                            **kw}))
 
 
+def _gemma3(**kw):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    # 4 layers, the last global; a window shorter than the prompt; linear RoPE scaling
+    # on the global layers as the larger Gemma 3 models have; a final soft cap
+    return Gemma3ForCausalLM(Gemma3TextConfig(**{
+        **SMALL, "num_hidden_layers": 4, "head_dim": 16, "query_pre_attn_scalar": 24,
+        "sliding_window": 10, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        "final_logit_softcapping": 30.0, "tie_word_embeddings": True, **kw}))
+
+
 FAMILIES = {"mistral": _mistral, "qwen2": _qwen2, "qwen2-sliding": _qwen2_sliding,
-            "qwen3": _qwen3}
+            "qwen3": _qwen3, "gemma3": _gemma3}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -67,7 +82,7 @@ def family(request, tmp_path_factory):
 
 
 def load(d, device=tl.cpu):
-    cfg = LlamaConfig.from_json(d)
+    cfg = decoder_config(d)
     vb = tl.nn.VarBuilder.from_safetensors(os.path.join(d, "model.safetensors"), dtype=tl.f32,
                                            device=device)
     return Llama.load(vb, cfg)
@@ -107,14 +122,25 @@ def test_greedy_tokens_equal_transformers(family):
 
 def test_family_flags_are_read_from_the_config(family):
     d, hf = family
-    cfg = LlamaConfig.from_json(d)
+    cfg = decoder_config(d)
     mtype = hf.config.model_type
     assert cfg.qkv_bias == (mtype == "qwen2")
-    assert cfg.qk_norm == (mtype == "qwen3")
+    assert cfg.qk_norm == (mtype in ("qwen3", "gemma3_text"))
     windows = [cfg.window(i) for i in range(cfg.num_hidden_layers)]
-    if mtype == "mistral":
+    if mtype == "gemma3_text":
+        assert windows == [10, 10, 10, None] and cfg.sandwich_norms and cfg.qk_norm
+        assert cfg.rope_scaling["factor"] == 8.0 and cfg.rope_local_theta == 1e4
+        assert cfg.final_logit_softcapping == 30.0 and cfg.query_pre_attn_scalar == 24
+    elif mtype == "mistral":
         assert windows == [12, 12, 12]
     elif hf.config.use_sliding_window:
         assert windows == [None, 10, 10]
     else:
         assert windows == [None] * 3
+
+
+
+def test_an_unsupported_architecture_names_the_supported_ones(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 10}')
+    with pytest.raises(ModelFormatError, match="supported model_type: llama.*qwen3.*gemma3_text"):
+        decoder_config(tmp_path)

@@ -145,7 +145,8 @@ def _find(path, names, what):
 
 def _generate(args) -> int:
     import tallow as tl
-    from tallow.models.llama import Llama, LlamaConfig
+    from tallow.models.decoders import decoder_config
+    from tallow.models.llama import Llama
     from tallow.models.sentence import load_tokenizer
 
     model_path = args.model or default_generate_model()
@@ -192,7 +193,7 @@ def _generate(args) -> int:
     tok_path = _find(args.tokenizer or (model_path if os.path.isdir(model_path)
                                         else os.path.dirname(os.path.abspath(model_path))),
                      ["tokenizer.json"], "--tokenizer")
-    cfg = LlamaConfig.from_json(config_path)
+    cfg = decoder_config(config_path)  # Llama, Mistral, Qwen2/3, Gemma 3
     device = tl.Device.parse(args.device)
     dtype = tl.DType.parse(args.dtype or "f32")
     vb = tl.nn.VarBuilder.from_safetensors(weights, dtype=dtype, device=device)

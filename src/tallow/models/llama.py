@@ -1,7 +1,8 @@
 """The Llama family (Llama 2/3, SmolLM2, TinyLlama...): candle-transformers' ``llama.rs``
 on Hugging Face's ``LlamaForCausalLM`` weights, and the decoders that differ from it
 only by a flag: Mistral (sliding-window attention), Qwen2/2.5 (biases on q/k/v) and
-Qwen3 (an RMSNorm per head on queries and keys). ``DECODER_TYPES`` lists them.
+Qwen3 (an RMSNorm per head on queries and keys). Gemma 3's differences are options
+of the same decoder too (see ``gemma3.py``). ``DECODER_TYPES`` lists them.
 
 Grouped-query attention, rotary embeddings (Hugging Face's half-split layout, base
 ``rope_theta``, optional Llama-3 frequency scaling), RMSNorm, a SiLU-gated MLP and,
@@ -35,6 +36,7 @@ from .rope_table import RopeTable
 LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
 DECODER_TYPES = LLAMA_TYPES
 SLIDING, FULL = "sliding_attention", "full_attention"
+GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
 
 
 class ContextLengthError(ModelFormatError, ValueError):
@@ -69,6 +71,15 @@ class LlamaConfig:
     # keys (itself included) in the layers ``layer_types`` marks "sliding_attention"
     sliding_window: int | None = None
     layer_types: list | None = None
+    # Gemma 3 (set by gemma3.py): token embeddings times ``embed_scale``; norms after
+    # attention and after the MLP too ("sandwich"); scores scaled by
+    # ``query_pre_attn_scalar ** -0.5``; sliding layers rotated with their own base;
+    # logits soft-capped as ``cap * tanh(logits / cap)``
+    embed_scale: float | None = None
+    sandwich_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    rope_local_theta: float | None = None
+    final_logit_softcapping: float | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -120,16 +131,17 @@ class LlamaConfig:
             raise ModelFormatError(
                 f"{path}: num_attention_heads {cfg.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads {cfg.num_key_value_heads}")
-        if cfg.hidden_act not in ("silu", "swish"):
-            raise ModelFormatError(f"{path}: hidden_act {cfg.hidden_act!r} is not supported (silu)")
+        if cfg.hidden_act not in ("silu", "swish") + GELU_TANH:
+            raise ModelFormatError(f"{path}: hidden_act {cfg.hidden_act!r} is not supported "
+                                   "(silu, gelu_pytorch_tanh)")
         if cfg.head_dim % 2:
             raise ModelFormatError(f"{path}: head_dim {cfg.head_dim} must be even for RoPE")
         scaling = cfg.rope_scaling
         if scaling is not None:
             kind = scaling.get("rope_type", scaling.get("type", "default"))
-            if kind not in ("default", "llama3"):
+            if kind not in ("default", "llama3", "linear"):
                 raise ModelFormatError(f"{path}: rope scaling {kind!r} is not supported "
-                                       "(default, llama3)")
+                                       "(default, linear, llama3)")
             if kind == "llama3":
                 _check_llama3_scaling(scaling, path)
         return cfg
@@ -197,12 +209,18 @@ def context_limit(config: LlamaConfig, max_context: int | None) -> int:
     return limit
 
 
-def rope_frequencies(cfg: LlamaConfig) -> np.ndarray:
-    """Inverse frequencies (head_dim / 2,), in f32 as Hugging Face computes them."""
+def rope_frequencies(cfg: LlamaConfig, theta: float | None = None,
+                     scaling: dict | None | bool = True) -> np.ndarray:
+    """Inverse frequencies (head_dim / 2,), in f32 as Hugging Face computes them, for
+    base ``theta`` (the config's ``rope_theta`` by default) and the config's scaling
+    (``scaling=None``: none)."""
     d = cfg.head_dim
+    theta = cfg.rope_theta if theta is None else theta
     exps = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
-    inv = (np.float32(1.0) / (np.float32(cfg.rope_theta) ** exps)).astype(np.float32)
-    s = cfg.rope_scaling
+    inv = (np.float32(1.0) / (np.float32(theta) ** exps)).astype(np.float32)
+    s = cfg.rope_scaling if scaling is True else scaling
+    if s and s.get("rope_type", s.get("type")) == "linear":
+        inv = (inv / np.float32(s["factor"])).astype(np.float32)
     if s and s.get("rope_type", s.get("type")) == "llama3":
         factor = float(s["factor"])
         low, high = float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
@@ -233,6 +251,10 @@ class Cache:
         self.max_positions = context_limit(config, max_context)
         self._rope = RopeTable(rope_frequencies(config), self.max_positions)
         self.cos = self.sin = None
+        # Gemma 3's sliding layers rotate with their own base and no scaling
+        self._rope_local = None if config.rope_local_theta is None else RopeTable(
+            rope_frequencies(config, config.rope_local_theta, None), self.max_positions)
+        self.cos_local = self.sin_local = None
         self._kv = [None] * config.num_hidden_layers
         self.seq_len = 0
 
@@ -241,6 +263,16 @@ class Cache:
         if self._rope.reserve(positions) or self.cos is None:
             self.cos = Tensor(self._rope.cos).to_dtype(self.dtype).to_device(self.device)
             self.sin = Tensor(self._rope.sin).to_dtype(self.dtype).to_device(self.device)
+        if self._rope_local is not None and (self._rope_local.reserve(positions)
+                                             or self.cos_local is None):
+            self.cos_local = Tensor(self._rope_local.cos).to_dtype(self.dtype).to_device(self.device)
+            self.sin_local = Tensor(self._rope_local.sin).to_dtype(self.dtype).to_device(self.device)
+
+    def rotary(self, layer: int, index_pos: int, seq: int):
+        """``cos, sin`` (seq, head_dim / 2) of ``layer`` for positions ``index_pos..``."""
+        local = self._rope_local is not None and self.config.window(layer) is not None
+        cos, sin = (self.cos_local, self.sin_local) if local else (self.cos, self.sin)
+        return cos.narrow(0, index_pos, seq), sin.narrow(0, index_pos, seq)
 
     def reset(self) -> None:
         self._kv = [None] * self.config.num_hidden_layers
@@ -299,8 +331,10 @@ class LlamaAttention(Module):
         self.o_proj = Linear.load(vb.pp("o_proj"), self.num_heads * d, h, bias)
         self.q_norm = self.k_norm = None
         if cfg.qk_norm:
-            self.q_norm = RmsNorm.load(vb.pp("q_norm"), d, cfg.rms_norm_eps)
-            self.k_norm = RmsNorm.load(vb.pp("k_norm"), d, cfg.rms_norm_eps)
+            self.q_norm = load_rms_norm(vb.pp("q_norm"), d, cfg)
+            self.k_norm = load_rms_norm(vb.pp("k_norm"), d, cfg)
+        scalar = cfg.query_pre_attn_scalar
+        self.scale = 1.0 / math.sqrt(d if scalar is None else scalar)
 
     def forward(self, x: Tensor, index_pos: int, layer: int, cache: Cache, mask) -> Tensor:
         b, s, _ = x.shape
@@ -311,12 +345,11 @@ class LlamaAttention(Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).reshape((b, s, self.num_kv_heads, d)).transpose(1, 2)
-        cos = cache.cos.narrow(0, index_pos, s)
-        sin = cache.sin.narrow(0, index_pos, s)
+        cos, sin = cache.rotary(layer, index_pos, s)
         q = rope(q, cos, sin)
         k = rope(k, cos, sin)
         k, v = cache.update(layer, k, v, index_pos)
-        y = ops.scaled_dot_product_attention(q, k, v, mask, scale=1.0 / math.sqrt(d))
+        y = ops.scaled_dot_product_attention(q, k, v, mask, scale=self.scale)
         y = y.transpose(1, 2).reshape((b, s, self.num_heads * d))
         return self.o_proj(y)
 
@@ -328,23 +361,45 @@ class LlamaMlp(Module):
         self.gate_proj = Linear.load(vb.pp("gate_proj"), h, i, bias)
         self.up_proj = Linear.load(vb.pp("up_proj"), h, i, bias)
         self.down_proj = Linear.load(vb.pp("down_proj"), i, h, bias)
+        self.gelu = cfg.hidden_act in GELU_TANH
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.gate_proj(x).silu() * self.up_proj(x))
+        g = self.gate_proj(x)
+        g = g.gelu() if self.gelu else g.silu()
+        return self.down_proj(g * self.up_proj(x))
+
+
+def load_rms_norm(vb, size: int, cfg: LlamaConfig) -> RmsNorm:
+    """An RMSNorm; Gemma's store ``weight - 1`` (they scale by ``1 + weight``)."""
+    norm = RmsNorm.load(vb, size, cfg.rms_norm_eps)
+    if cfg.embed_scale is not None:
+        norm.weight = norm.weight + 1.0
+    return norm
 
 
 class LlamaBlock(Module):
     def __init__(self, vb, cfg: LlamaConfig):
         super().__init__()
-        self.input_layernorm = RmsNorm.load(vb.pp("input_layernorm"), cfg.hidden_size, cfg.rms_norm_eps)
+        h = cfg.hidden_size
+        self.input_layernorm = load_rms_norm(vb.pp("input_layernorm"), h, cfg)
         self.self_attn = LlamaAttention(vb.pp("self_attn"), cfg)
-        self.post_attention_layernorm = RmsNorm.load(vb.pp("post_attention_layernorm"),
-                                                     cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = load_rms_norm(vb.pp("post_attention_layernorm"), h, cfg)
+        self.sandwich = cfg.sandwich_norms
+        if self.sandwich:
+            # Gemma: post_attention_layernorm normalises the attention's output, and the
+            # MLP has a norm before and after it
+            self.pre_feedforward_layernorm = load_rms_norm(vb.pp("pre_feedforward_layernorm"), h, cfg)
+            self.post_feedforward_layernorm = load_rms_norm(vb.pp("post_feedforward_layernorm"), h,
+                                                            cfg)
         self.mlp = LlamaMlp(vb.pp("mlp"), cfg)
 
     def forward(self, x, index_pos, layer, cache, mask):
-        h = x + self.self_attn(self.input_layernorm(x), index_pos, layer, cache, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        a = self.self_attn(self.input_layernorm(x), index_pos, layer, cache, mask)
+        if not self.sandwich:
+            h = x + a
+            return h + self.mlp(self.post_attention_layernorm(h))
+        h = x + self.post_attention_layernorm(a)
+        return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h)))
 
 
 class _Inner(Module):
@@ -353,7 +408,8 @@ class _Inner(Module):
         self.embed_tokens = Embedding.load(vb.pp("embed_tokens"), cfg.vocab_size, cfg.hidden_size)
         self.layers = ModuleList(LlamaBlock(vb.pp(f"layers.{i}"), cfg)
                                  for i in range(cfg.num_hidden_layers))
-        self.norm = RmsNorm.load(vb.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = load_rms_norm(vb.pp("norm"), cfg.hidden_size, cfg)
+        self.embed_scale = cfg.embed_scale
 
 
 class Llama(Module):
@@ -387,15 +443,24 @@ class Llama(Module):
         """Logits ``(batch, vocab)`` (f32) for the position after the last input token."""
         h = self._hidden(input_ids, index_pos, cache)
         last = h.narrow(1, h.shape[1] - 1, 1).squeeze(1)
-        return self.lm_head(last).to_dtype(dt.f32)
+        return soft_cap(self.lm_head(last).to_dtype(dt.f32), self.config)
 
     def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, seq, vocab)`` (f32) for every input position."""
-        return self.lm_head(self._hidden(input_ids, index_pos, cache)).to_dtype(dt.f32)
+        h = self._hidden(input_ids, index_pos, cache)
+        return soft_cap(self.lm_head(h).to_dtype(dt.f32), self.config)
 
     def new_cache(self, use_kv_cache: bool = True, max_context: int | None = None) -> Cache:
         return Cache(self.config, self.dtype, self.model.embed_tokens.weight.device, use_kv_cache,
                      max_context)
+
+
+def soft_cap(logits: Tensor, cfg) -> Tensor:
+    """``cap * tanh(logits / cap)`` where the config has a final soft cap (Gemma)."""
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    if cap is None:
+        return logits
+    return (logits / float(cap)).tanh() * float(cap)
 
 
 def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: str,
@@ -418,6 +483,10 @@ def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: 
             f"{who}: index_pos {index_pos} is past the {cache.seq_len} cached positions")
     cache.reserve(index_pos + s)
     x = model.embed_tokens(input_ids)
+    scale = getattr(model, "embed_scale", None)
+    if scale is not None:
+        # in the weights' dtype, as Gemma's reference scales
+        x = x * float(Tensor([scale], dtype=dt.f32).to_dtype(x.dtype).to_dtype(dt.f32).numpy()[0])
     start = index_pos if cache.use_kv_cache else 0
     masks = {}
     config = cache.config
