@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .candle_index import ids_on, int_index, select_ids
-from .index_items import FULL, GAP, Ids, broadcast_ids, read_index
+from .index_items import FULL, GAP, Ids, broadcast_ids, read_index, bare_bool_view
 
 __all__ = ["getitem", "int_index"]
 
@@ -91,6 +91,9 @@ def merged_ids(hosts, sizes):
 
 
 def getitem(t, index):
+    view = bare_bool_view(t, index)
+    if view is not None:
+        return view
     items, has_arrays = read_index(t, index, keep_tensor_ids=True)
     if not has_arrays:
         return basic_view(t, items)

@@ -174,6 +174,42 @@ def _int_of(item):
             "integer lists/arrays/tensors or boolean masks") from None
 
 
+def _is_bare_bool(item) -> bool:
+    return isinstance(item, (bool, np.bool_))
+
+
+def bare_bool_view(t, index):
+    """``t[index]`` for an index holding a bare ``True`` / ``False`` (NumPy's and
+    PyTorch's 0-d mask), as a view of ``t``; None when the index has none.
+
+    As in NumPy, the bare bools and the ints beside them are advanced indices: together
+    they make one new dim, of size 1 (every bool True) or 0, standing where the first of
+    them stood when they are adjacent, else in front. Beside an array index (rare) a
+    bare bool is refused."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(_is_bare_bool(i) for i in items):
+        return None
+    if any(_kind(i)[0] in ("mask", "ids") for i in items if not _is_bare_bool(i)):
+        raise TypeError(
+            "a bare True/False index beside an array index is not supported; index with "
+            "a bool array (a mask) or with ints")
+    advanced = [k for k, i in enumerate(items)
+                if _is_bare_bool(i) or _kind(i)[0] == "int"]
+    adjacent = advanced == list(range(advanced[0], advanced[-1] + 1))
+    consumed = sum(1 for i in items if not _is_bare_bool(i) and _kind(i)[2])
+    at = 0
+    for item in items[:advanced[0]]:
+        if item is Ellipsis:
+            at += t.rank - consumed
+        elif item is None or isinstance(item, slice):
+            at += 1
+    view = t[tuple(i for i in items if not _is_bare_bool(i))]
+    view = view.unsqueeze(at if adjacent else 0)
+    if not all(bool(i) for i in items if _is_bare_bool(i)):
+        view = view.narrow(at if adjacent else 0, 0, 0)
+    return view
+
+
 def _kind(item):
     """('none'|'ellipsis'|'slice'|'int'|'mask'|'ids', payload, dims consumed)."""
     if item is None:

@@ -28,7 +28,7 @@ from .checks import is_scalar, scalar_for
 from .flat_scatter import scatter_flat
 from .getitem import basic_view
 from .grad_mode import GRAD_MODE
-from .index_items import GAP, Ids, read_index
+from .index_items import GAP, Ids, read_index, bare_bool_view
 from .inplace import update_in_place
 from .ops_index import check_writable, source_for
 from .tensor_base import TensorBase
@@ -122,6 +122,10 @@ def _record_write(t, index, value, accumulate, op):
 
 def setitem(t, index, value):
     """``t[index] = value``: write into t's storage (value broadcast, cast to t's dtype)."""
+    view = bare_bool_view(t, index)
+    if view is not None:  # writes through the view (nothing for a bare False)
+        setitem(view, Ellipsis, value)
+        return
     if _recorded(t, value):
         _record_write(t, index, value, False, "__setitem__")
         return

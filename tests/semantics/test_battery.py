@@ -42,7 +42,7 @@ INDEXING = [
     "a3[m.tensor([1, 0]), :, m.tensor([0])]", "a3[a3 > 20]", "a3[0][a3[0] % 2 == 0]",
     "a3[:, None, 0, [1, 2]]", "i[j > 0]", "i[:, -1]", "i[[1, 0], [0, 0]]", "u[1]", "s[m.tensor([2, 0])]",
     "x[m.tensor([0, 1]).unsqueeze(1), m.tensor([[0, 1]])]", "x[1][2]", "z[1:5:2]", "z[-3:]",
-    "x[-2:, -2:]", "x[0, -1]", "a3[-1, -1, -1]",
+    "x[-2:, -2:]", "x[0, -1]", "a3[-1, -1, -1]", "x[True]", "x[False]", "x[0, True]", "x[..., True]",
 ]
 
 SETITEM = [
@@ -56,7 +56,7 @@ SETITEM = [
     "w = m.zeros(5); w.index_put_((m.tensor([0, 0, 3]),), m.tensor([1.0, 2.0, 3.0]), accumulate=True); w",
     "w = m.zeros(5); w[m.tensor([4, 1])] = m.tensor([7.0, 8.0]); w",
     "w = x.clone(); w[0][1] = 42.0; w", "w = x.clone(); w[-1, -1] = -8.0; w",
-    "w = u.clone(); w[b] = 9; w",
+    "w = u.clone(); w[b] = 9; w", "w = x.clone(); w[True] = 1.0; w", "w = x.clone(); w[False] = 1.0; w",
 ]
 
 PROMOTION = []
@@ -201,6 +201,7 @@ TORCH_ROWS = (INDEXING + SETITEM + PROMOTION + ARITHMETIC + REDUCTIONS + SHAPES
 # -- rows checked against NumPy ------------------------------------------------------------
 NUMPY_ROWS = [
     "x[::-1]", "x[:, ::-1]", "z[::-2]", "a3[::-1, 1, ::-2]",  # PyTorch refuses negative steps
+    "a3[1, ..., False]", "a3[True, :, 0]", "a3[False, 1:, True]", "x[True, None, 0]",
     "np.mean(x)", "np.sum(x, axis=0)", "np.sum(x)", "np.max(x, axis=1)", "np.min(x)",
     "np.argmax(x)", "np.argmax(x, axis=1)", "np.std(x)", "np.var(x, axis=0)", "np.prod(y)",
     "np.cumsum(x, axis=1)", "np.abs(x)", "np.exp(x)", "np.sqrt(np.abs(x))", "np.clip(x, -1, 1)",

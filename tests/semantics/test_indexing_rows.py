@@ -238,15 +238,27 @@ def test_an_id_at_the_dtype_max_is_out_of_range(device):
             t[ids] = 1.0
 
 
-def test_float_and_bare_bool_indices_are_refused(device):
+def test_float_indices_are_refused(device):
     t = tl.zeros((3, 4), device=device)
     for bad in ([0.0, 1.0], np.array([1.5]), tl.tensor([1.0, 0.0], device=device)):
         with pytest.raises(TypeError):
             t[bad]
         with pytest.raises(TypeError):
             t[bad] = 1
-    with pytest.raises(TypeError):
-        t[True]
+
+
+@pytest.mark.parametrize("index", [True, False, (0, True), (1, Ellipsis, False),
+                                   (False, slice(0, 2), True), (True, None, 0)], ids=str)
+def test_bare_bools_index_as_numpy(device, index):
+    # A bare bool is a 0-d mask: a new dim of size 1 (True) or 0 (False), joined with
+    # the ints beside it as NumPy's advanced indices.
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(_t(x, device)[index].numpy(), x[index])
+    want = x.copy()
+    want[index] = -1.0
+    got = _t(x, device)
+    got[index] = -1.0
+    np.testing.assert_array_equal(got.numpy(), want)
 
 
 @pytest.mark.parametrize("np_dtype", [np.int64, np.int32, np.int16, np.uint8, np.uint32])
