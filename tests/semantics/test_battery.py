@@ -3,7 +3,7 @@ its oracle (PyTorch or NumPy) and compared by value, dtype and shape, or by both
 raising. A row is a string: statements separated by ``;``, the last an expression.
 
 ``m`` is the library (``tl``, with its creation functions on the test's device, or
-``torch``); ``x y z i j u b a3 s h e`` are the same data in each (below). NumPy rows
+``torch``); ``x y z i j u b a3 s h e big`` are the same data in each (below). NumPy rows
 evaluate with ``np`` and ``x``... as NumPy arrays for the oracle, tallow tensors for
 tallow. Every row runs on the CPU and the GPU.
 """
@@ -29,6 +29,8 @@ DATA = {
     "s": np.array([1, -2, 3], dtype=np.int32),
     "h": np.array([0.5, 1.5, -2.25], dtype=np.float16),
     "e": np.zeros((0, 3), dtype=np.float32),
+    # i64 whose words have their top bits set (a GPU kernel's scalar is two u32 words)
+    "big": np.array([2**63 - 1, 2**31, -2**63, 5, 3_000_000_000], dtype=np.int64),
 }
 
 # -- rows checked against PyTorch ---------------------------------------------------------
@@ -73,6 +75,9 @@ PROMOTION += [
     "b | b", "b & ~b", "b ^ b", "h + 2.0", "h + x[0]", "s + j", "s + 1", "s * 0.5",
     "s + u[0]", "j.float() + h", "x.double() + x", "(x > 0) + 255", "(x > 0) + (x > 0)",
     "i & 6", "i | 1", "i ^ j", "~i", "~b", "u & 15", "s.to(m.int8) + u[0]",
+    "big == 9223372036854775807", "big < 9223372036854775807", "big != -2**63", "big >= 2**31",
+    "big == 3_000_000_000", "big + 2**31", "big - 3_000_000_000", "big * (2**32 - 1)",
+    "big.clamp(-2**31 - 5, 2**31)", "big.maximum(big // 3)", "big // 2**33", "big % 2**31",
 ]
 
 ARITHMETIC = [

@@ -93,7 +93,11 @@ fn pf64(i: u32) -> f64 { return f64_from_words(pw(i), pw(i + 1u)); }
 //#endif
 
 //#if HAS_I64
-fn i64_from_words(lo: u32, hi: u32) -> i64 { return (i64(bitcast<i32>(hi)) << 32u) | i64(lo); }
+// The low word in two halves below 2^31: lavapipe sign-extends i64(lo) for lo >= 2^31
+// (2^31 came through as -2^31), so no half may have its top bit set.
+fn i64_from_words(lo: u32, hi: u32) -> i64 {
+    return (i64(bitcast<i32>(hi)) << 32u) | (i64(lo >> 16u) << 16u) | i64(lo & 0xFFFFu);
+}
 fn pi64(i: u32) -> i64 { return i64_from_words(pw(i), pw(i + 1u)); }
 //#endif
 
