@@ -13,9 +13,9 @@ import statistics
 import time
 
 
-def bench_embed_mpnet(n=256, batch_size=32, rounds=3, thread_counts=(1, 2), quiet=False):
-    """{threads: {'tallow': sent/s, 'sentence_transformers': sent/s or None, 'ratio'}};
-    None when all-mpnet-base-v2 is not installed."""
+def bench_embed_mpnet(texts, batch_size=32, rounds=3, thread_counts=(1, 2), quiet=False):
+    """{threads: {'tallow': sent/s, 'sentence_transformers': sent/s or None, 'ratio'}} on
+    ``texts``; None when all-mpnet-base-v2 is not installed."""
     import numpy as np
 
     import tallow as tl
@@ -23,14 +23,14 @@ def bench_embed_mpnet(n=256, batch_size=32, rounds=3, thread_counts=(1, 2), quie
     from ..models.packaged import mpnet_model_dir
     from ..utils import get_num_threads, set_num_threads
     from .common import table
-    from .models import sentences
 
     path = mpnet_model_dir()
     if path is None:
         if not quiet:
             print("  embed all-mpnet-base-v2: skipped (tallow models fetch all-mpnet-base-v2)")
         return None
-    texts = sentences(n)
+    texts = list(texts)
+    n = len(texts)
     ours = tl.models.SentenceEmbedder.from_pretrained(path)
     theirs = torch = None
     try:

@@ -268,7 +268,7 @@ def run(args) -> int:
                "llama": bench_llama(new_tokens=16 if quick else 64, rounds=rounds)}
     from .embedders import bench_embed_mpnet
 
-    results["embed_mpnet"] = bench_embed_mpnet(n=32 if quick else 256, rounds=rounds)
+    results["embed_mpnet"] = bench_embed_mpnet(sentences(32 if quick else 256), rounds=rounds)
     if getattr(args, "busy", False):
         results["embed_busy"] = bench_embed_busy(n=128 if quick else 512, rounds=rounds)
     write_json(getattr(args, "json", None), {"models": results})
