@@ -161,18 +161,27 @@ def _generate(args) -> int:
                   "f32; leave --dtype out, or convert the model", file=sys.stderr)
             return 2
         from tallow.models.gguf_tokenizer import tokenizer_from_gguf
-        from tallow.models.quantized_llama import ModelWeights
-
         if args.tokenizer:
             tokenizer = load_tokenizer(_find(args.tokenizer, ["tokenizer.json"], "--tokenizer"))
         else:  # llama.cpp's files carry their tokenizer
             tokenizer = tokenizer_from_gguf(model_path)
+        from tallow.models.gguf_decoder import gemma_chat_prompt, gguf_architecture, load_gguf_model
+        from tallow.models.gguf_tokenizer import chat_template
+
         prompt = None
         if args.chat:  # the prompt as a user message, in the file's chat template
             from tallow.models.gguf_tokenizer import apply_chat_template
 
-            prompt = apply_chat_template(model_path, [{"role": "user", "content": args.prompt}])
-        model = ModelWeights.from_gguf(model_path, tl.Device.parse(args.device))
+            messages = [{"role": "user", "content": args.prompt}]
+            if (gguf_architecture(model_path) == "gemma3"
+                    and chat_template(model_path) is None):
+                print("tallow generate: the file carries no chat template; using Gemma's "
+                      "standard one (<start_of_turn>user ... <start_of_turn>model), as "
+                      "llama.cpp does", file=sys.stderr)
+                prompt = gemma_chat_prompt(messages)
+            else:
+                prompt = apply_chat_template(model_path, messages)
+        model = load_gguf_model(model_path, tl.Device.parse(args.device))
         return _stream(args, model, tokenizer, prompt)
     if args.chat:
         print("tallow generate: --chat needs a GGUF model (its chat template)", file=sys.stderr)

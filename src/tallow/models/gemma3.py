@@ -78,6 +78,7 @@ def gemma3_config(data: dict, path="config") -> LlamaConfig:
         "layer_types": types,
         "embed_scale": math.sqrt(hidden),
         "sandwich_norms": True,
+        "norm_adds_one": True,
         "query_pre_attn_scalar": data.get("query_pre_attn_scalar", 256),
         "rope_local_theta": data.get("rope_local_base_freq", local.get("rope_theta", 10_000.0)),
         "final_logit_softcapping": data.get("final_logit_softcapping"),

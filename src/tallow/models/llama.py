@@ -80,6 +80,9 @@ class LlamaConfig:
     query_pre_attn_scalar: float | None = None
     rope_local_theta: float | None = None
     final_logit_softcapping: float | None = None
+    # Gemma's RMSNorm scales by 1 + weight: Hugging Face files store the weight, so the
+    # loader adds the one (llama.cpp's converter has already added it)
+    norm_adds_one: bool = False
     extra: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -372,7 +375,7 @@ class LlamaMlp(Module):
 def load_rms_norm(vb, size: int, cfg: LlamaConfig) -> RmsNorm:
     """An RMSNorm; Gemma's store ``weight - 1`` (they scale by ``1 + weight``)."""
     norm = RmsNorm.load(vb, size, cfg.rms_norm_eps)
-    if cfg.embed_scale is not None:
+    if cfg.norm_adds_one:
         norm.weight = norm.weight + 1.0
     return norm
 
