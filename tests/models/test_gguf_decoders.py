@@ -1,0 +1,125 @@
+"""Qwen2, Qwen3 and Gemma 3 GGUF files (llama.cpp's names and metadata keys, f32)
+against transformers: the GGUF path must give the same logits as the model it was
+written from. The files are written as llama.cpp's convert_hf_to_gguf.py does for
+these families (q/k rows not permuted; Gemma's norms stored with the one added)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tallow as tl
+from tallow.models.gguf_decoder import gguf_name, load_gguf_model
+
+PROMPT = [(5 * i + 2) % 300 + 4 for i in range(32)]
+SMALL = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6,
+             bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)
+
+
+def _qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    return Qwen2ForCausalLM(Qwen2Config(**SMALL, num_hidden_layers=2))
+
+
+def _qwen3():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    return Qwen3ForCausalLM(Qwen3Config(**{**SMALL, "tie_word_embeddings": True},
+                                        num_hidden_layers=2, head_dim=32))
+
+
+def _gemma3():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    # llama.cpp's fixed Gemma 3 choices: every sixth layer global, local base 10000,
+    # scores by head_dim ** -0.5
+    return Gemma3ForCausalLM(Gemma3TextConfig(**{
+        **SMALL, "tie_word_embeddings": True, "num_hidden_layers": 6, "head_dim": 16,
+        "query_pre_attn_scalar": 16, "sliding_window": 10,
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}))
+
+
+FAMILIES = {"qwen2": _qwen2, "qwen3": _qwen3, "gemma3": _gemma3}
+
+
+def write_gguf(hf, arch, path):
+    import gguf
+
+    c = hf.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    theta = c.rope_parameters["full_attention"]["rope_theta"] if arch == "gemma3" else \
+        c.rope_parameters["rope_theta"]
+    w.add_rope_freq_base(theta)
+    if arch == "gemma3":
+        w.add_sliding_window(c.sliding_window)
+    sandwich = arch == "gemma3"
+    for name, t in hf.state_dict().items():
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        a = t.detach().numpy().astype(np.float32)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            a = a + 1  # convert_hf_to_gguf.py's Gemma 3: norms scale by the stored weight
+        w.add_tensor(gguf_name(name, sandwich), np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request, tmp_path_factory):
+    torch.manual_seed(2)
+    hf = FAMILIES[request.param]()
+    hf.config._attn_implementation = "eager"
+    hf.eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith(".bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    path = tmp_path_factory.mktemp(request.param) / "model.gguf"
+    write_gguf(hf, request.param, path)
+    return path, hf
+
+
+def test_gguf_logits_match_transformers(family):
+    path, hf = family
+    model = load_gguf_model(str(path))
+    cache = model.new_cache()
+    got = model.logits(tl.Tensor([PROMPT], dtype="u32"), 0, cache).numpy()[0]
+    with torch.no_grad():
+        out = hf(torch.tensor([PROMPT]), use_cache=True)
+    np.testing.assert_allclose(got, out.logits[0].numpy(), atol=1e-4, rtol=0)
+    past, pos = out.past_key_values, len(PROMPT)
+    nxt = int(out.logits[0, -1].argmax())
+    for _ in range(16):
+        got = model.forward(tl.Tensor([[nxt]], dtype="u32"), pos, cache).numpy()[0]
+        with torch.no_grad():
+            out = hf(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+        np.testing.assert_allclose(got, out.logits[0, -1].numpy(), atol=1e-4, rtol=0)
+        past, pos, nxt = out.past_key_values, pos + 1, int(out.logits[0, -1].argmax())
+
+
+def test_an_unsupported_gguf_architecture_lists_the_supported(tmp_path):
+    import gguf
+
+    from tallow.models.config import ModelFormatError
+
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "phi2")
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelFormatError, match="'phi2'; supported: llama, qwen2, qwen3, gemma3"):
+        load_gguf_model(str(tmp_path / "m.gguf"))
