@@ -180,6 +180,18 @@ def _scatter_any(s, layout, ids, ids_layout, view_of, src, src_layout, dim, walk
                                          dim, walk, accumulate), by_slabs)
 
 
+# lavapipe ends a shader loop after about 65,535 turns without a word (a walk of
+# exactly 65,535 ids already lost its last one), and the scatter kernel walks the
+# ids along ``dim`` in one loop: longer walks run as several dispatches of at most
+# ``WALK_LIMIT`` ids, in order, so later ids still write (or add) after earlier ones.
+WALK_LIMIT = 32768
+
+
+def _walks(length):
+    """``(start, n)`` pieces of a walk of ``length`` ids, none over ``WALK_LIMIT``."""
+    return [(start, min(WALK_LIMIT, length - start)) for start in range(0, length, WALK_LIMIT)]
+
+
 class GpuIndexing:
     """Indexing methods of ``GpuStorage``: index_select, gather, scatter, index_add."""
 
@@ -218,15 +230,19 @@ class GpuIndexing:
 
     def scatter_inplace(self, layout, ids, ids_layout, src, src_layout, dim, accumulate):
         check_ids(ids, ids_layout, layout.shape[dim], "scatter_add" if accumulate else "scatter", dim)
-        _scatter_any(self, layout, ids, ids_layout, lambda lay: lay, src, src_layout, dim,
-                     ids_layout.shape[dim], accumulate)
+        for start, n in _walks(ids_layout.shape[dim]):
+            _scatter_any(self, layout, ids, ids_layout.narrow(dim, start, n), lambda lay: lay,
+                         src, src_layout.narrow(dim, start, n), dim, n, accumulate)
 
     def index_add_inplace(self, layout, ids, ids_layout, src, src_layout, dim):
         check_ids(ids, ids_layout, layout.shape[dim], "index_add", dim)
         shape = src_layout.shape
 
-        def view_of(lay):  # the 1-D ids over src's shape
-            return Layout(shape, tuple(lay.stride[0] if i == dim else 0 for i in range(len(shape))),
+        def view_of(lay):  # the 1-D ids over src's shape (along dim: as many as the ids)
+            over = shape[:dim] + (lay.shape[0],) + shape[dim + 1:]
+            return Layout(over, tuple(lay.stride[0] if i == dim else 0 for i in range(len(shape))),
                           lay.start_offset)
 
-        _scatter_any(self, layout, ids, ids_layout, view_of, src, src_layout, dim, shape[dim], True)
+        for start, n in _walks(shape[dim]):
+            _scatter_any(self, layout, ids, ids_layout.narrow(0, start, n), view_of,
+                         src, src_layout.narrow(dim, start, n), dim, n, True)
