@@ -57,7 +57,8 @@ def test_embed_errors(st_tiny, tmp_path, capsys, tiny_llama):
     assert main(["embed", "--model", str(tmp_path / "none"), "x"]) == 1
     assert "no such model directory" in capsys.readouterr().err
     assert main(["embed", "--model", str(tiny_llama[0]), "x"]) == 1
-    assert "not a BERT model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'llama' is not a sentence-embedding architecture" in err and "supported: bert" in err
     assert main(["embed", "--model", str(st_tiny), "--input", str(tmp_path / "none.txt")]) == 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"nottext": 1}\n')
