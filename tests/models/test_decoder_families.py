@@ -1,4 +1,4 @@
-"""Mistral, Qwen2/2.5, Qwen3 and Gemma 3 against Hugging Face transformers (small random models):
+"""Mistral, Qwen2/2.5, Qwen3, Gemma 3 and Phi-3 against Hugging Face transformers (small random models):
 logits of a 32-token prompt and of 16 cached steps, and 16 greedy tokens."""
 
 import os
@@ -60,8 +60,23 @@ def _gemma3(**kw):
         "final_logit_softcapping": 30.0, "tie_word_embeddings": True, **kw}))
 
 
+def _phi3(**kw):
+    from transformers import Phi3Config, Phi3ForCausalLM
+    # LongRoPE with an original context of 32: the prompt rotates with the short
+    # factors, the cached steps after it with the long ones
+    half = SMALL["hidden_size"] // SMALL["num_attention_heads"] // 2
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0 + 0.1 * i for i in range(half)],
+            "long_factor": [1.0 + 0.7 * i for i in range(half)],
+            "original_max_position_embeddings": 32}
+    return Phi3ForCausalLM(Phi3Config(**{**SMALL, "rope_parameters": rope,
+                                         "original_max_position_embeddings": 32,
+                                         "tie_word_embeddings": False, "pad_token_id": 0,
+                                         **kw}))
+
+
 FAMILIES = {"mistral": _mistral, "qwen2": _qwen2, "qwen2-sliding": _qwen2_sliding,
-            "qwen3": _qwen3, "gemma3": _gemma3}
+            "qwen3": _qwen3, "gemma3": _gemma3, "phi3": _phi3}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -133,6 +148,11 @@ def test_family_flags_are_read_from_the_config(family):
         assert cfg.final_logit_softcapping == 30.0 and cfg.query_pre_attn_scalar == 24
     elif mtype == "mistral":
         assert windows == [12, 12, 12]
+    elif mtype == "phi3":
+        assert windows == [None] * 3
+        assert cfg.rope_scaling["original_max_position_embeddings"] == 32
+        assert cfg.rope_scaling["attention_factor"] == pytest.approx(
+            np.sqrt(1 + np.log(128 / 32) / np.log(32)))
     elif hf.config.use_sliding_window:
         assert windows == [None, 10, 10]
     else:

@@ -1,7 +1,8 @@
 """The Llama family (Llama 2/3, SmolLM2, TinyLlama...): candle-transformers' ``llama.rs``
 on Hugging Face's ``LlamaForCausalLM`` weights, and the decoders that differ from it
 only by a flag: Mistral (sliding-window attention), Qwen2/2.5 (biases on q/k/v) and
-Qwen3 (an RMSNorm per head on queries and keys). Gemma 3's differences are options
+Qwen3 (an RMSNorm per head on queries and keys), Phi-3/3.5 (fused qkv_proj and
+gate_up_proj, LongRoPE). Gemma 3's differences are options
 of the same decoder too (see ``gemma3.py``). ``DECODER_TYPES`` lists them.
 
 Grouped-query attention, rotary embeddings (Hugging Face's half-split layout, base
@@ -31,9 +32,9 @@ from ..nn.norm import RmsNorm
 from ..nn.rotary import rope
 from ..tensor_class import Tensor
 from .config import ModelFormatError, check_architecture, positive_int, read_json, require
-from .rope_table import RopeTable
+from .rope_table import LongRopeTable, RopeTable
 
-LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
+LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3", "phi3")
 DECODER_TYPES = LLAMA_TYPES
 SLIDING, FULL = "sliding_attention", "full_attention"
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
@@ -137,14 +138,21 @@ class LlamaConfig:
         if cfg.hidden_act not in ("silu", "swish") + GELU_TANH:
             raise ModelFormatError(f"{path}: hidden_act {cfg.hidden_act!r} is not supported "
                                    "(silu, gelu_pytorch_tanh)")
+        partial = (data.get("partial_rotary_factor")
+                   or (data.get("rope_parameters") or {}).get("partial_rotary_factor") or 1.0)
+        if partial != 1.0:
+            raise ModelFormatError(f"{path}: partial_rotary_factor {partial} is not supported "
+                                   "(rotary embeddings over the whole head)")
         if cfg.head_dim % 2:
             raise ModelFormatError(f"{path}: head_dim {cfg.head_dim} must be even for RoPE")
         scaling = cfg.rope_scaling
         if scaling is not None:
             kind = scaling.get("rope_type", scaling.get("type", "default"))
-            if kind not in ("default", "llama3", "linear"):
+            if kind not in ("default", "llama3", "linear", "longrope"):
                 raise ModelFormatError(f"{path}: rope scaling {kind!r} is not supported "
-                                       "(default, linear, llama3)")
+                                       "(default, linear, llama3, longrope)")
+            if kind == "longrope":
+                cfg.rope_scaling = _longrope_scaling(dict(scaling), data, cfg, path)
             if kind == "llama3":
                 _check_llama3_scaling(scaling, path)
         return cfg
@@ -180,6 +188,26 @@ def _family_options(data: dict, path) -> None:
         data["layer_types"] = types
     else:
         data["layer_types"] = None
+
+
+def _longrope_scaling(scaling: dict, data: dict, cfg, path) -> dict:
+    """Phi-3's LongRoPE parameters, completed as Hugging Face completes them."""
+    half = cfg.head_dim // 2
+    for key in ("short_factor", "long_factor"):
+        v = scaling.get(key)
+        if not isinstance(v, list) or len(v) != half:
+            raise ModelFormatError(f"{path}: rope_scaling (longrope) {key} must list {half} "
+                                   f"numbers (head_dim / 2), got {v!r}")
+    original = scaling.get("original_max_position_embeddings",
+                           data.get("original_max_position_embeddings"))
+    if not isinstance(original, int) or original < 1:
+        raise ModelFormatError(f"{path}: longrope needs original_max_position_embeddings")
+    scaling["original_max_position_embeddings"] = original
+    factor = scaling.get("factor") or cfg.max_position_embeddings / original
+    if scaling.get("attention_factor") is None:
+        scaling["attention_factor"] = 1.0 if factor <= 1.0 else math.sqrt(
+            1 + math.log(factor) / math.log(original))
+    return scaling
 
 
 def _check_llama3_scaling(scaling: dict, path) -> None:
@@ -238,6 +266,17 @@ def rope_frequencies(cfg: LlamaConfig, theta: float | None = None,
     return inv
 
 
+def _rope_table(config: LlamaConfig, limit: int):
+    s = config.rope_scaling
+    if not s or s.get("rope_type", s.get("type")) != "longrope":
+        return RopeTable(rope_frequencies(config), limit)
+    base = rope_frequencies(config, scaling=None)
+    short = (base / np.asarray(s["short_factor"], np.float32)).astype(np.float32)
+    long = (base / np.asarray(s["long_factor"], np.float32)).astype(np.float32)
+    return LongRopeTable(short, long, s["original_max_position_embeddings"],
+                         s["attention_factor"], limit)
+
+
 class Cache:
     """Rotary tables, causal masks and the key/value cache of one generation.
 
@@ -252,7 +291,7 @@ class Cache:
         self.device = Device.parse(device) if device is not None else Device.cpu()
         self.use_kv_cache = use_kv_cache
         self.max_positions = context_limit(config, max_context)
-        self._rope = RopeTable(rope_frequencies(config), self.max_positions)
+        self._rope = _rope_table(config, self.max_positions)
         self.cos = self.sin = None
         # Gemma 3's sliding layers rotate with their own base and no scaling
         self._rope_local = None if config.rope_local_theta is None else RopeTable(
@@ -328,9 +367,14 @@ class LlamaAttention(Module):
             cfg.num_attention_heads, cfg.num_key_value_heads, d)
         bias = cfg.attention_bias
         qkv_bias = bias or cfg.qkv_bias
-        self.q_proj = Linear.load(vb.pp("q_proj"), h, self.num_heads * d, qkv_bias)
-        self.k_proj = Linear.load(vb.pp("k_proj"), h, self.num_kv_heads * d, qkv_bias)
-        self.v_proj = Linear.load(vb.pp("v_proj"), h, self.num_kv_heads * d, qkv_bias)
+        if vb.contains_tensor("qkv_proj.weight"):  # Phi-3: one fused projection
+            self.q_proj, self.k_proj, self.v_proj = split_linear(
+                vb.pp("qkv_proj"), h, (self.num_heads * d, self.num_kv_heads * d,
+                                       self.num_kv_heads * d), qkv_bias)
+        else:
+            self.q_proj = Linear.load(vb.pp("q_proj"), h, self.num_heads * d, qkv_bias)
+            self.k_proj = Linear.load(vb.pp("k_proj"), h, self.num_kv_heads * d, qkv_bias)
+            self.v_proj = Linear.load(vb.pp("v_proj"), h, self.num_kv_heads * d, qkv_bias)
         self.o_proj = Linear.load(vb.pp("o_proj"), self.num_heads * d, h, bias)
         self.q_norm = self.k_norm = None
         if cfg.qk_norm:
@@ -361,8 +405,11 @@ class LlamaMlp(Module):
     def __init__(self, vb, cfg: LlamaConfig):
         super().__init__()
         h, i, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
-        self.gate_proj = Linear.load(vb.pp("gate_proj"), h, i, bias)
-        self.up_proj = Linear.load(vb.pp("up_proj"), h, i, bias)
+        if vb.contains_tensor("gate_up_proj.weight"):  # Phi-3: gate and up fused
+            self.gate_proj, self.up_proj = split_linear(vb.pp("gate_up_proj"), h, (i, i), bias)
+        else:
+            self.gate_proj = Linear.load(vb.pp("gate_proj"), h, i, bias)
+            self.up_proj = Linear.load(vb.pp("up_proj"), h, i, bias)
         self.down_proj = Linear.load(vb.pp("down_proj"), i, h, bias)
         self.gelu = cfg.hidden_act in GELU_TANH
 
@@ -370,6 +417,18 @@ class LlamaMlp(Module):
         g = self.gate_proj(x)
         g = g.gelu() if self.gelu else g.silu()
         return self.down_proj(g * self.up_proj(x))
+
+
+def split_linear(vb, in_features: int, outs: tuple, bias: bool) -> list:
+    """Linears over consecutive row blocks of one fused weight (and bias)."""
+    fused = Linear.load(vb, in_features, sum(outs), bias)
+    parts, start = [], 0
+    for n in outs:
+        w = fused.weight.narrow(0, start, n).contiguous()
+        b = None if fused.bias is None else fused.bias.narrow(0, start, n).contiguous()
+        parts.append(Linear.from_weights(w, b))
+        start += n
+    return parts
 
 
 def load_rms_norm(vb, size: int, cfg: LlamaConfig) -> RmsNorm:

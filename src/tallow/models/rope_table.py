@@ -42,3 +42,26 @@ class RopeTable:
         self.cos = np.ascontiguousarray(np.cos(freqs), dtype=np.float32)
         self.sin = np.ascontiguousarray(np.sin(freqs), dtype=np.float32)
         return True
+
+
+class LongRopeTable:
+    """Phi-3's LongRoPE: positions below ``original`` rotate with the short factors,
+    later ones with the long factors (the frequencies Hugging Face switches to once
+    a sequence passes ``original``), both tables scaled by ``attention_factor``."""
+
+    def __init__(self, short_inv: np.ndarray, long_inv: np.ndarray, original: int,
+                 attention_factor: float, limit: int):
+        self.short = RopeTable(short_inv, limit)
+        self.long = RopeTable(long_inv, limit)
+        self.original = int(original)
+        self.factor = np.float32(attention_factor)
+        self.cos = self.sin = self.short.cos
+
+    def reserve(self, positions: int) -> bool:
+        grew = self.short.reserve(positions)
+        self.long.reserve(positions)
+        if grew:
+            n = self.original
+            self.cos = np.concatenate([self.short.cos[:n], self.long.cos[n:]]) * self.factor
+            self.sin = np.concatenate([self.short.sin[:n], self.long.sin[n:]]) * self.factor
+        return grew
