@@ -92,18 +92,18 @@ def family(request, tmp_path_factory):
     return path, hf
 
 
-def test_gguf_logits_match_transformers(family):
+def test_gguf_logits_match_transformers(family, device):
     path, hf = family
-    model = load_gguf_model(str(path))
+    model = load_gguf_model(str(path), device)
     cache = model.new_cache()
-    got = model.logits(tl.Tensor([PROMPT], dtype="u32"), 0, cache).numpy()[0]
+    got = model.logits(tl.Tensor([PROMPT], dtype="u32", device=device), 0, cache).numpy()[0]
     with torch.no_grad():
         out = hf(torch.tensor([PROMPT]), use_cache=True)
     np.testing.assert_allclose(got, out.logits[0].numpy(), atol=1e-4, rtol=0)
     past, pos = out.past_key_values, len(PROMPT)
     nxt = int(out.logits[0, -1].argmax())
     for _ in range(16):
-        got = model.forward(tl.Tensor([[nxt]], dtype="u32"), pos, cache).numpy()[0]
+        got = model.forward(tl.Tensor([[nxt]], dtype="u32", device=device), pos, cache).numpy()[0]
         with torch.no_grad():
             out = hf(torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
         np.testing.assert_allclose(got, out.logits[0, -1].numpy(), atol=1e-4, rtol=0)
