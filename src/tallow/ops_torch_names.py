@@ -1,7 +1,8 @@
 """PyTorch's Tensor methods that candle lacks, written with tallow's own ops, so a
 PyTorch expression runs as it is (``x.square()``, ``x.isnan()``, ``x.tril()``,
 ``x.softmax(1)``...). Each has PyTorch's meaning, on every device; the ones built
-from differentiable ops are differentiable.
+from differentiable ops are differentiable. (``tl.nn.functional.softmax`` adds the
+fused kernels and the legacy dim; these methods stay below the nn layer.)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 import numpy as np
 
 from . import dtype as dt
+from .shape import normalize_dim
 
 
 class TorchNamedOps:
@@ -93,10 +95,8 @@ class TorchNamedOps:
         keep = np.tri(rows, cols, int(diagonal), dtype=bool)
         if not lower:
             keep = ~np.tri(rows, cols, int(diagonal) - 1, dtype=bool)
-        from .creation import zeros  # creation.py imports the Tensor class, built on this
-
         mask = self.new(keep, device=self.device)
-        return mask.where_cond(self, zeros((1,), dtype=self.dtype, device=self.device))
+        return mask.where_cond(self, self.zeros((1,), dtype=self.dtype, device=self.device))
 
     def tril(self, diagonal=0):
         """The lower triangle of the last two dims (``torch.tril``), the rest zero."""
@@ -114,13 +114,19 @@ class TorchNamedOps:
 
     # -- normalisations ----------------------------------------------------------------
     def softmax(self, dim, dtype=None):
-        """``torch.Tensor.softmax(dim)``."""
-        from .nn import functional as F  # the nn layer is built on Tensor
-
-        return F.softmax(self, dim, dtype=dtype)
+        """``torch.Tensor.softmax(dim)``: ``exp(x - max) / sum(exp(x - max))``."""
+        x = self if dtype is None else self.to_dtype(dtype)
+        d = normalize_dim(dim, x.rank, "softmax")
+        if x.shape[d] == 0:  # empty rows: an empty result, as PyTorch gives
+            return x.copy()
+        e = x.broadcast_sub(x.max_keepdim(d).detach()).exp()
+        return e.broadcast_div(e.sum_keepdim(d))
 
     def log_softmax(self, dim, dtype=None):
-        """``torch.Tensor.log_softmax(dim)``."""
-        from .nn import functional as F
-
-        return F.log_softmax(self, dim, dtype=dtype)
+        """``torch.Tensor.log_softmax(dim)``: ``x - max - log(sum(exp(x - max)))``."""
+        x = self if dtype is None else self.to_dtype(dtype)
+        d = normalize_dim(dim, x.rank, "log_softmax")
+        if x.shape[d] == 0:
+            return x.copy()
+        shifted = x.broadcast_sub(x.max_keepdim(d).detach())
+        return shifted.broadcast_sub(shifted.exp().sum_keepdim(d).log())
