@@ -54,8 +54,10 @@ def rel(x, y):
     return float(np.linalg.norm(x - y) / np.linalg.norm(y))
 
 
-def test_logits_match_llama_cpp(gemma_path, tmp_path):
-    from tallow.models.gguf_decoder import gemma_chat_prompt, load_gguf_model
+@pytest.fixture(scope="module")
+def reference(gemma_path, tmp_path_factory):
+    """(prompt ids, llama.cpp's logits with an f32 cache, with an f16 cache)."""
+    from tallow.models.gguf_decoder import gemma_chat_prompt
     from tallow.models.gguf_tokenizer import tokenizer_from_gguf
 
     tok = tokenizer_from_gguf(gemma_path)
@@ -63,9 +65,16 @@ def test_logits_match_llama_cpp(gemma_path, tmp_path):
                                "Answer in one word, then explain why in a sentence."}])
     ids = tok.encode(text).ids
     assert ids[:2] == [2, 105]  # <bos> <start_of_turn>, the special tokens whole
-    model = load_gguf_model(gemma_path)
-    ours = model.logits(tl.Tensor([ids], dtype="u32"), 0, model.new_cache()).numpy()[0]
-    f32, f16 = llama_cpp_logits(gemma_path, ids, tmp_path)
+    return (ids, *llama_cpp_logits(gemma_path, ids, tmp_path_factory.mktemp("ref")))
+
+
+def test_logits_match_llama_cpp(gemma_path, reference, device):
+    from tallow.models.gguf_decoder import load_gguf_model
+
+    ids, f32, f16 = reference
+    model = load_gguf_model(gemma_path, device)
+    ours = model.logits(tl.Tensor([ids], dtype="u32", device=device), 0,
+                        model.new_cache()).numpy()[0]
     # within llama.cpp's own f16-vs-f32 cache difference (and a margin: llama.cpp
     # also rounds activations to 8 bits for its quantized products, tallow does not)
     assert rel(ours, f32) <= 1.25 * rel(f16, f32)
