@@ -164,3 +164,16 @@ def test_an_unsupported_architecture_names_the_supported_ones(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 10}')
     with pytest.raises(ModelFormatError, match="supported model_type: llama.*qwen3.*gemma3_text"):
         decoder_config(tmp_path)
+
+
+def test_cli_generate_picks_the_family_from_config_json(family, capsys):
+    from tallow.cli import main
+
+    d, _ = family
+    assert main(["generate", "--model", str(d), "--prompt", "the quick", "--max-tokens", "8",
+                 "--temperature", "0", "--repeat-penalty", "1.0"]) == 0
+    tok = load_tokenizer(d)
+    ids = tok.encode("the quick").ids
+    gen = TextGenerator(load(d), tok, temperature=0, repeat_penalty=1.0)
+    want = "the quick" + gen.generate(ids, max_tokens=8).text
+    assert capsys.readouterr().out == want + "\n"
