@@ -3,7 +3,8 @@ against transformers: the GGUF path must give the same logits as the model it wa
 written from. The files are written as llama.cpp's convert_hf_to_gguf.py does for
 these families (q/k rows not permuted; Gemma's norms stored with the one added)."""
 
-import math
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -48,6 +49,11 @@ def write_gguf(hf, arch, path):
 
     c = hf.config
     w = gguf.GGUFWriter(str(path), arch)
+    # a placeholder SentencePiece vocabulary: llama.cpp takes its vocabulary size from it
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, c.vocab_size)])
+    w.add_token_scores([0.0] * c.vocab_size)
+    w.add_token_types([2, 3, 3] + [1] * (c.vocab_size - 3))
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
@@ -123,3 +129,42 @@ def test_an_unsupported_gguf_architecture_lists_the_supported(tmp_path):
     w.close()
     with pytest.raises(ModelFormatError, match="'phi2'; supported: llama, qwen2, qwen3, gemma3"):
         load_gguf_model(str(tmp_path / "m.gguf"))
+
+
+LLAMA_PYTHON = os.environ.get("TALLOW_LLAMA_CPP_PYTHON", "/tmp/llamavenv/bin/python")
+_REFERENCE = r"""
+import json, sys
+import numpy as np
+import llama_cpp
+path, ids, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+res = {}
+for kv, t in (("f32", llama_cpp.GGML_TYPE_F32), ("f16", llama_cpp.GGML_TYPE_F16)):
+    m = llama_cpp.Llama(model_path=path, n_ctx=128, logits_all=True, verbose=False,
+                        type_k=t, type_v=t)
+    m.eval(ids)
+    res[kv] = np.array(m.scores[:len(ids)], dtype=np.float32)
+np.savez(out, **res)
+"""
+
+
+@pytest.mark.slow
+def test_llama_cpp_reads_the_files_as_tallow_does(family, tmp_path):
+    """llama.cpp (the llama-cpp-python wheel, in its own environment) on the same
+    files: tallow's logits within llama.cpp's own f16-vs-f32 cache difference."""
+    import json
+
+    if not os.path.exists(LLAMA_PYTHON):
+        pytest.skip(f"no llama-cpp-python environment at {LLAMA_PYTHON}")
+    path, _ = family
+    out = tmp_path / "ref.npz"
+    subprocess.run([LLAMA_PYTHON, "-c", _REFERENCE, str(path), json.dumps(PROMPT), str(out)],
+                   check=True, capture_output=True, timeout=300)
+    ref = np.load(out)
+    model = load_gguf_model(str(path))
+    ours = model.logits(tl.Tensor([PROMPT], dtype="u32"), 0, model.new_cache()).numpy()[0]
+
+    def rel(x, y):
+        return float(np.linalg.norm(x - y) / np.linalg.norm(y))
+
+    assert rel(ours, ref["f32"]) <= rel(ref["f16"], ref["f32"])
+    assert np.mean(ours.argmax(-1) == ref["f32"].argmax(-1)) >= 0.9
