@@ -124,6 +124,15 @@ def result_for(t, result, op):
     return result.to_dtype(want)
 
 
+def _part_of_its_buffer(t) -> bool:
+    """True when ``t`` covers less than its storage: a view of another tensor."""
+    lay = t._layout
+    n = 1
+    for d in lay.shape:
+        n *= d
+    return lay.start_offset != 0 or n != t._storage.count
+
+
 def update_in_place(t, op, compute):
     """``t``'s values replaced by ``compute(t)`` (broadcast to ``t``'s shape, cast by
     PyTorch's rule); on a tensor in a recorded graph ``t`` becomes the new node."""
@@ -142,6 +151,12 @@ def update_in_place(t, op, compute):
         if recording and result._track:
             # A tracked operand (x.add_(w)): t joins the graph, as in PyTorch; the op
             # must read t's old value as a node of its own.
+            if _part_of_its_buffer(t):
+                raise InplaceOnTrackedError(
+                    f"{op}: writing a value that needs gradients into a view of a plain "
+                    "tensor: the tensor it views would not join the graph (PyTorch records "
+                    "it), so gradients through it would be lost. Compute out of place "
+                    "(row = row + w) or write into the whole tensor.")
             result = compute(stand_in(t))
     result = result_for(t, result, op)
     if result.shape != t.shape:

@@ -187,3 +187,17 @@ def test_plain_tensor_grad_is_none_as_torch(device):
     assert w.grad is None and (w * 2).grad is None
     (w * w).sum().backward()
     assert w.grad.values() == [2.0, 4.0]
+
+
+def test_a_tracked_value_written_into_a_view_of_a_plain_tensor_raises():
+    # PyTorch records the plain base too; tallow cannot reach it from the view, so it
+    # refuses rather than lose the gradient through the base.
+    h = tl.zeros((3, 2))
+    w = tl.Var([1.0, 2.0])
+    row = h[0]
+    with pytest.raises(tl.InplaceOnTrackedError, match="out of place"):
+        row += w
+    assert not h.numpy().any()  # nothing written
+    whole = tl.zeros((2,))
+    whole += w  # the whole tensor joins the graph, as in PyTorch
+    assert whole._track
