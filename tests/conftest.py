@@ -29,6 +29,20 @@ def pytest_configure(config):
     float_warnings.install()
 
 
+# Tests of models fetched with `tallow models fetch` (hundreds of MB, minutes per test)
+# run only when asked: `TALLOW_TEST_FETCHED=1 pytest -m fetched tests`.
+RUN_FETCHED = os.environ.get("TALLOW_TEST_FETCHED") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if RUN_FETCHED:
+        return
+    skip = pytest.mark.skip(reason="a fetched real model: set TALLOW_TEST_FETCHED=1 to run it")
+    for item in items:
+        if "fetched" in item.keywords:
+            item.add_marker(skip)
+
+
 def gpu_or_skip():
     if tl.utils.gpu_is_available():
         return tl.Device.gpu(0)

@@ -282,6 +282,7 @@ def mpnet_dir():
 
 
 @pytest.mark.slow
+@pytest.mark.fetched
 def test_all_mpnet_base_v2_matches_sentence_transformers(mpnet_dir):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoTokenizer

@@ -14,7 +14,7 @@ import pytest
 
 import tallow as tl
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fetched]
 
 LLAMA_PYTHON = os.environ.get("TALLOW_LLAMA_CPP_PYTHON", "/tmp/llamavenv/bin/python")
 
