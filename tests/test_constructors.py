@@ -22,9 +22,27 @@ def test_module_constructor_is_the_class_method(name):
     assert getattr(tl, name).__self__ is tl.Tensor
 
 
-@pytest.mark.parametrize("name", ("cat", "stack", "meshgrid"))
+@pytest.mark.parametrize("name", ("cat", "stack"))
 def test_static_constructors_are_shared(name):
     assert getattr(tl, name) is getattr(tl.Tensor, name)
+
+
+def test_module_meshgrid_takes_pytorchs_and_candles_arguments():
+    # tl.meshgrid is PyTorch's (tensors as arguments, indexing=); candle's list form
+    # and Tensor.meshgrid keep working and agree with it.
+    import torch
+
+    a, b = tl.arange(0, 3), tl.arange(0, 2)
+    for indexing in ("ij", "xy"):
+        ours = tl.meshgrid(a, b, indexing=indexing)
+        theirs = torch.meshgrid(torch.arange(3), torch.arange(2), indexing=indexing)
+        for o, t in zip(ours, theirs):
+            np.testing.assert_array_equal(o.numpy(), t.numpy())
+    listed = tl.meshgrid([a, b], indexing="ij")
+    method = tl.Tensor.meshgrid([a, b])  # candle's (xy_indexing=False: "ij")
+    for x, y, z in zip(listed, method, tl.meshgrid(a, b, indexing="ij")):
+        np.testing.assert_array_equal(x.numpy(), z.numpy())
+        np.testing.assert_array_equal(y.numpy(), z.numpy())
 
 
 def test_var_constructors_give_plain_tensors():

@@ -14,7 +14,8 @@ The kinds, the same for every variable:
 * **count**: plain ASCII digits (``1_0``, ``2.5``, ``-1`` are not counts);
 * **choice**: one of the listed words (any case);
 * **size**: a number of bytes with an optional ``K``/``M``/``G`` suffix (powers of
-  1024; ``1.5G``, ``512KB``, ``3MiB`` are sizes).
+  1024; ``1.5G``, ``512KB``, ``3MiB`` are sizes);
+* **path**: a folder (an empty value is unset).
 
 Surrounding spaces are ignored. An unset variable takes the default. A value
 that does not parse, the empty string included (an empty export is a mistake,
@@ -38,7 +39,7 @@ class Switch:
 
     field: str
     variable: str
-    kind: str  # flag, count, choice or size
+    kind: str  # flag, count, choice, size or path
     default: object
     read: str  # when tallow asks for it
     doc: str
@@ -76,6 +77,9 @@ SWITCHES = (
     Switch("heap_pad", "TALLOW_HEAP_PAD", "size", 16 << 20, "first CPU device made",
            "bytes of freed memory glibc's malloc keeps at the top of the heap for the next "
            "allocation (0: malloc's own setting)"),
+    Switch("cache_dir", "TALLOW_CACHE", "path", None, "each lookup or fetch of a fetched model",
+           "folder of the models ``tallow models fetch`` unpacks; default: ``$XDG_CACHE_HOME/tallow`` "
+           "or ``~/.cache/tallow``"),
 )
 VARIABLES = tuple(s.variable for s in SWITCHES)
 
@@ -177,6 +181,7 @@ _READERS = {
     "count": lambda s, raw: count(s.variable, s.default, raw, minimum=1 if s.field == "num_threads" else 0),
     "size": lambda s, raw: size(s.variable, s.default, raw),
     "choice": lambda s, raw: choice(s.variable, s.options, s.default, raw),
+    "path": lambda s, raw: (raw.strip() or None) if raw is not None else s.default,
 }
 # The environment's own bytes on POSIX (os.environ decodes, encodes and copies on every
 # read; a setting is read once per product): monkeypatch.setenv and os.environ[...] =

