@@ -29,7 +29,7 @@ def test_write_json_carries_the_printed_tables_and_the_machine(tmp_path):
 
 def test_record_keeps_the_latest_run_per_machine_and_render_shows_its_tables(tmp_path):
     machine = {"processor": "Some CPU 9000", "arch": "x86_64", "simd": "AVX2", "threads": 2, "date": "2026-01-02"}
-    old = {"machine": machine, "tables": [{"title": "old", "header": ["a"], "rows": [["1"]]}]}
+    old = {"machine": machine, "tables": [{"title": "superseded run", "header": ["a"], "rows": [["1"]]}]}
     new = {"machine": machine, "host_steal_percent": 0.5,
            "tables": [{"title": "steps", "header": ["workload", "x"], "rows": [["mlp", "0.8"]]}]}
     record(tmp_path, "train", old)
@@ -38,5 +38,9 @@ def test_record_keeps_the_latest_run_per_machine_and_render_shows_its_tables(tmp
     page = render(tmp_path)
     assert "## Some CPU 9000 (x86_64, AVX2, 2 threads)" in page
     assert "### `tallow bench train` (2026-01-02; 0.5% of CPU time stolen by the host)" in page
-    assert "| mlp | 0.8 |" in page and "old" not in page
+    assert "| mlp | 0.8 |" in page and "superseded run" not in page
 
+
+
+def test_the_benchmarks_page_is_the_rendering_of_docs_bench():
+    assert (ROOT / "docs" / "benchmarks.md").read_text() == render(ROOT / "docs" / "bench")

@@ -49,6 +49,10 @@ tallow bench all --json results.json
 - On Linux each suite reports the share of CPU time a virtual machine's host stole
   while it ran (`host_steal_percent`): figures from runs with little stolen time are
   the ones to compare.
+- Some machines set `OPENBLAS_CORETYPE` (and `OPENBLAS_L2_SIZE`) to hold OpenBLAS to
+  an older kernel; the runs recorded here unset both (`env -u OPENBLAS_CORETYPE -u
+  OPENBLAS_L2_SIZE tallow bench ...`), so NumPy's BLAS, which tallow and the NumPy
+  reference use for large products, runs its kernel for the CPU.
 - Timed unit tests do not exist: speed is measured here, correctness in `tests/`.
 """
 
