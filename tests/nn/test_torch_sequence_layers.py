@@ -247,3 +247,26 @@ def test_parameter_and_init_follow_pytorch():
     assert abs(lin.weight.numpy()).max() <= 0.03
     with pytest.raises(ValueError, match="fewer than 2"):
         nn.init.xavier_uniform_(lin.bias)
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: m.LSTM(3, 4, num_layers=2, bidirectional=True),
+    lambda m: m.GRU(3, 4, batch_first=True),
+    lambda m: m.MultiheadAttention(8, 2),
+    lambda m: m.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0),
+], ids=["lstm", "gru", "mha", "encoder_layer"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_layers_in_f64_and_both_modes(make, train):
+    torch.manual_seed(8)
+    theirs = make(torch.nn).double().train(train)
+    ours = make(nn)
+    ours.load_state_dict({k: tl.Tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    ours.to(tl.f64).train(train)
+    assert all(p.dtype == tl.f64 for p in ours.parameters())
+    if isinstance(theirs, torch.nn.MultiheadAttention):
+        xs = [np.random.default_rng(i).standard_normal((3, 2, 8)) for i in range(3)]
+    elif isinstance(theirs, torch.nn.TransformerEncoderLayer):
+        xs = [np.random.default_rng(0).standard_normal((4, 2, 8))]
+    else:
+        xs = [np.random.default_rng(0).standard_normal((2, 5, 3) if theirs.batch_first else (5, 2, 3))]
+    _compare(ours, theirs, xs, tl.cpu, atol=1e-10, rtol=1e-9)
