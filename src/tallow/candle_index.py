@@ -73,6 +73,16 @@ def ids_on(t, arr, device):
     return t.new(arr, device=device)
 
 
+def slice_dim(t, dim, item: slice):
+    """``t`` sliced along ``dim`` by a Python slice: a view for a positive step, a
+    selection of the ids for a negative one (NumPy's reversed slices)."""
+    start, stop, step = item.indices(t._layout.shape[dim])
+    if step > 0:
+        return t._slice_step(dim, start, max(0, (stop - start + step - 1) // step), step)
+    ids = np.arange(start, stop, step, dtype=np.int64)
+    return t.index_select(ids_on(t, ids, t.device), dim)
+
+
 def select_ids(t, dim, index):
     """``t`` with ``dim`` replaced by the dims of ``index`` (ids of any shape), and
     how many dims they are."""
@@ -186,14 +196,7 @@ def sequential_getitem(t, index):
             out = out.unsqueeze(dim)
             dim += 1
         elif isinstance(item, slice):
-            size = out._layout.shape[dim]
-            start, stop, step = item.indices(size)
-            if step > 0:
-                length = max(0, (stop - start + step - 1) // step)
-                out = out._slice_step(dim, start, length, step)
-            else:
-                ids = list(range(start, stop, step))
-                out = out.index_select(ids_on(out, np.asarray(ids, dtype=np.int64), out.device), dim)
+            out = slice_dim(out, dim, item)
             dim += 1
         elif isinstance(item, (list, np.ndarray)) or (
             isinstance(item, TensorBase) and item.rank > 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .candle_index import ids_on, int_index, select_ids
+from .candle_index import ids_on, int_index, select_ids, slice_dim
 from .index_items import FULL, GAP, Ids, broadcast_ids, read_index, bare_bool_view
 
 __all__ = ["getitem", "int_index"]
@@ -42,14 +42,7 @@ def basic_view(t, items):
         elif item is FULL:
             dim += 1  # a dim that ``...`` covers
         elif isinstance(item, slice):
-            size = out._layout.shape[dim]
-            start, stop, step = item.indices(size)
-            if step > 0:
-                length = max(0, (stop - start + step - 1) // step)
-                out = out._slice_step(dim, start, length, step)
-            else:
-                ids = list(range(start, stop, step))
-                out = out.index_select(ids_on(out, np.asarray(ids, dtype=np.int64), out.device), dim)
+            out = slice_dim(out, dim, item)
             dim += 1
         elif isinstance(item, Ids):
             dim += 1

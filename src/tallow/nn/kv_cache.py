@@ -89,19 +89,14 @@ class Cache:
         return self.all_data.narrow(d, 0, total)
 
 
-class KvCache:
-    """Keys and values of one attention layer (candle-nn's ``KvCache``)."""
+class _PairOfCaches:
+    """Keys and values as two caches of one kind, appended together."""
 
-    def __init__(self, dim: int, max_seq_len: int):
-        self.k_cache, self.v_cache = Cache(dim, max_seq_len), Cache(dim, max_seq_len)
+    k_cache = v_cache = None
 
     @property
     def current_seq_len(self) -> int:
         return self.k_cache.current_seq_len
-
-    @property
-    def max_seq_len(self) -> int:
-        return self.k_cache.max_seq_len
 
     def k(self):
         return self.k_cache.current_data()
@@ -113,17 +108,28 @@ class KvCache:
         """Store ``k`` and ``v`` after the cached positions; return all keys and values."""
         if k.shape[self.k_cache.dim] != v.shape[self.v_cache.dim]:
             raise ShapeMismatchError(
-                f"KvCache.append: keys {k.shape} and values {v.shape} have different "
-                "sequence lengths")
+                f"{type(self).__name__}.append: keys {k.shape} and values {v.shape} have "
+                "different sequence lengths")
         return self.k_cache.append(k), self.v_cache.append(v)
-
-    def truncate(self, seq_len: int) -> None:
-        self.k_cache.truncate(seq_len)
-        self.v_cache.truncate(seq_len)
 
     def reset(self) -> None:
         self.k_cache.reset()
         self.v_cache.reset()
+
+
+class KvCache(_PairOfCaches):
+    """Keys and values of one attention layer (candle-nn's ``KvCache``)."""
+
+    def __init__(self, dim: int, max_seq_len: int):
+        self.k_cache, self.v_cache = Cache(dim, max_seq_len), Cache(dim, max_seq_len)
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.k_cache.max_seq_len
+
+    def truncate(self, seq_len: int) -> None:
+        self.k_cache.truncate(seq_len)
+        self.v_cache.truncate(seq_len)
 
 
 class RotatingCache:
@@ -178,36 +184,15 @@ class RotatingCache:
         return self.current_data()
 
 
-class RotatingKvCache:
+class RotatingKvCache(_PairOfCaches):
     """Keys and values over a sliding window of ``max_seq_len`` positions (candle-nn's
-    ``RotatingKvCache``)."""
+    ``RotatingKvCache``); ``current_seq_len`` counts every position appended since the
+    last reset, also those the window dropped."""
 
     def __init__(self, dim: int, max_seq_len: int):
         self.k_cache = RotatingCache(dim, max_seq_len)
         self.v_cache = RotatingCache(dim, max_seq_len)
 
     @property
-    def current_seq_len(self) -> int:
-        """Positions appended since the last reset (also those the window dropped)."""
-        return self.k_cache.current_seq_len
-
-    @property
     def offset(self) -> int:
         return self.k_cache.offset
-
-    def k(self):
-        return self.k_cache.current_data()
-
-    def v(self):
-        return self.v_cache.current_data()
-
-    def append(self, k, v):
-        if k.shape[self.k_cache.dim] != v.shape[self.v_cache.dim]:
-            raise ShapeMismatchError(
-                f"RotatingKvCache.append: keys {k.shape} and values {v.shape} have "
-                "different sequence lengths")
-        return self.k_cache.append(k), self.v_cache.append(v)
-
-    def reset(self) -> None:
-        self.k_cache.reset()
-        self.v_cache.reset()
