@@ -12,57 +12,34 @@ import argparse
 import os
 
 
-def positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
+def _number(name: str, parse, accepts, expected: str, doc: str):
+    """An argparse type called ``name``: ``parse(text)`` where ``accepts`` it, else a
+    usage error saying what was ``expected`` (text that does not parse is refused the
+    same way)."""
+
+    def read(text: str):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = doc
+    return read
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return n
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (``--repeat-penalty``)."""
-    try:
-        x = float(text)
-    except ValueError:
-        x = 0.0
-    if not (0.0 < x < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return x
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (``--temperature``: 0 is greedy decoding)."""
-    try:
-        x = float(text)
-    except ValueError:
-        x = -1.0
-    if not (0.0 <= x < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return x
-
-
-def probability(text: str) -> float:
-    """A number in (0, 1] (``--top-p``)."""
-    try:
-        x = float(text)
-    except ValueError:
-        x = -1.0
-    if not (0.0 < x <= 1.0):
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return x
+INF = float("inf")
+positive_int = _number("positive_int", int, lambda n: n >= 1, "a positive integer", "An integer >= 1.")
+non_negative_int = _number("non_negative_int", int, lambda n: n >= 0, "an integer >= 0", "An integer >= 0.")
+positive_float = _number("positive_float", float, lambda x: 0.0 < x < INF, "a finite number > 0",
+                         "A finite number > 0 (``--repeat-penalty``).")
+non_negative_float = _number("non_negative_float", float, lambda x: 0.0 <= x < INF, "a finite number >= 0",
+                             "A finite number >= 0 (``--temperature``: 0 is greedy decoding).")
+probability = _number("probability", float, lambda x: 0.0 < x <= 1.0, "a number in (0, 1]",
+                      "A number in (0, 1] (``--top-p``).")
 
 
 def output_file(text: str) -> str:
