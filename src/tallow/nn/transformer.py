@@ -37,6 +37,31 @@ def _causal_if(flag, mask, x, seq_dim):
     return mask
 
 
+def _build_layer(layer, attentions, norms, d_model, nhead, dim_feedforward, dropout, activation,
+                 layer_norm_eps, batch_first, norm_first, bias, device, dtype):
+    """The submodules an encoder or decoder layer shares, in PyTorch's order (so their
+    state dicts list the same keys): the attentions, the feed-forward block, ``norms``
+    LayerNorms and as many dropouts."""
+    kw = {"device": device, "dtype": dtype}
+    for name in attentions:
+        setattr(layer, name, MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                batch_first=batch_first, **kw))
+    layer.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+    layer.dropout = Dropout(dropout)
+    layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+    layer.norm_first = bool(norm_first)
+    for i in range(1, norms + 1):
+        setattr(layer, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+    for i in range(1, norms + 1):
+        setattr(layer, f"dropout{i}", Dropout(dropout))
+    layer.activation = _activation(activation)
+    layer.batch_first = bool(batch_first)
+
+
+def _feed_forward(layer, x, last_dropout):
+    return last_dropout(layer.linear2(layer.dropout(layer.activation(layer.linear1(x)))))
+
+
 class TransformerEncoderLayer(Module):
     """``TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
     activation='relu', layer_norm_eps=1e-5, batch_first=False, norm_first=False,
@@ -46,18 +71,8 @@ class TransformerEncoderLayer(Module):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = bool(norm_first)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = _activation(activation)
-        self.batch_first = bool(batch_first)
+        _build_layer(self, ("self_attn",), 2, d_model, nhead, dim_feedforward, dropout, activation,
+                     layer_norm_eps, batch_first, norm_first, bias, device, dtype)
 
     def _sa_block(self, x, mask, padding, is_causal):
         x = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False,
@@ -65,7 +80,7 @@ class TransformerEncoderLayer(Module):
         return self.dropout1(x)
 
     def _ff_block(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return _feed_forward(self, x, self.dropout2)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         x = src
@@ -87,22 +102,8 @@ class TransformerDecoderLayer(Module):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
                  layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, **kw)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = bool(norm_first)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(activation)
-        self.batch_first = bool(batch_first)
+        _build_layer(self, ("self_attn", "multihead_attn"), 3, d_model, nhead, dim_feedforward, dropout,
+                     activation, layer_norm_eps, batch_first, norm_first, bias, device, dtype)
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
@@ -117,7 +118,7 @@ class TransformerDecoderLayer(Module):
         mha = lambda x: self.dropout2(self.multihead_attn(x, memory, memory, attn_mask=memory_mask,
                                                           key_padding_mask=memory_key_padding_mask,
                                                           need_weights=False)[0])
-        ff = lambda x: self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        ff = lambda x: _feed_forward(self, x, self.dropout3)
         x = tgt
         if self.norm_first:
             x = x + sa(self.norm1(x))
