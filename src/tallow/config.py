@@ -15,7 +15,8 @@ The kinds, the same for every variable:
 * **choice**: one of the listed words (any case);
 * **size**: a number of bytes with an optional ``K``/``M``/``G`` suffix (powers of
   1024; ``1.5G``, ``512KB``, ``3MiB`` are sizes);
-* **path**: a folder (an empty value is unset).
+* **path**: a folder (an empty value is unset);
+* **text**: any text, such as a key (an empty value is unset).
 
 Surrounding spaces are ignored. An unset variable takes the default. A value
 that does not parse, the empty string included (an empty export is a mistake,
@@ -39,7 +40,7 @@ class Switch:
 
     field: str
     variable: str
-    kind: str  # flag, count, choice, size or path
+    kind: str  # flag, count, choice, size, path or text
     default: object
     read: str  # when tallow asks for it
     doc: str
@@ -80,6 +81,9 @@ SWITCHES = (
     Switch("cache_dir", "TALLOW_CACHE", "path", None, "each lookup or fetch of a fetched model",
            "folder of the models ``tallow models fetch`` unpacks; default: ``$XDG_CACHE_HOME/tallow`` "
            "or ``~/.cache/tallow``"),
+    Switch("api_key", "TALLOW_API_KEY", "text", None, "start of ``tallow serve``",
+           "the key ``tallow serve`` requires as ``Authorization: Bearer KEY`` (``--api-key`` "
+           "wins over it); default: no key"),
 )
 VARIABLES = tuple(s.variable for s in SWITCHES)
 
@@ -182,6 +186,7 @@ _READERS = {
     "size": lambda s, raw: size(s.variable, s.default, raw),
     "choice": lambda s, raw: choice(s.variable, s.options, s.default, raw),
     "path": lambda s, raw: (raw.strip() or None) if raw is not None else s.default,
+    "text": lambda s, raw: (raw.strip() or None) if raw is not None else s.default,
 }
 # The environment's own bytes on POSIX (os.environ decodes, encodes and copies on every
 # read; a setting is read once per product): monkeypatch.setenv and os.environ[...] =
