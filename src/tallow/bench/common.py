@@ -22,15 +22,19 @@ import sys
 import time
 
 
-# Longer than the ~10 ms PyTorch's (libgomp's) idle workers spin before sleeping.
-FULL_WARM_S = 0.012
-# --quick runs (a smoke test of every table, under 30 s): a shorter warm-up.
+# Each turn starts from the machine state its candidate leaves behind: PyTorch's (libgomp's)
+# idle workers spin about 10 ms after a call, and while they do, tallow's worker pool sees
+# the CPU taken (it samples the runnable tasks every 10 ms, docs/design.md "Thread policy")
+# and keeps its products on one thread until a few samples find it free again.
+FULL_WARM_S = 0.06
+# --quick runs (a smoke test of every table, under 30 s): a shorter warm-up, too short for
+# the 2-thread rows to show tallow's split after a PyTorch turn.
 QUICK_WARM_S = 0.003
 WARM_S = FULL_WARM_S
 
 
 def set_quick(quick: bool) -> None:
-    """The warm-up of each turn for a full (``WARM_S`` = 12 ms) or a quick run (3 ms)."""
+    """The warm-up of each turn for a full (``WARM_S`` = 60 ms) or a quick run (3 ms)."""
     global WARM_S
     WARM_S = QUICK_WARM_S if quick else FULL_WARM_S
 

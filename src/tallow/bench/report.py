@@ -43,7 +43,9 @@ tallow bench all --json results.json
 
 - The reference (NumPy, PyTorch, ONNX Runtime, llama.cpp) is measured **in the same
   run**; the candidates take turns, each turn starts with untimed calls (at least
-  12 ms: PyTorch's OpenMP workers spin about 10 ms after each call), and the median
+  60 ms: PyTorch's OpenMP workers spin about 10 ms after each call, and tallow's
+  pool splits a product only once its load samples find the second CPU free again;
+  `--quick` runs warm up for 3 ms and are smoke tests, not figures), and the median
   of each candidate's repeats is reported. Ratios are taken within the run.
 - Thread counts are set for tallow and the reference together.
 - On Linux each suite reports the share of CPU time a virtual machine's host stole
