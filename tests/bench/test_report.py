@@ -39,7 +39,21 @@ def test_record_keeps_the_latest_run_per_machine_and_render_shows_its_tables(tmp
     assert "## Some CPU 9000 (x86_64, AVX2, 2 threads)" in page
     assert "### `tallow bench train` (2026-01-02; 0.5% of CPU time stolen by the host)" in page
     assert "| mlp | 0.8 |" in page and "superseded run" not in page
+    assert "smoke run" not in page
+    record(tmp_path, "train", dict(new, quick=True))
+    assert "(2026-01-02; 0.5% of CPU time stolen by the host; `--quick`: a smoke run, not figures)" in render(tmp_path)
 
+
+def test_run_suite_marks_a_quick_run(tmp_path):
+    class Args:
+        quick, repeats, json = True, 1, str(tmp_path / "q.json")
+
+    common.run_suite(Args, "rows", lambda repeats, quick: [repeats, quick])
+    res = json.loads((tmp_path / "q.json").read_text())
+    assert res["rows"] == [1, True] and res["quick"] is True
+    Args.quick = False
+    common.run_suite(Args, "rows", lambda repeats, quick: [repeats, quick])
+    assert "quick" not in json.loads((tmp_path / "q.json").read_text())
 
 
 def test_the_benchmarks_page_is_the_rendering_of_docs_bench():

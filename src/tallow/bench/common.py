@@ -216,7 +216,7 @@ def run_suite(args, key: str, measure) -> int:
     repeats = args.repeats or (3 if quick else 7)
     set_quick(quick)
     default = get_num_threads()
-    results = {}
+    results = {"quick": True} if quick else {}
     try:
         with steal_reported(results):
             results[key] = measure(repeats, quick)

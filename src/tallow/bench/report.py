@@ -100,6 +100,8 @@ def render(directory) -> str:
             when = res.get("machine", {}).get("date", "?")
             steal = res.get("host_steal_percent")
             note = f"; {steal:.1f}% of CPU time stolen by the host" if steal is not None else ""
+            if res.get("quick"):
+                note += "; `--quick`: a smoke run, not figures"
             out.append(f"### `tallow bench {suite}` ({when}{note})\n")
             tables = res.get("tables") or []
             if not tables:
