@@ -33,6 +33,7 @@ from ..nn.rotary import rope
 from ..tensor_class import Tensor
 from .config import ModelFormatError, check_architecture, positive_int, read_json, require
 from .rope_table import LongRopeTable, RopeTable
+from .sequences import SequenceBatching, SequenceRows
 
 LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3", "phi3")
 DECODER_TYPES = LLAMA_TYPES
@@ -392,11 +393,14 @@ class LlamaAttention(Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).reshape((b, s, self.num_kv_heads, d)).transpose(1, 2)
-        cos, sin = cache.rotary(layer, index_pos, s)
-        q = rope(q, cos, sin)
-        k = rope(k, cos, sin)
-        k, v = cache.update(layer, k, v, index_pos)
-        y = ops.scaled_dot_product_attention(q, k, v, mask, scale=self.scale)
+        if isinstance(cache, SequenceRows):  # one token of each of b sequences
+            y = cache.attend(layer, q, k, v, self.scale, rope)
+        else:
+            cos, sin = cache.rotary(layer, index_pos, s)
+            q = rope(q, cos, sin)
+            k = rope(k, cos, sin)
+            k, v = cache.update(layer, k, v, index_pos)
+            y = ops.scaled_dot_product_attention(q, k, v, mask, scale=self.scale)
         y = y.transpose(1, 2).reshape((b, s, self.num_heads * d))
         return self.o_proj(y)
 
@@ -474,8 +478,10 @@ class _Inner(Module):
         self.embed_scale = cfg.embed_scale
 
 
-class Llama(Module):
-    """``LlamaForCausalLM``: ``forward(input_ids, index_pos, cache)`` -> last-position logits."""
+class Llama(SequenceBatching, Module):
+    """``LlamaForCausalLM``: ``forward(input_ids, index_pos, cache)`` -> last-position logits;
+    several sequences at once with ``new_sequence`` / ``prefill`` / ``step_batch``
+    (see ``sequences.py``)."""
 
     def __init__(self, vb, cfg: LlamaConfig):
         super().__init__()
@@ -504,8 +510,11 @@ class Llama(Module):
     def forward(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, vocab)`` (f32) for the position after the last input token."""
         h = self._hidden(input_ids, index_pos, cache)
-        last = h.narrow(1, h.shape[1] - 1, 1).squeeze(1)
-        return soft_cap(self.lm_head(last).to_dtype(dt.f32), self.config)
+        return self._head(h.narrow(1, h.shape[1] - 1, 1).squeeze(1))
+
+    def _head(self, h: Tensor) -> Tensor:
+        """Final hidden states -> f32 logits."""
+        return soft_cap(self.lm_head(h).to_dtype(dt.f32), self.config)
 
     def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, seq, vocab)`` (f32) for every input position."""
@@ -523,6 +532,16 @@ def soft_cap(logits: Tensor, cfg) -> Tensor:
     if cap is None:
         return logits
     return (logits / float(cap)).tanh() * float(cap)
+
+
+def embed_tokens(model, input_ids: Tensor) -> Tensor:
+    """The decoder's input embeddings of ``input_ids`` (scaled where the family says so)."""
+    x = model.embed_tokens(input_ids)
+    scale = getattr(model, "embed_scale", None)
+    if scale is not None:
+        # in the weights' dtype, as Gemma's reference scales
+        x = x * float(Tensor([scale], dtype=dt.f32).to_dtype(x.dtype).to_dtype(dt.f32).numpy()[0])
+    return x
 
 
 def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: str,
@@ -544,11 +563,7 @@ def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: 
         raise ShapeMismatchError(
             f"{who}: index_pos {index_pos} is past the {cache.seq_len} cached positions")
     cache.reserve(index_pos + s)
-    x = model.embed_tokens(input_ids)
-    scale = getattr(model, "embed_scale", None)
-    if scale is not None:
-        # in the weights' dtype, as Gemma's reference scales
-        x = x * float(Tensor([scale], dtype=dt.f32).to_dtype(x.dtype).to_dtype(dt.f32).numpy()[0])
+    x = embed_tokens(model, input_ids)
     start = index_pos if cache.use_kv_cache else 0
     masks = {}
     config = cache.config

@@ -373,6 +373,49 @@ class LlamaDecoder:
             return out
         return self.output.matmul(y)
 
+    def step_rows(self, ids, positions, states) -> np.ndarray:
+        """One token of each of B sequences, row i at ``positions[i]`` in ``states[i]``'s
+        cache: norms and products over the B rows at once (each row quantized on its
+        own), rope and attention per row. Returns the logits (B, vocab)."""
+        native.sync_threads()
+        for st, p in zip(states, positions):
+            st.reserve(p + 1, p)
+        self.rope.reserve(max(positions) + 1)
+        x = np.ascontiguousarray(self.embed(ids), dtype=F32)
+        from ..backends.cpu.quantized.vec_dot import single_threaded_blas
+
+        with single_threaded_blas():  # as for a prompt: tallow's pool splits the products
+            y = self._rows(x, positions, states)
+            return np.ascontiguousarray(self.output.matmul(y), dtype=F32)
+
+    def _rows(self, x, positions, states):
+        """x (B, hidden) updated in place through the layers; returns the normed state."""
+        ops = _ops
+        b = x.shape[0]
+        h, f, nh, nkv, d, eps = self.h, self.f, self.nh, self.nkv, self.d, self.eps
+        cos, sin, scale = self.rope.cos, self.rope.sin, self.scale
+        xn = np.empty((b, h), F32)
+        q = np.empty((b, nh * d), F32)
+        att = np.empty((b, nh * d), F32)
+        act = np.empty((b, f), F32)
+        rows = list(zip(range(b), positions, states))
+        pending = None
+        for i, layer in enumerate(self.layers):
+            ops.rms_norm(x, layer.attn_norm, xn, b, h, eps, pending)
+            qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
+            for r, pos, st in rows:  # each row at its own position in its own cache
+                kc, vc = st.kv[i]
+                ops.rope_store(qkv[r], 1, nh, nkv, d, cos, sin, pos, q[r], kc, vc, st.cap)
+                ops.attention(q[r], kc, vc, att[r], 1, nh, nkv, d, st.cap, pos, scale, 0, nh)
+            o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)
+            ops.rms_norm(x, layer.ffn_norm, xn, b, h, eps, o)
+            gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
+            ops.silu_mul(gu, b, f, act)
+            pending = np.ascontiguousarray(layer.down.matmul(act), dtype=F32)
+        out = np.empty((b, h), F32)
+        ops.rms_norm(x, self.norm, out, b, h, eps, pending)
+        return out
+
     def _step(self, x, pos, st):
         """One token: x (hidden,) updated in place through the layers; returns the normed state."""
         ops = _ops

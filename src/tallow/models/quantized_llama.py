@@ -57,6 +57,7 @@ from ..tensor_class import Tensor
 from .config import ModelFormatError
 from . import llama_decode
 from .llama import Cache, ContextLengthError, LlamaConfig, decoder_hidden
+from .sequences import SequenceBatching, SequenceRows
 
 
 def _linear(qt) -> Linear:
@@ -80,6 +81,9 @@ class _Attention(Module):
         q = self.attn_q(x).reshape((b, s, self.n_head, d)).transpose(1, 2)
         k = self.attn_k(x).reshape((b, s, self.n_kv_head, d)).transpose(1, 2)
         v = self.attn_v(x).reshape((b, s, self.n_kv_head, d)).transpose(1, 2)
+        if isinstance(cache, SequenceRows):  # one token of each of b sequences
+            y = cache.attend(layer, q, k, v, 1.0 / math.sqrt(d), rope_i)
+            return self.attn_output(y.transpose(1, 2).reshape((b, s, self.n_head * d)))
         cos = cache.cos.narrow(0, index_pos, s)
         sin = cache.sin.narrow(0, index_pos, s)
         q = rope_i(q.contiguous(), cos, sin)
@@ -176,8 +180,9 @@ class _Inner(Module):
         self.norm = norm
 
 
-class ModelWeights(Module):
-    """A Llama with GGUF (llama.cpp) weights; see the module doc."""
+class ModelWeights(SequenceBatching, Module):
+    """A Llama with GGUF (llama.cpp) weights; see the module doc. Several sequences at
+    once: ``new_sequence`` / ``prefill`` / ``step_batch`` (see ``sequences.py``)."""
 
     def __init__(self, f: GgufFile, device=None):
         super().__init__()
@@ -265,7 +270,10 @@ class ModelWeights(Module):
         if self._fast_ok(input_ids, cache):
             return self._fast(input_ids, index_pos, cache, True)
         h = self._hidden(input_ids, index_pos, cache)
-        return self.output(h.narrow(1, h.shape[1] - 1, 1).squeeze(1))
+        return self._head(h.narrow(1, h.shape[1] - 1, 1).squeeze(1))
+
+    def _head(self, h: Tensor) -> Tensor:
+        return self.output(h)
 
     def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, seq, vocab)`` for every input position."""
@@ -293,13 +301,24 @@ class ModelWeights(Module):
         ids = input_ids.numpy().reshape(-1)
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             raise IndexOutOfRangeError(f"ModelWeights: token id outside the vocabulary of {self.config.vocab_size}")
-        state = getattr(cache, "_decode_state", None)
-        if state is None or state.decoder is not self._decoder:
-            state = cache._decode_state = self._decoder.new_state()
-        out = self._decoder.forward(ids, index_pos, state, last_only)
+        out = self._decoder.forward(ids, index_pos, self._state_of(cache), last_only)
         cache.seq_len = index_pos + s
         shape = (1, self.config.vocab_size) if last_only else (1, s, self.config.vocab_size)
         return Tensor._wrap(adopt_array(out.reshape(-1), dt.f32, Device.cpu()), Layout.contiguous_of(shape))
+
+
+    def _state_of(self, cache: Cache):
+        """The fast path's decoding state kept on ``cache``."""
+        state = getattr(cache, "_decode_state", None)
+        if state is None or state.decoder is not self._decoder:
+            state = cache._decode_state = self._decoder.new_state()
+        return state
+
+    def _rows_logits(self, ids, caches, positions):
+        # the fast path's rows whenever its single-sequence forward would take it
+        if self._decoder is not None and all(c.use_kv_cache for c in caches):
+            return self._decoder.step_rows(ids, positions, [self._state_of(c) for c in caches])
+        return super()._rows_logits(ids, caches, positions)
 
 
 def _expected_shapes(cfg: LlamaConfig) -> dict:
