@@ -39,8 +39,8 @@ def weight_blocks(name, n, k, seed=0):
     t = ggml_type(name)
     rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, (n * k // t.block_size, t.type_size), dtype=np.uint8)
-    # the f16 fields' byte offsets: d (and Q4K's dmin, Q4_1/Q5_1's m); Q6K's d ends its block
-    fields = {"Q6K": [t.type_size - 2], "Q4K": [0, 2], "Q4_1": [0, 2], "Q5_1": [0, 2]}.get(name, [0])
+    # the f16 fields' byte offsets: d (and Q4K/Q5K's dmin, Q4_1/Q5_1's m); Q6K's d ends its block
+    fields = {"Q6K": [t.type_size - 2], "Q4K": [0, 2], "Q5K": [0, 2], "Q4_1": [0, 2], "Q5_1": [0, 2]}.get(name, [0])
     for at in fields:
         halves = rng.uniform(1e-3, 1e-2, len(blocks)).astype(np.float16)
         blocks[:, at:at + 2] = halves.view(np.uint8).reshape(-1, 2)
@@ -102,7 +102,7 @@ def _paths(name, raw, n, k, x):
     return out
 
 
-@pytest.mark.parametrize("name", ["Q4K", "Q6K", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q8_0"])
+@pytest.mark.parametrize("name", ["Q4K", "Q5K", "Q6K", "IQ4_XS", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q8_0"])
 def test_products_over_ties_are_the_same_bits_on_every_path(name):
     n, k = 16, 512
     raw = weight_blocks(name, n, k, seed=3)

@@ -13,6 +13,7 @@ from gguf import quants as gq
 from support import ggml_ref
 import tallow as tl
 from support.ggml_golden import golden
+from tallow.backends.cpu import native
 from tallow.backends.cpu.quantized import fast
 from tallow.quantized import QMatMul, QTensor, ggml_type, load_gguf, read_gguf, write_gguf
 
@@ -103,10 +104,14 @@ def activations():
 
 
 @pytest.mark.parametrize("name", list(NAMES))
-@pytest.mark.parametrize("path", ["numba", "numpy"])
+@pytest.mark.parametrize("path", ["native", "numba", "numpy"])
 def test_qmatmul_computes_ggmls_product(name, path, activations, override_settings):
+    if path == "native" and not native.supports(name):
+        pytest.skip(f"no compiled C kernel for {name} here: {native.status()}")
     if path == "numba" and not fast.available():
         pytest.skip(f"numba path unavailable: {fast.status()}")
+    if path != "native":
+        override_settings(no_native=True)
     if path == "numpy":
         override_settings(no_numba=True)
     raw = golden()[name][:12]
@@ -119,7 +124,7 @@ def test_qmatmul_computes_ggmls_product(name, path, activations, override_settin
     scale = np.abs(x) @ np.abs(w).T
     # Not the float product of the dequantized weight: the activation rounding is in the result.
     assert (np.abs(x @ w.T - ref) > 1e-5 * scale).any()
-    if path == "numba" and name == "IQ4_NL":  # ggml's operations in ggml's order
+    if path != "numpy" and name == "IQ4_NL":  # ggml's operations in ggml's order
         np.testing.assert_array_equal(got, ref)
     else:  # scaled per super-block or per group instead of per sub-block: float rounding only
         assert (np.abs(got - ref) <= 1e-6 * scale).all(), np.max(np.abs(got - ref) / scale)

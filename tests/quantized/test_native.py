@@ -100,7 +100,7 @@ def test_threads_and_batch_split_do_not_change_bits(name):
     np.testing.assert_array_equal(nw.matvec(np.ascontiguousarray(x[5]), out), one[5])
 
 
-@pytest.mark.parametrize("name", ["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q6K", "Q4K"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q6K", "Q4K", "Q5K", "IQ4_XS"])
 def test_isas_agree_on_large_activations(isa, name):
     n, k = 24, 4096
     raw = weight(name, n, k, seed=7)

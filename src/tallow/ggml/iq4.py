@@ -135,9 +135,14 @@ def iq4_xs_scales(blocks: np.ndarray) -> np.ndarray:
     return (low | (high.astype(np.uint8) << 4)).astype(np.int8) - np.int8(32)
 
 
+def iq4_xs_indices(blocks: np.ndarray) -> np.ndarray:
+    """(n, 136) blocks -> (n, 256) level indices q (0..15)."""
+    return _nibbles(blocks[:, 8:136])
+
+
 def iq4_xs_levels(blocks: np.ndarray) -> np.ndarray:
     """(n, 136) blocks -> (n, 256) int8 levels K[q] (unscaled)."""
-    return KVALUES[_nibbles(blocks[:, 8:136])]
+    return KVALUES[iq4_xs_indices(blocks)]
 
 
 def iq4_xs_quantize(blocks: np.ndarray) -> np.ndarray:

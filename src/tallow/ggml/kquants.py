@@ -59,7 +59,7 @@ def unpack_4bit_32(qs: np.ndarray) -> np.ndarray:
     return np.stack([qs.reshape(n, 4, 32) & 0x0F, qs.reshape(n, 4, 32) >> 4], axis=2).reshape(n, 8, 32)
 
 
-def _pack_4bit_32(levels: np.ndarray) -> np.ndarray:
+def pack_4bit_32(levels: np.ndarray) -> np.ndarray:
     n = levels.shape[0]
     q = levels.reshape(n, 4, 2, 32).astype(np.uint8)
     return ((q[:, :, 0] & 0x0F) | (q[:, :, 1] << 4)).reshape(n, 128)
@@ -268,7 +268,7 @@ def q4k_planes(blocks: np.ndarray) -> Planes:
 
 def q4k_quantize(blocks: np.ndarray) -> np.ndarray:
     head, lv = _k45_quantize(blocks, 15)
-    return np.concatenate([head, _pack_4bit_32(lv)], axis=-1)
+    return np.concatenate([head, pack_4bit_32(lv)], axis=-1)
 
 
 def q5k_values(blocks: np.ndarray) -> np.ndarray:
@@ -289,7 +289,7 @@ def q5k_quantize(blocks: np.ndarray) -> np.ndarray:
     n = blocks.shape[0]
     head, lv = _k45_quantize(blocks, 31)
     qh = np.packbits((lv >> 4).astype(np.uint8), axis=1, bitorder="little").reshape(n, 32)
-    return np.concatenate([head, qh, _pack_4bit_32(lv & 0x0F)], axis=-1)
+    return np.concatenate([head, qh, pack_4bit_32(lv & 0x0F)], axis=-1)
 
 
 # ------------------------------------------------------------------- Q6K

@@ -16,8 +16,9 @@ instruction set.
 Formats: Q4_0, Q5_0, Q4_1, Q5_1 and Q8_0 in layouts of the GGUF size (the
 fifth bits of Q5_0/Q5_1 regrouped into one 32-bit mask per 32-byte vector;
 Q4_1/Q5_1 with Q8_1 activations: Q8_0's integers plus the stored block sums),
-Q4K (the GGUF size plus unpacked 6-bit scales: 1.03x) and Q6K (its 6-bit
-values as bytes: 1.3x), the last two with Q8K activations.
+Q4K and Q5K (the GGUF size plus unpacked 6-bit scales: 1.03x, 1.02x), Q6K
+(its 6-bit values as bytes: 1.3x) and IQ4_XS (indices as Q4K's nibbles, signed
+scales unpacked: 1.01x), these with Q8K activations.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ decode_ops = loader.built("_ops")
 ISAS = config.NATIVE_ISAS
 ROWS = 8  # weight rows interleaved per group (the kernels' ROWS)
 QK = 32
-SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4K", "Q6K")
+SUPPORTED = ("Q4_0", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4K", "Q6K", "Q5K", "IQ4_XS")
+KQUANTS = ("Q4K", "Q6K", "Q5K", "IQ4_XS")  # Q8K activations, super-blocks of 256
 HIGH_BITS = 0  # a field's granularity that marks Q5's fifth bits (regrouped across the eight rows)
+K_HIGH_BITS = -1  # the same for Q5K's 32-byte qh (bit s of byte l: element 32 s + l)
 
 def disabled() -> bool:
     """Whether ``TALLOW_NO_NATIVE`` turns the C kernels off (read at each call, so a
@@ -117,7 +120,13 @@ def _interleave(fields, n: int, nb: int) -> np.ndarray:
             part = a.reshape(n, nb, width)[r0:r1]
             if pad:
                 part = np.concatenate([part, np.zeros((pad, nb, width), np.uint8)])
-            if gran == HIGH_BITS:
+            if gran == K_HIGH_BITS:
+                # word 8 sb + v, bit 4 r + j: the fifth bit of row r's element 4 v + j of sub-block sb
+                bits = np.unpackbits(np.ascontiguousarray(part), axis=-1, bitorder="little")
+                bits = bits.reshape(gs, ROWS, nb, 8, 4, 8).transpose(0, 2, 5, 3, 1, 4)
+                out[g0:g1, :, col:col + ROWS * width] = np.packbits(
+                    bits.reshape(gs, nb, -1), axis=-1, bitorder="little")
+            elif gran == HIGH_BITS:
                 qh = np.ascontiguousarray(part).view("<u4").reshape(gs, ROWS, nb).astype(np.uint64)
                 nib = (qh[..., None] >> (4 * np.arange(8, dtype=np.uint64))) & 15  # (gs, 8 rows, nb, 8 words)
                 words = (nib << (4 * np.arange(ROWS, dtype=np.uint64))[None, :, None, None]).sum(axis=1)
@@ -156,6 +165,19 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
         fields = [(blocks[:, 0:2], 2), (blocks[:, 2:4], 2), (np.ascontiguousarray(sc, np.uint8), 1),
                   (np.ascontiguousarray(mn, np.uint8), 1), (blocks[:, 16:144], 4)]
         return _kernels.Q4K, _interleave(fields, n, nb)
+    if t.name == "Q5K":  # Q4K's fields with the fifth bits before the nibbles
+        from ....ggml import kquants
+
+        sc, mn = kquants.k4_scales(blocks[:, 4:16])
+        fields = [(blocks[:, 0:2], 2), (blocks[:, 2:4], 2), (np.ascontiguousarray(sc, np.uint8), 1),
+                  (np.ascontiguousarray(mn, np.uint8), 1), (blocks[:, 16:48], K_HIGH_BITS), (blocks[:, 48:176], 4)]
+        return _kernels.Q5K, _interleave(fields, n, nb)
+    if t.name == "IQ4_XS":  # the level indices rearranged as Q4K's nibbles
+        from ....ggml import iq4, kquants
+
+        indices = kquants.pack_4bit_32(iq4.iq4_xs_indices(blocks))
+        fields = [(blocks[:, 0:2], 2), (iq4.iq4_xs_scales(blocks).view(np.uint8), 1), (indices, 4)]
+        return _kernels.IQ4XS, _interleave(fields, n, nb)
     raise ValueError(f"{t.name} has no compiled kernel (supported: {', '.join(SUPPORTED)})")
 
 
@@ -178,7 +200,7 @@ class NativeWeight:
         self.nb = self.k // t.block_size
         self.groups = -(-self.n // ROWS)
         self.fmt, self.packed = repack(raw, t.name, self.n, self.k)
-        self.kquant = t.name in ("Q4K", "Q6K")  # Q8K activations, super-blocks of 256
+        self.kquant = t.name in KQUANTS
         self.q8_1 = t.name in ("Q4_1", "Q5_1")
         self._matvec = _kernels.matvec
         # For the non-finite fallback only: the blocks (a view of the file's map), or

@@ -1,5 +1,5 @@
 /* Compiled CPU kernels of tallow's quantized matmul: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
- * weights in layouts of their GGUF size, and the K-quants Q4K and Q6K.
+ * weights in layouts of their GGUF size, the K-quants Q4K, Q5K and Q6K, and IQ4_XS.
  *
  * Arithmetic: ggml's generic vec_dot, bit for bit the numba path of
  * tallow.backends.cpu.quantized.  An activation row is quantized to Q8_0 (d = amax /
@@ -38,6 +38,10 @@
  *   Q4Kx8: d 8 x f16 (16) | dmin 8 x f16 (16) | scales [8][8] (64) | mins [8][8] (64) |
  *          nibbles (1024): vector 8c + v holds bytes 32c + 4v.. of each row's 128, whose
  *          low nibbles are elements 4v.. of sub-block 2c and high ones of sub-block 2c + 1
+ *   Q5Kx8: Q4Kx8 with the fifth bits (256) before the nibbles: mask word 8 sb + v (as
+ *          Q5_0's, bit 4r + j) holds those of the bytes vector v widens for sub-block sb
+ *   IQ4XSx8: d 8 x f16 (16) | scales - 32 [8][8] int8 (64) | level indices as Q4Kx8's
+ *          nibbles (1024), looked up in ggml's sixteen kvalues_iq4nl levels
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,7 +52,8 @@
 #include "common.h"
 #include "_workers.h"
 
-enum { FMT_Q4_0 = 0, FMT_Q8_0 = 1, FMT_Q4K = 2, FMT_Q6K = 3, FMT_Q5_0 = 4, FMT_Q4_1 = 5, FMT_Q5_1 = 6 };
+enum { FMT_Q4_0 = 0, FMT_Q8_0 = 1, FMT_Q4K = 2, FMT_Q6K = 3, FMT_Q5_0 = 4, FMT_Q4_1 = 5, FMT_Q5_1 = 6, FMT_Q5K = 7,
+       FMT_IQ4XS = 8 };
 enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512VNNI = 2 };
 static const char *isa_names[] = {"scalar", "avx2", "avx512vnni"};
 static int best_isa = ISA_SCALAR;
@@ -68,8 +73,15 @@ static inline int64_t block_bytes(int fmt) {
     default: return 0;
     }
 }
-static inline int is_kquant(int fmt) { return fmt == FMT_Q4K || fmt == FMT_Q6K; }
-static inline int64_t kblock_bytes(int fmt) { return fmt == FMT_Q6K ? 16 + 128 + 2048 : 32 + 128 + 1024; }
+static inline int is_kquant(int fmt) { return fmt == FMT_Q4K || fmt == FMT_Q6K || fmt == FMT_Q5K || fmt == FMT_IQ4XS; }
+static inline int64_t kblock_bytes(int fmt) {
+    switch (fmt) {
+    case FMT_Q6K: return 16 + 128 + 2048;
+    case FMT_Q5K: return 32 + 128 + 256 + 1024;
+    case FMT_IQ4XS: return 16 + 64 + 1024;
+    default: return 32 + 128 + 1024;
+    }
+}
 static inline int64_t fmt_bytes(int fmt) { return is_kquant(fmt) ? kblock_bytes(fmt) : block_bytes(fmt); }
 static inline int64_t fmt_block(int fmt) { return is_kquant(fmt) ? QKK : QK; }
 /* The nibble formats: Q4_1/Q5_1 carry block minimums m (added as m_w * s_x, s_x the
@@ -386,6 +398,8 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     PyModule_AddIntConstant(m, "Q5_1", FMT_Q5_1);
     PyModule_AddIntConstant(m, "Q4K", FMT_Q4K);
     PyModule_AddIntConstant(m, "Q6K", FMT_Q6K);
+    PyModule_AddIntConstant(m, "Q5K", FMT_Q5K);
+    PyModule_AddIntConstant(m, "IQ4XS", FMT_IQ4XS);
     PyModule_AddIntConstant(m, "ROWS", ROWS);
     return m;
 }

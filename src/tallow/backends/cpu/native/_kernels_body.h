@@ -87,6 +87,33 @@ INLINE i32x8 K(dot_ss)(const uint8_t *w, const int8_t *x, int nv, int wmax) {
     return s;
 }
 
+/* As dot_ss for signed weights held in registers (|w| <= wmax). */
+INLINE i32x8 K(dot_sv)(const i8x32 *w, const int8_t *x, int nv, int wmax) {
+    i32x8 s = {0};
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    DOT_PAIRS(s, nv, wmax, _mm256_abs_epi8((__m256i)w[v]), _mm256_sign_epi8((__m256i)K(word4)(x + 4 * v), (__m256i)w[v]));
+#else
+    (void)wmax;
+    for (int v = 0; v < nv; v++)
+        for (int r = 0; r < 8; r++)
+            for (int j = 0; j < 4; j++) s[r] += (int32_t)w[v][4 * r + j] * x[4 * v + j];
+#endif
+    return s;
+}
+
+/* 32 indices 0..15 -> IQ4's levels (ggml's kvalues_iq4nl). */
+INLINE i8x32 K(iq4_levels)(u8x32 idx) {
+    static const int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
+    return (i8x32)_mm256_shuffle_epi8(table, (__m256i)idx);
+#else
+    i8x32 v;
+    for (int i = 0; i < 32; i++) v[i] = levels[idx[i]];
+    return v;
+#endif
+}
+
 /* A fifth-bit mask word -> 32 bytes, 16 where its bit is set (ggml's bytes_from_bits_32). */
 INLINE u8x32 K(fifth_bits)(const uint8_t *p) {
     uint32_t x32;
@@ -294,27 +321,49 @@ INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
     for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
 }
 
-/* Q4K: isum as Q6K's over eight 32-element sub-blocks of nibbles; msum = the eight
- * minimums x their activation sums; out += (d_w d_x) isum - (dmin_w d_x) msum. */
-INLINE void K(rows_q4k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xbs,
-                        int64_t i0, int R, float *out, int64_t n, int64_t g) {
-    const int64_t k = nb * QKK, bb = kblock_bytes(FMT_Q4K);
+/* Q4K, Q5K and IQ4_XS (fmt): isum as Q6K's over eight 32-element sub-blocks of nibbles
+ * (Q5K's with their fifth bits, IQ4_XS's as indices of signed levels); for Q4K/Q5K msum =
+ * the eight minimums x their activation sums and out += (d_w d_x) isum - (dmin_w d_x) msum,
+ * for IQ4_XS (signed scales, no minimums) out += (d_w d_x) isum. */
+INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd,
+                       const int32_t *xbs, int64_t i0, int R, float *out, int64_t n, int64_t g) {
+    const int64_t k = nb * QKK, bb = kblock_bytes(fmt);
+    const int iq4 = fmt == FMT_IQ4XS, five = fmt == FMT_Q5K;
+    const int64_t scales_at = iq4 ? 16 : 32, quants_at = iq4 ? 80 : five ? 416 : 160;
     f32x8 acc[4] = {{0}, {0}, {0}, {0}};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         i32x8 isum[4] = {{0}, {0}, {0}, {0}}, msum[4] = {{0}, {0}, {0}, {0}};
         for (int c = 0; c < 4; c++) {
             u8x32 lo[8], hi[8];
+            i8x32 llo[8], lhi[8];
             for (int v = 0; v < 8; v++) {
-                u8x32 W = K(load32)(blk + 160 + 32 * (8 * c + v));
+                u8x32 W = K(load32)(blk + quants_at + 32 * (8 * c + v));
                 lo[v] = W & 15;
                 hi[v] = W >> 4;
+                if (five) {
+                    lo[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + v));
+                    hi[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + 8 + v));
+                }
+                if (iq4) {
+                    llo[v] = K(iq4_levels)(lo[v]);
+                    lhi[v] = K(iq4_levels)(hi[v]);
+                }
             }
-            const i32x8 scl = K(bytes8)(blk + 32 + 8 * (2 * c), 0), sch = K(bytes8)(blk + 32 + 8 * (2 * c + 1), 0);
+            const i32x8 scl = K(bytes8)(blk + scales_at + 8 * (2 * c), iq4),
+                        sch = K(bytes8)(blk + scales_at + 8 * (2 * c + 1), iq4);
             for (int r = 0; r < R; r++) {
                 const int8_t *x = xq + (i0 + r) * k + b * QKK + 64 * c;
-                isum[r] += K(dot_us)(lo, x, 8, 15) * scl + K(dot_us)(hi, x + 32, 8, 15) * sch;
+                if (iq4)
+                    isum[r] += K(dot_sv)(llo, x, 8, 127) * scl + K(dot_sv)(lhi, x + 32, 8, 127) * sch;
+                else
+                    isum[r] += K(dot_us)(lo, x, 8, five ? 31 : 15) * scl + K(dot_us)(hi, x + 32, 8, five ? 31 : 15) * sch;
             }
+        }
+        const f32x8 dw = K(halves8)(blk);
+        if (iq4) {
+            for (int r = 0; r < R; r++) acc[r] += (dw * xd[(i0 + r) * nb + b]) * K(to_float)(isum[r]);
+            continue;
         }
         for (int u = 0; u < 8; u++) {
             const i32x8 mn = K(bytes8)(blk + 96 + 8 * u, 0);
@@ -323,7 +372,7 @@ INLINE void K(rows_q4k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
                 msum[r] += mn * (bs[2 * u] + bs[2 * u + 1]);
             }
         }
-        const f32x8 dw = K(halves8)(blk), dm = K(halves8)(blk + 16);
+        const f32x8 dm = K(halves8)(blk + 16);
         for (int r = 0; r < R; r++) {
             const float dx = xd[(i0 + r) * nb + b];
             acc[r] += (dw * dx) * K(to_float)(isum[r]) - (dm * dx) * K(to_float)(msum[r]);
@@ -341,7 +390,9 @@ INLINE void K(rows)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, co
     case FMT_Q4_1: K(rows_32)(FMT_Q4_1, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
     case FMT_Q5_1: K(rows_32)(FMT_Q5_1, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
     case FMT_Q6K: K(rows_q6k)(wg, nb, xq, xd, i0, R, out, n, g); break;
-    default: K(rows_q4k)(wg, nb, xq, xd, xs, i0, R, out, n, g); break;
+    case FMT_Q5K: K(rows_k4)(FMT_Q5K, wg, nb, xq, xd, xs, i0, R, out, n, g); break;
+    case FMT_IQ4XS: K(rows_k4)(FMT_IQ4XS, wg, nb, xq, xd, xs, i0, R, out, n, g); break;
+    default: K(rows_k4)(FMT_Q4K, wg, nb, xq, xd, xs, i0, R, out, n, g); break;
     }
 }
 
@@ -373,6 +424,8 @@ K_PRODUCT_OF(FMT_Q4_1)
 K_PRODUCT_OF(FMT_Q5_1)
 K_PRODUCT_OF(FMT_Q4K)
 K_PRODUCT_OF(FMT_Q6K)
+K_PRODUCT_OF(FMT_Q5K)
+K_PRODUCT_OF(FMT_IQ4XS)
 #undef K_PRODUCT_OF
 
 /* Rows [8 g0, 8 g1) of out (m, n); xs: Q8_0's block sums or Q8K's sixteen sums a block. */
@@ -385,6 +438,8 @@ TARGET static void K(product)(int fmt, const uint8_t *w, int64_t nb, int64_t g0,
     case FMT_Q4_1: K(product_FMT_Q4_1)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
     case FMT_Q5_1: K(product_FMT_Q5_1)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
     case FMT_Q6K: K(product_FMT_Q6K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_Q5K: K(product_FMT_Q5K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
+    case FMT_IQ4XS: K(product_FMT_IQ4XS)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
     default: K(product_FMT_Q4K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n); break;
     }
 }
