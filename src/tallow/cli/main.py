@@ -1,4 +1,4 @@
-"""The ``tallow`` command: info, bench, embed, generate, search.
+"""The ``tallow`` command: info, bench, embed, generate, search, serve.
 
 Each sub-command lives in its own module of this package and adds its parser here.
 The models (and their tokenizers) load only when their command runs, so that
@@ -15,6 +15,7 @@ from .distributed import add_search_parser
 from .info import add_info_parser
 from .model_store import add_model_store_parser
 from .models import add_model_parsers
+from .serve import add_serve_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_parsers(sub)
     add_model_store_parser(sub)
     add_search_parser(sub)
+    add_serve_parser(sub)
     parser.set_defaults(subparsers=sub)
     return parser
 

@@ -1,0 +1,385 @@
+"""The HTTP side of ``tallow serve``: Starlette routes in OpenAI's shapes.
+
+Requests are read and checked on the event loop; model work runs on each model's
+own thread (``GenerationEngine``, ``EmbeddingBatcher``), and the loop waits for it
+without blocking. Every refusal is OpenAI's error JSON (``errors.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import json
+import secrets
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..models.llama import ContextLengthError
+from . import params as P
+from .errors import RequestError, bad_parameter, context_length_exceeded, error_body
+from .metrics import ServerMetrics
+from .sequence import Sequence
+from .sse import EventStream, event
+
+ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/embeddings", "/v1/chat/completions",
+             "/v1/completions")
+
+
+@dataclass
+class ServerLimits:
+    max_body_bytes: int = 4 << 20
+    api_key: str | None = None
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+# -- reading a request --------------------------------------------------------------------
+def check_key(request, limits: ServerLimits) -> None:
+    if limits.api_key is None:
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, token = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), limits.api_key.encode()):
+        raise RequestError("Incorrect or missing API key: send it as 'Authorization: Bearer KEY'",
+                           401, code="invalid_api_key")
+
+
+async def read_json(request, limits: ServerLimits) -> dict:
+    too_big = RequestError(f"The request body is larger than the limit of {limits.max_body_bytes} bytes",
+                           413, code="request_too_large")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_body_bytes:
+            raise too_big
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise RequestError("The request body is not valid JSON", 400, code="invalid_json") from None
+    return P.body_object(body)
+
+
+async def wait_or_disconnect(awaitable, request):
+    """``awaitable``'s result, or ``ClientGone`` as soon as the client disconnects."""
+    async def gone():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work = asyncio.ensure_future(awaitable)
+    watch = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    raise ClientGone()
+
+
+# -- the application ----------------------------------------------------------------------
+def create_app(models, limits: ServerLimits | None = None, metrics: ServerMetrics | None = None) -> Starlette:
+    """The ASGI application serving ``models`` (a ``ModelSet``)."""
+    limits = limits or ServerLimits()
+    metrics = metrics or ServerMetrics()
+
+    async def health(request):
+        active = waiting = 0
+        for m in models.generators:
+            a, w = m.engine.counts()
+            active, waiting = active + a, waiting + w
+        return JSONResponse({"status": "ok", "models": [m["id"] for m in models.listing()],
+                             "active_sequences": active, "queued_sequences": waiting})
+
+    async def metrics_page(request):
+        check_key(request, limits)
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def list_models(request):
+        check_key(request, limits)
+        return JSONResponse({"object": "list", "data": models.listing()})
+
+    async def get_model(request):
+        check_key(request, limits)
+        name = request.path_params["name"]
+        for entry, m in zip(models.listing(), models.embedders + models.generators):
+            if name == m.id or name in m.aliases:
+                return JSONResponse(entry)
+        from .errors import unknown_model
+        raise unknown_model(name, [m["id"] for m in models.listing()])
+
+    async def embeddings(request):
+        check_key(request, limits)
+        req = P.embedding_request(await read_json(request, limits))
+        model = models.embedder(req.model)
+        dim = model.batcher.dim
+        if req.dimensions is not None and req.dimensions > dim:
+            raise bad_parameter("dimensions", f"dimensions must be at most {dim} for {model.id}, "
+                                f"got {req.dimensions}")
+        tokens = sum(await run_in_threadpool(model.batcher.count_tokens, req.texts))
+        future = model.batcher.submit(req.texts)
+        try:
+            vecs = await wait_or_disconnect(asyncio.wrap_future(future), request)
+        except ClientGone:
+            future.cancel()
+            raise
+        if req.dimensions is not None and req.dimensions < dim:
+            # Matryoshka truncation: the leading dimensions, back to unit length
+            vecs = vecs[:, :req.dimensions]
+            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = (vecs / np.where(norms == 0, 1, norms)).astype(np.float32)
+        metrics.prompt_tokens.inc(tokens, model=model.id)
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if req.base64
+                 else v.astype(np.float64).tolist()} for i, v in enumerate(vecs)]
+        return JSONResponse({"object": "list", "data": data, "model": model.id,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def chat_completions(request):
+        return await _generate(request, chat=True)
+
+    async def completions(request):
+        return await _generate(request, chat=False)
+
+    async def _generate(request, chat: bool):
+        check_key(request, limits)
+        body = await read_json(request, limits)
+        req = P.generation_request(body, chat)
+        model = models.generator(req.model)
+        if chat:
+            messages = P.chat_messages(body)
+            if model.chat_prompt is None:
+                raise RequestError(f"{model.id} has no chat template: use /v1/completions", 400,
+                                   param="model", code="model_not_supported")
+            try:
+                text = await run_in_threadpool(model.chat_prompt, messages)
+            except Exception as e:  # a template that refuses these messages
+                raise bad_parameter("messages", f"the chat template refused the messages: {e}") from None
+            ids = await run_in_threadpool(model.encode, text)
+        else:
+            prompt = P.completion_prompt(body)
+            ids = await run_in_threadpool(model.encode, prompt) if isinstance(prompt, str) else list(prompt)
+            vocab = model.extra["vocab_size"]
+            if any(not 0 <= t < vocab for t in ids):
+                raise bad_parameter("prompt", f"prompt token ids must be in 0..{vocab - 1}")
+        if not ids:
+            raise bad_parameter("messages" if chat else "prompt", "the prompt encodes to no tokens")
+        limit = model.engine.limit
+        sampling = req.sampling
+        if len(ids) > limit or (req.max_tokens_given and len(ids) + sampling.max_tokens > limit):
+            raise context_length_exceeded(limit, len(ids), sampling.max_tokens if req.max_tokens_given else None)
+        if not req.max_tokens_given:
+            sampling.max_tokens = max(1, limit - len(ids))
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def deliver(ev):  # on the engine's thread
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, ev)
+            except RuntimeError:  # the loop has closed: nobody waits any more
+                pass
+
+        seq = Sequence(ids, sampling, model.tokenizer, model.eos_token_ids, deliver, model.id)
+        model.engine.submit(seq)
+        answer = _Answer(model, seq, chat, req.include_usage)
+        if req.stream:
+            return EventStream(answer.stream(events, model.engine))
+        try:
+            await wait_or_disconnect(answer.collect(events), request)
+        except ClientGone:
+            model.engine.cancel(seq)
+            raise
+        finally:
+            if not seq.done:
+                model.engine.cancel(seq)
+        return JSONResponse(answer.whole())
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_page, methods=["GET"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{name:path}", get_model, methods=["GET"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ]
+
+    async def request_error(request, exc: RequestError):
+        return JSONResponse(exc.body(), exc.status, headers=exc.headers)
+
+    async def http_error(request, exc: HTTPException):
+        kind = {404: ("not_found", f"No route {request.url.path!r:.100} (see /v1/models, /v1/embeddings, "
+                                   "/v1/chat/completions, /v1/completions, /health, /metrics)"),
+                405: ("method_not_allowed", f"Method {request.method} is not allowed on {request.url.path!r:.100}")}
+        code, message = kind.get(exc.status_code, ("http_error", str(exc.detail)))
+        return JSONResponse(error_body(message, "invalid_request_error", None, code), exc.status_code,
+                            headers=exc.headers)
+
+    async def client_gone(request, exc: ClientGone):
+        return Response(status_code=499)  # nobody reads it: nginx's "client closed request"
+
+    async def server_error(request, exc: Exception):
+        return JSONResponse(error_body("The server had an error while processing the request",
+                                       "server_error", None, "internal_error"), 500)
+
+    app = Starlette(routes=routes, exception_handlers={
+        RequestError: request_error, HTTPException: http_error, ClientGone: client_gone,
+        Exception: server_error})
+    app.state.models = models
+    app.state.metrics = metrics
+    return _Measured(app, metrics)
+
+
+class _Answer:
+    """One generation's events turned into OpenAI's chat or completion objects."""
+
+    def __init__(self, model, seq: Sequence, chat: bool, include_usage: bool):
+        self.model, self.seq, self.chat, self.include_usage = model, seq, chat, include_usage
+        self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.text = []
+        self.logprobs = []
+        self.finish_reason = None
+
+    def _raise(self, error):
+        if isinstance(error, ContextLengthError):
+            raise context_length_exceeded(self.model.engine.limit, len(self.seq.prompt_ids), None)
+        raise RequestError("The server had an error while generating", 500, type="server_error",
+                           code="internal_error")
+
+    async def collect(self, events) -> None:
+        while True:
+            ev = await events.get()
+            if ev.error is not None:
+                self._raise(ev.error)
+            self.text.append(ev.text)
+            self.logprobs.extend(ev.logprobs)
+            if ev.finish_reason is not None:
+                self.finish_reason = ev.finish_reason
+                return
+
+    def usage(self) -> dict:
+        p, c = len(self.seq.prompt_ids), len(self.seq.generated)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    def _token(self, token_id: int) -> str:
+        return self.model.tokenizer.decode([token_id], skip_special_tokens=False)
+
+    def _logprobs(self, items, offset: int = 0):
+        if not self.seq.params.logprobs:
+            return None
+        if self.chat:
+            def entry(t, lp):
+                s = self._token(t)
+                return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+            return {"content": [{**entry(x.token_id, x.logprob),
+                                 "top_logprobs": [entry(t, lp) for t, lp in x.top]} for x in items],
+                    "refusal": None}
+        tokens = [self._token(x.token_id) for x in items]
+        offsets, at = [], offset
+        for s in tokens:
+            offsets.append(at)
+            at += len(s)
+        return {"tokens": tokens, "token_logprobs": [x.logprob for x in items],
+                "top_logprobs": [{self._token(t): lp for t, lp in x.top} for x in items],
+                "text_offset": offsets}
+
+    def _base(self, chunk: bool) -> dict:
+        kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model.id,
+                "system_fingerprint": None}
+
+    def whole(self) -> dict:
+        text = "".join(self.text)
+        lp = self._logprobs(self.logprobs)
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                      "logprobs": lp, "finish_reason": self.finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": self.finish_reason}
+        return {**self._base(False), "choices": [choice], "usage": self.usage()}
+
+    def _chunk(self, text=None, lp=None, finish=None, role=False) -> bytes:
+        if self.chat:
+            delta = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
+        out = {**self._base(True), "choices": [choice]}
+        if self.include_usage:
+            out["usage"] = None
+        return event(out)
+
+    async def stream(self, events, engine):
+        """The SSE byte chunks; leaving early (the client went away) frees the sequence."""
+        sent = 0
+        try:
+            if self.chat:
+                yield self._chunk("", role=True)
+            while True:
+                ev = await events.get()
+                if ev.error is not None:
+                    try:
+                        self._raise(ev.error)
+                    except RequestError as e:
+                        yield event(e.body())
+                    break
+                if ev.text or ev.logprobs:
+                    lp = self._logprobs(ev.logprobs, sent) if ev.logprobs else None
+                    yield self._chunk(ev.text, lp)
+                    sent += len(ev.text)
+                if ev.finish_reason is not None:
+                    yield self._chunk(None if self.chat else "", finish=ev.finish_reason)
+                    if self.include_usage:
+                        yield event({**self._base(True), "choices": [], "usage": self.usage()})
+                    break
+            yield event("[DONE]")
+        finally:
+            if not self.seq.done:
+                engine.cancel(self.seq)
+
+
+class _Measured:
+    """ASGI middleware: every HTTP answer counted by endpoint and status, and timed to
+    its last byte."""
+
+    def __init__(self, app, metrics: ServerMetrics):
+        self.app, self.metrics = app, metrics
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        endpoint = path if path in ENDPOINTS else ("/v1/models" if path.startswith("/v1/models/") else "other")
+        start = time.perf_counter()
+        status = [500]
+
+        async def measured_send(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, measured_send)
+        finally:
+            self.metrics.requests.inc(endpoint=endpoint, status=str(status[0]))
+            self.metrics.latency.observe(time.perf_counter() - start, endpoint=endpoint)
