@@ -11,12 +11,21 @@ tokens/s); its peak resident memory is the process's ``ru_maxrss``.  Medians
 over the repeats are reported.  ``--busy`` runs one CPU-bound process alongside
 every measurement (the host is then oversubscribed by one thread).
 
-``--make-models`` writes the files when they are missing: a random Llama with
+Each format's decode speed is also given as a share of its memory-bandwidth
+floor: a third kind of run in the rotation (:mod:`tallow.bench.stream`) reads
+as many bytes as a decode step's weights with the same thread count, and the
+floor is that read's speed in tokens/s.
+
+``--shape`` picks the model: ``135m`` (the default), a random Llama with
 SmolLM2-135M's shape (hidden 576, 30 layers, 9/3 heads, vocabulary 49152, tied
-embeddings) as F32, and F16 / Q8_0 / Q4_0 copies made by tallow's quantizer
-(the token embedding as Q8_0 in the quantized files, as llama.cpp's quantizer
-stores it for this shape).  A Q4_K_M file is measured when present (llama.cpp's
-quantizer writes it).
+embeddings), or ``1b``, TinyLlama-1.1B's (hidden 2048, 22 layers, 32/4 heads,
+FFN 5632, vocabulary 32000, tied embeddings), whose default formats are the
+popular ones: Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0 and IQ4_XS.  ``--make-models``
+writes the files when they are missing: the random model as F32, then for the
+135M shape F16 / Q8_0 / Q4_0 copies made by tallow's quantizer (the token
+embedding as Q8_0 in the quantized files, as llama.cpp's quantizer stores it
+for this shape); every other format, and every format of the 1B shape, is made
+by llama.cpp's own quantizer through ``--llama-python``.
 """
 
 from __future__ import annotations
@@ -36,6 +45,13 @@ from .common import busy_process, table, write_json
 FORMATS = ("F32", "F16", "Q8_0", "Q4_0", "Q4_K_M")
 SMOLLM2_SHAPE = dict(vocab=49152, hidden=576, layers=30, heads=9, kv_heads=3, ffn=1536, ctx=8192,
                      rope_theta=100000.0, eps=1e-5)
+TINYLLAMA_SHAPE = dict(vocab=32000, hidden=2048, layers=22, heads=32, kv_heads=4, ffn=5632, ctx=8192,
+                       rope_theta=100000.0, eps=1e-5)
+# --shape: the model's shape, its default formats and its default repeats (a 1B run
+# takes about a minute per format, thread count and implementation)
+SHAPES = {"135m": (SMOLLM2_SHAPE, FORMATS, 3),
+          "1b": (TINYLLAMA_SHAPE, ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS"), 2)}
+TALLOW_MADE = ("F16", "Q8_0", "Q4_0")  # the 135M shape's copies made by tallow's quantizer
 
 
 # ------------------------------------------------------------------- model files
@@ -101,21 +117,49 @@ def quantize_file(src: str, dst: str, fmt: str) -> None:
     write_gguf(dst, out, f.metadata)
 
 
-def ensure_models(folder: str, formats, make: bool, quiet: bool = False) -> dict:
-    """{format: path} of the files present (made first with ``make``)."""
+# Run by --llama-python's interpreter: llama.cpp's quantizer, as its llama-quantize tool.
+_LLAMA_QUANTIZE = """
+import ctypes, os, sys
+import llama_cpp
+src, dst, ftype = sys.argv[1:4]
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + ftype)
+p.nthread = os.cpu_count() or 1
+sys.exit(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)))
+"""
+
+
+def llama_quantize(python: str, src: str, dst: str, fmt: str) -> None:
+    """``dst``: the F32 GGUF ``src`` quantized to ``fmt`` (Q4_K_M, IQ4_XS, ...) by llama.cpp."""
+    part = dst + ".part"
+    done = subprocess.run([python, "-c", _LLAMA_QUANTIZE, src, part, fmt], capture_output=True, text=True)
+    if done.returncode != 0 or not os.path.exists(part):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"llama.cpp's quantizer could not write {fmt} (exit {done.returncode}): {tail}")
+    os.replace(part, dst)
+
+
+def ensure_models(folder: str, formats, make: bool, quiet: bool = False, shape: str = "135m",
+                  llama_python: str | None = None) -> dict:
+    """{format: path} of the files present (made first with ``make``: see the module doc)."""
     os.makedirs(folder, exist_ok=True)
     f32 = os.path.join(folder, "model-F32.gguf")
-    if make and not os.path.exists(f32):
+    paths = {fmt: os.path.join(folder, f"model-{fmt}.gguf") for fmt in formats}
+    by_tallow = TALLOW_MADE if shape == "135m" else ()
+    makeable = [f for f, p in paths.items() if not os.path.exists(p) and (f in by_tallow or llama_python)]
+    if make and makeable and not os.path.exists(f32):
         if not quiet:
             print(f"  writing {f32}", flush=True)
-        make_random_llama(f32)
+        make_random_llama(f32, SHAPES[shape][0])
     found = {}
-    for fmt in formats:
-        path = os.path.join(folder, f"model-{fmt}.gguf")
-        if make and not os.path.exists(path) and fmt in ("F16", "Q8_0", "Q4_0") and os.path.exists(f32):
+    for fmt, path in paths.items():
+        if make and fmt in makeable and fmt != "F32":
             if not quiet:
                 print(f"  writing {path}", flush=True)
-            quantize_file(f32, path, fmt)
+            if fmt in by_tallow:
+                quantize_file(f32, path, fmt)
+            else:
+                llama_quantize(llama_python, f32, path, fmt)
         if os.path.exists(path):
             found[fmt] = path
     return found
@@ -125,7 +169,7 @@ def ensure_models(folder: str, formats, make: bool, quiet: bool = False) -> dict
 def run_worker(impl: str, path: str, threads: int, prompt: int, decode: int, python: str) -> dict:
     """One measurement in a fresh process; adds ``peak_rss_mib`` (or ``error``)."""
     env = dict(os.environ)
-    if impl == "tallow":
+    if impl in ("tallow", "stream"):
         cmd = [sys.executable, "-m", "tallow.bench.llm_worker"]
         env["TALLOW_NUM_THREADS"] = str(threads)
     else:  # another environment: run a copy of the worker away from tallow's sources
@@ -138,7 +182,7 @@ def run_worker(impl: str, path: str, threads: int, prompt: int, decode: int, pyt
     out, err = p.stdout.read(), p.stderr.read()
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
-    if impl != "tallow":
+    if impl not in ("tallow", "stream"):
         shutil.rmtree(scratch, ignore_errors=True)
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -150,7 +194,8 @@ def run_worker(impl: str, path: str, threads: int, prompt: int, decode: int, pyt
 
 def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, prompt: int = 512,
               decode: int = 128, python: str | None = None, busy: bool = False, quiet: bool = False) -> dict:
-    """{format: {threads: {impl: {decode_tps, prompt_tps, peak_rss_mib, runs}}}}, medians of alternating runs."""
+    """{format: {threads: {impl: {decode_tps, prompt_tps, peak_rss_mib, runs}}}}, medians of alternating runs
+    (impl ``stream``: {read_gbps, weight_bytes}, the bandwidth floor)."""
     runs: dict = {}
     hog = busy_process() if busy else None
     try:
@@ -161,7 +206,10 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                     for impl in order:
                         res = run_worker(impl, path, t, prompt, decode, python)
                         runs.setdefault(fmt, {}).setdefault(t, {}).setdefault(impl, []).append(res)
-                        if not quiet:
+                        if not quiet and impl == "stream" and "error" not in res:
+                            print(f"  [{r + 1}/{repeats}] {fmt} {t} thread(s) streaming read: "
+                                  f"{res['read_gbps']:.1f} GB/s of {res['weight_bytes'] / 1e6:.0f} MB", flush=True)
+                        elif not quiet:
                             msg = res.get("error") or (f"decode {res['decode_tps']:.1f} tok/s "
                                                         f"({res.get('decode_cpu_ms', float('nan')):.2f} CPU ms/token), prompt "
                                                         f"{res['prompt_tps']:.1f} tok/s, peak {res['peak_rss_mib']:.0f} MiB")
@@ -177,7 +225,8 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                 ok = [x for x in rs if "error" not in x]
                 entry = {"runs": rs}
                 if ok:
-                    for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s", "decode_cpu_ms"):
+                    for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s", "decode_cpu_ms", "read_gbps",
+                                "weight_bytes"):
                         if all(key in x for x in ok):
                             entry[key] = statistics.median(x[key] for x in ok)
                     entry["first_tokens"] = ok[0].get("first_tokens")
@@ -189,57 +238,80 @@ def _ratio(a, b):
     return None if a is None or b is None or not b else a / b
 
 
-def tables(res: dict, threads, impls) -> str:
-    head = ["file"]
+def floor_tps(by_impl: dict):
+    """The bandwidth floor's tokens/s: the streaming read's speed over a step's weight bytes."""
+    st = by_impl.get("stream", {})
+    if st.get("read_gbps") is None or not st.get("weight_bytes"):
+        return None
+    return st["read_gbps"] * 1e9 / st["weight_bytes"]
+
+
+def tables(res: dict, threads, impls, shape: str = "135m") -> str:
+    """One table per thread count: per format decode and prompt tokens/s, decode as a share
+    of the bandwidth floor, peak memory."""
+    both = len(impls) > 1
+    names = " / ".join(impls)
+    out = []
     for t in threads:
-        head += [f"decode {t}T " + " / ".join(impls)] + (["x"] if len(impls) > 1 else [])
-    for t in threads:
-        head += [f"prompt {t}T " + " / ".join(impls)] + (["x"] if len(impls) > 1 else [])
-    head += ["peak MiB " + " / ".join(impls)] + (["x"] if len(impls) > 1 else [])
-    rows = []
-    for fmt, by_t in res.items():
-        row = [fmt]
-        for key in ("decode_tps", "prompt_tps"):
-            for t in threads:
-                vals = [by_t.get(t, {}).get(i, {}).get(key) for i in impls]
+        head = ["file", f"decode {names}"] + (["x"] if both else []) + [f"prompt {names}"] + (["x"] if both else [])
+        head += ["floor tok/s", f"decode / floor {names}", f"peak MiB {names}"] + (["x"] if both else [])
+        rows = []
+        for fmt, by_t in res.items():
+            by_impl = by_t.get(t, {})
+            row = [fmt]
+            for key in ("decode_tps", "prompt_tps"):
+                vals = [by_impl.get(i, {}).get(key) for i in impls]
                 row.append(" / ".join("-" if v is None else f"{v:.1f}" for v in vals))
-                if len(impls) > 1:
+                if both:
                     row.append(_ratio(vals[0], vals[1]))
-        t0 = threads[0]
-        vals = [by_t.get(t0, {}).get(i, {}).get("peak_rss_mib") for i in impls]
-        row.append(" / ".join("-" if v is None else f"{v:.0f}" for v in vals))
-        if len(impls) > 1:
-            row.append(_ratio(vals[0], vals[1]))
-        rows.append(row)
-    return table("tokens/s (median of alternating runs; x = tallow / llama.cpp); peak resident memory", head, rows)
+            floor = floor_tps(by_impl)
+            row.append(floor)
+            shares = [_ratio(by_impl.get(i, {}).get("decode_tps"), floor) for i in impls]
+            row.append(" / ".join("-" if v is None else f"{v:.2f}" for v in shares))
+            vals = [by_impl.get(i, {}).get("peak_rss_mib") for i in impls]
+            row.append(" / ".join("-" if v is None else f"{v:.0f}" for v in vals))
+            if both:
+                row.append(_ratio(vals[0], vals[1]))
+            rows.append(row)
+        out.append(table(f"{shape} shape, {t} thread{'s' if t > 1 else ''}: tokens/s (median of alternating runs; "
+                         "x = tallow / llama.cpp), decode as a share of the bandwidth floor, peak resident memory",
+                         head, rows))
+    return "\n\n".join(out)
 
 
 def run(args) -> int:
+    shape = getattr(args, "shape", None) or "135m"
+    _, default_formats, default_repeats = SHAPES[shape]
     folder = getattr(args, "models", None) or os.environ.get("LLM_BENCH_MODELS", "llm-bench-models")
-    formats = getattr(args, "formats", None) or FORMATS
+    formats = getattr(args, "formats", None) or default_formats
     if isinstance(formats, str):
         formats = tuple(x.strip() for x in formats.split(",") if x.strip())
-    files = ensure_models(folder, formats, bool(getattr(args, "make_models", False)))
+    python = getattr(args, "llama_python", None)
+    files = ensure_models(folder, formats, bool(getattr(args, "make_models", False)), shape=shape,
+                          llama_python=python)
     if not files:
         print(f"  no model files in {folder} (model-<FORMAT>.gguf); --make-models writes them")
         return 1
     threads = tuple(getattr(args, "threads", None) or (1, 2))
-    python = getattr(args, "llama_python", None)
     impls = ("tallow", "llama.cpp") if python else ("tallow",)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else default_repeats)
     prompt = 64 if args.quick else 512
     decode = 32 if args.quick else 128
     busy = bool(getattr(args, "busy", False))
-    print(f"  files: {', '.join(files)}; threads {threads}; {repeats} alternating repeat(s); prompt {prompt}, "
-          f"decode {decode} tokens{'; one competing CPU-bound process' if busy else ''}; {os.cpu_count()} CPUs; "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    res = bench_llm(files, threads, impls, repeats, prompt, decode, python, busy)
+    print(f"  {shape} shape; files: {', '.join(files)}; threads {threads}; {repeats} alternating repeat(s); "
+          f"prompt {prompt}, decode {decode} tokens{'; one competing CPU-bound process' if busy else ''}; "
+          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
+    res = bench_llm(files, threads, impls + ("stream",), repeats, prompt, decode, python, busy)
     print(f"  load average at the end {os.getloadavg()[0]:.2f} (other processes' runnable tasks: "
           f"the 2-thread figures of a busy machine measure its load)")
     print()
-    print(tables(res, threads, impls))
+    print(tables(res, threads, impls, shape))
     if args.json:
-        write_json(args.json, {"conditions": {"threads": threads, "repeats": repeats, "prompt": prompt,
-                                              "decode": decode, "busy": busy, "cpus": os.cpu_count()},
-                               "results": {f: {str(t): v for t, v in by_t.items()} for f, by_t in res.items()}})
+        # the 135M shape's runs are recorded as the suite "llm", the others' beside them
+        extra = {} if shape == "135m" else {"suite": f"llm-{shape}", "command": f"llm --shape {shape}"}
+        write_json(args.json, {"conditions": {"shape": shape, "threads": threads, "repeats": repeats,
+                                              "prompt": prompt, "decode": decode, "busy": busy,
+                                              "cpus": os.cpu_count()},
+                               "results": {f: {str(t): v for t, v in by_t.items()} for f, by_t in res.items()},
+                               **extra})
     return 0

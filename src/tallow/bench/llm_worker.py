@@ -6,7 +6,10 @@ IMPL is ``tallow`` or ``llama.cpp`` (llama-cpp-python, possibly from another
 Python environment: this file imports tallow only for IMPL tallow).  Both
 sides do the same: load; warm up (8 prompt tokens, 4 steps); a PROMPT-token
 prompt from position 0 (prompt tokens/s); then a 32-token prompt and DECODE
-greedy steps (decode tokens/s).  Prints one JSON line.
+greedy steps (decode tokens/s).  IMPL ``stream`` instead measures the decode
+step's memory-bandwidth floor on THREADS threads (:mod:`tallow.bench.stream`:
+the bytes a step reads and the speed of streaming that many).  Prints one JSON
+line.
 """
 
 import json
@@ -61,8 +64,19 @@ def llama_cpp_runner(path: str, threads: int):
     return nv, llm.reset, feed, argmax
 
 
+def stream_floor(path: str, threads: int) -> dict:
+    from tallow.bench.stream import read_bandwidth, weight_bytes_per_token
+
+    nbytes = weight_bytes_per_token(path)
+    return dict(impl="stream", file=os.path.basename(path), threads=threads, weight_bytes=nbytes,
+                read_gbps=read_bandwidth(nbytes, threads) / 1e9)
+
+
 def main(argv):
     impl, path, threads, prompt, decode = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
+    if impl == "stream":
+        print(json.dumps(stream_floor(path, threads)))
+        return 0
     t0 = time.perf_counter()
     vocab, reset, feed, argmax = (tallow_runner if impl == "tallow" else llama_cpp_runner)(path, threads)
     load = time.perf_counter() - t0

@@ -17,7 +17,7 @@ import sys
 from ..atomic import atomic_write
 
 # The order in which suites appear on the page (others follow, sorted).
-SUITE_ORDER = ("train", "embed", "conv", "gemm", "compile", "llm", "models", "quantized",
+SUITE_ORDER = ("train", "embed", "conv", "gemm", "compile", "llm", "llm-1b", "models", "quantized",
                "cpu", "gpu", "queue", "first-use", "distributed", "serve")
 
 INTRO = """\
@@ -33,8 +33,9 @@ tallow bench embed        # MiniLM sentences/s vs sentence-transformers and ONNX
 tallow bench conv         # convolution shapes and a ResNet-18 basic block, fwd and fwd+bwd, vs PyTorch
 tallow bench gemm         # f32 products vs NumPy and PyTorch
 tallow bench compile      # captured steps vs eager
-tallow bench llm --models DIR [--make-models] [--llama-python PY] [--threads 1,2]
-                          # GGUF decode/prompt tokens/s and peak memory per format, llama.cpp alongside
+tallow bench llm --models DIR [--shape 135m|1b] [--make-models] [--llama-python PY] [--threads 1,2]
+                          # GGUF decode/prompt tokens/s, bandwidth share and peak memory per format,
+                          # llama.cpp alongside
 tallow bench cpu | gpu | queue | first-use | quantized | models | distributed
 tallow bench all --json results.json
 ```
@@ -102,7 +103,7 @@ def render(directory) -> str:
             note = f"; {steal:.1f}% of CPU time stolen by the host" if steal is not None else ""
             if res.get("quick"):
                 note += "; `--quick`: a smoke run, not figures"
-            out.append(f"### `tallow bench {suite}` ({when}{note})\n")
+            out.append(f"### `tallow bench {res.get('command', suite)}` ({when}{note})\n")
             tables = res.get("tables") or []
             if not tables:
                 out.append("(no tables recorded)\n")

@@ -76,7 +76,8 @@ def _run(args) -> int:
                 with open(suite_args.json) as f:
                     results[name] = json.load(f)
                 if args.record:
-                    print(f"recorded: {record(args.record, name, results[name])}")
+                    # a suite may record a variant under its own name (llm --shape 1b: llm-1b)
+                    print(f"recorded: {record(args.record, results[name].get('suite', name), results[name])}")
             else:
                 results[name] = {"skipped": "nothing measured (see the output above)"}
     if args.json:
@@ -110,9 +111,14 @@ def add_bench_parser(sub):
     llm = p.add_argument_group("llm (GGUF Llama decode/prompt speed, side by side with llama.cpp)")
     llm.add_argument("--models", metavar="DIR", default=None,
                      help="folder of model-<FORMAT>.gguf files (default $LLM_BENCH_MODELS or ./llm-bench-models)")
+    llm.add_argument("--shape", choices=("135m", "1b"), default="135m",
+                     help="the random model's shape: SmolLM2-135M's (default) or TinyLlama-1.1B's")
     llm.add_argument("--make-models", action="store_true",
-                     help="write a random SmolLM2-135M-shaped Llama (F32, F16, Q8_0, Q4_0) where missing")
-    llm.add_argument("--formats", default=None, help="comma-separated formats (default F32,F16,Q8_0,Q4_0,Q4_K_M)")
+                     help="write the random model's files where missing (F32; 135m: F16, Q8_0, Q4_0 by tallow's "
+                          "quantizer; other formats by llama.cpp's through --llama-python)")
+    llm.add_argument("--formats", default=None,
+                     help="comma-separated formats (default 135m: F32,F16,Q8_0,Q4_0,Q4_K_M; "
+                          "1b: Q4_K_M,Q5_K_M,Q6_K,Q8_0,Q4_0,IQ4_XS)")
     llm.add_argument("--threads", type=lambda v: tuple(positive_int(x) for x in v.split(",")), default=None,
                      help="comma-separated thread counts (default 1,2)")
     llm.add_argument("--llama-python", metavar="PYTHON", default=None,
