@@ -7,6 +7,28 @@ import sys
 from .args import non_negative_int, positive_int
 
 
+def contradiction(args) -> str | None:
+    if args.no_embed and args.embed_model:
+        return "--no-embed and --embed-model contradict each other"
+    if args.no_generate and args.model:
+        return "--no-generate and --model contradict each other"
+    if args.no_embed and args.no_generate:
+        return "nothing to serve (--no-embed and --no-generate)"
+    return None
+
+
+def options_from_args(args, options_class):
+    """The server's options; the key is --api-key, else ``TALLOW_API_KEY``."""
+    from tallow.config import settings
+
+    return options_class(
+        embed_model=args.embed_model, embed=not args.no_embed,
+        models=[] if args.no_generate else (args.model or [None]),
+        host=args.host, port=args.port, api_key=args.api_key or settings.api_key,
+        max_batch=args.max_batch, max_queue=args.max_queue,
+        max_context=args.max_context, max_body_bytes=args.max_body_bytes, device=args.device)
+
+
 def _serve(args) -> int:
     try:
         from tallow.serve.server import ServeOptions, serve
@@ -14,27 +36,15 @@ def _serve(args) -> int:
         print(f"tallow serve: needs the serve extra ({e.name} is missing): "
               "pip install 'tallow[serve]'", file=sys.stderr)
         return 2
-    from tallow.config import settings
-
-    if args.no_embed and args.embed_model:
-        print("tallow serve: error: --no-embed and --embed-model contradict each other", file=sys.stderr)
-        return 2
-    if args.no_generate and args.model:
-        print("tallow serve: error: --no-generate and --model contradict each other", file=sys.stderr)
-        return 2
-    if args.no_embed and args.no_generate:
-        print("tallow serve: error: nothing to serve (--no-embed and --no-generate)", file=sys.stderr)
+    error = contradiction(args)
+    if error:
+        print(f"tallow serve: error: {error}", file=sys.stderr)
         return 2
     if args.threads is not None:
         import tallow as tl
 
         tl.utils.set_num_threads(args.threads)
-    opts = ServeOptions(
-        embed_model=args.embed_model, embed=not args.no_embed,
-        models=[] if args.no_generate else (args.model or [None]),
-        host=args.host, port=args.port, api_key=args.api_key or settings.api_key,
-        max_batch=args.max_batch, max_queue=args.max_queue,
-        max_context=args.max_context, max_body_bytes=args.max_body_bytes, device=args.device)
+    opts = options_from_args(args, ServeOptions)
     from tallow.errors import TallowError
 
     try:

@@ -5,11 +5,12 @@ once; each runs its prompt into a KV cache of its own), then samples every activ
 sequence's next token from its logits, and advances the survivors by one token.
 Requests join and leave between turns, so a short answer never waits for a long one.
 
-The step goes through :class:`DecoderRunner`: a model with ``step_batch(tokens,
-caches)`` advances every sequence in one call (one batched product per layer); any
-other decoder advances them one after another through its single-sequence
-``forward``, which is the same arithmetic, so greedy answers do not depend on the
-path or on which requests share a step.
+The step goes through :class:`DecoderRunner`: a model with ``step_batch`` (the
+decoders' ``SequenceBatching``) advances every sequence in one call, one batched
+product per layer; any other decoder advances them one after another through its
+single-sequence ``forward``. A row of a batched step equals its sequence decoded
+alone up to the summation order of float products (quantized products quantize each
+row on its own), so an answer does not depend on which requests share its steps.
 """
 
 from __future__ import annotations
@@ -25,39 +26,53 @@ from .sequence import Sequence
 
 
 class DecoderRunner:
-    """The three things the engine asks of a decoder: a fresh cache, a prompt run into
-    it, and one step of several sequences."""
+    """What the engine asks of a decoder: a prompt run into a fresh cache, one step of
+    several sequences, and the cache freed when a sequence ends.
 
-    def __init__(self, model, max_context: int | None):
+    A model with ``new_sequence`` / ``prefill`` / ``step_batch`` (``SequenceBatching``)
+    steps all sequences in one call; any other decoder steps them one after another
+    with its single-sequence ``forward``. ``batched=False`` forces the latter."""
+
+    def __init__(self, model, max_context: int | None, batched: bool | None = None):
         self.model = model
         self.max_context = max_context
-        self.batched = callable(getattr(model, "step_batch", None))
+        can = all(callable(getattr(model, n, None)) for n in ("new_sequence", "prefill", "step_batch"))
+        self.batched = can if batched is None else (batched and can)
 
-    def new_cache(self):
+    def context_limit(self) -> int:
+        return self._new_cache().max_positions
+
+    def _new_cache(self):
         if self.max_context is None:
             return self.model.new_cache()
         return self.model.new_cache(max_context=self.max_context)
 
-    def context_limit(self) -> int:
-        return self.new_cache().max_positions
-
     def prefill(self, seq: Sequence) -> None:
-        seq.cache = self.new_cache()
-        seq.logits = self._forward(seq.prompt_ids, 0, seq.cache)
+        if self.batched:
+            seq.cache = self.model.new_sequence(max_context=self.max_context)
+            seq.logits = self.model.prefill(seq.cache, seq.prompt_ids)
+        else:
+            seq.cache = self._new_cache()
+            seq.logits = self._forward(seq.prompt_ids, 0, seq.cache)
         seq.position = len(seq.prompt_ids)
 
     def step(self, seqs: list) -> None:
         tokens = [s.next_token for s in seqs]
-        if self.batched and len(seqs) > 1:
-            logits = self.model.step_batch(tokens, [s.cache for s in seqs])
-            logits = logits.to_dtype("f32").numpy() if isinstance(logits, Tensor) else np.asarray(logits)
-            for s, row in zip(seqs, logits):
+        if self.batched:
+            logits = self.model.step_batch([s.cache for s in seqs], tokens)
+            for s, row in zip(seqs, np.asarray(logits)):
                 s.logits = row
                 s.position += 1
             return
         for s, t in zip(seqs, tokens):
             s.logits = self._forward([t], s.position, s.cache)
             s.position += 1
+
+    def release(self, seq: Sequence) -> None:
+        """Free the sequence's key/value cache now, not when it is collected."""
+        cache, seq.cache = seq.cache, None
+        if cache is not None and hasattr(cache, "release"):
+            cache.release()
 
     def _forward(self, ids, position, cache) -> np.ndarray:
         x = Tensor(np.asarray([ids], dtype=np.uint32), device=cache.device)
@@ -123,7 +138,7 @@ class GenerationEngine:
         with self._cond:
             while not self._stopping and not self._active and not self._waiting:
                 self._cond.wait()
-            self._active = [s for s in self._active if not s.done]
+            self._active = self._prune(self._active)
             new = []
             while self._waiting and len(self._active) < self.max_batch:
                 seq = self._waiting.popleft()
@@ -163,8 +178,18 @@ class GenerationEngine:
                     for s in running:
                         s.deliver_error(e)
             with self._cond:
-                self._active = [s for s in self._active if not s.done]
+                self._active = self._prune(self._active)
                 self._gauges()
+
+    def _prune(self, seqs) -> list:
+        """The sequences still running; the finished and cancelled ones free their caches."""
+        keep = []
+        for s in seqs:
+            if s.done:
+                self.runner.release(s)
+            else:
+                keep.append(s)
+        return keep
 
     @staticmethod
     def _guarded(seq, fn, *args) -> None:

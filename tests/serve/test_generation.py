@@ -1,0 +1,133 @@
+"""POST /v1/chat/completions and /v1/completions through the openai client, against
+``tallow generate`` and the library's own single-sequence generator."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+
+import numpy as np
+import pytest
+from support.serving import CHAT_MODEL
+
+from tallow.cli import main
+
+PROMPT = "What are the three primary colors?"
+PROMPTS = [PROMPT, "Name a large animal.", "Say hello in French.", "What is 2 + 2?"]
+
+
+def chat(client, prompt=PROMPT, **kw):
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=CHAT_MODEL, messages=[{"role": "user", "content": prompt}], **kw)
+
+
+@pytest.fixture(scope="module")
+def solo(client):
+    """Each prompt's greedy answer, asked alone."""
+    return {p: chat(client, p).choices[0].message.content for p in PROMPTS}
+
+
+def test_greedy_chat_equals_tallow_generate_chat(client, smollm2_gguf, capsys):
+    reply = chat(client, max_tokens=24)
+    assert main(["generate", "--model", smollm2_gguf, "--chat", "--prompt", PROMPT, "--max-tokens", "24",
+                 "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out == reply.choices[0].message.content + "\n"
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 24 and reply.usage.prompt_tokens > 10
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 24
+
+
+def test_streamed_pieces_join_to_the_whole_answer(client, solo):
+    chunks = list(chat(client, stream=True, stream_options={"include_usage": True}))
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert len([p for p in pieces if p]) > 3
+    assert "".join(pieces) == solo[PROMPT]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 16
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_the_stream_ends_with_done(server):
+    import httpx
+
+    body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 3,
+            "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
+
+
+def test_a_stop_string_cuts_the_answer_before_it(client, solo):
+    text = solo[PROMPT]
+    stop = text.split()[3]  # a word in the middle of the greedy answer
+    cut = text[:text.index(stop)]
+    for stream in (False, True):
+        if stream:
+            chunks = list(chat(client, stop=[stop, "never appears"], stream=True))
+            got = "".join(c.choices[0].delta.content or "" for c in chunks)
+            finish = chunks[-1].choices[0].finish_reason
+        else:
+            r = chat(client, stop=stop)
+            got, finish = r.choices[0].message.content, r.choices[0].finish_reason
+        assert (got, finish) == (cut, "stop")
+
+
+def test_seed_repeats_a_sampled_answer(client):
+    a = chat(client, temperature=1.0, top_p=0.95, seed=1234, max_tokens=12).choices[0].message.content
+    b = chat(client, temperature=1.0, top_p=0.95, seed=1234, max_tokens=12).choices[0].message.content
+    assert a == b
+
+
+def test_logprobs_are_the_models_log_softmax(client, smollm2_gguf):
+    import torch
+
+    import tallow as tl
+    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_tokenizer import apply_chat_template, tokenizer_from_gguf
+
+    r = chat(client, max_tokens=2, logprobs=True, top_logprobs=3)
+    first = r.choices[0].logprobs.content[0]
+    ids = tokenizer_from_gguf(smollm2_gguf).encode(
+        apply_chat_template(smollm2_gguf, [{"role": "user", "content": PROMPT}])).ids
+    model = load_gguf_model(smollm2_gguf)
+    logits = model.forward(tl.Tensor(np.asarray([ids], dtype=np.uint32)), 0, model.new_cache()).numpy()[0]
+    want = torch.log_softmax(torch.tensor(logits, dtype=torch.float64), -1)
+    top = torch.topk(want, 3)
+    assert [t.logprob for t in first.top_logprobs] == pytest.approx(top.values.tolist(), abs=1e-5)
+    assert first.logprob == pytest.approx(top.values[0].item(), abs=1e-5)  # greedy: the likeliest
+    assert first.token == first.top_logprobs[0].token
+    assert len(r.choices[0].logprobs.content) == 2
+
+
+def test_completions_equal_tallow_generate(client, smollm2_gguf, capsys):
+    prompt = "The capital of France is"
+    r = client.completions.create(model=CHAT_MODEL, prompt=prompt, max_tokens=10, temperature=0)
+    assert main(["generate", "--model", smollm2_gguf, "--prompt", prompt, "--max-tokens", "10",
+                 "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == prompt + r.choices[0].text + "\n"
+    streamed = client.completions.create(model=CHAT_MODEL, prompt=prompt, max_tokens=10, temperature=0,
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == r.choices[0].text
+
+
+def test_concurrent_chats_each_get_their_solo_answer(client, async_client, solo):
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda p: chat(client, p).choices[0].message.content, PROMPTS * 2))
+    assert answers == [solo[p] for p in PROMPTS * 2]
+
+    async def both():
+        async def one(p, stream):
+            kw = dict(model=CHAT_MODEL, messages=[{"role": "user", "content": p}], max_tokens=16, temperature=0)
+            if not stream:
+                return (await async_client.chat.completions.create(**kw)).choices[0].message.content
+            parts = []
+            async for c in await async_client.chat.completions.create(stream=True, **kw):
+                parts.append(c.choices[0].delta.content or "")
+            return "".join(parts)
+        return await asyncio.gather(*(one(p, i % 2 == 1) for i, p in enumerate(PROMPTS * 2)))
+
+    assert asyncio.run(both()) == [solo[p] for p in PROMPTS * 2]
