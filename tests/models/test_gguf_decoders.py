@@ -1,8 +1,9 @@
-"""Qwen2, Qwen3 and Gemma 3 GGUF files (llama.cpp's names and metadata keys, f32)
+"""Qwen2, Qwen3, Gemma 3 and Phi-3 GGUF files (llama.cpp's names and metadata keys, f32)
 against transformers: the GGUF path must give the same logits as the model it was
 written from. The files are written as llama.cpp's convert_hf_to_gguf.py does for
 these families (q/k rows not permuted; Gemma's norms stored with the one added)."""
 
+import math
 import os
 import subprocess
 
@@ -41,7 +42,22 @@ def _gemma3():
                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}))
 
 
-FAMILIES = {"qwen2": _qwen2, "qwen3": _qwen3, "gemma3": _gemma3}
+def _phi3():
+    from transformers import Phi3Config, Phi3ForCausalLM
+    # LongRoPE with an original context of 256: llama.cpp picks the factors by its
+    # context size (rounded up to 256, so the short ones here), tallow by position
+    # (the short ones below 256)
+    half = SMALL["hidden_size"] // SMALL["num_attention_heads"] // 2
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 2.0,
+            "short_factor": [1.0 + 0.1 * i for i in range(half)],
+            "long_factor": [1.0 + 0.7 * i for i in range(half)],
+            "original_max_position_embeddings": 256}
+    return Phi3ForCausalLM(Phi3Config(**{**SMALL, "max_position_embeddings": 512},
+                                      num_hidden_layers=2, rope_parameters=rope,
+                                      original_max_position_embeddings=256, pad_token_id=0))
+
+
+FAMILIES = {"qwen2": _qwen2, "qwen3": _qwen3, "gemma3": _gemma3, "phi3": _phi3}
 
 
 def write_gguf(hf, arch, path):
@@ -69,6 +85,18 @@ def write_gguf(hf, arch, path):
     w.add_rope_freq_base(theta)
     if arch == "gemma3":
         w.add_sliding_window(c.sliding_window)
+    if arch == "phi3":
+        # as convert_hf_to_gguf.py's Phi3MiniModel: fused projections kept, the
+        # LongRoPE factors as tensors, the attention factor as a key
+        rope = c.rope_parameters
+        original = rope["original_max_position_embeddings"]
+        scale = c.max_position_embeddings / original
+        w.add_rope_scaling_orig_ctx_len(original)
+        w.add_rope_dimension_count(head_dim)
+        w.add_sliding_window(0)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)))
+        w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], np.float32))
     sandwich = arch == "gemma3"
     for name, t in hf.state_dict().items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
@@ -76,7 +104,7 @@ def write_gguf(hf, arch, path):
         a = t.detach().numpy().astype(np.float32)
         if arch == "gemma3" and name.endswith("norm.weight"):
             a = a + 1  # convert_hf_to_gguf.py's Gemma 3: norms scale by the stored weight
-        w.add_tensor(gguf_name(name, sandwich), np.ascontiguousarray(a))
+        w.add_tensor(gguf_name(name, sandwich, arch == "phi3"), np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -127,7 +155,7 @@ def test_an_unsupported_gguf_architecture_lists_the_supported(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(ModelFormatError, match="'phi2'; supported: llama, qwen2, qwen3, gemma3"):
+    with pytest.raises(ModelFormatError, match="'phi2'; supported: llama, qwen2, qwen3, gemma3, phi3"):
         load_gguf_model(str(tmp_path / "m.gguf"))
 
 

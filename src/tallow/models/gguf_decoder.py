@@ -1,4 +1,4 @@
-"""Qwen2/2.5, Qwen3 and Gemma 3 from llama.cpp GGUF files, on the Llama decoder.
+"""Qwen2/2.5, Qwen3, Gemma 3 and Phi-3 from llama.cpp GGUF files, on the Llama decoder.
 
 llama.cpp stores these families' q/k rows as Hugging Face does (their rotation is
 the "NeoX" half-split one, so its converter does not permute them as it does
@@ -11,6 +11,11 @@ What llama.cpp does not store and fixes in code is fixed the same way here:
 Gemma 3's sliding window covers five layers in six, its sliding layers rotate with
 base 10000, and its scores are scaled by ``head_dim ** -0.5``; the converter has
 already added Gemma's one to its norm weights.
+
+Phi-3 keeps Hugging Face's fused projections (``attn_qkv``; ``ffn_up`` holds the
+gate rows, then the up rows), which the decoder splits by rows, still quantized;
+its LongRoPE factors are the tensors ``rope_factors_short`` / ``rope_factors_long``
+and the attention factor the key ``phi3.rope.scaling.attn_factor``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from ..quantized.gguf_file import qtensor_of
 from .config import ModelFormatError
 from .llama import FULL, SLIDING, Llama, LlamaConfig
 
-GGUF_FAMILIES = ("qwen2", "qwen3", "gemma3")
+GGUF_FAMILIES = ("qwen2", "qwen3", "gemma3", "phi3")
 
 _LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
           "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -37,18 +42,22 @@ _LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
           "pre_feedforward_layernorm": "ffn_norm",
           "post_feedforward_layernorm": "post_ffw_norm"}
+# Phi-3's fused projections (its ffn_up is gate_up_proj, not up_proj)
+_FUSED = {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up", "mlp.up_proj": None}
 _TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 _LAYER_NAME = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)$")
 
 
-def gguf_name(hf_name: str, sandwich: bool) -> str:
-    """llama.cpp's name of a Hugging Face tensor name."""
+def gguf_name(hf_name: str, sandwich: bool, fused: bool = False) -> str:
+    """llama.cpp's name of a Hugging Face tensor name (``fused``: Phi-3's layout)."""
     m = _LAYER_NAME.match(hf_name)
     if m:
         i, module, kind = m.groups()
         if module == "post_attention_layernorm":
             # Gemma normalises the attention's output with it; Llama-likes the MLP's input
             part = "post_attention_norm" if sandwich else "ffn_norm"
+        elif fused and module in _FUSED:
+            part = _FUSED[module]
         else:
             part = _LAYER.get(module)
         if part is not None:
@@ -63,9 +72,13 @@ def gguf_name(hf_name: str, sandwich: bool) -> str:
 class GgufBackend:
     """A VarBuilder backend over a GGUF file's tensors, asked for by Hugging Face names."""
 
-    def __init__(self, f: GgufFile, sandwich: bool):
+    def __init__(self, f: GgufFile, sandwich: bool, fused: bool = False):
         self.f = f
         self.sandwich = sandwich
+        self.fused = fused
+
+    def _name(self, name):
+        return gguf_name(name, self.sandwich, self.fused)
 
     def describe(self):
         return self.f.path
@@ -75,7 +88,7 @@ class GgufBackend:
 
     def _tensor(self, name):
         try:
-            return self.f.tensors.get(gguf_name(name, self.sandwich))
+            return self.f.tensors.get(self._name(name))
         except MissingTensorError:
             return None
 
@@ -86,9 +99,9 @@ class GgufBackend:
         t = self._tensor(name)
         if t is None:
             raise MissingTensorError(f"{self.f.path}: missing tensor "
-                                     f"{gguf_name(name, self.sandwich)!r} ({name})")
+                                     f"{self._name(name)!r} ({name})")
         if shape is not None and tuple(t.shape) != tuple(shape):
-            raise ShapeMismatchError(f"{self.f.path}: tensor {gguf_name(name, self.sandwich)!r} "
+            raise ShapeMismatchError(f"{self.f.path}: tensor {self._name(name)!r} "
                                      f"has shape {tuple(t.shape)}, expected {tuple(shape)}")
         q = qtensor_of(t, device)
         if len(t.shape) == 2 and not t.ggml_type.is_float and "embed_tokens" not in name:
@@ -141,6 +154,8 @@ def config_from_gguf(f: GgufFile) -> LlamaConfig:
         data["rope_scaling"] = {"rope_type": "linear", "factor": factor}
     elif scaling not in (None, "none") and factor != 1.0:
         raise ModelFormatError(f"{path}: rope scaling {scaling!r} is not supported")
+    if arch == "phi3":
+        _phi3_options(f, data, value)
     if arch == "gemma3":
         window = f.value("gemma3.attention.sliding_window")
         data.update({
@@ -163,14 +178,40 @@ def config_from_gguf(f: GgufFile) -> LlamaConfig:
     return LlamaConfig.from_dict(data, path)
 
 
+def _phi3_options(f: GgufFile, data: dict, value) -> None:
+    """Phi-3's sliding window and LongRoPE factors, from llama.cpp's keys and tensors."""
+    path = f.path
+    rope_dims = int(value("rope.dimension_count", data["head_dim"]))
+    if rope_dims != data["head_dim"]:
+        raise ModelFormatError(f"{path}: phi3.rope.dimension_count {rope_dims} is not the head "
+                               f"size {data['head_dim']} (partial rotary is not supported)")
+    window = int(f.value("phi3.attention.sliding_window", 0) or 0)
+    # 0 marks a file without a window; Hugging Face's Phi-3 slides every layer
+    data["sliding_window"] = window or None
+    long, short = f.tensors.get("rope_factors_long.weight"), f.tensors.get("rope_factors_short.weight")
+    if long is None and short is None:
+        return
+    if long is None or short is None:
+        raise ModelFormatError(f"{path}: LongRoPE needs both rope_factors_long and "
+                               "rope_factors_short tensors, the file has one")
+    data["rope_scaling"] = {
+        "rope_type": "longrope",
+        "short_factor": [float(x) for x in short.dequantize().reshape(-1)],
+        "long_factor": [float(x) for x in long.dequantize().reshape(-1)],
+        "original_max_position_embeddings": int(value("rope.scaling.original_context_length")),
+        "attention_factor": f.value("phi3.rope.scaling.attn_factor"),
+    }
+
+
 def load_gguf_decoder(path, device=cpu) -> Llama:
-    """A Qwen2/2.5, Qwen3 or Gemma 3 GGUF file as a ``Llama`` (quantized projections)."""
+    """A Qwen2/2.5, Qwen3, Gemma 3 or Phi-3 GGUF file as a ``Llama`` (quantized projections)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
     f = read_gguf(path)
     cfg = config_from_gguf(f)
     device = Device.parse(device)
-    vb = VarBuilder(GgufBackend(f, cfg.sandwich_norms), "f32", device)
+    fused = f.value("general.architecture") == "phi3"
+    vb = VarBuilder(GgufBackend(f, cfg.sandwich_norms, fused), "f32", device)
     model = Llama.load(vb, cfg)
     if cfg.tie_word_embeddings:
         # llama.cpp's rule: the output multiplies by the token embedding as stored

@@ -428,11 +428,28 @@ def split_linear(vb, in_features: int, outs: tuple, bias: bool) -> list:
     fused = Linear.load(vb, in_features, sum(outs), bias)
     parts, start = [], 0
     for n in outs:
-        w = fused.weight.narrow(0, start, n).contiguous()
+        w = weight_rows(fused.weight, start, n)
         b = None if fused.bias is None else fused.bias.narrow(0, start, n).contiguous()
         parts.append(Linear.from_weights(w, b))
         start += n
     return parts
+
+
+def weight_rows(weight, start: int, n: int):
+    """Rows ``start .. start + n`` of a weight, a Tensor or a quantized ``QTensor``
+    (a GGUF file's fused projection): a quantized row is a whole number of blocks,
+    so its rows are a byte range and stay quantized."""
+    if isinstance(weight, Tensor):
+        return weight.narrow(0, start, n).contiguous()
+    from ..quantized.qtensor import QTensor
+
+    cols = weight.shape[1]
+    row_bytes = weight.ggml_type.nbytes(cols)
+    if weight.device.is_cpu:  # a view of the file's map
+        raw = weight.raw[start * row_bytes:(start + n) * row_bytes]
+    else:
+        raw = weight.blocks.narrow(0, start * row_bytes, n * row_bytes)
+    return QTensor(raw, (n, cols), weight.ggml_type, weight.device)
 
 
 def load_rms_norm(vb, size: int, cfg: LlamaConfig) -> RmsNorm:
