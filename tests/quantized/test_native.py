@@ -182,3 +182,22 @@ def test_fifth_bits_of_every_position_reach_the_product(name):
         y = native.NativeWeight(raw, name, n, k).matmul_t(x, 1)
         ref = vec_dot.matmul_t(x, raw, name, n, k, num_threads=1)
         np.testing.assert_array_equal(y, ref)
+
+
+@pytest.mark.parametrize("name", ["Q6K", "IQ4_XS"])
+def test_repacking_a_large_weight_holds_little_besides_its_result(name):
+    """The unpacked values are made a slice of rows at a time: a vocabulary-sized output
+    layer's repacking once peaked at several times its size in temporaries."""
+    import tracemalloc
+
+    from .test_activation_rounding import weight_blocks
+
+    n, k = 4096, 2048
+    raw = weight_blocks(name, n, k, seed=2)
+    tracemalloc.start()
+    try:
+        fmt, packed = native.repack(raw, name, n, k)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < packed.nbytes + (8 << 20), (peak, packed.nbytes)  # (the unpacked values: 8 MiB)

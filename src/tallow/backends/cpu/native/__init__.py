@@ -117,7 +117,7 @@ def _interleave(fields, n: int, nb: int) -> np.ndarray:
         gs, pad = g1 - g0, (g1 - g0) * ROWS - (r1 - r0)
         col = 0
         for (a, gran), width in zip(fields, widths):
-            part = a.reshape(n, nb, width)[r0:r1]
+            part = a.rows(r0, r1, nb) if isinstance(a, _Unpacked) else a.reshape(n, nb, width)[r0:r1]
             if pad:
                 part = np.concatenate([part, np.zeros((pad, nb, width), np.uint8)])
             if gran == K_HIGH_BITS:
@@ -138,6 +138,18 @@ def _interleave(fields, n: int, nb: int) -> np.ndarray:
     return out
 
 
+class _Unpacked:
+    """A field computed from the blocks (uint8, ``width`` bytes a block) one slice of rows at
+    a time as :func:`_interleave` takes them, never whole: the unpacking's temporaries and
+    its result stay small next to a vocabulary-sized weight."""
+
+    def __init__(self, fn, blocks: np.ndarray, width: int):
+        self.fn, self.blocks, self.shape = fn, blocks, (blocks.shape[0], width)
+
+    def rows(self, r0: int, r1: int, nb: int) -> np.ndarray:
+        return self.fn(self.blocks[r0 * nb:r1 * nb]).reshape(r1 - r0, nb, self.shape[1])
+
+
 def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     """GGML blocks of an ``(n, k)`` weight -> (kernel format, interleaved bytes)."""
     t = ggml_type(type_name)
@@ -156,7 +168,7 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     if t.name == "Q6K":
         from ....ggml import kquants
 
-        q = kquants.q6_values(blocks).view(np.uint8)
+        q = _Unpacked(lambda b: kquants.q6_values(b).view(np.uint8), blocks, 256)
         return _kernels.Q6K, _interleave([(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (q, 4)], n, nb)
     if t.name == "Q4K":
         from ....ggml import kquants
@@ -175,7 +187,7 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     if t.name == "IQ4_XS":  # the level indices rearranged as Q4K's nibbles
         from ....ggml import iq4, kquants
 
-        indices = kquants.pack_4bit_32(iq4.iq4_xs_indices(blocks))
+        indices = _Unpacked(lambda b: kquants.pack_4bit_32(iq4.iq4_xs_indices(b)), blocks, 128)
         fields = [(blocks[:, 0:2], 2), (iq4.iq4_xs_scales(blocks).view(np.uint8), 1), (indices, 4)]
         return _kernels.IQ4XS, _interleave(fields, n, nb)
     raise ValueError(f"{t.name} has no compiled kernel (supported: {', '.join(SUPPORTED)})")
