@@ -1,0 +1,81 @@
+"""``tallow serve`` on the command line: its options, the key from TALLOW_API_KEY,
+the warning when exposed, and a real start."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tallow.cli.main import build_parser
+from tallow.cli.serve import contradiction, options_from_args
+from tallow.serve.server import ServeOptions, is_loopback, warn_if_exposed
+
+
+def parse(*argv):
+    return build_parser().parse_args(["serve", *argv])
+
+
+def test_the_key_comes_from_the_flag_or_tallow_api_key(monkeypatch):
+    monkeypatch.delenv("TALLOW_API_KEY", raising=False)
+    assert options_from_args(parse(), ServeOptions).api_key is None
+    monkeypatch.setenv("TALLOW_API_KEY", "from-env")
+    assert options_from_args(parse(), ServeOptions).api_key == "from-env"
+    assert options_from_args(parse("--api-key", "flag"), ServeOptions).api_key == "flag"
+
+
+def test_defaults_and_models():
+    opts = options_from_args(parse(), ServeOptions)
+    assert (opts.host, opts.port, opts.models, opts.embed) == ("127.0.0.1", 8000, [None], True)
+    opts = options_from_args(parse("--model", "a.gguf", "--model", "b.gguf", "--no-embed"), ServeOptions)
+    assert (opts.models, opts.embed) == (["a.gguf", "b.gguf"], False)
+    assert contradiction(parse("--no-embed", "--no-generate"))
+    assert contradiction(parse("--no-embed", "--embed-model", "x"))
+    with pytest.raises(SystemExit):
+        parse("--max-batch", "0")
+
+
+def test_a_warning_when_bound_beyond_loopback_without_a_key():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+    with pytest.warns(RuntimeWarning, match="without an API key"):
+        warn_if_exposed("0.0.0.0", None)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_exposed("0.0.0.0", "key")
+        warn_if_exposed("127.0.0.1", None)
+
+
+def test_tallow_serve_starts_and_answers(smollm2_gguf):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TALLOW_API_KEY": "k"}
+    proc = subprocess.Popen([sys.executable, "-m", "tallow", "serve", "--no-embed", "--model", smollm2_gguf,
+                             "--port", str(port), "--max-batch", "2"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < end, "tallow serve did not start"
+            time.sleep(0.2)
+        assert httpx.get(url + "/v1/models").status_code == 401
+        models = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer k"}).json()
+        assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct.Q4_1"]
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert "SmolLM2-135M-Instruct.Q4_1 on http://127.0.0.1" in out

