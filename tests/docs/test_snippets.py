@@ -27,6 +27,7 @@ from .markdown_blocks import ROOT, markdown_files, python_blocks, tallow_command
 OPT_OUTS: dict[str, str] = {
     "docs/distributed.md:63": "a Ray cluster, s3 buckets and a model folder of the reader's",
     "docs/distributed.md:149": "reads the index the embedding job writes",
+    "docs/serve.md:122": "needs the langchain-openai package, not a dependency of tallow",
 }
 
 GENERATE_TOKENS = "4"
@@ -80,6 +81,8 @@ def _feasible(argv: list[str]) -> list[str]:
         pytest.skip("a usage synopsis, not a command")
     if argv[1] == "bench":
         pytest.skip("tallow bench measures for minutes (the bench tests cover its options)")
+    if argv[1] == "serve" and "--help" not in argv:
+        pytest.skip("tallow serve runs until stopped (tests/serve start it on a free port)")
     if "--ray" in argv or argv[1] == "search":
         pytest.skip("reads the reader's corpus files or the index a Ray embedding job writes")
     if argv[1] == "generate":

@@ -20,9 +20,10 @@ def running_server(minilm_dir, smollm2_gguf, api_key=None, max_body_bytes=1 << 2
                         **limits)
     models = load_models(opts, metrics)
     app = create_app(models, ServerLimits(max_body_bytes, api_key), metrics)
+    server = BackgroundServer(app, startup_timeout=30)
+    server.models = models  # closed with the server
     try:
-        with BackgroundServer(app, startup_timeout=30) as server:
-            server.models = models
+        with server:
             yield server
     finally:
         models.close()

@@ -22,7 +22,7 @@ DEFAULT_MAX_CONTEXT = 4096
 class ServeOptions:
     embed_model: str | None = None
     embed: bool = True  # serve an embedder (the default one unless embed_model names one)
-    models: list = field(default_factory=list)  # decoders; [None] is the default one
+    models: list = field(default_factory=lambda: [None])  # decoders; None is the default one
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -108,6 +108,28 @@ class BackgroundServer:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
+        models = getattr(self, "models", None)
+        if models is not None:
+            models.close()
+
+    def close(self) -> None:
+        self.__exit__()
+
+
+def start_server(opts: ServeOptions) -> BackgroundServer:
+    """``tallow serve`` inside this process, on a thread (``opts.port`` 0: a free port):
+    ``server.url`` is its address, ``server.close()`` stops it and its model threads."""
+    warn_if_exposed(opts.host, opts.api_key)
+    metrics = ServerMetrics()
+    models = load_models(opts, metrics)
+    app = create_app(models, ServerLimits(opts.max_body_bytes, opts.api_key), metrics)
+    server = BackgroundServer(app, opts.host, opts.port)
+    server.models = models
+    try:
+        return server.__enter__()
+    except BaseException:
+        models.close()
+        raise
 
 
 def serve(opts: ServeOptions) -> int:
