@@ -196,3 +196,41 @@ def test_llama_cpp_reads_the_files_as_tallow_does(family, tmp_path):
 
     assert rel(ours, ref["f32"]) <= rel(ref["f16"], ref["f32"])
     assert np.mean(ours.argmax(-1) == ref["f32"].argmax(-1)) >= 0.9
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_llama_like_files_decode_on_the_fast_path(arch, tmp_path):
+    """Qwen2 (biases) and Qwen3 (q/k norms) run on the Llama array path on the CPU,
+    their q/k rows reordered for its interleaved rotation: the logits of a prompt,
+    of cached steps and of two sequences stepped together are still transformers'."""
+    from tallow.models import llama_decode
+    from tallow.models.quantized_llama import ModelWeights
+
+    if not llama_decode.available():
+        pytest.skip("the compiled decode kernels are not built")
+    torch.manual_seed(4)
+    hf = FAMILIES[arch]()
+    hf.config._attn_implementation = "eager"
+    hf.eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith(".bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    write_gguf(hf, arch, tmp_path / "m.gguf")
+    model = load_gguf_model(str(tmp_path / "m.gguf"))
+    assert isinstance(model, ModelWeights) and model._decoder is not None
+    ids = PROMPT + [7, 19, 44, 3]
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0].numpy()
+    cache = model.new_cache()
+    got = [model.logits(tl.Tensor([PROMPT], dtype="u32"), 0, cache).numpy()[0]]
+    for pos in range(len(PROMPT), len(ids)):
+        got.append(model.forward(tl.Tensor([[ids[pos]]], dtype="u32"), pos, cache).numpy())
+    np.testing.assert_allclose(np.concatenate(got), want, atol=1e-4, rtol=0)
+    # two sequences, the second shorter, stepped together
+    a, b = model.new_sequence(), model.new_sequence()
+    model.prefill(a, PROMPT)
+    model.prefill(b, PROMPT[:10])
+    rows = model.step_batch([a, b], [7, PROMPT[10]])
+    np.testing.assert_allclose(rows[0], want[len(PROMPT)], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(rows[1], want[10], atol=1e-4, rtol=0)

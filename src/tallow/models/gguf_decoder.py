@@ -208,7 +208,11 @@ def load_gguf_decoder(path, device=cpu) -> Llama:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
     f = read_gguf(path)
-    cfg = config_from_gguf(f)
+    return decoder_of_file(f, config_from_gguf(f), device)
+
+
+def decoder_of_file(f: GgufFile, cfg: LlamaConfig, device=cpu) -> Llama:
+    """The Tensor-path ``Llama`` of a parsed GGUF file and its config."""
     device = Device.parse(device)
     fused = f.value("general.architecture") == "phi3"
     vb = VarBuilder(GgufBackend(f, cfg.sandwich_norms, fused), "f32", device)
@@ -244,13 +248,13 @@ def gguf_architecture(path) -> str | None:
 
 
 def load_gguf_model(path, device=cpu):
-    """The model of a GGUF file, by its ``general.architecture``: a Llama on the
-    quantized Llama path (``ModelWeights``, with its fast decode), the other
-    families on the Tensor path (``load_gguf_decoder``)."""
-    from .quantized_llama import ModelWeights
+    """The model of a GGUF file, by its ``general.architecture``: a Llama, Qwen2 or
+    Qwen3 on the quantized Llama path (``ModelWeights``, with its fast decode),
+    the other families on the Tensor path (``load_gguf_decoder``)."""
+    from .quantized_llama import LLAMA_LIKE, ModelWeights
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such GGUF file: {path}")
-    if gguf_architecture(path) == "llama":
+    if gguf_architecture(path) in ("llama",) + LLAMA_LIKE:
         return ModelWeights.from_gguf(path, device)
     return load_gguf_decoder(path, device)

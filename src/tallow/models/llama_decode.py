@@ -21,6 +21,14 @@ position in place.  Matrix-vector products (one token) run on the calling
 thread; prompt-sized products split across threads (see
 :func:`tallow.backends.cpu.native.plan_threads`).
 
+Llama-like families run here too: Qwen2's q/k/v biases are added after the q|k|v
+product and Qwen3's per-head RMSNorm of queries and keys applied before the
+rotation. Their files keep Hugging Face's half-split rotation (llama.cpp's
+"NeoX" rope), so ``neox=True`` permutes their q/k rows (and biases and norm
+weights) at load into the order the interleaved kernel rotates, the
+permutation llama.cpp's converter applies to Llama's: the attention scores are
+unchanged.
+
 Results: the quantized products are bit for bit those of the Tensor path
 (the same kernels' arithmetic); norms, rope, softmax and float products
 differ from it only in summation order (f32 rounding).
@@ -28,6 +36,7 @@ differ from it only in summation order (f32 rounding).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -272,14 +281,53 @@ def release_pages(data: np.ndarray) -> None:
 
 
 # ------------------------------------------------------------------- the decoder
-class _Layer:
-    __slots__ = ("attn_norm", "ffn_norm", "qkv", "o", "gate_up", "down")
+def interleaved_order(heads: int, d: int) -> np.ndarray:
+    """Row order taking each head's half-split rotation pairs ``(i, i + d/2)`` to
+    adjacent rows ``(2i, 2i + 1)`` (llama.cpp's converter's q/k permutation)."""
+    j = np.arange(d // 2)
+    head = np.stack([j, j + d // 2], axis=1).reshape(-1)
+    return (np.arange(heads)[:, None] * d + head[None, :]).reshape(-1)
 
-    def __init__(self, get, i: int):
+
+def _rows_in_order(t: GgufTensor, order: np.ndarray) -> GgufTensor:
+    """``t`` with its rows reordered (each row a whole number of blocks: byte rows)."""
+    rows = t.shape[0]
+    data = np.ascontiguousarray(t.data.reshape(rows, -1)[order]).reshape(-1)
+    return dataclasses.replace(t, data=data)
+
+
+def _vector(t: GgufTensor) -> np.ndarray:
+    return np.ascontiguousarray(t.dequantize().reshape(-1), dtype=F32)
+
+
+class _Layer:
+    __slots__ = ("attn_norm", "ffn_norm", "qkv", "o", "gate_up", "down", "qkv_bias",
+                 "q_norm", "k_norm")
+
+    def __init__(self, get, i: int, cfg=None, neox: bool = False):
         p = f"blk.{i}"
         self.attn_norm = np.ascontiguousarray(get(f"{p}.attn_norm.weight").dequantize(), dtype=F32)
         self.ffn_norm = np.ascontiguousarray(get(f"{p}.ffn_norm.weight").dequantize(), dtype=F32)
-        self.qkv = projection([get(f"{p}.attn_{x}.weight") for x in ("q", "k", "v")])
+        qkv = [get(f"{p}.attn_{x}.weight") for x in ("q", "k", "v")]
+        self.qkv_bias = self.q_norm = self.k_norm = None
+        if cfg is not None and cfg.qkv_bias:
+            self.qkv_bias = [_vector(get(f"{p}.attn_{x}.bias")) for x in ("q", "k", "v")]
+        if cfg is not None and cfg.qk_norm:
+            self.q_norm = _vector(get(f"{p}.attn_q_norm.weight"))
+            self.k_norm = _vector(get(f"{p}.attn_k_norm.weight"))
+        if neox:
+            d = cfg.head_dim
+            orders = (interleaved_order(cfg.num_attention_heads, d),
+                      interleaved_order(cfg.num_key_value_heads, d))
+            qkv[:2] = [_rows_in_order(t, o) for t, o in zip(qkv[:2], orders)]
+            if self.qkv_bias is not None:
+                self.qkv_bias[:2] = [b[o] for b, o in zip(self.qkv_bias[:2], orders)]
+            if self.q_norm is not None:
+                head = interleaved_order(1, d)
+                self.q_norm, self.k_norm = self.q_norm[head], self.k_norm[head]
+        if self.qkv_bias is not None:
+            self.qkv_bias = np.ascontiguousarray(np.concatenate(self.qkv_bias), dtype=F32)
+        self.qkv = projection(qkv)
         self.o = projection([get(f"{p}.attn_output.weight")])
         self.gate_up = projection([get(f"{p}.ffn_gate.weight"), get(f"{p}.ffn_up.weight")])
         self.down = projection([get(f"{p}.ffn_down.weight")])
@@ -325,7 +373,7 @@ class LlamaDecoder:
     ``cfg`` is the model's ``LlamaConfig``.
     """
 
-    def __init__(self, get, cfg, output_name: str):
+    def __init__(self, get, cfg, output_name: str, neox: bool = False):
         from .llama import rope_frequencies
 
         self.cfg = cfg
@@ -334,7 +382,7 @@ class LlamaDecoder:
         self.n_layers, self.ctx, self.eps = cfg.num_hidden_layers, cfg.max_position_embeddings, float(cfg.rms_norm_eps)
         self.vocab = cfg.vocab_size
         self.scale = 1.0 / math.sqrt(self.d)
-        self.layers = [_Layer(get, i) for i in range(self.n_layers)]
+        self.layers = [_Layer(get, i, cfg, neox) for i in range(self.n_layers)]
         emb = get("token_embd.weight")
         self.emb_type = emb.ggml_type
         self.emb_rows = EmbeddingRows(emb.data.reshape(self.vocab, -1))
@@ -403,6 +451,7 @@ class LlamaDecoder:
         for i, layer in enumerate(self.layers):
             ops.rms_norm(x, layer.attn_norm, xn, b, h, eps, pending)
             qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
+            self._qkv_extras(layer, qkv, qkv.shape[0])
             for r, pos, st in rows:  # each row at its own position in its own cache
                 kc, vc = st.kv[i]
                 ops.rope_store(qkv[r], 1, nh, nkv, d, cos, sin, pos, q[r], kc, vc, st.cap)
@@ -428,6 +477,7 @@ class LlamaDecoder:
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, 1, h, eps, pending)
             layer.qkv.matvec(xn, qkv)
+            self._qkv_extras(layer, qkv, 1)
             ops.rope_store(qkv, 1, nh, nkv, d, cos, sin, pos, q, kc, vc, cap)
             ops.attention(q, kc, vc, att, 1, nh, nkv, d, cap, pos, scale, 0, nh)
             layer.o.matvec(att, o)
@@ -439,6 +489,20 @@ class LlamaDecoder:
         out = np.empty(h, F32)
         ops.rms_norm(x, self.norm, out, 1, h, eps, pending)
         return out
+
+    def _qkv_extras(self, layer, qkv, rows):
+        """Qwen2's biases and Qwen3's per-head q/k norms on a (rows, q|k|v) product, in place."""
+        if layer.qkv_bias is not None:
+            qkv += layer.qkv_bias
+        if layer.q_norm is not None:
+            nh, nkv, d, eps = self.nh, self.nkv, self.d, self.eps
+            heads = qkv.reshape(rows, -1)
+            q = np.ascontiguousarray(heads[:, :nh * d])
+            k = np.ascontiguousarray(heads[:, nh * d:(nh + nkv) * d])
+            _ops.rms_norm(q, layer.q_norm, q, rows * nh, d, eps, None)
+            _ops.rms_norm(k, layer.k_norm, k, rows * nkv, d, eps, None)
+            heads[:, :nh * d] = q
+            heads[:, nh * d:(nh + nkv) * d] = k
 
     def _prompt(self, x, pos0, st):
         """s tokens at once: x (s, hidden); products over all rows, attention causal."""
@@ -454,6 +518,7 @@ class LlamaDecoder:
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
             qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
+            self._qkv_extras(layer, qkv, qkv.shape[0])
             ops.rope_store(qkv, s, nh, nkv, d, self.rope.cos, self.rope.sin, pos0, q, kc, vc, cap)
             self._prompt_attention(q, kc, vc, att, s, pos0, threads)
             o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)

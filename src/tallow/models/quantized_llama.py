@@ -27,6 +27,12 @@ As candle (and llama.cpp) does, the permuted weights are used as they are
 with the interleaved rotation (``rope_i``): the attention scores, and so the
 model, are those of the original Hugging Face weights.
 
+Qwen2 and Qwen3 files (``general.architecture`` "qwen2" / "qwen3": a Llama with
+q/k/v biases, or with q/k norms, and the half-split rotation) load here too, so
+they decode on the same fast path (``llama_decode``, ``neox=True``); their
+Tensor modules, where the fast path does not apply, are those of
+``gguf_decoder.load_gguf_decoder``.
+
 ``forward(input_ids, index_pos, cache=None)`` returns the logits of the last
 position; without a ``cache`` it keeps its own (reset when ``index_pos`` is 0),
 as candle's ``ModelWeights::forward``.  ``new_cache()`` / ``config`` make it
@@ -180,6 +186,10 @@ class _Inner(Module):
         self.norm = norm
 
 
+# GGUF architectures that run on this class (and its fast path) besides "llama"
+LLAMA_LIKE = ("qwen2", "qwen3")
+
+
 class ModelWeights(SequenceBatching, Module):
     """A Llama with GGUF (llama.cpp) weights; see the module doc. Several sequences at
     once: ``new_sequence`` / ``prefill`` / ``step_batch`` (see ``sequences.py``)."""
@@ -187,9 +197,16 @@ class ModelWeights(SequenceBatching, Module):
     def __init__(self, f: GgufFile, device=None):
         super().__init__()
         device = Device.cpu() if device is None else Device.parse(device)
-        cfg = config_from_gguf(f)
+        self.arch = f.value("general.architecture")
+        if self.arch in LLAMA_LIKE:
+            from .gguf_decoder import config_from_gguf as family_config
+
+            cfg = family_config(f)
+        else:
+            cfg = config_from_gguf(f)
         self.config = cfg
         self.path = f.path
+        self._file = f
 
         def tensor(name, shape):
             t = f.tensors.get(name)
@@ -207,13 +224,20 @@ class ModelWeights(SequenceBatching, Module):
         if device.kind == "cpu" and not dequantize_all() and llama_decode.available():
             # The array fast path; the Tensor modules are built only if something asks for them.
             output = "token_embd.weight" if cfg.tie_word_embeddings else "output.weight"
-            self._decoder = llama_decode.LlamaDecoder(checked.__getitem__, cfg, output)
+            self._decoder = llama_decode.LlamaDecoder(checked.__getitem__, cfg, output,
+                                                      neox=self.arch in LLAMA_LIKE)
             self._tree_args = (checked, device)
         else:
             self._build_tree(checked, device)
 
     def _build_tree(self, checked, device) -> None:
         cfg = self.config
+        if self.arch in LLAMA_LIKE:  # the family's own layers (biases, norms, NeoX rope)
+            from .gguf_decoder import decoder_of_file
+
+            family = decoder_of_file(self._file, cfg, device)
+            self.model, self.output = family.model, family.lm_head
+            return
 
         def get(name, shape):
             return qtensor_of(checked[name], device)
@@ -332,6 +356,10 @@ def _expected_shapes(cfg: LlamaConfig) -> dict:
                        f"{p}.attn_v.weight": (kv, h), f"{p}.attn_output.weight": (h, q),
                        f"{p}.ffn_norm.weight": (h,), f"{p}.ffn_gate.weight": (f, h), f"{p}.ffn_up.weight": (f, h),
                        f"{p}.ffn_down.weight": (h, f)})
+        if cfg.qkv_bias:
+            shapes.update({f"{p}.attn_q.bias": (q,), f"{p}.attn_k.bias": (kv,), f"{p}.attn_v.bias": (kv,)})
+        if cfg.qk_norm:
+            shapes.update({f"{p}.attn_q_norm.weight": (d,), f"{p}.attn_k_norm.weight": (d,)})
     shapes["output_norm.weight"] = (h,)
     if not cfg.tie_word_embeddings:
         shapes["output.weight"] = (cfg.vocab_size, h)
