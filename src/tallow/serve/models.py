@@ -64,7 +64,7 @@ def load_decoder(name: str | None, device="cpu"):
     or a safetensors directory (no chat template: completions only)."""
     import tallow as tl
 
-    from ..cli.models import _find, _is_gguf, default_generate_model
+    from ..cli.models import default_generate_model
     from ..models.packaged import PACKAGED_GENERATORS
     from ..models.sentence import load_tokenizer
 
@@ -100,8 +100,16 @@ def load_decoder(name: str | None, device="cpu"):
         raise FileNotFoundError(f"--model: {path} has no .safetensors files")
     cfg = decoder_config(os.path.join(path, "config.json"))
     vb = tl.nn.VarBuilder.from_safetensors(weights, dtype=tl.DType.parse("f32"), device=device)
-    tokenizer = load_tokenizer(_find(path, ["tokenizer.json"], "--tokenizer"))
+    tokenizer_path = os.path.join(path, "tokenizer.json")
+    if not os.path.exists(tokenizer_path):
+        raise FileNotFoundError(f"--model: {path} has no tokenizer.json")
+    tokenizer = load_tokenizer(tokenizer_path)
     return path, Llama.load(vb, cfg), tokenizer, None
+
+
+def _is_gguf(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
 
 
 class ModelSet:
