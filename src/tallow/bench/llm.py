@@ -225,8 +225,8 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                 ok = [x for x in rs if "error" not in x]
                 entry = {"runs": rs}
                 if ok:
-                    for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s", "decode_cpu_ms", "read_gbps",
-                                "weight_bytes"):
+                    for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s", "decode_cpu_ms", "prompt_cpu_ms",
+                                "read_gbps", "weight_bytes"):
                         if all(key in x for x in ok):
                             entry[key] = statistics.median(x[key] for x in ok)
                     entry["first_tokens"] = ok[0].get("first_tokens")

@@ -26,10 +26,10 @@ def token_ids(vocab: int, count: int, seed: int) -> list:
 
 def tallow_runner(path: str, threads: int):
     import tallow as tl
-    from tallow.models.quantized_llama import ModelWeights
+    from tallow.models.gguf_decoder import load_gguf_model
 
     tl.utils.set_num_threads(threads)
-    model = ModelWeights.from_gguf(path)
+    model = load_gguf_model(path)  # a Llama's ModelWeights, or another family's decoder
     state = {}
 
     def reset():
@@ -83,9 +83,10 @@ def main(argv):
 
     def generate(ids, steps):
         reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         logits = feed(ids)
         tp = time.perf_counter() - t0
+        state_cpu["prompt"] = time.process_time() - c0
         toks = []
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
@@ -102,7 +103,8 @@ def main(argv):
     _, td, toks = generate(token_ids(vocab, 32, 0), decode)
     print(json.dumps(dict(impl=impl, file=os.path.basename(path), threads=threads, load_s=load,
                           prompt_tps=prompt / pp, decode_tps=decode / td,
-                          decode_cpu_ms=1e3 * state_cpu["decode"] / max(decode, 1), first_tokens=toks[:8])))
+                          decode_cpu_ms=1e3 * state_cpu["decode"] / max(decode, 1),
+                          prompt_cpu_ms=1e3 * state_cpu["prompt"] / max(prompt, 1), first_tokens=toks[:8])))
     return 0
 
 

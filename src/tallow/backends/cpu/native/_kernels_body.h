@@ -101,15 +101,18 @@ INLINE i32x8 K(dot_sv)(const i8x32 *w, const int8_t *x, int nv, int wmax) {
     return s;
 }
 
-/* 32 indices 0..15 -> IQ4's levels (ggml's kvalues_iq4nl). */
-INLINE i8x32 K(iq4_levels)(u8x32 idx) {
-    static const int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* 32 indices 0..15 -> IQ4's levels (ggml's kvalues_iq4nl), or with `offset` the levels
+ * + 128 as unsigned bytes (1..241, for vpdpbusd, which has no 16-bit step to saturate). */
+INLINE u8x32 K(iq4_levels)(u8x32 idx, int offset) {
+    static const int8_t levels[2][16] = {
+        {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113},
+        {1, 24, 45, 63, 79, 93, 106, 118, -127, -115, -103, -90, -75, -59, -39, -15}};
 #if defined(BUILD_VNNI) || defined(BUILD_AVX2)
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
-    return (i8x32)_mm256_shuffle_epi8(table, (__m256i)idx);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels[offset != 0]));
+    return (u8x32)_mm256_shuffle_epi8(table, (__m256i)idx);
 #else
-    i8x32 v;
-    for (int i = 0; i < 32; i++) v[i] = levels[idx[i]];
+    u8x32 v;
+    for (int i = 0; i < 32; i++) v[i] = (uint8_t)levels[offset != 0][idx[i]];
     return v;
 #endif
 }
@@ -321,6 +324,11 @@ INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
     for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
 }
 
+#if defined(BUILD_AVX2)
+#define IQ4_SIGNED 1
+#else
+#define IQ4_SIGNED 0
+#endif
 /* Q4K, Q5K and IQ4_XS (fmt): isum as Q6K's over eight 32-element sub-blocks of nibbles
  * (Q5K's with their fifth bits, IQ4_XS's as indices of signed levels); for Q4K/Q5K msum =
  * the eight minimums x their activation sums and out += (d_w d_x) isum - (dmin_w d_x) msum,
@@ -336,7 +344,6 @@ INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
         i32x8 isum[4] = {{0}, {0}, {0}, {0}}, msum[4] = {{0}, {0}, {0}, {0}};
         for (int c = 0; c < 4; c++) {
             u8x32 lo[8], hi[8];
-            i8x32 llo[8], lhi[8];
             for (int v = 0; v < 8; v++) {
                 u8x32 W = K(load32)(blk + quants_at + 32 * (8 * c + v));
                 lo[v] = W & 15;
@@ -345,19 +352,26 @@ INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
                     lo[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + v));
                     hi[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + 8 + v));
                 }
-                if (iq4) {
-                    llo[v] = K(iq4_levels)(lo[v]);
-                    lhi[v] = K(iq4_levels)(hi[v]);
+                if (iq4) { /* AVX2's vpmaddubsw takes the signed levels (its 16-bit sums of two
+                            * products of 241 and 127 would saturate), the others levels + 128 */
+                    lo[v] = K(iq4_levels)(lo[v], !IQ4_SIGNED);
+                    hi[v] = K(iq4_levels)(hi[v], !IQ4_SIGNED);
                 }
             }
             const i32x8 scl = K(bytes8)(blk + scales_at + 8 * (2 * c), iq4),
                         sch = K(bytes8)(blk + scales_at + 8 * (2 * c + 1), iq4);
             for (int r = 0; r < R; r++) {
                 const int8_t *x = xq + (i0 + r) * k + b * QKK + 64 * c;
-                if (iq4)
-                    isum[r] += K(dot_sv)(llo, x, 8, 127) * scl + K(dot_sv)(lhi, x + 32, 8, 127) * sch;
-                else
+                if (iq4 && IQ4_SIGNED) {
+                    isum[r] += K(dot_sv)((const i8x32 *)lo, x, 8, 127) * scl +
+                               K(dot_sv)((const i8x32 *)hi, x + 32, 8, 127) * sch;
+                } else if (iq4) { /* less 128 x the sub-block's activation sum (two of Q8K's sums) */
+                    const int32_t *bs = xbs + ((i0 + r) * nb + b) * 16 + 4 * c;
+                    isum[r] += (K(dot_us)(lo, x, 8, 241) - 128 * (bs[0] + bs[1])) * scl +
+                               (K(dot_us)(hi, x + 32, 8, 241) - 128 * (bs[2] + bs[3])) * sch;
+                } else {
                     isum[r] += K(dot_us)(lo, x, 8, five ? 31 : 15) * scl + K(dot_us)(hi, x + 32, 8, five ? 31 : 15) * sch;
+                }
             }
         }
         const f32x8 dw = K(halves8)(blk);
@@ -447,6 +461,7 @@ TARGET static void K(product)(int fmt, const uint8_t *w, int64_t nb, int64_t g0,
 static const kernel_set K(kernels) = {K(quantize_q8_0), K(quantize_q8k), K(product)};
 
 #undef RMAX
+#undef IQ4_SIGNED
 #undef INLINE
 #undef K
 #undef K_JOIN
