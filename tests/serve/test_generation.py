@@ -131,3 +131,14 @@ def test_concurrent_chats_each_get_their_solo_answer(client, async_client, solo)
         return await asyncio.gather(*(one(p, i % 2 == 1) for i, p in enumerate(PROMPTS * 2)))
 
     assert asyncio.run(both()) == [solo[p] for p in PROMPTS * 2]
+
+
+def test_a_prompt_of_token_ids_equals_its_text(client, smollm2_gguf):
+    from tallow.models.gguf_tokenizer import tokenizer_from_gguf
+
+    prompt = "The capital of France is"
+    ids = tokenizer_from_gguf(smollm2_gguf).encode(prompt).ids
+    by_text = client.completions.create(model=CHAT_MODEL, prompt=prompt, max_tokens=6, temperature=0)
+    by_ids = client.completions.create(model=CHAT_MODEL, prompt=ids, max_tokens=6, temperature=0)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    assert by_ids.usage.prompt_tokens == len(ids) == by_text.usage.prompt_tokens
