@@ -115,6 +115,88 @@ def family(request, tmp_path_factory):
     return Llama.load(vb, decoder_config(d)), hf
 
 
+# ----------------------------------------------------------------- GGUF Qwen2 / Gemma 3
+def write_q8_gguf(hf, arch, path):
+    """A transformers Qwen2 or Gemma 3 as llama.cpp's converter lays it out, its 2-D
+    weights in Q8_0 (quantized by the gguf package)."""
+    import gguf
+
+    from tallow.models.gguf_decoder import gguf_name
+
+    c = hf.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    rope = c.rope_parameters["full_attention"] if arch == "gemma3" else c.rope_parameters
+    w.add_rope_freq_base(rope["rope_theta"])
+    if arch == "gemma3":
+        w.add_sliding_window(c.sliding_window)
+    for name, t in hf.state_dict().items():
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        a = t.detach().numpy().astype(np.float32)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            a = a + 1  # the converter's Gemma 3: norms scale by the stored weight
+        if a.ndim == 2:
+            raw = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(gguf_name(name, arch == "gemma3"), raw,
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(gguf_name(name, arch == "gemma3"), np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _qwen2_gguf():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    # llama.cpp's Qwen2 has no sliding layers
+    return Qwen2ForCausalLM(Qwen2Config(**SMALL, tie_word_embeddings=False))
+
+
+def _gemma3_gguf():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    # llama.cpp's fixed Gemma 3 choices: every sixth layer global, local base 10000
+    return Gemma3ForCausalLM(Gemma3TextConfig(**{
+        **SMALL, "tie_word_embeddings": True, "num_hidden_layers": 6, "head_dim": 16,
+        "query_pre_attn_scalar": 16, "sliding_window": 10,
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}))
+
+
+def _qwen3_gguf():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    return Qwen3ForCausalLM(Qwen3Config(**SMALL, head_dim=32, tie_word_embeddings=True))
+
+
+# Qwen2 (q/k/v biases) and Qwen3 (q/k norms) on the array fast path; Gemma 3 on the
+# Tensor path with quantized projections (QTensor products over the rows)
+@pytest.mark.parametrize("arch,kind", [("qwen2", ModelWeights), ("qwen3", ModelWeights),
+                                       ("gemma3", Llama)])
+def test_gguf_families_join_and_leave_mid_way(arch, kind, tmp_path):
+    from tallow.models.gguf_decoder import load_gguf_model
+
+    hf = _perturbed({"qwen2": _qwen2_gguf, "qwen3": _qwen3_gguf, "gemma3": _gemma3_gguf}[arch], 6)
+    write_q8_gguf(hf, arch, tmp_path / "m.gguf")
+    model = load_gguf_model(tmp_path / "m.gguf")
+    assert isinstance(model, kind)
+    if kind is ModelWeights and llama_decode.available():
+        assert model._decoder is not None
+    got, tokens, _ = run_schedule(model)
+    check_against_alone(model, got, tokens, exact=True)
+    for i, lg in got.items():  # Q8_0 weights: near transformers' f32 logits
+        np.testing.assert_allclose(lg, hf_logits(hf, PROMPTS[i], tokens[i]), atol=0.05, rtol=0)
+
+
 # ----------------------------------------------------------------- GGUF Llama files
 GGUF_CFG = dict(QLLAMA_CFG, max_position_embeddings=640, tie_word_embeddings=True)
 FORMATS = ["F32", "F16", "Q8_0", "Q4_0", "Q4K"]
