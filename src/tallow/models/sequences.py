@@ -21,6 +21,9 @@ Rows do not influence each other: quantized products quantize each
 activation row on its own, as the one-row product does.  A row's logits
 equal those of its sequence decoded alone up to the summation order of the
 float products (a several-row product may block its sums differently).
+
+Not thread-safe: one thread (a server's engine loop) makes, prefills, steps
+and releases the sequences; a sequence is released between steps.
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ class SequenceBatching:
     """``new_sequence`` / ``prefill`` / ``step_batch`` for a decoder model (see the module doc).
 
     The model provides ``new_cache(max_context=...)``, ``forward(ids, index_pos,
-    cache)``, ``config`` and ``_rows_logits(token_ids, caches, positions)`` (the
-    B-row step, Tensor path by default: ``tensor_rows_logits``).
+    cache)``, ``config``, ``model`` (its embedding, layers and final norm) and
+    ``_head(hidden)`` (f32 logits); ``_rows_logits(token_ids, caches, positions)``
+    is the B-row step, on the Tensor path unless the model overrides it.
     """
 
     def new_sequence(self, max_context: int | None = None) -> DecoderSequence:
