@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from support.serving import CHAT_MODEL, EMBED_MODEL, running_server
 
 from tallow.bench.serve import load
@@ -12,6 +14,7 @@ def test_the_suite_is_registered():
     assert SUITES["serve"] == "serve"
 
 
+@pytest.mark.slow
 def test_load_counts_answers_and_refusals(minilm_dir, smollm2_gguf):
     # one sequence, no queue, four clients: some chats are refused, none lost
     with running_server(minilm_dir, smollm2_gguf, max_batch=1, max_queue=0) as server:

@@ -53,6 +53,7 @@ def run_all(decoder, batched: bool, max_tokens=20, max_batch=8):
     return [texts[i] for i in range(len(PROMPTS))], runner
 
 
+@pytest.mark.slow
 def test_the_batched_step_gives_the_single_paths_greedy_answers(decoder):
     batched, runner = run_all(decoder, batched=True)
     assert runner.batched  # the model has step_batch: the test compares two paths

@@ -137,6 +137,7 @@ KEYS = ["model", "messages", "prompt", "input", "temperature", "top_p", "n", "st
         "echo", "best_of", "suffix", "user", "tools", "frequency_penalty", "zzz"]
 
 
+@pytest.mark.slow
 def test_random_bodies_get_a_200_or_a_4xx_json_error(server):
     rng = random.Random(20261207)
     valid = {"/v1/chat/completions": CHAT, "/v1/completions": {"model": CHAT_MODEL, "prompt": "Hi", "max_tokens": 2},

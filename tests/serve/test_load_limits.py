@@ -38,6 +38,18 @@ def raw_stream(server, body):
     return s
 
 
+def started(sock) -> bool:
+    """Read the stream until its first event (headers and events may come in several reads)."""
+    sock.settimeout(60)
+    seen = b""
+    while b"data:" not in seen:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return False
+        seen += chunk
+    return True
+
+
 @pytest.fixture(scope="module")
 def small_server(minilm_dir, smollm2_gguf):
     # one sequence at a time and no queue: the second request is refused
@@ -48,7 +60,7 @@ def small_server(minilm_dir, smollm2_gguf):
 def test_a_disconnecting_stream_frees_its_slot(small_server):
     engine = small_server.models.generators[0].engine
     s = raw_stream(small_server, LONG)
-    assert b"data:" in s.recv(4096)  # the answer has started
+    assert started(s)  # the answer has started
     assert wait_until(lambda: engine.counts()[0] == 1)
     seq = engine._active[0]
     s.close()
@@ -62,7 +74,7 @@ def test_a_waiting_request_whose_client_leaves_is_dropped(minilm_dir, smollm2_gg
     with running_server(minilm_dir, smollm2_gguf, embed=False, max_batch=1, max_queue=2) as server:
         engine = server.models.generators[0].engine
         first = raw_stream(server, LONG)
-        assert b"data:" in first.recv(4096)
+        assert started(first)
         second = raw_stream(server, LONG)  # waits behind the first
         assert wait_until(lambda: engine.counts() == (1, 1))
         second.close()
@@ -74,7 +86,7 @@ def test_a_waiting_request_whose_client_leaves_is_dropped(minilm_dir, smollm2_gg
 def test_a_full_queue_answers_429_with_retry_after(small_server):
     s = raw_stream(small_server, LONG)
     try:
-        assert b"data:" in s.recv(4096)
+        assert started(s)
         body = {**LONG, "stream": False, "max_tokens": 2}
         r = httpx.post(small_server.url + "/v1/chat/completions", json=body, timeout=30)
         assert r.status_code == 429, r.text
