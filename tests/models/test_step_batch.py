@@ -403,7 +403,6 @@ def assert_row_independent(model, exact, alone_exact):
 
     a = row0([rng.integers(0, vocab, n).tolist() for n in (2, 9, 4, 12, 1)], [1, 2, 3, 4, 5])
     b = row0([rng.integers(0, vocab, n).tolist() for n in (7, 3, 15, 1, 8)], [250, 9, 31, 77, 0])
-    # and large activations in the others, which would move a shared quantization scale
     big = row0([[v % vocab for v in range(n, 3 * n, 2)] for n in (5, 6, 7, 8, 9)], [3] * 5)
     if exact:
         np.testing.assert_array_equal(a, b)
@@ -418,6 +417,36 @@ def assert_row_independent(model, exact, alone_exact):
         np.testing.assert_array_equal(a, want)
     else:
         np.testing.assert_allclose(a, want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("fmt", ["Q4_0", "Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4K", "Q5K", "Q6K",
+                                 "IQ4_XS"])
+def test_a_several_row_product_quantizes_each_row_alone(fmt):
+    # the other rows 10^4 times larger: a scale shared across rows would make row 0's
+    # 8-bit activations far coarser than its own
+    from tallow.backends.cpu import native
+    from tallow.quantized import ggml_type
+
+    if not native.supports(fmt):
+        pytest.skip(f"no compiled {fmt} kernel")
+    rng = np.random.default_rng(11)
+    n, k = 64, 512
+    t = ggml_type(fmt)
+    raw = t.quantize(rng.standard_normal((n, k)).astype(np.float32))
+    w = native.NativeWeight(raw, t, n, k)
+    deq = t.dequantize(np.asarray(raw).reshape(-1), n * k).reshape(n, k).astype(np.float64)
+    x = rng.standard_normal((6, k)).astype(np.float32)
+    loud = x.copy()
+    loud[1:] *= 1e4
+    alone = np.empty(n, np.float32)
+    w.matvec(np.ascontiguousarray(x[0]), alone)
+    for rows in (x, loud):
+        got = w.matmul_t(rows)[0]
+        np.testing.assert_array_equal(got, alone)  # the one-row product's bits
+        # NumPy's exact product, off by at most the rounding of row 0's own 8-bit levels
+        exact = deq @ x[0].astype(np.float64)
+        bound = np.abs(deq).sum(axis=1) * np.abs(x[0]).max() / 254 * 1.01 + 1e-4
+        assert (np.abs(got - exact) <= bound).all()
 
 
 def assert_cache_grows(model, exact, hf=None):
