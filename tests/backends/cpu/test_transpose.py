@@ -120,3 +120,41 @@ def test_transpose_into_writes_the_transpose_into_place(shape, threads):
         np.testing.assert_array_equal(out, view)
     finally:
         tl.utils.set_num_threads(before)
+
+
+def _builds():
+    """(simd, avx512) for the builds of the 4-byte transposes this CPU has (4 x 4, 8 x 8
+    and 16 x 16 register blocks)."""
+    out = [(False, False)]
+    if T.simd():
+        out.append((True, False))
+        was = T.avx512()
+        try:
+            T.set_avx512(True)
+            out.append((True, True))
+        except ValueError:
+            pass
+        T.set_avx512(was)
+    return out
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 5), (4, 4), (8, 8), (16, 16), (17, 33), (32, 32), (100, 37), (64, 1031)])
+@pytest.mark.parametrize("item", [np.uint32, np.float32])
+def test_every_build_moves_each_4_byte_word_unchanged(rows, cols, item):
+    """Each build gives NumPy's copy word for word, NaN payloads and signalling NaNs
+    included (the blocks go through float registers: moves, never arithmetic)."""
+    words = np.random.default_rng(rows * cols).integers(0, 2**32, (2, cols, rows), dtype=np.uint64).astype(np.uint32)
+    words[0, ::3] = 0x7F800001 + np.arange(rows, dtype=np.uint32)  # signalling NaNs with payloads
+    view = np.swapaxes(words.view(item), -1, -2)  # (2, rows, cols), unit stride along rows
+    simd, zmm = T.simd(), T.avx512()
+    try:
+        for build in _builds():
+            T.set_simd(build[0])
+            T.set_avx512(build[1])
+            out = np.zeros(view.shape, item)
+            T.transpose_copy(view, out, False)
+            np.testing.assert_array_equal(out.view(np.uint32), np.ascontiguousarray(view).view(np.uint32),
+                                          err_msg=f"build {build}")
+    finally:
+        T.set_simd(simd)
+        T.set_avx512(zmm)

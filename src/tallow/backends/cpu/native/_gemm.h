@@ -22,7 +22,7 @@
  * ow to an output row) is base[row_off[r] + (j / ow) * pitch + j % ow], a window of a
  * zero-margined (phase) plane. `transposed`: the product's b is their transpose (row j
  * = position j, column r = window r: a kernel gradient's cols^T). `in_place`: whole
- * 16-column panels are read where they lie by the AVX-512 kernel, not packed (the flat
+ * 16-column panels are read where they lie by the AVX-512 build, not packed (the flat
  * columns of narrow outputs, one run per window). `read_past` (with in_place, and each
  * window one run: ow = pitch = the product's columns): a last part-panel is read in
  * place too, up to TALLOW_READ_PAST floats past a run's end (the caller leaves them

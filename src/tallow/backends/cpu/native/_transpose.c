@@ -5,7 +5,8 @@
  * 2, 4 or 8 bytes); src's stride along R is the item size, dst's along C. Read in
  * source order and written in destination order, one of the two walks a cache line
  * per element; here both move through 32 x 32 tiles that stay in L1, and 4-byte items
- * go through 8 x 8 register transposes with AVX2. NumPy's own copy of a 2048 x 2048
+ * go through register transposes (_vec_body.h: 4 x 4 blocks in the baseline build,
+ * 8 x 8 with AVX2, 16 x 16 with AVX-512, chosen at import). NumPy's own copy of a 2048 x 2048
  * f32 transpose takes ~32 ms on the machine of docs/benchmarks.md, its slices tile by
  * tile ~17 ms, this pass ~3 ms.
  *
@@ -20,7 +21,39 @@
 #include "common.h"
 #include "_workers.h"
 
-static int use_avx2 = 0;
+static int use_avx2 = 0, use_avx512 = 0;
+
+/* ------------------------------------------------------------------ the builds */
+#pragma GCC diagnostic ignored "-Wpsabi" /* (vectors pass only between one build's functions) */
+#define SUFFIX generic
+#define TARGET
+#define VW 4
+#include "_vec_body.h"
+#undef SUFFIX
+#undef TARGET
+#undef VW
+#ifdef TALLOW_X86
+#define SUFFIX avx2
+#define TARGET AVX2
+#define VW 8
+#include "_vec_body.h"
+#undef SUFFIX
+#undef TARGET
+#undef VW
+#define SUFFIX avx512
+#define TARGET AVX512F
+#define VW 16
+#include "_vec_body.h"
+#endif
+typedef void (*transpose_fn)(const float *s, int64_t ss, float *d, int64_t ds, int64_t nr, int64_t nc);
+
+/* The build in use: the CPU's widest, narrowed by set_simd / set_avx512. */
+static transpose_fn transpose_floats(void) {
+#ifdef TALLOW_X86
+    if (use_avx2) return use_avx512 ? transpose_floats_avx512 : transpose_floats_avx2;
+#endif
+    return transpose_floats_generic;
+}
 
 #define TILE 32
 #define MAX_DIMS 32
@@ -28,7 +61,8 @@ static int use_avx2 = 0;
 typedef struct {
     const char *src;
     char *dst;
-    int ndim, item, avx2;
+    int ndim, item;
+    transpose_fn floats; /* 4-byte items, when both walking strides are whole words */
     int64_t shape[MAX_DIMS], ss[MAX_DIMS], ds[MAX_DIMS]; /* strides in bytes */
     int64_t row_blocks;
 } tr_job;
@@ -61,26 +95,6 @@ SCALAR_TILE(uint16_t)
 SCALAR_TILE(uint32_t)
 SCALAR_TILE(uint64_t)
 
-#ifdef TALLOW_X86
-/* A tile of 4-byte items by 8 x 8 blocks: eight source columns (each 8 consecutive r)
- * loaded, transposed in registers, stored as eight destination row pieces. */
-AVX2 static void tile_avx2(const char *s, char *d, int64_t nr, int64_t nc, int64_t sc, int64_t dr) {
-    int64_t r8 = nr & ~(int64_t)7, c8 = nc & ~(int64_t)7;
-    for (int64_t r = 0; r < r8; r += 8) {
-        for (int64_t c = 0; c < c8; c += 8) {
-            const char *in = s + r * 4 + c * sc;
-            __m256 v[8];
-            for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps((const float *)(in + i * sc));
-            transpose8x8_ps(v);
-            char *out = d + r * dr + c * 4;
-            for (int i = 0; i < 8; i++) _mm256_storeu_ps((float *)(out + i * dr), v[i]);
-        }
-        if (c8 < nc) tile_uint32_t(s + r * 4 + c8 * sc, d + r * dr + c8 * 4, 8, nc - c8, sc, dr);
-    }
-    if (r8 < nr) tile_uint32_t(s + r8 * 4, d + r8 * dr, nr - r8, nc, sc, dr);
-}
-#endif
-
 static void transpose_task(void *p, int64_t lo, int64_t hi) {
     const tr_job *j = (const tr_job *)p;
     const int64_t R = j->shape[j->ndim - 2], C = j->shape[j->ndim - 1];
@@ -94,14 +108,10 @@ static void transpose_task(void *p, int64_t lo, int64_t hi) {
             const char *s = j->src + so + r0 * item + c0 * sc;
             char *d = j->dst + dof + r0 * dr + c0 * item;
             switch (item) {
-#ifdef TALLOW_X86
             case 4:
-                if (j->avx2) tile_avx2(s, d, nr, nc, sc, dr);
+                if (j->floats) j->floats((const float *)s, sc / 4, (float *)d, dr / 4, nr, nc);
                 else tile_uint32_t(s, d, nr, nc, sc, dr);
                 break;
-#else
-            case 4: tile_uint32_t(s, d, nr, nc, sc, dr); break;
-#endif
             case 8: tile_uint64_t(s, d, nr, nc, sc, dr); break;
             case 2: tile_uint16_t(s, d, nr, nc, sc, dr); break;
             default: tile_uint8_t(s, d, nr, nc, sc, dr); break;
@@ -153,7 +163,7 @@ static PyObject *py_transpose_copy(PyObject *self, PyObject *const *args, Py_ssi
             if (n > 0) {
                 j.src = (const char *)sb.buf;
                 j.dst = (char *)db.buf;
-                j.avx2 = use_avx2;
+                if (item == 4 && j.ss[nd - 1] % 4 == 0 && j.ds[nd - 2] % 4 == 0) j.floats = transpose_floats();
                 j.row_blocks = (j.shape[nd - 2] + TILE - 1) / TILE;
                 int64_t units = outer * j.row_blocks, bytes = 2 * n * item;
                 Py_BEGIN_ALLOW_THREADS
@@ -171,12 +181,15 @@ static PyObject *py_transpose_copy(PyObject *self, PyObject *const *args, Py_ssi
 }
 
 TALLOW_SIMD_SWITCH(use_avx2)
+TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"transpose_copy", FC(py_transpose_copy), "dst = src for a transposed src and a row-major dst, tiled."},
-    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 8 x 8 transposes."},
-    {"simd", py_simd, METH_NOARGS, "Whether the AVX2 8 x 8 transposes are used."},
+    {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 and AVX-512 builds (8 x 8, 16 x 16 blocks)."},
+    {"simd", py_simd, METH_NOARGS, "Whether the AVX2 or AVX-512 build is used."},
+    {"set_avx512", py_set_avx512, METH_O, "Use (True) or not the AVX-512 build (16 x 16 blocks)."},
+    {"avx512", py_avx512, METH_NOARGS, "Whether the AVX-512 build is used."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_transpose",
@@ -185,6 +198,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_transpose",
 PyMODINIT_FUNC PyInit__transpose(void) {
 #ifdef TALLOW_X86
     use_avx2 = cpu_has_avx2();
+    use_avx512 = cpu_has_avx512f();
 #endif
     tallow_pool_import();
     return PyModule_Create(&moduledef);

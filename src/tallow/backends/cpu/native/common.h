@@ -1,9 +1,8 @@
 /* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c, _conv.c,
  * _gemm.c, _step.c, _transpose.c, _reduce.c): the CPU feature checks and the Python
- * switch between a module's SIMD and baseline builds, an 8x8 register transpose,
- * part-vector lane masks, the exact f16 -> f32 conversion of the scalar code, and the
- * buffer-protocol wrappers every entry point validates its arrays with.
- * Include after Python.h. */
+ * switch between a module's SIMD and baseline builds, part-vector lane masks, the
+ * exact f16 -> f32 conversion of the scalar code, and the buffer-protocol wrappers
+ * every entry point validates its arrays with.  Include after Python.h. */
 #ifndef TALLOW_NATIVE_COMMON_H
 #define TALLOW_NATIVE_COMMON_H
 
@@ -19,28 +18,6 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512F __attribute__((target("avx2,fma,f16c,avx512f")))
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#endif
-
-#ifdef TALLOW_X86
-/* r[0..7] (eight rows of eight floats) transposed in place: r[i] becomes column i. */
-AVX2 static inline void transpose8x8_ps(__m256 r[8]) {
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 #endif
 
 #ifdef TALLOW_X86

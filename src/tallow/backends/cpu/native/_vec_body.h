@@ -1,0 +1,106 @@
+/* The f32 vector steps of _gemm.c and _transpose.c, written once.  A module includes this
+ * file once per instruction set, with SUFFIX (a name part), TARGET (the functions' target
+ * attribute) and VW (floats per vector: 4 for the baseline build, 8 for AVX2, 16 for
+ * AVX-512) defined.  It is GCC vector-extension code, which each build compiles to its
+ * own instructions; only the AVX-512 build's masked loads and stores name instructions,
+ * and the loops beside them are their reference.  These steps move values and never
+ * round: every build gives the same bits. */
+
+#define V_JOIN2(a, b) a##_##b
+#define V_JOIN(a, b) V_JOIN2(a, b)
+#define K(name) V_JOIN(name, SUFFIX)
+#define INLINE TARGET static inline __attribute__((always_inline))
+
+typedef float K(vf) __attribute__((vector_size(VW * 4)));
+typedef float K(vfu) __attribute__((vector_size(VW * 4), aligned(4))); /* an unaligned access */
+#define VF K(vf)
+
+INLINE VF K(load)(const float *p) { return *(const K(vfu) *)p; }
+INLINE void K(store)(float *p, VF v) { *(K(vfu) *)p = v; }
+
+/* v with its lanes [lo, lo + n) read from p + lo.. (the other lanes' floats are not read). */
+INLINE VF K(load_lanes)(VF v, const float *p, int lo, int n) {
+#if VW == 16
+    return (VF)_mm512_mask_loadu_ps((__m512)v, (__mmask16)(first_lanes(n) << lo), p);
+#else
+    for (int l = lo; l < lo + n; l++) v[l] = p[l];
+    return v;
+#endif
+}
+
+/* v's first n lanes to p. */
+INLINE void K(store_first)(float *p, VF v, int n) {
+#if VW == 16
+    _mm512_mask_storeu_ps(p, first_lanes(n), (__m512)v);
+#else
+    for (int l = 0; l < n && l < VW; l++) p[l] = v[l];
+#endif
+}
+
+/* r[i][l] <- r[l][i], by the shuffles each build has in one instruction: 4 x 4 transposes
+ * within each 128-bit lane (rows zipped by floats, then by pairs of floats), then the
+ * lanes' blocks exchanged (zipping whole rows instead took twice the instructions). */
+#if VW == 4
+#define V_Z32(lo) lo, lo + 4, lo + 1, lo + 5
+#define V_Z64(lo) lo, lo + 1, lo + 4, lo + 5
+#elif VW == 8
+#define V_Z32(lo) lo, lo + 8, lo + 1, lo + 9, lo + 4, lo + 12, lo + 5, lo + 13
+#define V_Z64(lo) lo, lo + 1, lo + 8, lo + 9, lo + 4, lo + 5, lo + 12, lo + 13
+#else
+#define V_Z32(lo) lo, lo + 16, lo + 1, lo + 17, lo + 4, lo + 20, lo + 5, lo + 21, lo + 8, lo + 24, lo + 9, lo + 25, \
+                  lo + 12, lo + 28, lo + 13, lo + 29
+#define V_Z64(lo) lo, lo + 1, lo + 16, lo + 17, lo + 4, lo + 5, lo + 20, lo + 21, lo + 8, lo + 9, lo + 24, lo + 25, \
+                  lo + 12, lo + 13, lo + 28, lo + 29
+#define V_B128(lo) lo, lo + 1, lo + 2, lo + 3, lo + 8, lo + 9, lo + 10, lo + 11, lo + 16, lo + 17, lo + 18, lo + 19, \
+                   lo + 24, lo + 25, lo + 26, lo + 27
+#endif
+INLINE void K(transpose)(VF r[VW]) {
+    VF t[VW];
+    for (int q = 0; q < VW / 4; q++) { /* rows 4q..4q+3, in each lane */
+        for (int h = 0; h < 2; h++) {
+            t[4 * q + 2 * h] = __builtin_shufflevector(r[4 * q + 2 * h], r[4 * q + 2 * h + 1], V_Z32(0));
+            t[4 * q + 2 * h + 1] = __builtin_shufflevector(r[4 * q + 2 * h], r[4 * q + 2 * h + 1], V_Z32(2));
+        }
+        for (int h = 0; h < 2; h++) {
+            r[4 * q + 2 * h] = __builtin_shufflevector(t[4 * q + h], t[4 * q + h + 2], V_Z64(0));
+            r[4 * q + 2 * h + 1] = __builtin_shufflevector(t[4 * q + h], t[4 * q + h + 2], V_Z64(2));
+        }
+    }
+#if VW == 8 /* the two lanes' blocks */
+    for (int i = 0; i < 4; i++) {
+        t[i] = __builtin_shufflevector(r[i], r[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        t[i + 4] = __builtin_shufflevector(r[i], r[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    memcpy(r, t, sizeof t);
+#elif VW == 16 /* the four lanes' blocks, two rounds of taking even and odd ones */
+    for (int s = 0; s < 2; s++) {
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 4; i++) {
+                const int x = s ? i + 4 * h : 8 * h + i, y = s ? x + 8 : x + 4;
+                t[s ? x : 8 * h + i] = __builtin_shufflevector(r[x], r[y], V_B128(0));
+                t[s ? x + 8 : 8 * h + 4 + i] = __builtin_shufflevector(r[x], r[y], V_B128(4));
+            }
+        memcpy(r, t, sizeof t);
+    }
+#endif
+}
+#undef V_Z32
+#undef V_Z64
+#undef V_B128
+
+/* d[r * ds + c] = s[c * ss + r] for r < nr, c < nc (strides in floats): VW x VW blocks
+ * through registers, the edges one 32-bit word at a time. */
+TARGET static void K(transpose_floats)(const float *s, int64_t ss, float *d, int64_t ds, int64_t nr, int64_t nc) {
+    const int64_t rb = nr - nr % VW, cb = nc - nc % VW;
+    for (int64_t r = 0; r < nr; r += VW) {
+        const int64_t c0 = r < rb ? cb : 0, r1 = r < rb ? r + VW : nr; /* (the last rows: all edge) */
+        for (int64_t c = 0; c < c0; c += VW) {
+            VF v[VW];
+            for (int i = 0; i < VW; i++) v[i] = K(load)(s + (c + i) * ss + r);
+            K(transpose)(v);
+            for (int i = 0; i < VW; i++) K(store)(d + (r + i) * ds + c, v[i]);
+        }
+        for (int64_t i = r; i < r1; i++)
+            for (int64_t c = c0; c < nc; c++) ((uint32_t *)d)[i * ds + c] = ((const uint32_t *)s)[c * ss + i];
+    }
+}
