@@ -1,6 +1,7 @@
 """``tallow bench models``' embedder rows beyond MiniLM: all-mpnet-base-v2 (from its
-packages, see ``tallow models fetch``) at 1 and 2 threads, tallow's ``SentenceEmbedder``
-beside sentence-transformers (PyTorch) at the same thread count.
+packages, see ``tallow models fetch``) and a random XLM-RoBERTa (``families.py``) at
+1 and 2 threads, tallow's ``SentenceEmbedder`` beside sentence-transformers
+(PyTorch) at the same thread count.
 
 The two take turns within each round (the order alternating), and each figure is the
 median of the rounds, so a load that comes and goes on a shared machine falls on both.
@@ -16,19 +17,26 @@ import time
 def bench_embed_mpnet(texts, batch_size=32, rounds=3, thread_counts=(1, 2), quiet=False):
     """{threads: {'tallow': sent/s, 'sentence_transformers': sent/s or None, 'ratio'}} on
     ``texts``; None when all-mpnet-base-v2 is not installed."""
-    import numpy as np
-
-    import tallow as tl
-
     from ..models.packaged import mpnet_model_dir
-    from ..utils import get_num_threads, set_num_threads
-    from .common import table
 
     path = mpnet_model_dir()
     if path is None:
         if not quiet:
             print("  embed all-mpnet-base-v2: skipped (tallow models fetch all-mpnet-base-v2)")
         return None
+    return bench_embedder(path, "all-mpnet-base-v2", texts, batch_size, rounds, thread_counts, quiet)
+
+
+def bench_embedder(path, label, texts, batch_size=32, rounds=3, thread_counts=(1, 2), quiet=False):
+    """The sentence-transformers folder ``path`` (called ``label`` in the output) on
+    ``texts``, tallow beside sentence-transformers: as :func:`bench_embed_mpnet`."""
+    import numpy as np
+
+    import tallow as tl
+
+    from ..utils import get_num_threads, set_num_threads
+    from .common import table
+
     texts = list(texts)
     n = len(texts)
     ours = tl.models.SentenceEmbedder.from_pretrained(path)
@@ -41,7 +49,7 @@ def bench_embed_mpnet(texts, batch_size=32, rounds=3, thread_counts=(1, 2), quie
         theirs = SentenceTransformer(path, device="cpu")
     except ImportError as e:
         if not quiet:
-            print(f"  embed all-mpnet-base-v2: sentence-transformers not installed ({e}); tallow only")
+            print(f"  embed {label}: sentence-transformers not installed ({e}); tallow only")
 
     def run_ours():
         return ours.encode(texts, batch_size=batch_size, show_progress_bar=False)
@@ -78,7 +86,7 @@ def bench_embed_mpnet(texts, batch_size=32, rounds=3, thread_counts=(1, 2), quie
         if torch is not None:
             torch.set_num_threads(before_torch)
     if not quiet:
-        print(table(f"embed all-mpnet-base-v2, {n} sentences, batch {batch_size}: sent/s, "
+        print(table(f"embed {label}, {n} sentences, batch {batch_size}: sent/s, "
                     f"medians of {rounds} alternating rounds",
                     ["threads", "tallow", "sentence-transformers", "ratio", "min cosine"], rows))
     return {"sentences": n, "batch_size": batch_size, "rounds": rounds, "by_threads": res}

