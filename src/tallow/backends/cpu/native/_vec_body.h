@@ -15,6 +15,13 @@ typedef float K(vf) __attribute__((vector_size(VW * 4)));
 typedef float K(vfu) __attribute__((vector_size(VW * 4), aligned(4))); /* an unaligned access */
 #define VF K(vf)
 
+typedef int32_t K(vi) __attribute__((vector_size(VW * 4)));
+#if defined(__clang__) || __GNUC__ >= 12
+#define V_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else /* (GCC 11 and older: the same selection, its indices as a vector) */
+#define V_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (K(vi)){__VA_ARGS__})
+#endif
+
 INLINE VF K(load)(const float *p) { return *(const K(vfu) *)p; }
 INLINE void K(store)(float *p, VF v) { *(K(vfu) *)p = v; }
 
@@ -58,18 +65,18 @@ INLINE void K(transpose)(VF r[VW]) {
     VF t[VW];
     for (int q = 0; q < VW / 4; q++) { /* rows 4q..4q+3, in each lane */
         for (int h = 0; h < 2; h++) {
-            t[4 * q + 2 * h] = __builtin_shufflevector(r[4 * q + 2 * h], r[4 * q + 2 * h + 1], V_Z32(0));
-            t[4 * q + 2 * h + 1] = __builtin_shufflevector(r[4 * q + 2 * h], r[4 * q + 2 * h + 1], V_Z32(2));
+            t[4 * q + 2 * h] = V_SHUFFLE(r[4 * q + 2 * h], r[4 * q + 2 * h + 1], V_Z32(0));
+            t[4 * q + 2 * h + 1] = V_SHUFFLE(r[4 * q + 2 * h], r[4 * q + 2 * h + 1], V_Z32(2));
         }
         for (int h = 0; h < 2; h++) {
-            r[4 * q + 2 * h] = __builtin_shufflevector(t[4 * q + h], t[4 * q + h + 2], V_Z64(0));
-            r[4 * q + 2 * h + 1] = __builtin_shufflevector(t[4 * q + h], t[4 * q + h + 2], V_Z64(2));
+            r[4 * q + 2 * h] = V_SHUFFLE(t[4 * q + h], t[4 * q + h + 2], V_Z64(0));
+            r[4 * q + 2 * h + 1] = V_SHUFFLE(t[4 * q + h], t[4 * q + h + 2], V_Z64(2));
         }
     }
 #if VW == 8 /* the two lanes' blocks */
     for (int i = 0; i < 4; i++) {
-        t[i] = __builtin_shufflevector(r[i], r[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-        t[i + 4] = __builtin_shufflevector(r[i], r[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+        t[i] = V_SHUFFLE(r[i], r[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        t[i + 4] = V_SHUFFLE(r[i], r[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
     }
     memcpy(r, t, sizeof t);
 #elif VW == 16 /* the four lanes' blocks, two rounds of taking even and odd ones */
@@ -77,13 +84,14 @@ INLINE void K(transpose)(VF r[VW]) {
         for (int h = 0; h < 2; h++)
             for (int i = 0; i < 4; i++) {
                 const int x = s ? i + 4 * h : 8 * h + i, y = s ? x + 8 : x + 4;
-                t[s ? x : 8 * h + i] = __builtin_shufflevector(r[x], r[y], V_B128(0));
-                t[s ? x + 8 : 8 * h + 4 + i] = __builtin_shufflevector(r[x], r[y], V_B128(4));
+                t[s ? x : 8 * h + i] = V_SHUFFLE(r[x], r[y], V_B128(0));
+                t[s ? x + 8 : 8 * h + 4 + i] = V_SHUFFLE(r[x], r[y], V_B128(4));
             }
         memcpy(r, t, sizeof t);
     }
 #endif
 }
+#undef V_SHUFFLE
 #undef V_Z32
 #undef V_Z64
 #undef V_B128
