@@ -174,8 +174,9 @@ def test_native_isa_avx2_switches_them_off():
     code = ("import numpy as np\n"
             "from tallow.backends.cpu import gemm\n"
             "gemm.native_available()\n"
-            "print(gemm._native.avx512())\n")
-    for isa, want in (("avx2", ["False"]), (None, ["True"])):
+            "from tallow.backends.cpu.native import loader\n"
+            "print(gemm._native.avx512(), loader.built('_transpose').avx512())\n")
+    for isa, want in (("avx2", ["False", "False"]), (None, ["True", "True"])):
         env = dict(os.environ)
         env.pop("TALLOW_NATIVE_ISA", None)
         if isa:
