@@ -72,7 +72,7 @@ def test_bad_chat_parameters_are_400(server, change, param):
 
 @pytest.mark.parametrize("body,param", [
     ({"prompt": "x", "logprobs": 6}, "logprobs"), ({"prompt": ""}, "prompt"), ({"prompt": [10**9]}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "x", "echo": True}, "echo"), ({}, "prompt"),
+    ({"prompt": ["a", ""]}, "prompt"), ({"prompt": [[]]}, "prompt"), ({"prompt": ["x"] * 100}, "prompt"), ({"prompt": "x", "echo": True}, "echo"), ({}, "prompt"),
 ])
 def test_bad_completion_parameters_are_400(server, body, param):
     assert_error(post(server, "/v1/completions", {"model": CHAT_MODEL, "max_tokens": 2, **body}), 400, param)

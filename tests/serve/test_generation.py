@@ -142,3 +142,18 @@ def test_a_prompt_of_token_ids_equals_its_text(client, smollm2_gguf):
     by_ids = client.completions.create(model=CHAT_MODEL, prompt=ids, max_tokens=6, temperature=0)
     assert by_ids.choices[0].text == by_text.choices[0].text
     assert by_ids.usage.prompt_tokens == len(ids) == by_text.usage.prompt_tokens
+
+
+def test_several_prompts_get_one_choice_each(client):
+    prompts = ["The capital of France is", "One, two, three,", "The sky is"]
+    solo = [client.completions.create(model=CHAT_MODEL, prompt=p, max_tokens=6, temperature=0) for p in prompts]
+    many = client.completions.create(model=CHAT_MODEL, prompt=prompts, max_tokens=6, temperature=0)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert [c.text for c in many.choices] == [r.choices[0].text for r in solo]
+    assert many.usage.completion_tokens == sum(r.usage.completion_tokens for r in solo)
+    streamed = {}
+    for chunk in client.completions.create(model=CHAT_MODEL, prompt=prompts, max_tokens=6, temperature=0,
+                                           stream=True):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert [streamed[i] for i in range(3)] == [r.choices[0].text for r in solo]

@@ -8,47 +8,50 @@ import time
 
 from ..models.llama import ContextLengthError
 from .errors import RequestError, context_length_exceeded
-from .sequence import Sequence
 from .sse import event
 
 
 class Answer:
-    """One generation's events turned into OpenAI's chat or completion objects."""
+    """The events of one request's sequences (one per choice: a chat has one, a
+    completion one per prompt) turned into OpenAI's chat or completion objects.
+    ``events`` yields ``(choice index, Event)``."""
 
-    def __init__(self, model, seq: Sequence, chat: bool, include_usage: bool):
-        self.model, self.seq, self.chat, self.include_usage = model, seq, chat, include_usage
+    def __init__(self, model, seqs: list, chat: bool, include_usage: bool):
+        self.model, self.seqs, self.chat, self.include_usage = model, list(seqs), chat, include_usage
         self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         self.created = int(time.time())
-        self.text = []
-        self.logprobs = []
-        self.finish_reason = None
+        self.text = [[] for _ in self.seqs]
+        self.logprobs = [[] for _ in self.seqs]
+        self.finish_reason = [None] * len(self.seqs)
 
-    def _raise(self, error):
+    def _raise(self, error, i: int):
         if isinstance(error, ContextLengthError):
-            raise context_length_exceeded(self.model.engine.limit, len(self.seq.prompt_ids), None)
+            raise context_length_exceeded(self.model.engine.limit, len(self.seqs[i].prompt_ids), None)
         raise RequestError("The server had an error while generating", 500, type="server_error",
                            code="internal_error")
 
     async def collect(self, events) -> None:
-        while True:
-            ev = await events.get()
+        left = len(self.seqs)
+        while left:
+            i, ev = await events.get()
             if ev.error is not None:
-                self._raise(ev.error)
-            self.text.append(ev.text)
-            self.logprobs.extend(ev.logprobs)
+                self._raise(ev.error, i)
+            self.text[i].append(ev.text)
+            self.logprobs[i].extend(ev.logprobs)
             if ev.finish_reason is not None:
-                self.finish_reason = ev.finish_reason
-                return
+                self.finish_reason[i] = ev.finish_reason
+                left -= 1
 
     def usage(self) -> dict:
-        p, c = len(self.seq.prompt_ids), len(self.seq.generated)
+        p = sum(len(s.prompt_ids) for s in self.seqs)
+        c = sum(len(s.generated) for s in self.seqs)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
     def _token(self, token_id: int) -> str:
         return self.model.tokenizer.decode([token_id], skip_special_tokens=False)
 
     def _logprobs(self, items, offset: int = 0):
-        if not self.seq.params.logprobs:
+        if not self.seqs[0].params.logprobs:
             return None
         if self.chat:
             def entry(t, lp):
@@ -71,55 +74,59 @@ class Answer:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model.id,
                 "system_fingerprint": None}
 
-    def whole(self) -> dict:
-        text = "".join(self.text)
-        lp = self._logprobs(self.logprobs)
+    def _choice(self, i: int) -> dict:
+        text = "".join(self.text[i])
+        lp = self._logprobs(self.logprobs[i])
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                      "logprobs": lp, "finish_reason": self.finish_reason}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": self.finish_reason}
-        return {**self._base(False), "choices": [choice], "usage": self.usage()}
+            return {"index": i, "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": lp, "finish_reason": self.finish_reason[i]}
+        return {"index": i, "text": text, "logprobs": lp, "finish_reason": self.finish_reason[i]}
 
-    def _chunk(self, text=None, lp=None, finish=None, role=False) -> bytes:
+    def whole(self) -> dict:
+        return {**self._base(False), "choices": [self._choice(i) for i in range(len(self.seqs))],
+                "usage": self.usage()}
+
+    def _chunk(self, i: int, text=None, lp=None, finish=None, role=False) -> bytes:
         if self.chat:
             delta = {}
             if role:
                 delta["role"] = "assistant"
             if text is not None:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+            choice = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
+            choice = {"index": i, "text": text or "", "logprobs": lp, "finish_reason": finish}
         out = {**self._base(True), "choices": [choice]}
         if self.include_usage:
             out["usage"] = None
         return event(out)
 
     async def stream(self, events, engine):
-        """The SSE byte chunks; leaving early (the client went away) frees the sequence."""
-        sent = 0
+        """The SSE byte chunks; leaving early (the client went away) frees the sequences."""
+        sent = [0] * len(self.seqs)
+        left = len(self.seqs)
         try:
             if self.chat:
-                yield self._chunk("", role=True)
-            while True:
-                ev = await events.get()
+                yield self._chunk(0, "", role=True)
+            while left:
+                i, ev = await events.get()
                 if ev.error is not None:
                     try:
-                        self._raise(ev.error)
+                        self._raise(ev.error, i)
                     except RequestError as e:
                         yield event(e.body())
                     break
                 if ev.text or ev.logprobs:
-                    lp = self._logprobs(ev.logprobs, sent) if ev.logprobs else None
-                    yield self._chunk(ev.text, lp)
-                    sent += len(ev.text)
+                    lp = self._logprobs(ev.logprobs, sent[i]) if ev.logprobs else None
+                    yield self._chunk(i, ev.text, lp)
+                    sent[i] += len(ev.text)
                 if ev.finish_reason is not None:
-                    yield self._chunk(None if self.chat else "", finish=ev.finish_reason)
-                    if self.include_usage:
-                        yield event({**self._base(True), "choices": [], "usage": self.usage()})
-                    break
+                    yield self._chunk(i, None if self.chat else "", finish=ev.finish_reason)
+                    left -= 1
+            if not left and self.include_usage:
+                yield event({**self._base(True), "choices": [], "usage": self.usage()})
             yield event("[DONE]")
         finally:
-            if not self.seq.done:
-                engine.cancel(self.seq)
+            for seq in self.seqs:
+                if not seq.done:
+                    engine.cancel(seq)

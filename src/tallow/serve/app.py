@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hmac
 import json
 import time
@@ -90,6 +91,19 @@ async def wait_or_disconnect(awaitable, request):
     raise ClientGone()
 
 
+def sequence_sampling(req, ids, limit: int, param: str):
+    """The request's sampling settings for one prompt, its length checked against the
+    context; without ``max_tokens`` the answer may fill the context."""
+    if not ids:
+        raise bad_parameter(param, "the prompt encodes to no tokens")
+    sampling = dataclasses.replace(req.sampling)
+    if len(ids) > limit or (req.max_tokens_given and len(ids) + sampling.max_tokens > limit):
+        raise context_length_exceeded(limit, len(ids), sampling.max_tokens if req.max_tokens_given else None)
+    if not req.max_tokens_given:
+        sampling.max_tokens = max(1, limit - len(ids))
+    return sampling
+
+
 # -- the application ----------------------------------------------------------------------
 def create_app(models, limits: ServerLimits | None = None, metrics: ServerMetrics | None = None) -> Starlette:
     """The ASGI application serving ``models`` (a ``ModelSet``)."""
@@ -168,43 +182,39 @@ def create_app(models, limits: ServerLimits | None = None, metrics: ServerMetric
                 text = await run_in_threadpool(model.chat_prompt, messages)
             except Exception as e:  # a template that refuses these messages
                 raise bad_parameter("messages", f"the chat template refused the messages: {e}") from None
-            ids = await run_in_threadpool(model.encode, text)
+            prompts = [await run_in_threadpool(model.encode, text)]
         else:
-            prompt = P.completion_prompt(body)
-            ids = await run_in_threadpool(model.encode, prompt) if isinstance(prompt, str) else list(prompt)
+            prompts = P.completion_prompts(body)
+            most = model.engine.max_batch + model.engine.max_queue
+            if len(prompts) > most:
+                raise bad_parameter("prompt", f"at most {most} prompts per request here (--max-batch plus "
+                                    f"--max-queue), got {len(prompts)}")
+            prompts = [await run_in_threadpool(model.encode, p) if isinstance(p, str) else p for p in prompts]
             vocab = model.extra["vocab_size"]
-            if any(not 0 <= t < vocab for t in ids):
+            if any(not 0 <= t < vocab for ids in prompts for t in ids):
                 raise bad_parameter("prompt", f"prompt token ids must be in 0..{vocab - 1}")
-        if not ids:
-            raise bad_parameter("messages" if chat else "prompt", "the prompt encodes to no tokens")
-        limit = model.engine.limit
-        sampling = req.sampling
-        if len(ids) > limit or (req.max_tokens_given and len(ids) + sampling.max_tokens > limit):
-            raise context_length_exceeded(limit, len(ids), sampling.max_tokens if req.max_tokens_given else None)
-        if not req.max_tokens_given:
-            sampling.max_tokens = max(1, limit - len(ids))
+        seqs, events = [], asyncio.Queue()
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
+        for i, ids in enumerate(prompts):
+            sampling = sequence_sampling(req, ids, model.engine.limit, "messages" if chat else "prompt")
 
-        def deliver(ev):  # on the engine's thread
-            try:
-                loop.call_soon_threadsafe(events.put_nowait, ev)
-            except RuntimeError:  # the loop has closed: nobody waits any more
-                pass
+            def deliver(ev, i=i):  # on the engine's thread
+                try:
+                    loop.call_soon_threadsafe(events.put_nowait, (i, ev))
+                except RuntimeError:  # the loop has closed: nobody waits any more
+                    pass
 
-        seq = Sequence(ids, sampling, model.tokenizer, model.eos_token_ids, deliver, model.id)
-        model.engine.submit(seq)
-        answer = Answer(model, seq, chat, req.include_usage)
+            seqs.append(Sequence(ids, sampling, model.tokenizer, model.eos_token_ids, deliver, model.id))
+        model.engine.submit(*seqs)
+        answer = Answer(model, seqs, chat, req.include_usage)
         if req.stream:
             return EventStream(answer.stream(events, model.engine))
         try:
             await wait_or_disconnect(answer.collect(events), request)
-        except ClientGone:
-            model.engine.cancel(seq)
-            raise
-        finally:
-            if not seq.done:
-                model.engine.cancel(seq)
+        finally:  # done, failed, or the client left: no sequence outlives its request
+            for seq in seqs:
+                if not seq.done:
+                    model.engine.cancel(seq)
         return JSONResponse(answer.whole())
 
     routes = [

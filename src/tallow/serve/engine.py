@@ -99,11 +99,13 @@ class GenerationEngine:
         self._thread.start()
 
     # -- the request side (event loop) -------------------------------------------------
-    def submit(self, seq: Sequence) -> None:
+    def submit(self, *seqs: Sequence) -> None:
+        """Queue ``seqs``, all or none (a request's prompts are answered together)."""
         with self._cond:
-            if len(self._waiting) >= self.max_queue + max(0, self.max_batch - len(self._active)):
+            room = self.max_queue + max(0, self.max_batch - len(self._active)) - len(self._waiting)
+            if len(seqs) > room:
                 raise queue_full(f"generation ({self.name})")
-            self._waiting.append(seq)
+            self._waiting.extend(seqs)
             self._gauges()
             self._cond.notify()
 

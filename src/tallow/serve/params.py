@@ -154,19 +154,19 @@ def chat_messages(body: dict) -> list:
     return out
 
 
-def completion_prompt(body: dict):
-    """``prompt``: a string or a list of token ids (one prompt per request)."""
+def completion_prompts(body: dict) -> list:
+    """``prompt``: a string, a list of token ids, or a list of either (one choice each)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        if not prompt:
-            raise bad_parameter("prompt", "prompt must not be empty")
-        return prompt
-    if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
-        return prompt
-    raise bad_parameter("prompt", "prompt must be a non-empty string, a list of token ids, or a list "
-                        "holding one of them (one prompt per request)", code="invalid_type")
+    many = isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt)
+    prompts = prompt if many else [prompt]
+    for p in prompts:
+        if isinstance(p, str) and p:
+            continue
+        if isinstance(p, list) and p and all(_is_int(t) for t in p):
+            continue
+        raise bad_parameter("prompt", "prompt must be a non-empty string, a non-empty list of token ids, "
+                            "or a list of them", code="invalid_type")
+    return prompts
 
 
 @dataclass
