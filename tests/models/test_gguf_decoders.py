@@ -234,3 +234,30 @@ def test_llama_like_files_decode_on_the_fast_path(arch, tmp_path):
     rows = model.step_batch([a, b], [7, PROMPT[10]])
     np.testing.assert_allclose(rows[0], want[len(PROMPT)], atol=1e-4, rtol=0)
     np.testing.assert_allclose(rows[1], want[10], atol=1e-4, rtol=0)
+
+
+def test_quantized_fused_phi3_projections_split_by_rows(tmp_path, device):
+    """A Q8_0 Phi-3 file: its fused attn_qkv / ffn_up are split into row ranges that
+    stay quantized, on either device; the logits are those of the same file with
+    every weight dequantized to f32 first (tallow's products on f32 weights)."""
+    from tallow.bench.llm import quantize_file
+    from tallow.ggml.gguf_io import read_gguf
+    from tallow.ggml.gguf_io import write_gguf as write_tensors
+    from tallow.quantized.qtensor import QTensor
+
+    torch.manual_seed(5)
+    hf = _phi3().eval()
+    write_gguf(hf, "phi3", tmp_path / "f32.gguf")
+    quantize_file(str(tmp_path / "f32.gguf"), str(tmp_path / "q8.gguf"), "Q8_0")
+    f = read_gguf(str(tmp_path / "q8.gguf"))
+    write_tensors(str(tmp_path / "deq.gguf"),
+               {n: t.dequantize().astype(np.float32) for n, t in f.tensors.items()}, f.metadata)
+    model = load_gguf_model(str(tmp_path / "q8.gguf"), device)
+    attn = model.model.layers[0].self_attn
+    assert isinstance(attn.q_proj.weight, QTensor) and attn.q_proj.weight.shape == (64, 64)
+    ids = tl.Tensor([PROMPT], dtype="u32", device=device)
+    got = model.logits(ids, 0, model.new_cache()).numpy()[0]
+    ref = load_gguf_model(str(tmp_path / "deq.gguf"))
+    want = ref.logits(tl.Tensor([PROMPT], dtype="u32"), 0, ref.new_cache()).numpy()[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-2
+    assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.9
