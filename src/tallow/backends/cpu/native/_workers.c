@@ -5,10 +5,14 @@
  * Design (measurements in docs/design.md):
  *  - want - 1 persistent pthreads (want = tallow's thread setting, passed by
  *    set_threads); with one thread none exist.  They never touch Python.
- *  - A job is a function over [0, total) cut into chunks, a few per thread, that
- *    the caller and the workers claim one at a time from a shared counter.  The
- *    caller works too, so a worker that is not running (its core taken by another
- *    process) costs nothing: the caller claims the chunks it would have done.
+ *  - A job is a function over [0, total) cut into chunks, a few per thread, in one
+ *    contiguous region per thread.  Each thread claims its own region's chunks in
+ *    order (one stream through the weights, where chunks dealt round-robin from one
+ *    shared counter interleave the threads' streams; docs/decisions.md), then
+ *    whatever is left of the others'.  The caller works
+ *    too, so a worker that is not running (its core taken by another process) costs
+ *    nothing: the caller claims the chunks it would have done.  The counters sit on
+ *    cache lines of their own.
  *  - An idle worker spins on the job counter for a bounded time (spin_us, 300
  *    microseconds: the gaps between the products of a decode step or of a
  *    training step's backward pass), then sleeps on a futex; a caller wakes
@@ -70,11 +74,15 @@ static pthread_mutex_t dispatch_lock = PTHREAD_MUTEX_INITIALIZER;
 static int nworkers = 0;
 static pthread_t workers[MAX_THREADS];
 
-static _Atomic uint32_t gen;        /* job number; the workers' futex word */
+#define LINE _Alignas(64)
+static LINE _Atomic uint32_t gen;        /* job number; the workers' futex word */
 static _Atomic int stop_flag;
-static _Atomic int sleepers;        /* workers asleep (or about to be) on gen */
-static _Atomic uint64_t claim;      /* (job number << 32) | next chunk */
-static _Atomic uint32_t done;       /* chunks finished; the caller's futex word */
+static LINE _Atomic int sleepers;        /* workers asleep (or about to be) on gen */
+/* (job number << 32) | next chunk of each thread's region, a cache line each */
+static struct { LINE _Atomic uint64_t next; } cursors[MAX_THREADS];
+static _Atomic uint32_t job_per; /* chunks per region */
+static _Atomic int job_regions;
+static LINE _Atomic uint32_t done;       /* chunks finished; the caller's futex word */
 static _Atomic int caller_waiting;
 /* The job; written before its number is published, read after (see run). */
 static _Atomic(tallow_task_fn) job_fn;
@@ -111,25 +119,41 @@ static inline void futex_wake(_Atomic uint32_t *addr, int count) {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }
 
-/* Claim and run chunks of job g until none are left (or the job is no longer g). */
-static void work(uint32_t g, int is_worker) {
+/* Claim and run chunks of job g until none are left (or the job is no longer g).  Thread
+ * `me` (the caller 0, worker i i + 1) takes its own region's chunks first, in order, so
+ * each thread streams one contiguous stretch of the weights; then it takes what is left
+ * of the others' regions (a late or preempted thread's share).  The chunks it ran are
+ * counted into `done` once, when it leaves. */
+static void work(uint32_t g, int me) {
     tallow_task_fn fn = atomic_load_explicit(&job_fn, memory_order_acquire);
     void *ctx = atomic_load_explicit(&job_ctx, memory_order_acquire);
     int64_t total = atomic_load_explicit(&job_total, memory_order_acquire);
     int64_t chunk = atomic_load_explicit(&job_chunk, memory_order_acquire);
     uint32_t nchunks = atomic_load_explicit(&job_nchunks, memory_order_acquire);
-    uint64_t c = atomic_load(&claim);
-    for (;;) {
-        /* A later job's number here means these fields may be that job's: leave. */
-        if ((uint32_t)(c >> 32) != g || (uint32_t)c >= nchunks) return;
-        if (!atomic_compare_exchange_weak(&claim, &c, c + 1)) continue;
-        int64_t lo = (int64_t)(uint32_t)c * chunk, hi = lo + chunk < total ? lo + chunk : total;
-        fn(ctx, lo, hi);
-        if (is_worker) atomic_fetch_add_explicit(&st_worker_chunks, 1, memory_order_relaxed);
-        uint32_t d = atomic_fetch_add(&done, 1) + 1;
-        if (d == nchunks && atomic_load(&caller_waiting)) futex_wake(&done, 1);
-        c = atomic_load(&claim);
+    uint32_t per = atomic_load_explicit(&job_per, memory_order_acquire);
+    int regions = atomic_load_explicit(&job_regions, memory_order_acquire);
+    uint32_t ran = 0;
+    for (int k = 0; k < regions; k++) {
+        _Atomic uint64_t *cur = &cursors[(me + k) % regions].next;
+        uint32_t end = ((me + k) % regions + 1) * per;
+        if (end > nchunks) end = nchunks;
+        uint64_t c = atomic_load(cur);
+        for (;;) {
+            /* A later job's number here means these fields may be that job's: leave. */
+            if ((uint32_t)(c >> 32) != g) goto out;
+            if ((uint32_t)c >= end) break;
+            if (!atomic_compare_exchange_weak(cur, &c, c + 1)) continue;
+            int64_t lo = (int64_t)(uint32_t)c * chunk, hi = lo + chunk < total ? lo + chunk : total;
+            fn(ctx, lo, hi);
+            ran++;
+            c = atomic_load(cur);
+        }
     }
+out:
+    if (ran == 0) return;
+    if (me) atomic_fetch_add_explicit(&st_worker_chunks, ran, memory_order_relaxed);
+    uint32_t d = atomic_fetch_add(&done, ran) + ran;
+    if (d == nchunks && atomic_load(&caller_waiting)) futex_wake(&done, 1);
 }
 
 /* Spin on the job number for `limit` ns, then sleep on it; returns the new number. */
@@ -152,13 +176,16 @@ static uint32_t wait_for_job(uint32_t seen, long limit) {
     }
 }
 
+static uint32_t start_gen[MAX_THREADS]; /* the job number when worker i was made */
+
 static void *worker_main(void *arg) {
-    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    int me = (int)(uintptr_t)arg;
+    uint32_t seen = start_gen[me - 1];
     long spin = atomic_load_explicit(&worker_spin_ns, memory_order_relaxed);
     for (;;) {
         seen = wait_for_job(seen, spin);
         if (atomic_load(&stop_flag)) return NULL;
-        work(seen, 1);
+        work(seen, me);
         spin = atomic_load(&job_coarse) ? 0 : atomic_load_explicit(&worker_spin_ns, memory_order_relaxed);
     }
 }
@@ -189,7 +216,8 @@ static void ensure_workers(void) {
     pthread_attr_setstacksize(&attr, 1 << 20);
     uint32_t g = atomic_load(&gen);
     for (int i = 0; i < target; i++) {
-        if (pthread_create(&workers[nworkers], &attr, worker_main, (void *)(uintptr_t)g) != 0) break;
+        start_gen[nworkers] = g;
+        if (pthread_create(&workers[nworkers], &attr, worker_main, (void *)(uintptr_t)(nworkers + 1)) != 0) break;
 #if defined(__GLIBC__)
         pthread_setname_np(workers[nworkers], "tallow-pool");
 #endif
@@ -225,17 +253,20 @@ static void pool_run(tallow_task_fn fn, void *ctx, int64_t total, int64_t grain,
     int64_t chunk = (total + nchunks - 1) / nchunks;
     nchunks = (total + chunk - 1) / chunk;
     uint32_t g = atomic_load(&gen) + 1;
-    /* Close the claim counter under the new number first: a worker still holding the
-     * previous number cannot claim from here on, whatever fields it reads. */
-    atomic_store(&claim, ((uint64_t)g << 32) | 0xffffffffu);
+    /* Close the regions under the new number first: a worker still holding the previous
+     * number cannot claim from here on, whatever fields it reads. */
+    uint32_t per = (uint32_t)((nchunks + threads - 1) / threads);
+    for (int r = 0; r < threads; r++) atomic_store(&cursors[r].next, ((uint64_t)g << 32) | 0xffffffffu);
     atomic_store_explicit(&job_fn, fn, memory_order_release);
     atomic_store_explicit(&job_ctx, ctx, memory_order_release);
     atomic_store_explicit(&job_total, total, memory_order_release);
     atomic_store_explicit(&job_chunk, chunk, memory_order_release);
     atomic_store_explicit(&job_nchunks, (uint32_t)nchunks, memory_order_release);
+    atomic_store_explicit(&job_per, per, memory_order_release);
+    atomic_store_explicit(&job_regions, threads, memory_order_release);
     atomic_store(&job_coarse, coarse_here);
     atomic_store(&done, 0);
-    atomic_store(&claim, (uint64_t)g << 32);
+    for (int r = 0; r < threads; r++) atomic_store(&cursors[r].next, ((uint64_t)g << 32) | ((uint64_t)r * per));
     publish(g);
     work(g, 0);
     if (atomic_load(&done) != (uint32_t)nchunks) {
