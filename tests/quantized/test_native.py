@@ -167,6 +167,12 @@ def test_32_element_formats_keep_the_gguf_size(name):
     assert native.NativeWeight(raw, name, 48, 576).nbytes == raw.nbytes
 
 
+def test_q6k_keeps_the_gguf_size():
+    """Q6K's values stay six bits (low four as nibbles, top two regrouped), not a byte each."""
+    raw = weight("Q6K", 48, 512)
+    assert native.NativeWeight(raw, "Q6K", 48, 512).nbytes == raw.nbytes
+
+
 @pytest.mark.parametrize("name", ["Q5_0", "Q5_1"])
 def test_fifth_bits_of_every_position_reach_the_product(name):
     """Each element's fifth bit alone: the product sees it at the right row and column."""

@@ -17,8 +17,9 @@ Formats: Q4_0, Q5_0, Q4_1, Q5_1 and Q8_0 in layouts of the GGUF size (the
 fifth bits of Q5_0/Q5_1 regrouped into one 32-bit mask per 32-byte vector;
 Q4_1/Q5_1 with Q8_1 activations: Q8_0's integers plus the stored block sums),
 Q4K and Q5K (the GGUF size plus unpacked 6-bit scales: 1.03x, 1.02x), Q6K
-(its 6-bit values as bytes: 1.3x) and IQ4_XS (indices as Q4K's nibbles, signed
-scales unpacked: 1.01x), these with Q8K activations.
+(the GGUF size: its values' low four bits as Q4K's nibbles, the top two
+regrouped) and IQ4_XS (indices as Q4K's nibbles, signed scales unpacked:
+1.01x), these with Q8K activations.
 """
 
 from __future__ import annotations
@@ -168,8 +169,14 @@ def repack(raw, type_name: str, n: int, k: int) -> tuple[int, np.ndarray]:
     if t.name == "Q6K":
         from ....ggml import kquants
 
-        q = _Unpacked(lambda b: kquants.q6_values(b).view(np.uint8), blocks, 256)
-        return _kernels.Q6K, _interleave([(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (q, 4)], n, nb)
+        def planes(b):  # values + 32: per 64, low four bits as Q4K's nibbles, then the top two bits in fours
+            u = (kquants.q6_values(b) + np.int8(32)).view(np.uint8)
+            top = (u >> 4).reshape(-1, 4, 4, 4, 4) << np.array([4, 6, 0, 2], np.uint8)[:, None]
+            nibbles, tops = kquants.pack_4bit_32(u & 15).reshape(-1, 4, 32), np.bitwise_or.reduce(top, axis=3)
+            return np.concatenate([nibbles, tops.reshape(-1, 4, 16)], axis=2).reshape(-1, 192)
+
+        fields = [(blocks[:, 208:210], 2), (blocks[:, 192:208], 1), (_Unpacked(planes, blocks, 192), 4)]
+        return _kernels.Q6K, _interleave(fields, n, nb)
     if t.name == "Q4K":
         from ....ggml import kquants
 

@@ -33,8 +33,11 @@
  *           (so one mask widens to the vector's 32 bytes with a byte shuffle).
  *   Q5_1x8: 16 (d) + 16 (m) + 32 (fifth bits) + 128: the GGUF size.
  * The K-quants, per 256-element super-block:
- *   Q6Kx8: d 8 x f16 (16) | scales [16 sub-blocks][8 rows] int8 (128) |
- *          values -32..31 as bytes, vector v = elements 4v..4v+3 of each row (2048)
+ *   Q6Kx8: d 8 x f16 (16) | scales [16 sub-blocks][8 rows] int8 (128) | per chunk c of
+ *          64 elements (384): the low four bits of the values + 32 as Q4Kx8's nibble
+ *          vectors 8c.. (256), then their top two bits (128): vector h, byte 4r + j, bits
+ *          4, 6, 0, 2 (s = 0..3) for nibble vector 4(h mod 2) + s's byte 4r + j, its low
+ *          nibble for h < 2, high for h >= 2 (the GGUF size)
  *   Q4Kx8: d 8 x f16 (16) | dmin 8 x f16 (16) | scales [8][8] (64) | mins [8][8] (64) |
  *          nibbles (1024): vector 8c + v holds bytes 32c + 4v.. of each row's 128, whose
  *          low nibbles are elements 4v.. of sub-block 2c and high ones of sub-block 2c + 1
@@ -76,7 +79,7 @@ static inline int64_t block_bytes(int fmt) {
 static inline int is_kquant(int fmt) { return fmt == FMT_Q4K || fmt == FMT_Q6K || fmt == FMT_Q5K || fmt == FMT_IQ4XS; }
 static inline int64_t kblock_bytes(int fmt) {
     switch (fmt) {
-    case FMT_Q6K: return 16 + 128 + 2048;
+    case FMT_Q6K: return 16 + 128 + 1024 + 512;
     case FMT_Q5K: return 32 + 128 + 256 + 1024;
     case FMT_IQ4XS: return 16 + 64 + 1024;
     default: return 32 + 128 + 1024;

@@ -305,18 +305,45 @@ INLINE void K(rows_32)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
     for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
 }
 
-/* Q6K: isum = sum over 16 sub-blocks of (scale x the exact sub-block sum); out += (d_w d_x) isum. */
-INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, int64_t i0, int R,
-                        float *out, int64_t n, int64_t g) {
+/* Bits 4-5 of a Q6K value from field s of its top-bits byte (fields at bits 4, 6, 0, 2:
+ * one shift at most, of 16-bit lanes: the mask drops what crosses bytes, and GCC makes
+ * a left shift of bytes a chain of additions). */
+INLINE u8x32 K(q6_top)(u8x32 H, int s) {
+    typedef uint16_t u16x16 __attribute__((vector_size(32)));
+    switch (s) {
+    case 0: return H & 0x30;
+    case 1: return (u8x32)((u16x16)H >> 2) & 0x30;
+    case 2: return (u8x32)((u16x16)H << 4) & 0x30;
+    default: return (u8x32)((u16x16)H << 2) & 0x30;
+    }
+}
+
+/* Q6K: values 0..63 (the stored q + 32): isum = sum over 16 sub-blocks of scale x (the
+ * exact sub-block sum - 32 x the activation's sub-block sum, Q8K's); out += (d_w d_x) isum. */
+INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xbs,
+                        int64_t i0, int R, float *out, int64_t n, int64_t g) {
     const int64_t k = nb * QKK, bb = kblock_bytes(FMT_Q6K);
     f32x8 acc[4] = {{0}, {0}, {0}, {0}};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         i32x8 isum[4] = {{0}, {0}, {0}, {0}};
-        for (int sb = 0; sb < 16; sb++) {
-            const i32x8 sc = K(bytes8)(blk + 16 + 8 * sb, 1);
-            for (int r = 0; r < R; r++)
-                isum[r] += K(dot_ss)(blk + 144 + 128 * sb, xq + (i0 + r) * k + b * QKK + 16 * sb, 4, 32) * sc;
+        for (int c = 0; c < 4; c++) {
+            u8x32 q[16], H[4]; /* q[v]: nibble vector v's low nibbles, q[8 + v] its high ones */
+            const uint8_t *qc = blk + 144 + 384 * c; /* one stream: a chunk's nibbles, then its top bits */
+            for (int h = 0; h < 4; h++) H[h] = K(load32)(qc + 256 + 32 * h);
+            for (int v = 0; v < 8; v++) {
+                const u8x32 W = K(load32)(qc + 32 * v);
+                q[v] = (W & 15) | K(q6_top)(H[v / 4], v % 4);
+                q[8 + v] = (W >> 4) | K(q6_top)(H[2 + v / 4], v % 4);
+            }
+            for (int t = 0; t < 4; t++) { /* sub-block 4c + t: vectors 4t..4t+3 */
+                const i32x8 sc = K(bytes8)(blk + 16 + 8 * (4 * c + t), 1);
+                for (int r = 0; r < R; r++) {
+                    const int64_t i = i0 + r;
+                    const int32_t xsum = xbs[(i * nb + b) * 16 + 4 * c + t];
+                    isum[r] += (K(dot_us)(q + 4 * t, xq + i * k + b * QKK + 64 * c + 16 * t, 4, 63) - 32 * xsum) * sc;
+                }
+            }
         }
         const f32x8 dw = K(halves8)(blk);
         for (int r = 0; r < R; r++) acc[r] += (dw * xd[(i0 + r) * nb + b]) * K(to_float)(isum[r]);
@@ -403,7 +430,7 @@ INLINE void K(rows)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, co
     case FMT_Q5_0: K(rows_32)(FMT_Q5_0, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
     case FMT_Q4_1: K(rows_32)(FMT_Q4_1, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
     case FMT_Q5_1: K(rows_32)(FMT_Q5_1, wg, nb, xq, xd, xs, xsf, i0, R, out, n, g); break;
-    case FMT_Q6K: K(rows_q6k)(wg, nb, xq, xd, i0, R, out, n, g); break;
+    case FMT_Q6K: K(rows_q6k)(wg, nb, xq, xd, xs, i0, R, out, n, g); break;
     case FMT_Q5K: K(rows_k4)(FMT_Q5K, wg, nb, xq, xd, xs, i0, R, out, n, g); break;
     case FMT_IQ4XS: K(rows_k4)(FMT_IQ4XS, wg, nb, xq, xd, xs, i0, R, out, n, g); break;
     default: K(rows_k4)(FMT_Q4K, wg, nb, xq, xd, xs, i0, R, out, n, g); break;
