@@ -50,8 +50,8 @@ def test_the_streaming_read_covers_its_buffer(threads, monkeypatch):
     seen = []
     reduce = np.add.reduce
     monkeypatch.setattr(stream.np.add, "reduce", lambda a: seen.append(a.size) or reduce(a), raising=False)
-    rate = stream.read_bandwidth(1 << 20, threads, passes=2)
-    assert rate > 0
+    res = stream.read_bandwidth(1 << 20, threads, passes=2)
+    assert res["read_gbps"] > 0 and res["read_cpu_s"] > 0
     assert sum(seen) == 3 * (1 << 17) and len(seen) == 3 * threads  # the untimed pass and two timed ones
 
 
@@ -69,8 +69,9 @@ def _entry(decode, prompt, rss):
 
 def test_tables_give_each_thread_count_its_own_table_and_the_bandwidth_share():
     common._printed_tables.clear()
-    res = {"Q4_0": {1: {"tallow": _entry(20.0, 50.0, 700.0), "llama.cpp": _entry(16.0, 40.0, 650.0),
-                        "stream": {"read_gbps": 30.0, "weight_bytes": 600_000_000}},
+    res = {"Q4_0": {1: {"tallow": dict(_entry(20.0, 50.0, 700.0), decode_cpu_ms=40.0),
+                        "llama.cpp": dict(_entry(16.0, 40.0, 650.0), decode_cpu_ms=50.0),
+                        "stream": {"read_gbps": 30.0, "weight_bytes": 600_000_000, "read_cpu_s": 0.02}},
                     2: {"tallow": _entry(30.0, 90.0, 710.0), "llama.cpp": _entry(40.0, 80.0, 660.0),
                         "stream": {"read_gbps": 45.0, "weight_bytes": 600_000_000}}}}
     text = llm.tables(res, (1, 2), ("tallow", "llama.cpp"), "1b")
@@ -83,7 +84,9 @@ def test_tables_give_each_thread_count_its_own_table_and_the_bandwidth_share():
     assert one["floor tok/s"] == "50.0" and one["decode / floor tallow / llama.cpp"] == "0.40 / 0.32"
     assert one["decode tallow / llama.cpp"] == "20.0 / 16.0" and printed[0]["rows"][0][2] == "1.250"
     assert printed[0]["rows"][0][4] == "1.250" and one["x"] == "1.077"  # prompt 50 / 40, memory 700 / 650
+    assert one["in CPU time tallow / llama.cpp"] == "0.50 / 0.40"  # a 20 ms read over 40 and 50 ms steps
     assert two["floor tok/s"] == "75.0" and two["decode / floor tallow / llama.cpp"] == "0.40 / 0.53"
+    assert two["in CPU time tallow / llama.cpp"] == "- / -"  # (no CPU times given)
     assert "1b shape, 2 threads" in text
 
 

@@ -14,7 +14,9 @@ every measurement (the host is then oversubscribed by one thread).
 Each format's decode speed is also given as a share of its memory-bandwidth
 floor: a third kind of run in the rotation (:mod:`tallow.bench.stream`) reads
 as many bytes as a decode step's weights with the same thread count, and the
-floor is that read's speed in tokens/s.
+floor is that read's speed in tokens/s; the same share in CPU time (the read's
+over a decode step's, all threads counted) is given beside it, as a check on a
+machine that other work shares.
 
 ``--shape`` picks the model: ``135m`` (the default), a random Llama with
 SmolLM2-135M's shape (hidden 576, 30 layers, 9/3 heads, vocabulary 49152, tied
@@ -208,7 +210,8 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                         runs.setdefault(fmt, {}).setdefault(t, {}).setdefault(impl, []).append(res)
                         if not quiet and impl == "stream" and "error" not in res:
                             print(f"  [{r + 1}/{repeats}] {fmt} {t} thread(s) streaming read: "
-                                  f"{res['read_gbps']:.1f} GB/s of {res['weight_bytes'] / 1e6:.0f} MB", flush=True)
+                                  f"{res['read_gbps']:.1f} GB/s of {res['weight_bytes'] / 1e6:.0f} MB "
+                                  f"({1e3 * res['read_cpu_s']:.2f} CPU ms)", flush=True)
                         elif not quiet:
                             msg = res.get("error") or (f"decode {res['decode_tps']:.1f} tok/s "
                                                         f"({res.get('decode_cpu_ms', float('nan')):.2f} CPU ms/token), prompt "
@@ -226,7 +229,7 @@ def bench_llm(files: dict, threads=(1, 2), impls=("tallow",), repeats: int = 3, 
                 entry = {"runs": rs}
                 if ok:
                     for key in ("decode_tps", "prompt_tps", "peak_rss_mib", "load_s", "decode_cpu_ms", "prompt_cpu_ms",
-                                "read_gbps", "weight_bytes"):
+                                "read_gbps", "read_cpu_s", "weight_bytes"):
                         if all(key in x for x in ok):
                             entry[key] = statistics.median(x[key] for x in ok)
                     entry["first_tokens"] = ok[0].get("first_tokens")
@@ -246,6 +249,13 @@ def floor_tps(by_impl: dict):
     return st["read_gbps"] * 1e9 / st["weight_bytes"]
 
 
+def cpu_share(by_impl: dict, impl: str):
+    """Decode's share of the floor in CPU time: the streaming read's CPU time over a decode
+    step's (all threads of each), a figure that other work on the cores disturbs less."""
+    read_cpu, step_ms = by_impl.get("stream", {}).get("read_cpu_s"), by_impl.get(impl, {}).get("decode_cpu_ms")
+    return None if read_cpu is None or not step_ms else 1e3 * read_cpu / step_ms
+
+
 def tables(res: dict, threads, impls, shape: str = "135m") -> str:
     """One table per thread count: per format decode and prompt tokens/s, decode as a share
     of the bandwidth floor, peak memory."""
@@ -254,7 +264,8 @@ def tables(res: dict, threads, impls, shape: str = "135m") -> str:
     out = []
     for t in threads:
         head = ["file", f"decode {names}"] + (["x"] if both else []) + [f"prompt {names}"] + (["x"] if both else [])
-        head += ["floor tok/s", f"decode / floor {names}", f"peak MiB {names}"] + (["x"] if both else [])
+        head += ["floor tok/s", f"decode / floor {names}", f"in CPU time {names}", f"peak MiB {names}"]
+        head += ["x"] if both else []
         rows = []
         for fmt, by_t in res.items():
             by_impl = by_t.get(t, {})
@@ -268,6 +279,7 @@ def tables(res: dict, threads, impls, shape: str = "135m") -> str:
             row.append(floor)
             shares = [_ratio(by_impl.get(i, {}).get("decode_tps"), floor) for i in impls]
             row.append(" / ".join("-" if v is None else f"{v:.2f}" for v in shares))
+            row.append(" / ".join("-" if v is None else f"{v:.2f}" for v in (cpu_share(by_impl, i) for i in impls)))
             vals = [by_impl.get(i, {}).get("peak_rss_mib") for i in impls]
             row.append(" / ".join("-" if v is None else f"{v:.0f}" for v in vals))
             if both:

@@ -26,7 +26,7 @@ def token_ids(vocab: int, count: int, seed: int) -> list:
 
 def tallow_runner(path: str, threads: int):
     import tallow as tl
-    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_models import load_gguf_model
 
     tl.utils.set_num_threads(threads)
     model = load_gguf_model(path)  # a Llama's ModelWeights, or another family's decoder
@@ -69,7 +69,7 @@ def stream_floor(path: str, threads: int) -> dict:
 
     nbytes = weight_bytes_per_token(path)
     return dict(impl="stream", file=os.path.basename(path), threads=threads, weight_bytes=nbytes,
-                read_gbps=read_bandwidth(nbytes, threads) / 1e9)
+                **read_bandwidth(nbytes, threads))
 
 
 def main(argv):

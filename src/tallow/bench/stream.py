@@ -31,17 +31,21 @@ def weight_bytes_per_token(path: str) -> int:
     return total
 
 
-def read_bandwidth(nbytes: int, threads: int, passes: int = 10) -> float:
-    """Bytes per second of reading a resident ``nbytes`` buffer with ``threads`` threads:
-    the fastest of ``passes`` timed passes after an untimed one (the floor is what the
-    memory allows; on a shared machine a slower pass measures the other processes)."""
+def read_bandwidth(nbytes: int, threads: int, passes: int = 10) -> dict:
+    """Reading a resident ``nbytes`` buffer with ``threads`` threads, ``passes`` timed passes
+    after an untimed one: ``read_gbps``, the fastest pass's bytes per second (the floor is
+    what the memory allows; on a shared machine a slower pass measures the other
+    processes), and ``read_cpu_s``, the least CPU time a pass took, summed over its
+    threads (comparable with a decode step's CPU time when other work shares the cores)."""
     words = np.ones(max(1, nbytes // 8), np.uint64)  # written once: every page resident
     edges = np.linspace(0, words.size, threads + 1).astype(np.int64)
     parts = [words[a:b] for a, b in zip(edges[:-1], edges[1:])]
-    sums = [0] * threads
+    sums, cpu = [0] * threads, [0.0] * threads
 
     def read(i):  # NumPy's reduction releases the GIL: the threads read at once
+        c0 = time.thread_time()
         sums[i] = int(np.add.reduce(parts[i]))
+        cpu[i] = time.thread_time() - c0
 
     def one_pass():
         workers = [threading.Thread(target=read, args=(i,)) for i in range(1, threads)]
@@ -52,11 +56,12 @@ def read_bandwidth(nbytes: int, threads: int, passes: int = 10) -> float:
             w.join()
         if sum(sums) != words.size:  # every word was read
             raise RuntimeError("the streaming read missed part of its buffer")
+        return sum(cpu)
 
     one_pass()
-    times = []
+    times, cpus = [], []
     for _ in range(passes):
         t0 = time.perf_counter()
-        one_pass()
+        cpus.append(one_pass())
         times.append(time.perf_counter() - t0)
-    return words.nbytes / min(times)
+    return {"read_gbps": words.nbytes / min(times) / 1e9, "read_cpu_s": min(cpus)}
