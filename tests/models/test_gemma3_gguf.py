@@ -69,7 +69,7 @@ def reference(gemma_path, tmp_path_factory):
 
 
 def test_logits_match_llama_cpp(gemma_path, reference, device):
-    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_models import load_gguf_model
 
     ids, f32, f16 = reference
     model = load_gguf_model(gemma_path, device)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import tallow as tl
-from tallow.models.gguf_decoder import gguf_name, load_gguf_model
+from tallow.models.gguf_decoder import gguf_name
+from tallow.models.gguf_models import load_gguf_model
 
 PROMPT = [(5 * i + 2) % 300 + 4 for i in range(32)]
 SMALL = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=4,

@@ -183,7 +183,7 @@ def _qwen3_gguf():
 @pytest.mark.parametrize("arch,kind", [("qwen2", ModelWeights), ("qwen3", ModelWeights),
                                        ("gemma3", Llama)])
 def test_gguf_families_join_and_leave_mid_way(arch, kind, tmp_path):
-    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_models import load_gguf_model
 
     hf = _perturbed({"qwen2": _qwen2_gguf, "qwen3": _qwen3_gguf, "gemma3": _gemma3_gguf}[arch], 6)
     write_q8_gguf(hf, arch, tmp_path / "m.gguf")
@@ -543,7 +543,7 @@ def test_misuse_is_refused_with_the_fix(gguf_files):
 
 # ----------------------------------------------------------------- SmolLM2-135M (real)
 def test_smollm2_sequences_decoded_together_equal_each_alone(smollm2_gguf):
-    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_models import load_gguf_model
     from tallow.models.gguf_tokenizer import tokenizer_from_gguf
 
     model = load_gguf_model(smollm2_gguf)

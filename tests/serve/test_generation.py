@@ -86,7 +86,7 @@ def test_logprobs_are_the_models_log_softmax(client, smollm2_gguf):
     import torch
 
     import tallow as tl
-    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_models import load_gguf_model
     from tallow.models.gguf_tokenizer import apply_chat_template, tokenizer_from_gguf
 
     r = chat(client, max_tokens=2, logprobs=True, top_logprobs=3)

@@ -250,7 +250,7 @@ def llama_cpp_logits(path: Path, prompt=PROMPT, steps=STEPS, n_ctx=N_CTX) -> dic
 def tallow_logits(path: Path, prompt=PROMPT, steps=STEPS, device="cpu") -> np.ndarray:
     """tallow's logits (positions, vocab) for the prompt and then each cached step."""
     import tallow as tl
-    from tallow.models.gguf_decoder import load_gguf_model
+    from tallow.models.gguf_models import load_gguf_model
 
     model = load_gguf_model(str(path), device)
     cache = model.new_cache()

@@ -174,7 +174,8 @@ def _generate(args) -> int:
             tokenizer = load_tokenizer(_find(args.tokenizer, ["tokenizer.json"], "--tokenizer"))
         else:  # llama.cpp's files carry their tokenizer
             tokenizer = tokenizer_from_gguf(model_path)
-        from tallow.models.gguf_decoder import gemma_chat_prompt, gguf_architecture, load_gguf_model
+        from tallow.models.gguf_decoder import gemma_chat_prompt
+        from tallow.models.gguf_models import gguf_architecture, load_gguf_model
         from tallow.models.gguf_tokenizer import chat_template
 
         prompt = None

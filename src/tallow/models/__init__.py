@@ -3,18 +3,18 @@ decoders (Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3, Gemma 3).
 
 The submodules load on first use: ``tl.models.bert``, ``tl.models.llama``,
 ``tl.models.generate``, ``tl.models.sentence``, ``tl.models.decoders`` (which family
-a config.json holds), ``tl.models.gguf_decoder`` (GGUF files of any supported family);
+a config.json holds), ``tl.models.gguf_models`` (the model of a GGUF file of any supported family);
 ``tl.models.SentenceEmbedder``.
 """
 
 import importlib
 
 _SUBMODULES = ("bert", "llama", "generate", "sentence", "config", "quantized_llama",
-               "decoders", "gemma3", "gguf_decoder")
+               "decoders", "gemma3", "gguf_decoder", "gguf_models")
 _NAMES = {"SentenceEmbedder": "sentence", "BertModel": "bert", "BertConfig": "bert",
           "Llama": "llama", "LlamaConfig": "llama", "Cache": "llama",
           "TextGenerator": "generate", "ModelFormatError": "config",
-          "ContextLengthError": "llama"}
+          "ContextLengthError": "config"}
 
 
 def __getattr__(name):

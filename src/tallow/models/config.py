@@ -13,6 +13,10 @@ class ModelFormatError(FileFormatError):
     architecture, tokenizer that does not fit the model...)."""
 
 
+
+class ContextLengthError(ModelFormatError, ValueError):
+    """A prompt (plus what is generated) does not fit in the model's context."""
+
 def read_json(path, what="config") -> dict:
     path = os.fspath(path)
     if os.path.isdir(path):

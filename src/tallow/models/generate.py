@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..tensor_class import Tensor
-from .config import ModelFormatError
+from .config import ContextLengthError, ModelFormatError
 
 DEFAULT_SEED = 299792458
 
@@ -183,8 +183,6 @@ class TextGenerator:
         limit = cache.max_positions
         # A prompt may fill the context: its last position still predicts one token.
         if len(ids) > limit:
-            from .llama import ContextLengthError
-
             raise ContextLengthError(
                 f"TextGenerator: the prompt has {len(ids)} tokens, the context is {limit} "
                 "(the model's max_position_embeddings, or max_context / --max-context if "

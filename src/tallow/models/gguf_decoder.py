@@ -242,19 +242,3 @@ def gemma_chat_prompt(messages) -> str:
         out.append(GEMMA_CHAT.format(role=role, content=content))
     return "".join(out) + "<start_of_turn>model\n"
 
-
-def gguf_architecture(path) -> str | None:
-    return read_gguf(path).value("general.architecture")
-
-
-def load_gguf_model(path, device=cpu):
-    """The model of a GGUF file, by its ``general.architecture``: a Llama, Qwen2 or
-    Qwen3 on the quantized Llama path (``ModelWeights``, with its fast decode),
-    the other families on the Tensor path (``load_gguf_decoder``)."""
-    from .quantized_llama import LLAMA_LIKE, ModelWeights
-
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such GGUF file: {path}")
-    if gguf_architecture(path) in ("llama",) + LLAMA_LIKE:
-        return ModelWeights.from_gguf(path, device)
-    return load_gguf_decoder(path, device)

