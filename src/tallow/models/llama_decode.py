@@ -49,8 +49,11 @@ from .rope_table import RopeTable
 _ops = native.decode_ops  # the compiled float kernels, or None when not built
 
 F32 = np.float32
-_F16_TILE_BYTES = 2 << 20  # an f16 weight's rows are converted to f32 this much at a time in a prompt
-_ROW_BLOCK = 32  # activation rows per piece of a prompt's float product split across threads
+# A prompt's float product is cut by weight rows into about _PIECES pieces of at most
+# _PIECE_BYTES of f32 each, whatever the thread count (so that the sums are the same
+# at every count).
+_PIECES = 4
+_PIECE_BYTES = 2 << 20
 
 
 def available() -> bool:
@@ -106,29 +109,29 @@ class _FloatProj:
         if m <= 4:  # a few rows: the row-streaming kernel, f16 converted in registers
             _ops.matvec_float(self.w, self.half, x, out, m, self.n, self.k, 0, self.n)
             return out
-        # Prompt-sized: BLAS over f32 tiles of the weight (f16 tiles converted once, by
-        # F16C, into a buffer that stays in cache), the activation rows split across
-        # threads: every thread gets an equal share of every tile, whatever its shape.
-        blocks = -(-m // _ROW_BLOCK)
-        threads = native.plan_threads(m, self.n, self.k, blocks, None)
-        tile_rows = self.n if not self.half else max(8, min(self.n, _F16_TILE_BYTES // (4 * self.k)))
-        buf = np.empty((tile_rows, self.k), F32) if self.half else None
-        for r0 in range(0, self.n, tile_rows):
-            r1 = min(self.n, r0 + tile_rows)
-            if self.half:
-                t = buf[: r1 - r0]
-                _ops.f16_to_f32(self.w[r0:r1], t, t.size)
-            else:
-                t = self.w[r0:r1]
+        # Prompt-sized: BLAS over pieces of the weight's rows, each with every activation
+        # row (the weight piece is read once, f16 converted once by F16C into an f32
+        # piece that stays in cache); threads take whole pieces.  Splitting the
+        # activation rows instead made every thread read every weight row.
+        rows = -(-self.n // _PIECES)
+        rows = max(16, min(-(-rows // 16) * 16, _PIECE_BYTES // (4 * self.k) // 16 * 16))
+        pieces = [(r0, min(self.n, r0 + rows)) for r0 in range(0, self.n, rows)]
+        w, half, k = self.w, self.half, self.k
 
-            def rows(a, b, t=t, r0=r0, r1=r1):  # activation row blocks [a, b)
-                a, b = a * _ROW_BLOCK, min(m, b * _ROW_BLOCK)
-                out[a:b, r0:r1] = x[a:b] @ t.T
-
-            if threads > 1:
-                native.pool.run_ranges(rows, blocks, threads)
+        def piece(r0, r1):
+            if half:
+                t = np.empty((r1 - r0, k), F32)
+                _ops.f16_to_f32(w[r0:r1], t, t.size)
             else:
-                rows(0, blocks)
+                t = w[r0:r1]
+            np.matmul(x, t.T, out=out[:, r0:r1])
+
+        threads = native.plan_threads(m, self.n, self.k, len(pieces), None)
+        if threads > 1:
+            native.pool.run_pieces(piece, pieces, threads)
+        else:
+            for p in pieces:
+                piece(*p)
         return out
 
 

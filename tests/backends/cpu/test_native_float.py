@@ -47,7 +47,8 @@ def test_matvec_float_writes_only_its_row_range():
 @pytest.mark.parametrize("m", [1, 4, 5, 70])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_float_projection_prompt_product_matches_numpy(half, m, threads, monkeypatch):
-    """The prompt form: f16 tiles converted to f32, BLAS, activation rows split across threads."""
+    """The prompt form: pieces of the weight's rows (f16 converted to f32), BLAS, the pieces
+    split across threads."""
     import tallow as tl
     from tallow.backends.cpu import native
 
@@ -60,7 +61,7 @@ def test_float_projection_prompt_product_matches_numpy(half, m, threads, monkeyp
     proj = llama_decode._FloatProj.__new__(llama_decode._FloatProj)
     proj.n, proj.k, proj.half = n, k, half
     proj.w = w.view(np.uint16) if half else w
-    monkeypatch.setattr(llama_decode, "_F16_TILE_BYTES", 4 * k * 64)  # several tiles, one short
+    monkeypatch.setattr(llama_decode, "_PIECE_BYTES", 4 * k * 64)  # several pieces, one short
     x = rng.standard_normal((m, k)).astype(np.float32)
     want = x.astype(np.float64) @ w.astype(np.float64).T
     try:
@@ -68,6 +69,33 @@ def test_float_projection_prompt_product_matches_numpy(half, m, threads, monkeyp
     finally:
         tl.utils.set_num_threads(old)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+def test_float_prompt_product_is_the_same_at_one_and_two_threads(half, monkeypatch):
+    """A prompt's float product gives the same bits whatever the thread count (a
+    SmolLM2-135M q|k|v shape): the pieces do not depend on it."""
+    import tallow as tl
+    from tallow.backends.cpu import native
+
+    monkeypatch.setattr(native, "MIN_WORK_PER_THREAD", 1)
+    rng = np.random.default_rng(7)
+    m, n, k = 256, 960, 576
+    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float16 if half else np.float32)
+    proj = llama_decode._FloatProj.__new__(llama_decode._FloatProj)
+    proj.n, proj.k, proj.half = n, k, half
+    proj.w = w.view(np.uint16) if half else w
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    old = tl.utils.get_num_threads()
+    try:
+        got = {}
+        for threads in (1, 2):
+            tl.utils.set_num_threads(threads)
+            got[threads] = proj.matmul(x)
+    finally:
+        tl.utils.set_num_threads(old)
+    np.testing.assert_array_equal(got[1], got[2])
+    np.testing.assert_allclose(got[1], x.astype(np.float64) @ w.astype(np.float64).T, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
