@@ -139,6 +139,48 @@ def test_split_float_matvec_equals_the_one_thread_kernel(pool, half):
             assert not part[:, : n // 3].any()
 
 
+def _attention_f64(q, kc, vc, s, nh, nkv, d, pos0, scale, h0, h1):
+    """Causal softmax attention over the cache in float64 (the oracle)."""
+    out = np.zeros((s, nh, d))
+    for r in range(s):
+        total = pos0 + r + 1
+        for h in range(h0, h1):
+            kv = h // (nh // nkv)
+            z = kc[kv, :total].astype(np.float64) @ q[r, h].astype(np.float64) * scale
+            p = np.exp(z - z.max())
+            out[r, h] = (p / p.sum()) @ vc[kv, :total].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("nh,nkv,s,pos0,h0,h1", [(9, 3, 1, 300, 0, 9), (32, 4, 1, 700, 0, 32),
+                                                 (8, 2, 3, 50, 0, 8), (12, 4, 1, 400, 3, 11)])
+def test_split_attention_equals_one_thread_bit_for_bit(pool, nh, nkv, s, pos0, h0, h1):
+    """Decode attention splits its query heads across the pool (each head whole on one
+    thread): the same bits as one thread, float64 within f32 rounding."""
+    from tallow.backends.cpu.native import _ops
+
+    rng = np.random.default_rng(nh + pos0)
+    d, ctx, scale = 64, 1024, 0.125
+    q = rng.normal(0, 1, (s, nh, d)).astype(F)
+    kc, vc = (rng.normal(0, 1, (nkv, ctx, d)).astype(F) for _ in range(2))
+
+    def run():
+        out = np.zeros((s, nh, d), F)
+        _ops.attention(q, kc, vc, out, s, nh, nkv, d, ctx, pos0, scale, h0, h1)
+        return out
+
+    pool.set_threads(1)
+    one = run()
+    np.testing.assert_allclose(one, _attention_f64(q, kc, vc, s, nh, nkv, d, pos0, scale, h0, h1), atol=2e-5)
+    assert not one[:, :h0].any() and not one[:, h1:].any()
+    for threads in (2, 3, 4):
+        pool.set_threads(threads)
+        before = pool.stats()["jobs"]
+        for _ in range(3):
+            np.testing.assert_array_equal(run(), one, err_msg=f"{threads} threads")
+        assert pool.stats()["jobs"] > before  # it was split
+
+
 def test_one_thread_means_no_pool_threads(pool):
     pool.set_threads(2)
     counts = np.zeros(64, np.uint32)

@@ -151,9 +151,43 @@ static PyObject *py_rope_store(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 /* ------------------------------------------------------------------ attention */
+/* Query heads [h0 + lo, h0 + hi) of every row: the unit tallow's pool splits (_workers.h).
+ * Each head is computed whole by one thread, so the split changes no sum. */
+typedef struct {
+    const float *q, *kc, *vc;
+    float *out, *scores; /* scores: (pos0 + s) floats per head of the range */
+    int64_t s, nh, group, d, ctx, pos0, h0;
+    float scale;
+} att_job;
+
+static void att_task(void *p, int64_t lo, int64_t hi) {
+    const att_job *j = (const att_job *)p;
+    const int64_t d = j->d;
+    float *scores = j->scores + lo * (j->pos0 + j->s); /* this chunk's: chunks start at distinct heads */
+    for (int64_t h = j->h0 + lo; h < j->h0 + hi; h++) {
+        const float *K = j->kc + (h / j->group) * j->ctx * d, *V = j->vc + (h / j->group) * j->ctx * d;
+        for (int64_t r = 0; r < j->s; r++) {
+            const int64_t total = j->pos0 + r + 1;
+            const float *qh = j->q + (r * j->nh + h) * d;
+            float mx = -INFINITY;
+            for (int64_t t = 0; t < total; t++) {
+                float v = OPS->dot(qh, K + t * d, d) * j->scale;
+                scores[t] = v;
+                mx = v > mx ? v : mx;
+            }
+            float sum = OPS->exp_shift_sum(scores, total, mx);
+            float *o = j->out + (r * j->nh + h) * d;
+            memset(o, 0, (size_t)d * 4);
+            float inv = 1.0f / sum;
+            for (int64_t t = 0; t < total; t++) OPS->axpy(o, scores[t] * inv, V + t * d, d);
+        }
+    }
+}
+
 /* attention(q, kcache, vcache, out, s, nh, nkv, d, ctx, pos0, scale, h0, h1): causal
  * softmax attention of queries q (s, nh, d) at positions pos0.. over the cache, heads
- * [h0, h1) (callers may split heads across threads); out (s, nh, d). */
+ * [h0, h1); out (s, nh, d).  The heads split across tallow's pool when the cache they
+ * read is worth it. */
 static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 13) return PyErr_Format(PyExc_TypeError, "attention takes 13 arguments");
@@ -169,33 +203,18 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, s * nh * d * 4, "q") && get_buf(args[1], &b[1], 0, nkv * ctx * d * 4, "kcache") &&
         get_buf(args[2], &b[2], 0, nkv * ctx * d * 4, "vcache") && get_buf(args[3], &b[3], 1, s * nh * d * 4, "out")) {
-        float *scores = (float *)PyMem_RawMalloc((size_t)(pos0 + s) * 4);
+        const int64_t heads = hr[1] - hr[0];
+        float *scores = (float *)PyMem_RawMalloc((size_t)((heads ? heads : 1) * (pos0 + s)) * 4);
         if (!scores) {
             release(b, 4);
             return PyErr_NoMemory();
         }
-        const float *q = (const float *)b[0].view.buf, *kc = (const float *)b[1].view.buf, *vc = (const float *)b[2].view.buf;
-        float *out = (float *)b[3].view.buf;
-        int64_t group = nh / nkv;
+        att_job job = {(const float *)b[0].view.buf, (const float *)b[1].view.buf, (const float *)b[2].view.buf,
+                       (float *)b[3].view.buf, scores, s, nh, nh / nkv, d, ctx, pos0, hr[0], scale};
+        /* Worth a split as a product streaming 2 bytes per head, position and element would
+         * be: a head's keys and values come from the cache, several times faster. */
         Py_BEGIN_ALLOW_THREADS
-        for (int64_t r = 0; r < s; r++) {
-            int64_t total = pos0 + r + 1;
-            for (int64_t h = hr[0]; h < hr[1]; h++) {
-                const float *qh = q + (r * nh + h) * d;
-                const float *K = kc + (h / group) * ctx * d, *V = vc + (h / group) * ctx * d;
-                float mx = -INFINITY;
-                for (int64_t t = 0; t < total; t++) {
-                    float v = OPS->dot(qh, K + t * d, d) * scale;
-                    scores[t] = v;
-                    mx = v > mx ? v : mx;
-                }
-                float sum = OPS->exp_shift_sum(scores, total, mx);
-                float *o = out + (r * nh + h) * d;
-                memset(o, 0, (size_t)d * 4);
-                float inv = 1.0f / sum;
-                for (int64_t t = 0; t < total; t++) OPS->axpy(o, scores[t] * inv, V + t * d, d);
-            }
-        }
+        tallow_pool_run(att_task, &job, heads, 1, heads * (pos0 + s) * d * 2);
         Py_END_ALLOW_THREADS
         PyMem_RawFree(scores);
         Py_INCREF(Py_None);
