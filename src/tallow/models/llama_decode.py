@@ -17,9 +17,12 @@ the formats those do not cover, in the numba layout.  The token embedding
 stays in its GGUF format and rows are dequantized on lookup; a tied output
 layer multiplies by it in that format too.  The key/value cache is
 preallocated per generation and grows by doubling; each step writes its
-position in place.  Matrix-vector products (one token) run on the calling
-thread; prompt-sized products split across threads (see
-:func:`tallow.backends.cpu.native.plan_threads`).
+position in place.  Matrix-vector products (one token) and the attention's
+heads split across the compiled pool (``native/_workers.c``: each thread
+streams its own contiguous region of a weight) when the machine has a CPU to
+spare; prompt-sized products split by pieces across the same threads (see
+:func:`tallow.backends.cpu.native.plan_threads`), the same pieces at every
+thread count.
 
 Llama-like families run here too: Qwen2's q/k/v biases are added after the q|k|v
 product and Qwen3's per-head RMSNorm of queries and keys applied before the
