@@ -120,3 +120,26 @@ def test_the_1b_shape_makes_nothing_without_llama_cpp(tmp_path):
     the 4 GB F32 one) is written."""
     found = llm.ensure_models(str(tmp_path), ("Q4_K_M", "Q8_0"), make=True, quiet=True, shape="1b")
     assert found == {} and list(tmp_path.iterdir()) == []
+
+
+def test_the_worker_times_the_long_prompt_and_the_decode_steps(monkeypatch, capsys):
+    """A fake model whose every fed token costs 1 ms of CPU and wall time: the prompt's CPU
+    time per token is the long prompt's (the 32-token prompt before decoding once
+    overwrote it), the decode's is one step's."""
+    clock = [0.0]
+
+    def runner(path, threads):
+        def feed(ids):
+            clock[0] += 1e-3 * len(ids)
+            return None
+
+        return 1000, lambda: None, feed, lambda logits: 7
+
+    monkeypatch.setattr(llm_worker, "tallow_runner", runner)
+    monkeypatch.setattr(llm_worker.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(llm_worker.time, "process_time", lambda: clock[0])
+    assert llm_worker.main(["tallow", "m.gguf", "1", "512", "16"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["prompt_cpu_ms"] == pytest.approx(1.0) and res["prompt_tps"] == pytest.approx(1000.0)
+    assert res["decode_cpu_ms"] == pytest.approx(1.0) and res["decode_tps"] == pytest.approx(1000.0)
+    assert res["first_tokens"] == [7] * 8
