@@ -114,3 +114,29 @@ def test_stop_text_releases_what_openai_returns(pieces, stops):
     if not hit:
         out.append(stop.flush())
     assert ("".join(out), hit) == openai_cut(pieces, stops)
+
+
+@pytest.mark.parametrize("text", ["🎉", "你好"])
+def test_an_answer_cut_inside_a_character_leaves_it_out(decoder, text):
+    """Byte tokens of one character (SmolLM2 spells an emoji in three): an answer that
+    ends after some of them ends before the character, never with U+FFFD; one that ends
+    after all of them has it whole, as the tokenizer decodes it."""
+    import numpy as np
+
+    from tallow.serve.sequence import SamplingParams, Sequence
+
+    model, tokenizer, chat_prompt, eos = decoder
+    ids = tokenizer.encode(text).ids
+    assert len(ids) > 1 and tokenizer.decode(ids) == text
+    for n in range(1, len(ids) + 1):
+        events = []
+        seq = Sequence([1], SamplingParams(max_tokens=n, temperature=0), tokenizer, eos, events.append)
+        for t in ids[:n]:  # logits that make greedy sampling take the token
+            seq.logits = np.where(np.arange(model.config.vocab_size) == t, 1.0, 0.0)
+            seq.take_logits(limit=100)
+        got = "".join(e.text for e in events)
+        assert events[-1].finish_reason == "length"
+        whole = tokenizer.decode(ids[:n])
+        assert got == whole.rstrip("\ufffd") and "\ufffd" not in got
+        # every character the prefix completes is kept (你 of 你好 needs its first 2 tokens)
+        assert got == "".join(ch for ch in text if ch in whole)

@@ -70,6 +70,34 @@ def test_bad_chat_parameters_are_400(server, change, param):
     assert_error(post(server, "/v1/chat/completions", {**CHAT, **change}), 400, param)
 
 
+@pytest.mark.parametrize("change,param", [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ({"tool_choice": "required"}, "tool_choice"), ({"function_call": {"name": "f"}}, "function_call"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format"),
+    ({"logit_bias": {"50256": -100}}, "logit_bias"), ({"modalities": ["text", "audio"]}, "modalities"),
+])
+def test_options_that_would_change_the_answer_are_refused_not_ignored(client, change, param):
+    """A tool call, a JSON object or banned tokens cannot be honoured: the client learns so
+    (openai raises BadRequestError naming the parameter) instead of getting plain text."""
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=CHAT_MODEL, messages=CHAT["messages"], max_tokens=2, **change)
+    assert e.value.status_code == 400 and e.value.body["param"] == param
+    assert e.value.body["code"] == "unsupported_value"
+
+
+def test_harmless_fields_openai_clients_send_are_accepted(client):
+    """Bookkeeping fields, and the empty or default forms of the refused options."""
+    r = client.chat.completions.create(
+        model=CHAT_MODEL, messages=CHAT["messages"], max_tokens=2, temperature=0, user="u-1",
+        metadata={"k": "v"}, store=False, parallel_tool_calls=False, response_format={"type": "text"},
+        tool_choice="none", logit_bias={}, modalities=["text"], extra_body={"unknown_field": 1})
+    assert r.usage.completion_tokens == 2
+
+
 @pytest.mark.parametrize("body,param", [
     ({"prompt": "x", "logprobs": 6}, "logprobs"), ({"prompt": ""}, "prompt"), ({"prompt": [10**9]}, "prompt"),
     ({"prompt": ["a", ""]}, "prompt"), ({"prompt": [[]]}, "prompt"), ({"prompt": ["x"] * 100}, "prompt"), ({"prompt": "x", "echo": True}, "echo"), ({}, "prompt"),

@@ -140,3 +140,24 @@ def test_a_disconnecting_plain_request_frees_its_slot(small_server):
     s.close()
     assert wait_until(lambda: active(small_server) == 0, 10)
     assert seq.cancelled and len(seq.generated) < LONG["max_tokens"] and seq.cache is None
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_no_server_error(small_server):
+    """The body cut short by a closed connection: nobody to answer, so no 500 counted and
+    no error logged, and the server goes on."""
+    def server_errors():
+        return httpx.get(small_server.url + "/metrics").text.count('status="500"')
+
+    before = server_errors()
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        s = socket.create_connection((small_server.host, small_server.port))
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 1000\r\n\r\n{\"model\"".encode())
+        time.sleep(0.3)
+        s.close()
+    assert wait_until(lambda: 'endpoint="/v1/completions",status="499"' in
+                      httpx.get(small_server.url + "/metrics").text, 10)
+    assert server_errors() == before
+    r = httpx.post(small_server.url + "/v1/chat/completions", json={**LONG, "stream": False, "max_tokens": 1},
+                   timeout=60)
+    assert r.status_code == 200

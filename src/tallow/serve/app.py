@@ -19,6 +19,7 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -61,11 +62,14 @@ async def read_json(request, limits: ServerLimits) -> dict:
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise too_big
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            raise too_big
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise too_big
+            chunks.append(chunk)
+    except ClientDisconnect:  # it left before its body was whole: nobody to answer
+        raise ClientGone() from None
     try:
         body = json.loads(b"".join(chunks))
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors

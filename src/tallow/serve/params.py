@@ -65,8 +65,39 @@ def _stops(body) -> tuple:
     return tuple(s for s in stops if s)
 
 
+def _refuse_unsupported(body: dict) -> None:
+    """Options that would change the answer if honoured: silently ignoring them would
+    hand back an answer the client did not ask for (plain text for a tool call or a
+    JSON object, tokens it banned), so they are refused. Their empty or default forms
+    (``tools: []``, ``tool_choice: "none"``, ``response_format: {"type": "text"}``,
+    ``logit_bias: {}``) ask for nothing and pass, as do bookkeeping fields such as
+    ``user``, ``metadata``, ``store`` and ``parallel_tool_calls``."""
+    for key in ("tools", "functions"):
+        if body.get(key):
+            raise bad_parameter(key, f"{key} (function calling) is not supported here: send the "
+                                "request without it", code="unsupported_value")
+    for key in ("tool_choice", "function_call"):
+        if body.get(key) not in (None, "none", "auto"):
+            raise bad_parameter(key, f"{key} is not supported here (function calling): send the "
+                                "request without it", code="unsupported_value")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+        raise bad_parameter("response_format", f"response_format {kind!r:.40} is not supported here "
+                            "(only {\"type\": \"text\"}): ask for JSON in the prompt instead",
+                            code="unsupported_value")
+    if body.get("logit_bias"):
+        raise bad_parameter("logit_bias", "logit_bias is not supported here: send the request "
+                            "without it", code="unsupported_value")
+    modalities = body.get("modalities")
+    if (modalities is not None and modalities != ["text"]) or body.get("audio") is not None:
+        raise bad_parameter("modalities", "only text answers are supported here (modalities: "
+                            "[\"text\"], no audio)", code="unsupported_value")
+
+
 def generation_request(body: dict, chat: bool) -> GenerationRequest:
     """The sampling settings common to chat and completions."""
+    _refuse_unsupported(body)
     temperature = optional(body, "temperature", _is_number, "a number", 1.0)
     if not 0 <= temperature <= 2:
         raise bad_parameter("temperature", f"temperature must be between 0 and 2, got {temperature}")

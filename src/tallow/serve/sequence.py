@@ -150,8 +150,12 @@ class Sequence:
         self._send(text, lp)
 
     def _rest(self) -> str:
-        """The text still undecoded or held back, cut at a stop string if one shows."""
-        tail, stopped = self.stop.feed(self.stream.decode_rest() or "")
+        """The text still undecoded or held back, cut at a stop string if one shows.
+
+        A character whose bytes were cut by the end (``max_tokens`` after the first of
+        an emoji's byte tokens) decodes as U+FFFD; it was never generated whole, so it is
+        left out rather than sent as a replacement character."""
+        tail, stopped = self.stop.feed((self.stream.decode_rest() or "").rstrip("\ufffd"))
         return tail if stopped else tail + self.stop.flush()
 
     def _send(self, text, lp) -> None:
