@@ -31,15 +31,17 @@ INLINE void K(store_tile)(const VF *acc, int rows, int panels, float *c, int64_t
         return;
     }
 #if VW == 16
-    for (int i = 0; i < mr; i++)
-        for (int v = 0; v < w; v++) {
+    for (int v = 0; v < w; v++) {
+        const unsigned m = K(lanes)(0, nr - v * VW);
+        const VF bv = flags & F_BIAS ? K(load_masked)((VF){0}, bias + v * VW, m) : (VF){0};
+        for (int i = 0; i < mr; i++) {
             float *cv = c + i * ldc + v * VW;
-            const int n = nr - v * VW;
             VF x = acc[i * w + v];
-            if (flags & F_LOAD) x = K(load_lanes)((VF){0}, cv, 0, n) + x;
-            if (flags & F_BIAS) x = x + K(load_lanes)((VF){0}, bias + v * VW, 0, n);
-            K(store_first)(cv, x, n);
+            if (flags & F_LOAD) x = K(load_masked)((VF){0}, cv, m) + x;
+            if (flags & F_BIAS) x = x + bv;
+            K(store_masked)(cv, x, m);
         }
+    }
 #else
     float t[TILE8 * 2 * NR];
     memcpy(t, acc, (size_t)rows * w * sizeof(VF));
@@ -93,11 +95,14 @@ G_KERNEL(rows8, TILE8, 2, const int64_t *off, b + off[p])
 TARGET static void K(pack_windows)(const tallow_windows *w, int64_t pc, int64_t kc, int64_t panels,
                                    const int8_t *runs, int8_t dof[][NR], int8_t n[][NR], int64_t sof[][NR],
                                    float *dst) {
+    unsigned mask[WIN_PANELS][NR];
+    for (int64_t q = 0; q < panels; q++)
+        for (int r = 0; r < runs[q]; r++) mask[q][r] = K(lanes)(dof[q][r], n[q][r]);
     for (int64_t p = 0; p < kc; p++) {
         const float *row = w->base + w->row_off[pc + p];
         for (int64_t q = 0; q < panels; q++) {
             VF v = {0};
-            for (int r = 0; r < runs[q]; r++) v = K(load_lanes)(v, row + sof[q][r] - dof[q][r], dof[q][r], n[q][r]);
+            for (int r = 0; r < runs[q]; r++) v = K(load_masked)(v, row + sof[q][r] - dof[q][r], mask[q][r]);
             K(store)(dst + q * kc * NR + p * NR, v);
         }
     }
@@ -110,16 +115,18 @@ TARGET static void K(pack_windows_t)(const tallow_windows *w, int64_t pc, int64_
     const int64_t panels = (nc + NR - 1) / NR;
     int8_t dof[NR], n[NR];
     int64_t sof[NR];
+    unsigned mask[NR];
     for (int64_t pa = 0; pa < kc; pa += NR) {
         const int64_t m = kc - pa < NR ? kc - pa : NR;
         const int runs = position_runs(w, pc + pa, m, dof, sof, n);
+        for (int r = 0; r < runs; r++) mask[r] = K(lanes)(dof[r], n[r]);
         for (int64_t q = 0; q < panels; q++) {
             VF v[NR];
             for (int l = 0; l < NR; l++) {
                 v[l] = (VF){0};
                 if (q * NR + l >= nc) continue;
                 const float *win = w->base + w->row_off[j0 + q * NR + l];
-                for (int r = 0; r < runs; r++) v[l] = K(load_lanes)(v[l], win + sof[r] - dof[r], dof[r], n[r]);
+                for (int r = 0; r < runs; r++) v[l] = K(load_masked)(v[l], win + sof[r] - dof[r], mask[r]);
             }
             K(transpose)(v);
             for (int i = 0; i < m; i++) K(store)(dst + q * kc * NR + (pa + i) * NR, v[i]);

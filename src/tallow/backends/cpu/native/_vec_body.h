@@ -25,22 +25,27 @@ typedef int32_t K(vi) __attribute__((vector_size(VW * 4)));
 INLINE VF K(load)(const float *p) { return *(const K(vfu) *)p; }
 INLINE void K(store)(float *p, VF v) { *(K(vfu) *)p = v; }
 
-/* v with its lanes [lo, lo + n) read from p + lo.. (the other lanes' floats are not read). */
-INLINE VF K(load_lanes)(VF v, const float *p, int lo, int n) {
+/* Lanes [lo, lo + n) as a bit mask (none for n <= 0). */
+INLINE unsigned K(lanes)(int lo, int n) { return n <= 0 ? 0u : n >= VW ? ((1u << VW) - 1) << lo : ((1u << n) - 1) << lo; }
+
+/* v with the lanes in mask read from p (the other lanes' floats are not read). */
+INLINE VF K(load_masked)(VF v, const float *p, unsigned mask) {
 #if VW == 16
-    return (VF)_mm512_mask_loadu_ps((__m512)v, (__mmask16)(first_lanes(n) << lo), p);
+    return (VF)_mm512_mask_loadu_ps((__m512)v, (__mmask16)mask, p);
 #else
-    for (int l = lo; l < lo + n; l++) v[l] = p[l];
+    for (int l = 0; l < VW; l++)
+        if (mask >> l & 1) v[l] = p[l];
     return v;
 #endif
 }
 
-/* v's first n lanes to p. */
-INLINE void K(store_first)(float *p, VF v, int n) {
+/* v's lanes in mask to p. */
+INLINE void K(store_masked)(float *p, VF v, unsigned mask) {
 #if VW == 16
-    _mm512_mask_storeu_ps(p, first_lanes(n), (__m512)v);
+    _mm512_mask_storeu_ps(p, (__mmask16)mask, (__m512)v);
 #else
-    for (int l = 0; l < n && l < VW; l++) p[l] = v[l];
+    for (int l = 0; l < VW; l++)
+        if (mask >> l & 1) p[l] = v[l];
 #endif
 }
 

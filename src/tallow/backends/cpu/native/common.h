@@ -1,8 +1,8 @@
 /* Helpers shared by tallow's compiled CPU modules (_kernels.c, _ops.c, _conv.c,
  * _gemm.c, _step.c, _transpose.c, _reduce.c): the CPU feature checks and the Python
- * switch between a module's SIMD and baseline builds, part-vector lane masks, the
- * exact f16 -> f32 conversion of the scalar code, and the buffer-protocol wrappers
- * every entry point validates its arrays with.  Include after Python.h. */
+ * switch between a module's SIMD and baseline builds, the exact f16 -> f32 conversion
+ * of the scalar code, and the buffer-protocol wrappers every entry point validates its
+ * arrays with.  Include after Python.h. */
 #ifndef TALLOW_NATIVE_COMMON_H
 #define TALLOW_NATIVE_COMMON_H
 
@@ -18,12 +18,6 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512F __attribute__((target("avx2,fma,f16c,avx512f")))
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#endif
-
-#ifdef TALLOW_X86
-/* ------------------------------------------------------------------ lane masks */
-/* The first n of 16 lanes (none for n <= 0): a part-vector's loads and stores. */
-static inline __mmask16 first_lanes(int64_t n) { return (__mmask16)(n <= 0 ? 0 : n >= 16 ? 0xFFFF : (1u << n) - 1); }
 #endif
 
 /* ------------------------------------------------------------------ CPU features */
