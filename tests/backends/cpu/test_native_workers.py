@@ -153,10 +153,12 @@ def _attention_f64(q, kc, vc, s, nh, nkv, d, pos0, scale, h0, h1):
 
 
 @pytest.mark.parametrize("nh,nkv,s,pos0,h0,h1", [(9, 3, 1, 300, 0, 9), (32, 4, 1, 700, 0, 32),
-                                                 (8, 2, 3, 50, 0, 8), (12, 4, 1, 400, 3, 11)])
+                                                 (8, 2, 3, 50, 0, 8), (12, 4, 1, 400, 3, 11),
+                                                 (128, 1, 1, 40, 0, 128)])
 def test_split_attention_equals_one_thread_bit_for_bit(pool, nh, nkv, s, pos0, h0, h1):
     """Decode attention splits its query heads across the pool (each head whole on one
-    thread): the same bits as one thread, float64 within f32 rounding."""
+    thread; the heads of a key/value head taken together, more than 64 of them in
+    turns): the same bits as one thread, float64 within f32 rounding."""
     from tallow.backends.cpu.native import _ops
 
     rng = np.random.default_rng(nh + pos0)

@@ -152,34 +152,51 @@ static PyObject *py_rope_store(PyObject *self, PyObject *const *args, Py_ssize_t
 
 /* ------------------------------------------------------------------ attention */
 /* Query heads [h0 + lo, h0 + hi) of every row: the unit tallow's pool splits (_workers.h).
- * Each head is computed whole by one thread, so the split changes no sum. */
+ * The heads of the range that share a key/value head are taken together, so that each
+ * cached key and value is read once for all of them; each head's arithmetic is the
+ * same whatever the grouping or the split (its dot products, softmax and sums in
+ * position order), so the results do not depend on the thread count. */
 typedef struct {
     const float *q, *kc, *vc;
-    float *out, *scores; /* scores: (pos0 + s) floats per head of the range */
+    float *out, *scores; /* scores: (pos0 + s) floats per head of [h0, h1) */
     int64_t s, nh, group, d, ctx, pos0, h0;
     float scale;
 } att_job;
 
+#define ATT_MAX_GROUP 64
+
 static void att_task(void *p, int64_t lo, int64_t hi) {
     const att_job *j = (const att_job *)p;
-    const int64_t d = j->d;
-    float *scores = j->scores + lo * (j->pos0 + j->s); /* this chunk's: chunks start at distinct heads */
-    for (int64_t h = j->h0 + lo; h < j->h0 + hi; h++) {
-        const float *K = j->kc + (h / j->group) * j->ctx * d, *V = j->vc + (h / j->group) * j->ctx * d;
-        for (int64_t r = 0; r < j->s; r++) {
-            const int64_t total = j->pos0 + r + 1;
-            const float *qh = j->q + (r * j->nh + h) * d;
-            float mx = -INFINITY;
-            for (int64_t t = 0; t < total; t++) {
-                float v = OPS->dot(qh, K + t * d, d) * j->scale;
-                scores[t] = v;
-                mx = v > mx ? v : mx;
+    const int64_t d = j->d, stride = j->pos0 + j->s;
+    for (int64_t r = 0; r < j->s; r++) {
+        const int64_t total = j->pos0 + r + 1;
+        for (int64_t a = j->h0 + lo, b; a < j->h0 + hi; a = b) {
+            const int64_t kv = a / j->group;
+            b = (kv + 1) * j->group;
+            if (b > j->h0 + hi) b = j->h0 + hi;
+            if (b - a > ATT_MAX_GROUP) b = a + ATT_MAX_GROUP;
+            const float *K = j->kc + kv * j->ctx * d, *V = j->vc + kv * j->ctx * d;
+            const float *qh[ATT_MAX_GROUP];
+            float *sc[ATT_MAX_GROUP], mx[ATT_MAX_GROUP];
+            const int64_t n = b - a;
+            for (int64_t i = 0; i < n; i++) {
+                qh[i] = j->q + (r * j->nh + a + i) * d;
+                sc[i] = j->scores + (a + i - j->h0) * stride;
+                mx[i] = -INFINITY;
             }
-            float sum = OPS->exp_shift_sum(scores, total, mx);
-            float *o = j->out + (r * j->nh + h) * d;
-            memset(o, 0, (size_t)d * 4);
-            float inv = 1.0f / sum;
-            for (int64_t t = 0; t < total; t++) OPS->axpy(o, scores[t] * inv, V + t * d, d);
+            for (int64_t t = 0; t < total; t++)
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = OPS->dot(qh[i], K + t * d, d) * j->scale;
+                    sc[i][t] = v;
+                    mx[i] = v > mx[i] ? v : mx[i];
+                }
+            for (int64_t i = 0; i < n; i++) {
+                const float inv = 1.0f / OPS->exp_shift_sum(sc[i], total, mx[i]);
+                for (int64_t t = 0; t < total; t++) sc[i][t] *= inv;
+                memset(j->out + (r * j->nh + a + i) * d, 0, (size_t)d * 4);
+            }
+            for (int64_t t = 0; t < total; t++)
+                for (int64_t i = 0; i < n; i++) OPS->axpy(j->out + (r * j->nh + a + i) * d, sc[i][t], V + t * d, d);
         }
     }
 }
@@ -205,6 +222,8 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
         get_buf(args[2], &b[2], 0, nkv * ctx * d * 4, "vcache") && get_buf(args[3], &b[3], 1, s * nh * d * 4, "out")) {
         const int64_t heads = hr[1] - hr[0];
         float *scores = (float *)PyMem_RawMalloc((size_t)((heads ? heads : 1) * (pos0 + s)) * 4);
+        /* whole groups per chunk when there are enough of them to go round */
+        const int64_t grain = nkv >= 2 * tallow_pool_threads() ? nh / nkv : 1;
         if (!scores) {
             release(b, 4);
             return PyErr_NoMemory();
@@ -214,7 +233,7 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
         /* Worth a split as a product streaming 2 bytes per head, position and element would
          * be: a head's keys and values come from the cache, several times faster. */
         Py_BEGIN_ALLOW_THREADS
-        tallow_pool_run(att_task, &job, heads, 1, heads * (pos0 + s) * d * 2);
+        tallow_pool_run(att_task, &job, heads, grain, heads * (pos0 + s) * d * 2);
         Py_END_ALLOW_THREADS
         PyMem_RawFree(scores);
         Py_INCREF(Py_None);
