@@ -128,3 +128,45 @@ def test_a_full_embedding_queue_refuses():
     finally:
         fake.release.set()
         batcher.close()
+
+
+def test_a_large_request_is_embedded_in_passes_of_max_batch(reference):
+    """Memory stays bounded by --max-batch: 2,048 long texts in one pass would hold all
+    their attention scores at once. The passes' rows are the library's rows."""
+    class Recording:
+        dim = 384
+
+        def __init__(self):
+            self.sizes = []
+
+        def encode(self, texts, batch_size, **kw):
+            self.sizes.append((len(texts), batch_size))
+            return reference[[TEXTS.index(t) for t in texts]]
+
+    fake = Recording()
+    batcher = EmbeddingBatcher("fake", fake, max_batch=3, max_queue=4)
+    try:
+        texts = TEXTS * 3
+        got = batcher.submit(texts).result(10)
+    finally:
+        batcher.close()
+    assert fake.sizes == [(3, 3)] * 4
+    np.testing.assert_array_equal(got, reference[[TEXTS.index(t) for t in texts]])
+
+
+def test_a_request_whose_client_left_stops_between_passes():
+    fake = _HeldEmbedder()
+    batcher = EmbeddingBatcher("fake", fake, max_batch=2, max_queue=4)
+    try:
+        future = batcher.submit([str(i) for i in range(10)])
+        while not fake.calls:
+            pass
+        assert not future.cancel()  # too late to unqueue: it is being embedded
+        fake.release.set()
+        with pytest.raises(concurrent.futures.CancelledError):
+            future.result(10)
+        # the next request is served at once, after the one pass under way
+        assert batcher.submit(["x"]).result(10).shape == (1, 2)
+    finally:
+        batcher.close()
+    assert fake.calls == [["0", "1"], ["x"]]

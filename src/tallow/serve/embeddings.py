@@ -4,6 +4,11 @@ One worker thread takes the first waiting request, then every other one already
 waiting, up to ``max_batch`` texts in all, and embeds them with one
 ``SentenceEmbedder.encode`` call; each request gets its own rows back. The queue is
 bounded: a request beyond ``max_queue`` waiting ones is refused (429).
+
+A request of more than ``max_batch`` texts (up to 2,048) is embedded in passes of
+``max_batch`` texts: one pass over all of them would hold every text's attention
+scores at once (gigabytes for long texts), and between passes a request whose
+client has left is dropped instead of being finished for nobody.
 """
 
 from __future__ import annotations
@@ -17,10 +22,21 @@ import numpy as np
 from .errors import queue_full
 
 
+class _JobFuture(concurrent.futures.Future):
+    """A job's result. ``cancel()`` on a job already being embedded cannot stop the pass
+    under way, but marks it abandoned: the batcher drops it before its next pass."""
+
+    abandoned = False
+
+    def cancel(self) -> bool:
+        self.abandoned = True
+        return super().cancel()
+
+
 class _Job:
     def __init__(self, texts):
         self.texts = texts
-        self.future = concurrent.futures.Future()
+        self.future = _JobFuture()
 
 
 class EmbeddingBatcher:
@@ -91,17 +107,32 @@ class EmbeddingBatcher:
                 continue
             texts = [t for job in jobs for t in job.texts]
             try:
-                if self.metrics is not None:
-                    self.metrics.batch_size.observe(len(texts), model=self.name)
-                # normalize=None: what the directory says, as `tallow embed` and
-                # sentence-transformers do
-                vecs = self.embedder.encode(texts, batch_size=max(self.max_batch, len(texts)),
-                                            normalize=None, show_progress_bar=False, workers=1)
+                vecs = self._embed(texts, jobs)
             except Exception as e:
                 for job in jobs:
                     job.future.set_exception(e)
                 continue
             start = 0
             for job in jobs:
-                job.future.set_result(np.asarray(vecs[start:start + len(job.texts)], dtype=np.float32))
+                if job.future.abandoned:  # nobody reads it; the rows may be unfinished
+                    job.future.set_exception(concurrent.futures.CancelledError())
+                else:
+                    job.future.set_result(np.asarray(vecs[start:start + len(job.texts)], dtype=np.float32))
                 start += len(job.texts)
+
+    def _embed(self, texts, jobs):
+        """``texts`` in passes of at most ``max_batch``; stops early (the rows left are
+        zeros) once every job's client has left."""
+        parts = []
+        for start in range(0, len(texts), self.max_batch):
+            if all(job.future.abandoned for job in jobs):
+                parts.append(np.zeros((len(texts) - start, self.dim), dtype=np.float32))
+                break
+            piece = texts[start:start + self.max_batch]
+            if self.metrics is not None:
+                self.metrics.batch_size.observe(len(piece), model=self.name)
+            # normalize=None: what the directory says, as `tallow embed` and
+            # sentence-transformers do
+            parts.append(self.embedder.encode(piece, batch_size=self.max_batch, normalize=None,
+                                              show_progress_bar=False, workers=1))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
