@@ -150,3 +150,37 @@ def test_embedding_rows_are_read_from_the_file_not_the_map(files):
         assert got.dtype == table.dtype and np.array_equal(got, table[ids])
     plain = llama_decode.EmbeddingRows(np.arange(12, dtype=np.uint8).reshape(4, 3))
     assert plain.fd is None and np.array_equal(plain.take(np.array([2, 0])), [[6, 7, 8], [0, 1, 2]])
+
+
+@pytest.mark.skipif(not llama_decode.available(), reason="the compiled decode kernels are not built")
+@pytest.mark.parametrize("s,pos0", [(300, 0), (300, 20), (5, 7)])
+def test_prompt_attention_blocks_match_float64_at_every_thread_count(s, pos0, monkeypatch):
+    """A prompt's attention by key head and block of queries (each block multiplying only
+    the keys up to its last position): the causal softmax attention of float64, and the
+    same bits at 1 and 2 threads."""
+    from types import SimpleNamespace
+
+    from tallow.backends.cpu.quantized.vec_dot import single_threaded_blas
+
+    monkeypatch.setattr(llama_decode, "_ATTENTION_ROWS", 128)  # 300 queries: two blocks and a short one
+    nh, nkv, d, cap = 6, 2, 16, 512
+    rng = np.random.default_rng(s + pos0)
+    q = rng.standard_normal((s, nh * d)).astype(np.float32)
+    kc, vc = (rng.standard_normal((nkv, cap, d)).astype(np.float32) for _ in range(2))
+    dec = SimpleNamespace(nh=nh, nkv=nkv, d=d, scale=d ** -0.5)
+    got = {}
+    for threads in (1, 2):
+        att = np.full((s, nh * d), np.nan, np.float32)
+        with single_threaded_blas():  # as the decoder's prompt runs it
+            llama_decode.LlamaDecoder._prompt_attention(dec, q, kc, vc, att, s, pos0, threads)
+        got[threads] = att
+    np.testing.assert_array_equal(got[1], got[2])
+    want = np.empty((s, nh, d))
+    q64 = q.reshape(s, nh, d).astype(np.float64)
+    for h in range(nh):
+        k, v = kc[h // (nh // nkv)].astype(np.float64), vc[h // (nh // nkv)].astype(np.float64)
+        for i in range(s):
+            z = k[: pos0 + i + 1] @ q64[i, h] * dec.scale
+            p = np.exp(z - z.max())
+            want[i, h] = (p / p.sum()) @ v[: pos0 + i + 1]
+    np.testing.assert_allclose(got[1].reshape(s, nh, d), want, rtol=1e-4, atol=2e-5)

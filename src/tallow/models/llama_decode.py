@@ -57,6 +57,7 @@ F32 = np.float32
 # at every count).
 _PIECES = 4
 _PIECE_BYTES = 2 << 20
+_ATTENTION_ROWS = 128  # queries per block of a prompt's attention
 
 
 def available() -> bool:
@@ -519,7 +520,7 @@ class LlamaDecoder:
         q = np.empty((s, nh * d), F32)
         att = np.empty((s, nh * d), F32)
         act = np.empty((s, f), F32)
-        threads = native.plan_threads(s * nh, pos0 + s, 2 * d, nkv, None)
+        threads = native.plan_threads(s * nh, pos0 + s, 2 * d, nkv * -(-s // _ATTENTION_ROWS), None)
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
             ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
@@ -537,19 +538,25 @@ class LlamaDecoder:
         return out
 
     def _prompt_attention(self, q, kc, vc, att, s, pos0, threads):
-        """Causal attention of s queries as matrix products: (s group, d) x (d, total) per key head."""
+        """Causal attention of s queries as matrix products, per key head and block of
+        _ATTENTION_ROWS queries: (rows group, d) x (d, keys up to the block's last
+        position), so no block multiplies the keys after it.  The blocks are the same
+        whatever the thread count, and threads take whole blocks."""
         nh, nkv, d = self.nh, self.nkv, self.d
-        group, total = nh // nkv, pos0 + s
+        group = nh // nkv
         qh = q.reshape(s, nkv, group, d).transpose(1, 0, 2, 3).reshape(nkv, s * group, d)
         out = np.empty((nkv, s * group, d), F32)
 
-        def heads(a, b):
-            scores = np.matmul(qh[a:b], kc[a:b, :total].transpose(0, 2, 1))  # (b - a, s group, total)
-            _ops.causal_softmax(scores, s, group, total, pos0, self.scale, 0, b - a)
-            np.matmul(scores, vc[a:b, :total], out=out[a:b])
+        def block(h, a, b):  # key head h, queries [a, b)
+            total = pos0 + b
+            scores = np.matmul(qh[h, a * group:b * group], kc[h, :total].T)  # ((b - a) group, total)
+            _ops.causal_softmax(scores, b - a, group, total, pos0 + a, self.scale, 0, 1)
+            np.matmul(scores, vc[h, :total], out=out[h, a * group:b * group])
 
+        blocks = [(h, a, min(s, a + _ATTENTION_ROWS)) for h in range(nkv) for a in range(0, s, _ATTENTION_ROWS)]
         if threads > 1:
-            native.pool.run_ranges(heads, nkv, threads)
+            native.pool.run_pieces(block, blocks, threads)
         else:
-            heads(0, nkv)
+            for piece in blocks:
+                block(*piece)
         att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)
