@@ -170,3 +170,23 @@ def test_a_request_whose_client_left_stops_between_passes():
     finally:
         batcher.close()
     assert fake.calls == [["0", "1"], ["x"]]
+
+
+def test_stopping_answers_the_waiting_requests_with_503():
+    from tallow.serve.errors import RequestError
+
+    fake = _HeldEmbedder()
+    batcher = EmbeddingBatcher("fake", fake, max_batch=1, max_queue=4)
+    running = batcher.submit(["a"])
+    while not fake.calls:
+        pass
+    waiting = batcher.submit(["b"])
+    batcher.stop()
+    with pytest.raises(RequestError) as e:
+        waiting.result(10)  # refused at once, not left waiting for a thread that has gone
+    assert e.value.status == 503 and e.value.headers["Retry-After"]
+    with pytest.raises(RequestError):
+        batcher.submit(["c"])
+    fake.release.set()
+    assert running.result(10).shape == (1, 2)  # the pass under way finishes
+    batcher.close()

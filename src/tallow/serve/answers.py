@@ -25,6 +25,8 @@ class Answer:
         self.finish_reason = [None] * len(self.seqs)
 
     def _raise(self, error, i: int):
+        if isinstance(error, RequestError):  # the engine's own refusal (shutting down)
+            raise error
         if isinstance(error, ContextLengthError):
             raise context_length_exceeded(self.model.engine.limit, len(self.seqs[i].prompt_ids), None)
         raise RequestError("The server had an error while generating", 500, type="server_error",

@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from .errors import queue_full
+from .errors import queue_full, shutting_down
 
 
 class _JobFuture(concurrent.futures.Future):
@@ -64,6 +64,8 @@ class EmbeddingBatcher:
         """A future of the ``(len(texts), dim)`` float32 embeddings."""
         job = _Job(list(texts))
         with self._cond:
+            if self._stopping:
+                raise shutting_down()
             if len(self._waiting) >= self.max_queue:
                 raise queue_full(f"embedding ({self.name})")
             self._waiting.append(job)
@@ -71,10 +73,20 @@ class EmbeddingBatcher:
             self._cond.notify()
         return job.future
 
-    def close(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
+        """Answer the waiting requests with a 503 now, and stop after the pass under way;
+        returns at once."""
         with self._cond:
             self._stopping = True
+            waiting = [job for job in self._waiting if job.future.set_running_or_notify_cancel()]
+            self._waiting.clear()
+            self._gauge()
             self._cond.notify()
+        for job in waiting:
+            job.future.set_exception(shutting_down())
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop()
         self._thread.join(timeout)
 
     def _gauge(self) -> None:
@@ -85,7 +97,7 @@ class EmbeddingBatcher:
         with self._cond:
             while not self._stopping and not self._waiting:
                 self._cond.wait()
-            if self._stopping:
+            if self._stopping:  # stop() has answered the waiting requests
                 return []
             jobs, n = [], 0
             while self._waiting and (not jobs or n + len(self._waiting[0].texts) <= self.max_batch):
@@ -100,8 +112,6 @@ class EmbeddingBatcher:
         while True:
             jobs = self._take()
             if self._stopping:
-                for job in jobs:
-                    job.future.set_exception(RuntimeError("the server is shutting down"))
                 return
             if not jobs:
                 continue
@@ -125,6 +135,8 @@ class EmbeddingBatcher:
         zeros) once every job's client has left."""
         parts = []
         for start in range(0, len(texts), self.max_batch):
+            if self._stopping and start:
+                raise shutting_down()
             if all(job.future.abandoned for job in jobs):
                 parts.append(np.zeros((len(texts) - start, self.dim), dtype=np.float32))
                 break

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from ..tensor_class import Tensor
-from .errors import queue_full
+from .errors import queue_full, shutting_down
 from .sequence import Sequence
 
 
@@ -102,6 +102,8 @@ class GenerationEngine:
     def submit(self, *seqs: Sequence) -> None:
         """Queue ``seqs``, all or none (a request's prompts are answered together)."""
         with self._cond:
+            if self._stopping:
+                raise shutting_down()
             room = self.max_queue + max(0, self.max_batch - len(self._active)) - len(self._waiting)
             if len(seqs) > room:
                 raise queue_full(f"generation ({self.name})")
@@ -124,10 +126,15 @@ class GenerationEngine:
         with self._cond:
             return len(self._active), len(self._waiting)
 
-    def close(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
+        """End every sequence with a 503 at the next step (the server is shutting down);
+        returns at once."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop()
         self._thread.join(timeout)
 
     # -- the worker thread -------------------------------------------------------------
@@ -154,8 +161,15 @@ class GenerationEngine:
         while True:
             new = self._admit()
             if self._stopping:
-                for s in self._active + list(self._waiting):
-                    s.deliver_error(RuntimeError("the server is shutting down"))
+                with self._cond:
+                    ending = self._active + list(self._waiting)
+                    self._waiting.clear()
+                for s in ending:
+                    s.deliver_error(shutting_down())
+                    self.runner.release(s)
+                with self._cond:
+                    self._active = []
+                    self._gauges()
                 return
             for seq in new:
                 self._guarded(seq, self.runner.prefill, seq)

@@ -51,3 +51,13 @@ def queue_full(what: str, retry_after: int = 1) -> RequestError:
     return RequestError(f"The server is busy: the {what} queue is full; retry after {retry_after} s",
                         429, type="rate_limit_error", code="queue_full",
                         headers={"Retry-After": str(retry_after)})
+
+
+def shutting_down(retry_after: int = 5) -> RequestError:
+    return RequestError("The server is shutting down and did not finish this request; retry "
+                        f"after {retry_after} s (or on another server)", 503, type="server_error",
+                        code="server_shutting_down", headers={"Retry-After": str(retry_after)})
+
+
+class AddressInUseError(TallowError, OSError):
+    """``tallow serve``'s address is taken (another server on the port, or no right to it)."""

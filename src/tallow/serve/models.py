@@ -148,7 +148,15 @@ class ModelSet:
         return [{"id": m.id, "object": "model", "created": getattr(m, "created", 0), "owned_by": "tallow"}
                 for m in self.embedders + self.generators]
 
+    def stop(self) -> None:
+        """Tell every model thread to end its work (its requests get a 503); returns at once."""
+        for m in self.embedders:
+            m.batcher.stop()
+        for m in self.generators:
+            m.engine.stop()
+
     def close(self) -> None:
+        self.stop()
         for m in self.embedders:
             m.batcher.close()
         for m in self.generators:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
+import socket
 import threading
 import time
 import warnings
@@ -12,10 +14,14 @@ from dataclasses import dataclass, field
 from .app import ServerLimits, create_app
 from .embeddings import EmbeddingBatcher
 from .engine import DecoderRunner, GenerationEngine
+from .errors import AddressInUseError
 from .metrics import ServerMetrics
 from .models import ChatModel, EmbedModel, ModelSet, load_decoder, load_embedder, model_id
 
 DEFAULT_MAX_CONTEXT = 4096
+# On SIGTERM or Ctrl-C, requests in flight may finish for this long; then the models stop
+# and what still runs is answered with a 503 (a stream: an error event and [DONE]).
+SHUTDOWN_GRACE_S = 5.0
 
 
 @dataclass
@@ -132,19 +138,65 @@ def start_server(opts: ServeOptions) -> BackgroundServer:
         raise
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the models load: a busy port fails at once,
+    with the way out, instead of after the loading."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise AddressInUseError(f"--host {host}: not an address of this machine ({e.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise AddressInUseError(f"cannot listen on {host}:{port}: {e.strerror} (another server there? "
+                                "choose another --port, or stop that server)") from None
+    return sock
+
+
+def _graceful_server(config, models):
+    """uvicorn's server, whose shutdown gives the requests in flight ``SHUTDOWN_GRACE_S``
+    to finish and then stops the models, so those still running get their 503 and the
+    connections close cleanly instead of being cut."""
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        async def shutdown(self, sockets=None):
+            timer = asyncio.get_running_loop().call_later(SHUTDOWN_GRACE_S, models.stop)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    return GracefulServer(config)
+
+
 def serve(opts: ServeOptions) -> int:
     import uvicorn
 
     warn_if_exposed(opts.host, opts.api_key)
-    metrics = ServerMetrics()
-    models = load_models(opts, metrics)
-    app = create_app(models, ServerLimits(opts.max_body_bytes, opts.api_key), metrics)
-    listed = ", ".join(m["id"] for m in models.listing())
-    print(f"tallow serve: {listed} on http://{opts.host}:{opts.port}/v1"
-          f"{' (API key required)' if opts.api_key else ''}", flush=True)
+    sock = listening_socket(opts.host, opts.port)
     try:
-        uvicorn.run(app, host=opts.host, port=opts.port, log_level="info", lifespan="off",
-                    timeout_graceful_shutdown=5)
+        metrics = ServerMetrics()
+        models = load_models(opts, metrics)
+        try:
+            app = create_app(models, ServerLimits(opts.max_body_bytes, opts.api_key), metrics)
+            listed = ", ".join(m["id"] for m in models.listing())
+            port = sock.getsockname()[1]  # --port 0: the free port it took
+            print(f"tallow serve: {listed} on http://{opts.host}:{port}/v1"
+                  f"{' (API key required)' if opts.api_key else ''}", flush=True)
+            # a backstop only: the models stop (and answer) after SHUTDOWN_GRACE_S
+            config = uvicorn.Config(app, log_level="info", lifespan="off",
+                                    timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5)
+            try:
+                _graceful_server(config, models).run(sockets=[sock])
+            except KeyboardInterrupt:  # Ctrl-C, after the shutdown above: its usual status
+                return 130
+        finally:
+            models.close()
     finally:
-        models.close()
+        sock.close()
+    # SIGTERM: uvicorn raises it again once shut down, so the process ends as signalled
     return 0
