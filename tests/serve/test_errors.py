@@ -55,6 +55,17 @@ def test_too_many_tokens_for_the_context(server):
                  400, code="context_length_exceeded")
 
 
+def test_a_prompt_that_fills_the_context_leaves_no_room_for_an_answer(server):
+    """Prompt plus answer fit the context, with or without max_tokens: a prompt of exactly
+    the context's length is refused as one token over (it was answered with a token
+    beyond the context)."""
+    limit = server.models.generators[0].engine.limit
+    for extra in ({}, {"max_tokens": 1}):
+        err = assert_error(post(server, "/v1/completions", {"model": CHAT_MODEL, "prompt": [100] * limit, **extra}),
+                           400, code="context_length_exceeded")
+        assert f"you requested {limit + 1} tokens ({limit} in the prompt, 1 in the completion)" in err["message"]
+
+
 @pytest.mark.parametrize("change,param", [
     ({"temperature": -0.5}, "temperature"), ({"temperature": 2.5}, "temperature"),
     ({"temperature": "hot"}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"top_p": 0}, "top_p"),

@@ -101,8 +101,10 @@ def sequence_sampling(req, ids, limit: int, param: str):
     if not ids:
         raise bad_parameter(param, "the prompt encodes to no tokens")
     sampling = dataclasses.replace(req.sampling)
-    if len(ids) > limit or (req.max_tokens_given and len(ids) + sampling.max_tokens > limit):
-        raise context_length_exceeded(limit, len(ids), sampling.max_tokens if req.max_tokens_given else None)
+    # the answer takes at least one token: a prompt that fills the context leaves none
+    asked = sampling.max_tokens if req.max_tokens_given else 1
+    if len(ids) + asked > limit:
+        raise context_length_exceeded(limit, len(ids), asked)
     if not req.max_tokens_given:
         sampling.max_tokens = max(1, limit - len(ids))
     return sampling
