@@ -161,3 +161,36 @@ def test_a_client_that_leaves_while_sending_its_body_is_no_server_error(small_se
     r = httpx.post(small_server.url + "/v1/chat/completions", json={**LONG, "stream": False, "max_tokens": 1},
                    timeout=60)
     assert r.status_code == 200
+
+
+def test_a_stream_whose_client_leaves_before_the_headers_are_written_frees_its_sequence(server):
+    """The client leaves while the response's first write waits (it does not read): the
+    answer's generator never starts, so its own cleanup never runs; the response's does."""
+    import asyncio
+    import json
+
+    from tallow.serve.app import create_app
+
+    engine = server.models.generators[0].engine
+    app = create_app(server.models)  # a second app over the session's models, called directly
+    # greedy counting runs on to max_tokens: only a cancel ends it within seconds
+    body = json.dumps({"model": CHAT_MODEL, "prompt": ", ".join(str(i) for i in range(1, 30)) + ",",
+                       "max_tokens": 1000, "temperature": 0, "stream": True}).encode()
+
+    async def call():
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            return messages.pop() if messages else {"type": "http.disconnect"}
+
+        async def send(message):
+            await asyncio.sleep(0.2)  # the write waits for a client that does not read
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+                 "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+        await app(scope, receive, send)
+
+    asyncio.run(call())
+    assert wait_until(lambda: engine.counts() == (0, 0), 3)

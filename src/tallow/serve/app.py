@@ -213,14 +213,18 @@ def create_app(models, limits: ServerLimits | None = None, metrics: ServerMetric
             seqs.append(Sequence(ids, sampling, model.tokenizer, model.eos_token_ids, deliver, model.id))
         model.engine.submit(*seqs)
         answer = Answer(model, seqs, chat, req.include_usage)
-        if req.stream:
-            return EventStream(answer.stream(events, model.engine))
-        try:
-            await wait_or_disconnect(answer.collect(events), request)
-        finally:  # done, failed, or the client left: no sequence outlives its request
+
+        def cancel_unfinished():  # done, failed, or the client left: no sequence outlives its request
             for seq in seqs:
                 if not seq.done:
                     model.engine.cancel(seq)
+
+        if req.stream:
+            return EventStream(answer.stream(events, model.engine), on_close=cancel_unfinished)
+        try:
+            await wait_or_disconnect(answer.collect(events), request)
+        finally:
+            cancel_unfinished()
         return JSONResponse(answer.whole())
 
     routes = [
