@@ -76,7 +76,7 @@ typedef struct gemm_job gemm_job;
 typedef struct {
     kernel_fn one, one8, two, two8; /* MR or TILE8 rows x one or two panels */
     rows_kernel_fn rows, rows8;     /* two panels of windows read in place */
-    void (*transpose)(const float *s, int64_t ss, float *d, int64_t ds, int64_t nr, int64_t nc);
+    int64_t (*pack_cols)(const float *src, int64_t cs, int64_t kc, float *dst); /* rows done */
     void (*pack_windows)(const tallow_windows *w, int64_t pc, int64_t kc, int64_t panels, const int8_t *runs,
                          int8_t dof[][NR], int8_t n[][NR], int64_t sof[][NR], float *dst);
     void (*pack_windows_t)(const tallow_windows *w, int64_t pc, int64_t kc, int64_t j0, int64_t nc, float *dst);
@@ -232,9 +232,11 @@ static void pack_b(const gemm_build *g, const float *b, int64_t rs, int64_t cs, 
     for (int64_t j0 = 0; j0 < nc; j0 += NR, dst += kc * NR) {
         int nr = nc - j0 < NR ? (int)(nc - j0) : NR;
         const float *src = b + j0 * cs;
-        if (rs == 1) { /* a transposed B (each column contiguous: a Linear layer's weight): in registers */
+        if (rs == 1) { /* a transposed B: each column is contiguous */
+            const int64_t p0 = nr == NR ? g->pack_cols(src, cs, kc, dst) : 0;
             if (nr < NR) memset(dst, 0, (size_t)kc * NR * sizeof(float));
-            g->transpose(src, cs, dst, NR, kc, nr);
+            for (int j = 0; j < nr; j++)
+                for (int64_t p = p0; p < kc; p++) dst[p * NR + j] = src[j * cs + p];
         } else {
             for (int64_t p = 0; p < kc; p++) {
                 const float *row = src + p * rs;

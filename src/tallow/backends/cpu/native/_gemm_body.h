@@ -78,6 +78,22 @@ INLINE void K(store_tile)(const VF *acc, int rows, int panels, float *c, int64_t
         K(store_tile)(acc, ROWS, PANELS, c, ldc, mr, nr, flags, bias);                                             \
     }
 
+/* A full panel of a column-major B (each column contiguous along k: a Linear layer's
+ * weight, transposed) into dst, k-major: VW x VW blocks through registers (the rows'
+ * constant stride keeps the stores' addresses in registers). Returns the rows done (a
+ * multiple of VW); the caller copies the rest. */
+TARGET static int64_t K(pack_cols)(const float *src, int64_t cs, int64_t kc, float *dst) {
+    int64_t p = 0;
+    for (; p + VW <= kc; p += VW)
+        for (int g = 0; g < NV; g++) {
+            VF r[VW];
+            for (int i = 0; i < VW; i++) r[i] = K(load)(src + (g * VW + i) * cs + p);
+            K(transpose)(r);
+            for (int i = 0; i < VW; i++) K(store)(dst + (p + i) * NR + g * VW, r[i]);
+        }
+    return p;
+}
+
 G_KERNEL(one, MR, 1, int64_t bs, b + p * bs)
 #if VW == NR
 /* Where a panel row is one vector (AVX-512), tiles two panels wide, 6 and 8 rows high
@@ -141,9 +157,9 @@ TARGET static void K(thin)(const gemm_job *j, const float *A, const float *B, fl
 
 #if VW == NR
 static const gemm_build K(build) = {K(one), K(one8), K(two), K(two8), K(rows), K(rows8),
-                                    K(transpose_floats), K(pack_windows), K(pack_windows_t), K(thin)};
+                                    K(pack_cols), K(pack_windows), K(pack_windows_t), K(thin)};
 #else
-static const gemm_build K(build) = {K(one), NULL, NULL, NULL, NULL, NULL, K(transpose_floats), NULL, NULL, K(thin)};
+static const gemm_build K(build) = {K(one), NULL, NULL, NULL, NULL, NULL, K(pack_cols), NULL, NULL, K(thin)};
 #endif
 
 #undef NV

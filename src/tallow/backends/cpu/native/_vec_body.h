@@ -103,17 +103,22 @@ INLINE void K(transpose)(VF r[VW]) {
 
 /* d[r * ds + c] = s[c * ss + r] for r < nr, c < nc (strides in floats): VW x VW blocks
  * through registers, the edges one 32-bit word at a time. */
-TARGET static void K(transpose_floats)(const float *s, int64_t ss, float *d, int64_t ds, int64_t nr, int64_t nc) {
+TARGET __attribute__((unused)) static void K(transpose_floats)(const float *s, int64_t ss, float *d, int64_t ds, int64_t nr, int64_t nc) {
     const int64_t rb = nr - nr % VW, cb = nc - nc % VW;
-    for (int64_t r = 0; r < nr; r += VW) {
-        const int64_t c0 = r < rb ? cb : 0, r1 = r < rb ? r + VW : nr; /* (the last rows: all edge) */
-        for (int64_t c = 0; c < c0; c += VW) {
+    for (int64_t r = 0; r < rb; r += VW)
+        for (int64_t c = 0; c < cb; c += VW) {
             VF v[VW];
-            for (int i = 0; i < VW; i++) v[i] = K(load)(s + (c + i) * ss + r);
+            const float *sp = s + c * ss + r;
+            for (int i = 0; i < VW; i++, sp += ss) v[i] = K(load)(sp);
             K(transpose)(v);
-            for (int i = 0; i < VW; i++) K(store)(d + (r + i) * ds + c, v[i]);
+            float *dp = d + r * ds + c;
+            for (int i = 0; i < VW; i++, dp += ds) K(store)(dp, v[i]);
         }
-        for (int64_t i = r; i < r1; i++)
-            for (int64_t c = c0; c < nc; c++) ((uint32_t *)d)[i * ds + c] = ((const uint32_t *)s)[c * ss + i];
-    }
+    uint32_t *dw = (uint32_t *)d;
+    const uint32_t *sw = (const uint32_t *)s;
+    if (cb < nc)
+        for (int64_t r = 0; r < rb; r++)
+            for (int64_t c = cb; c < nc; c++) dw[r * ds + c] = sw[c * ss + r];
+    for (int64_t r = rb; r < nr; r++)
+        for (int64_t c = 0; c < nc; c++) dw[r * ds + c] = sw[c * ss + r];
 }
