@@ -121,7 +121,9 @@ INLINE u8x32 K(iq4_levels)(u8x32 idx, int offset) {
 INLINE u8x32 K(fifth_bits)(const uint8_t *p) {
     uint32_t x32;
     memcpy(&x32, p, 4);
-#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
+#if defined(BUILD_VNNI) /* the word as a byte mask: one masked move */
+    return (u8x32)_mm256_maskz_mov_epi8((__mmask32)x32, _mm256_set1_epi8(16));
+#elif defined(BUILD_AVX2)
     const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
     __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
     bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
