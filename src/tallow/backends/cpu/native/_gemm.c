@@ -175,37 +175,8 @@ static inline __attribute__((always_inline)) void thin_dots(const gemm_job *j, c
 }
 
 /* ------------------------------------------------------------------ the builds */
-#pragma GCC diagnostic ignored "-Wpsabi" /* (vectors pass only between one build's functions) */
-#define SUFFIX generic
-#define TARGET
-#define VW 4
-#define FUSED /* (no FMA: a * b + c rounded twice) */
-#define CONTRACT_ON
-#include "_gemm_body.h"
-#undef SUFFIX
-#undef TARGET
-#undef VW
-#ifdef TALLOW_X86
-/* The FMA builds' micro-kernels contract acc + a * b into one rounding (GCC's attribute,
- * Clang's pragma), nothing else (the module is compiled with -ffp-contract=off). */
-#undef FUSED
-#define FUSED __attribute__((optimize("fp-contract=fast")))
-#ifdef __clang__
-#undef CONTRACT_ON
-#define CONTRACT_ON _Pragma("clang fp contract(fast)")
-#endif
-#define SUFFIX avx2
-#define TARGET AVX2
-#define VW 8
-#include "_gemm_body.h"
-#undef SUFFIX
-#undef TARGET
-#undef VW
-#define SUFFIX avx512
-#define TARGET AVX512F
-#define VW 16
-#include "_gemm_body.h"
-#endif
+#define VEC_BODY "_gemm_body.h"
+#include "_vec_builds.h"
 
 /* The build in use: the CPU's widest, narrowed by set_simd / set_avx512. */
 static const gemm_build *build(void) {

@@ -1,7 +1,7 @@
 /* The kernels of _gemm.c, written once.  _gemm.c includes this file once per instruction
- * set, with SUFFIX, TARGET and VW as _vec_body.h takes them and FUSED (the micro-kernels'
- * function attribute: empty, or the contraction of acc + a * b into one fused multiply-add
- * where the build has FMA).  It fills K(build), the build's entry in _gemm.c's table.
+ * set (_vec_builds.h); the micro-kernels carry FUSED and CONTRACT_ON: acc + a * b is one
+ * fused multiply-add where the build has FMA.  It fills K(build), the build's entry in
+ * _gemm.c's table.
  *
  * Bits: an output element is the same chain in every build, acc = acc + a * b over k in
  * order from 0, then (C +) acc (+ bias); the builds with FMA round each step once, the

@@ -24,27 +24,8 @@
 static int use_avx2 = 0, use_avx512 = 0;
 
 /* ------------------------------------------------------------------ the builds */
-#pragma GCC diagnostic ignored "-Wpsabi" /* (vectors pass only between one build's functions) */
-#define SUFFIX generic
-#define TARGET
-#define VW 4
-#include "_vec_body.h"
-#undef SUFFIX
-#undef TARGET
-#undef VW
-#ifdef TALLOW_X86
-#define SUFFIX avx2
-#define TARGET AVX2
-#define VW 8
-#include "_vec_body.h"
-#undef SUFFIX
-#undef TARGET
-#undef VW
-#define SUFFIX avx512
-#define TARGET AVX512F
-#define VW 16
-#include "_vec_body.h"
-#endif
+#define VEC_BODY "_vec_body.h"
+#include "_vec_builds.h"
 typedef void (*transpose_fn)(const float *s, int64_t ss, float *d, int64_t ds, int64_t nr, int64_t nc);
 
 /* The build in use: the CPU's widest, narrowed by set_simd / set_avx512. */

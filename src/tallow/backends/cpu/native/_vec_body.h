@@ -1,7 +1,7 @@
 /* The f32 vector steps of _gemm.c and _transpose.c, written once.  A module includes this
- * file once per instruction set, with SUFFIX (a name part), TARGET (the functions' target
- * attribute) and VW (floats per vector: 4 for the baseline build, 8 for AVX2, 16 for
- * AVX-512) defined.  It is GCC vector-extension code, which each build compiles to its
+ * file once per instruction set (_vec_builds.h), with SUFFIX (a name part), TARGET (the
+ * functions' target attribute) and VW (floats per vector: 4 for the baseline build, 8
+ * for AVX2, 16 for AVX-512) defined.  It is GCC vector-extension code, which each build compiles to its
  * own instructions; only the AVX-512 build's masked loads and stores name instructions,
  * and the loops beside them are their reference.  These steps move values and never
  * round: every build gives the same bits. */
