@@ -37,6 +37,21 @@ def test_malformed_json_is_400(server):
         assert_error(post(server, "/v1/chat/completions", body), 400)
 
 
+def test_a_lone_surrogate_escape_is_400_not_a_server_error(server):
+    """JSON can escape half of a UTF-16 pair; no tokenizer takes it (it raised a 500).
+    A whole pair is an emoji and passes."""
+    for path, body in [("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi \\ud800"}], '
+                                                b'"max_tokens": 1}'),
+                       ("/v1/completions", b'{"prompt": "hi \\udfff there", "max_tokens": 1}'),
+                       ("/v1/embeddings", b'{"input": ["fine", "hi \\uD83D"]}')]:
+        err = assert_error(post(server, path, body, headers={"content-type": "application/json"}), 400,
+                           code="invalid_json")
+        assert "surrogate" in err["message"]
+    r = post(server, "/v1/embeddings", b'{"input": "pair \\ud83d\\ude00 and \\\\ud800 as text"}',
+             headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
 def test_an_unknown_model_is_404(server):
     assert_error(post(server, "/v1/chat/completions", {**CHAT, "model": "gpt-9"}), 404, "model", "model_not_found")
     assert_error(post(server, "/v1/embeddings", {"model": "nope", "input": "x"}), 404, "model")

@@ -12,6 +12,7 @@ import base64
 import dataclasses
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -70,11 +71,36 @@ async def read_json(request, limits: ServerLimits) -> dict:
             chunks.append(chunk)
     except ClientDisconnect:  # it left before its body was whole: nobody to answer
         raise ClientGone() from None
+    raw = b"".join(chunks)
     try:
-        body = json.loads(b"".join(chunks))
-    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        body = json.loads(raw)
+        # JSON may escape half of a UTF-16 pair ("\ud800"): Python reads it as a lone
+        # surrogate, which no tokenizer takes; the escape is rare, so only then look
+        if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(body):
+            raise RequestError("The request body has a lone UTF-16 surrogate escape (\\ud800 to \\udfff "
+                               "without its pair): that is not Unicode text", 400, code="invalid_json")
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        if isinstance(e, RequestError):
+            raise
         raise RequestError("The request body is not valid JSON", 400, code="invalid_json") from None
     return P.body_object(body)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
 
 
 async def wait_or_disconnect(awaitable, request):
