@@ -82,6 +82,17 @@ def test_seed_repeats_a_sampled_answer(client):
     assert a == b
 
 
+def test_a_negative_seed_is_a_seed_too(client):
+    """OpenAI's seed is any int64 (it was a 500: NumPy takes non-negative seeds only)."""
+    import openai
+
+    a, b = (chat(client, temperature=1.0, seed=s, max_tokens=8).choices[0].message.content for s in (-7, -7))
+    assert a == b
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, seed=2**63)
+    assert e.value.body["param"] == "seed"
+
+
 def test_logprobs_are_the_models_log_softmax(client, smollm2_gguf):
     import torch
 

@@ -119,6 +119,8 @@ def generation_request(body: dict, chat: bool) -> GenerationRequest:
                 raise bad_parameter(key, f"{key} must be at least 1, got {v}")
             max_tokens = v if max_tokens is None else max_tokens
     seed = optional(body, "seed", _is_int, "an integer")
+    if seed is not None and not -(1 << 63) <= seed < (1 << 63):
+        raise bad_parameter("seed", f"seed must be a 64-bit signed integer, got {seed}")
     if chat:
         logprobs = flag(body, "logprobs")
         top = optional(body, "top_logprobs", _is_int, "an integer", 0)

@@ -94,7 +94,10 @@ class Sequence:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.deliver = deliver
-        seed = params.seed if params.seed is not None else int(np.random.SeedSequence().entropy % (1 << 63))
+        # OpenAI's seed is any int64; NumPy's generators take non-negative seeds only, so a
+        # negative one is read as its unsigned 64-bit pattern (distinct seeds stay distinct)
+        seed = params.seed % (1 << 64) if params.seed is not None \
+            else int(np.random.SeedSequence().entropy % (1 << 63))
         # temperature 0 is greedy decoding, exactly as `tallow generate --temperature 0`
         top_p = params.top_p if params.top_p < 1.0 else None
         self.processor = LogitsProcessor(seed, params.temperature, None, top_p)
