@@ -59,5 +59,6 @@ def shutting_down(retry_after: int = 5) -> RequestError:
                         code="server_shutting_down", headers={"Retry-After": str(retry_after)})
 
 
-class AddressInUseError(TallowError, OSError):
-    """``tallow serve``'s address is taken (another server on the port, or no right to it)."""
+class ListenError(TallowError, OSError):
+    """``tallow serve`` cannot listen where it was told: the port is taken (another server),
+    not ours to take, or the host is not an address of this machine."""

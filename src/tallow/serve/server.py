@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import os
 import socket
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from .app import ServerLimits, create_app
 from .embeddings import EmbeddingBatcher
 from .engine import DecoderRunner, GenerationEngine
-from .errors import AddressInUseError
+from .errors import ListenError
 from .metrics import ServerMetrics
 from .models import ChatModel, EmbedModel, ModelSet, load_decoder, load_embedder, model_id
 
@@ -144,15 +145,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
-        raise AddressInUseError(f"--host {host}: not an address of this machine ({e.strerror})") from None
+        raise ListenError(f"--host {host}: not an address of this machine ({e.strerror})") from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
     except OSError as e:
         sock.close()
-        raise AddressInUseError(f"cannot listen on {host}:{port}: {e.strerror} (another server there? "
-                                "choose another --port, or stop that server)") from None
+        hint = {errno.EADDRINUSE: "another server there? choose another --port, or stop that server",
+                errno.EACCES: "ports below 1024 need privileges: choose another --port"}.get(
+                    e.errno, "is --host an address of this machine?")
+        raise ListenError(f"cannot listen on {host}:{port}: {e.strerror} ({hint})") from None
     return sock
 
 
