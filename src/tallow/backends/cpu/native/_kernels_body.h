@@ -329,6 +329,7 @@ INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         i32x8 isum[4] = {{0}, {0}, {0}, {0}};
+        for (int64_t line = 0; line < bb; line += 64) __builtin_prefetch(blk + 2 * bb + line);
         for (int c = 0; c < 4; c++) {
             u8x32 q[16], H[4]; /* q[v]: nibble vector v's low nibbles, q[8 + v] its high ones */
             const uint8_t *qc = blk + 144 + 384 * c; /* one stream: a chunk's nibbles, then its top bits */
@@ -371,6 +372,7 @@ INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         i32x8 isum[4] = {{0}, {0}, {0}, {0}}, msum[4] = {{0}, {0}, {0}, {0}};
+        for (int64_t line = 0; line < bb; line += 64) __builtin_prefetch(blk + 2 * bb + line);
         for (int c = 0; c < 4; c++) {
             u8x32 lo[8], hi[8];
             for (int v = 0; v < 8; v++) {
