@@ -84,7 +84,7 @@ def test_a_prompt_that_fills_the_context_leaves_no_room_for_an_answer(server):
 @pytest.mark.parametrize("change,param", [
     ({"temperature": -0.5}, "temperature"), ({"temperature": 2.5}, "temperature"),
     ({"temperature": "hot"}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"top_p": 0}, "top_p"),
-    ({"n": 2}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -3}, "max_tokens"),
+    ({"n": 0}, "n"), ({"n": 129}, "n"), ({"n": 13}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": -3}, "max_tokens"),
     ({"max_completion_tokens": 0}, "max_completion_tokens"), ({"max_tokens": 2.5}, "max_tokens"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"stop": 5}, "stop"), ({"seed": "x"}, "seed"),

