@@ -178,10 +178,10 @@ def _qwen3_gguf():
     return Qwen3ForCausalLM(Qwen3Config(**SMALL, head_dim=32, tie_word_embeddings=True))
 
 
-# Qwen2 (q/k/v biases) and Qwen3 (q/k norms) on the array fast path; Gemma 3 on the
-# Tensor path with quantized projections (QTensor products over the rows)
+# Qwen2 (q/k/v biases), Qwen3 (q/k norms) and Gemma 3 (sandwich norms, sliding
+# layers) on the array fast path
 @pytest.mark.parametrize("arch,kind", [("qwen2", ModelWeights), ("qwen3", ModelWeights),
-                                       ("gemma3", Llama)])
+                                       ("gemma3", ModelWeights)])
 def test_gguf_families_join_and_leave_mid_way(arch, kind, tmp_path):
     from tallow.models.gguf_models import load_gguf_model
 

@@ -5,7 +5,10 @@ the "NeoX" half-split one, so its converter does not permute them as it does
 Llama's), so the Tensor-path ``Llama`` runs them unchanged: ``GgufBackend`` serves
 its ``VarBuilder`` names from the file's tensors under llama.cpp's names. The
 projections stay quantized (each ``Linear`` holds a ``QTensor``); embeddings,
-norms and biases are dequantized to f32.
+norms and biases are dequantized to f32. ``gguf_models.load_gguf_model`` gives these
+families the quantized Llama (``quantized_llama.ModelWeights``) instead, whose
+compiled decode reads the same options from the config made here; this module's
+``Llama`` is its Tensor path (GPU, no compiled kernels).
 
 What llama.cpp does not store and fixes in code is fixed the same way here:
 Gemma 3's sliding window covers five layers in six, its sliding layers rotate with

@@ -32,6 +32,20 @@ weights) at load into the order the interleaved kernel rotates, the
 permutation llama.cpp's converter applies to Llama's: the attention scores are
 unchanged.
 
+Phi-3 (``fused=True``): its ``attn_qkv`` is cut into q, k and v row ranges at load
+(quantized rows are whole blocks, so the parts stay in their format) and its
+``ffn_up`` already holds gate then up; LongRoPE's tables pick the short or the long
+factors by position (``rope_table.LongRopeTable``, as the Tensor path's cache).
+Gemma 3, from its config's options: embeddings times sqrt(hidden), norms after the
+attention and after the MLP too, tanh-GELU(gate) * up, per-head q/k norms, scores
+scaled by ``query_pre_attn_scalar ** -0.5``, the sliding layers rotated with their
+own base, the logits soft-capped where the config says so.
+
+Sliding windows (Phi-3's, Gemma 3's five layers in six): a step's query reads the
+cache from its window's first position, its layer's cache having spare rows after
+it so that the kernel's (heads, positions, d) buffer may start there; a prompt's
+scores before the window are -inf before the softmax.
+
 Results: the quantized products are bit for bit those of the Tensor path
 (the same kernels' arithmetic); norms, rope, softmax and float products
 differ from it only in summation order (f32 rounding).
@@ -307,15 +321,40 @@ def _vector(t: GgufTensor) -> np.ndarray:
     return np.ascontiguousarray(t.dequantize().reshape(-1), dtype=F32)
 
 
+def _row_range(t: GgufTensor, start: int, n: int) -> GgufTensor:
+    """Rows ``start .. start + n`` of ``t`` (a fused projection's part), still in its format."""
+    data = t.data.reshape(t.shape[0], -1)[start:start + n].reshape(-1)
+    return dataclasses.replace(t, name=f"{t.name}[{start}:{start + n}]", shape=(n,) + tuple(t.shape[1:]),
+                               data=data)
+
+
+def _norm(get, name: str) -> np.ndarray:
+    return np.ascontiguousarray(get(name).dequantize(), dtype=F32)
+
+
 class _Layer:
     __slots__ = ("attn_norm", "ffn_norm", "qkv", "o", "gate_up", "down", "qkv_bias",
-                 "q_norm", "k_norm")
+                 "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "window", "local_rope")
 
-    def __init__(self, get, i: int, cfg=None, neox: bool = False):
+    def __init__(self, get, i: int, cfg=None, neox: bool = False, fused: bool = False):
         p = f"blk.{i}"
-        self.attn_norm = np.ascontiguousarray(get(f"{p}.attn_norm.weight").dequantize(), dtype=F32)
-        self.ffn_norm = np.ascontiguousarray(get(f"{p}.ffn_norm.weight").dequantize(), dtype=F32)
-        qkv = [get(f"{p}.attn_{x}.weight") for x in ("q", "k", "v")]
+        self.attn_norm = _norm(get, f"{p}.attn_norm.weight")
+        self.ffn_norm = _norm(get, f"{p}.ffn_norm.weight")
+        # Gemma 3: norms of the attention's and of the MLP's outputs too
+        sandwich = cfg is not None and cfg.sandwich_norms
+        self.post_attn_norm = _norm(get, f"{p}.post_attention_norm.weight") if sandwich else None
+        self.post_ffn_norm = _norm(get, f"{p}.post_ffw_norm.weight") if sandwich else None
+        self.window = cfg.window(i) if cfg is not None and hasattr(cfg, "window") else None
+        # Gemma 3's sliding layers rotate with their own base
+        self.local_rope = self.window is not None and getattr(cfg, "rope_local_theta", None) is not None
+        if fused:  # Phi-3: one attn_qkv, rows q then k then v
+            d = cfg.head_dim
+            t = get(f"{p}.attn_qkv.weight")
+            q_rows, kv_rows = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
+            qkv = [_row_range(t, 0, q_rows), _row_range(t, q_rows, kv_rows),
+                   _row_range(t, q_rows + kv_rows, kv_rows)]
+        else:
+            qkv = [get(f"{p}.attn_{x}.weight") for x in ("q", "k", "v")]
         self.qkv_bias = self.q_norm = self.k_norm = None
         if cfg is not None and cfg.qkv_bias:
             self.qkv_bias = [_vector(get(f"{p}.attn_{x}.bias")) for x in ("q", "k", "v")]
@@ -336,7 +375,10 @@ class _Layer:
             self.qkv_bias = np.ascontiguousarray(np.concatenate(self.qkv_bias), dtype=F32)
         self.qkv = projection(qkv)
         self.o = projection([get(f"{p}.attn_output.weight")])
-        self.gate_up = projection([get(f"{p}.ffn_gate.weight"), get(f"{p}.ffn_up.weight")])
+        if fused:  # Phi-3's ffn_up holds the gate rows, then the up rows: already gate|up
+            self.gate_up = projection([get(f"{p}.ffn_up.weight")])
+        else:
+            self.gate_up = projection([get(f"{p}.ffn_gate.weight"), get(f"{p}.ffn_up.weight")])
         self.down = projection([get(f"{p}.ffn_down.weight")])
 
 
@@ -364,8 +406,7 @@ class DecodeState:
         cap = min(cap, c.ctx)
         kv = []
         for layer in range(c.n_layers):
-            k = np.zeros((c.nkv, cap, c.d), F32)
-            v = np.zeros((c.nkv, cap, c.d), F32)
+            k, v = (_cache_array(c.nkv, cap, c.d, c.layers[layer].window is not None) for _ in range(2))
             if keep and self.kv:
                 k[:, :keep] = self.kv[layer][0][:, :keep]
                 v[:, :keep] = self.kv[layer][1][:, :keep]
@@ -373,30 +414,64 @@ class DecodeState:
         self.kv, self.cap = kv, cap
 
 
+def _cache_array(heads: int, cap: int, d: int, windowed: bool) -> np.ndarray:
+    """A zeroed (heads, cap, d) key or value cache.  A sliding-window layer's has ``cap``
+    spare rows after it, so that :func:`_from_position` can offer the attention kernel
+    a (heads, cap, d) window starting at any cached position."""
+    if not windowed:
+        return np.zeros((heads, cap, d), F32)
+    return np.zeros((heads + 1) * cap * d, F32)[:heads * cap * d].reshape(heads, cap, d)
+
+
+def _from_position(cache: np.ndarray, start: int) -> np.ndarray:
+    """The flat (heads, cap, d) buffer whose position 0 is ``cache``'s position ``start``
+    (a window's first key); each head keeps its stride, so the kernel reads head h's
+    positions ``start ..`` in place."""
+    heads, cap, d = cache.shape
+    if start == 0:
+        return cache
+    flat = cache.base
+    return flat[start * d:start * d + heads * cap * d]
+
+
 class LlamaDecoder:
     """A GGUF Llama's forward pass on arrays (see the module doc).
 
     ``get(name)`` returns the file's checked ``GgufTensor`` of that name;
-    ``cfg`` is the model's ``LlamaConfig``.
+    ``cfg`` is the model's ``LlamaConfig``.  ``neox``: the file keeps the half-split
+    rotation's q/k rows (reordered here at load); ``fused``: Phi-3's ``attn_qkv`` and
+    gate|up ``ffn_up``.  The rest comes from ``cfg`` as the Tensor path reads it: sliding
+    windows, Gemma 3's sandwich norms, GELU, embedding scale, local rotary base, score
+    scale and logit soft cap, Phi-3's LongRoPE.
     """
 
-    def __init__(self, get, cfg, output_name: str, neox: bool = False):
-        from .llama import rope_frequencies
+    def __init__(self, get, cfg, output_name: str, neox: bool = False, fused: bool = False):
+        from .llama import GELU_TANH, _rope_table, rope_frequencies
 
         self.cfg = cfg
         self.h, self.f = cfg.hidden_size, cfg.intermediate_size
         self.nh, self.nkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.n_layers, self.ctx, self.eps = cfg.num_hidden_layers, cfg.max_position_embeddings, float(cfg.rms_norm_eps)
         self.vocab = cfg.vocab_size
-        self.scale = 1.0 / math.sqrt(self.d)
-        self.layers = [_Layer(get, i, cfg, neox) for i in range(self.n_layers)]
+        scalar = getattr(cfg, "query_pre_attn_scalar", None)
+        self.scale = 1.0 / math.sqrt(self.d if scalar is None else scalar)
+        self.layers = [_Layer(get, i, cfg, neox, fused) for i in range(self.n_layers)]
         emb = get("token_embd.weight")
         self.emb_type = emb.ggml_type
         self.emb_rows = EmbeddingRows(emb.data.reshape(self.vocab, -1))
+        # Gemma 3 scales the embeddings by sqrt(hidden), rounded to the weights' dtype (f32)
+        scale = getattr(cfg, "embed_scale", None)
+        self.embed_scale = None if scale is None else F32(scale)
         self.output = projection([get(output_name)])
         self.norm = np.ascontiguousarray(get("output_norm.weight").dequantize(), dtype=F32)
-        # Grown with the positions used (see rope_table), not for the whole context.
-        self.rope = RopeTable(rope_frequencies(cfg), self.ctx)
+        self.gelu = getattr(cfg, "hidden_act", "silu") in GELU_TANH
+        cap = getattr(cfg, "final_logit_softcapping", None)
+        self.soft_cap = None if cap is None else F32(cap)
+        # Grown with the positions used (see rope_table), not for the whole context;
+        # Phi-3's LongRoPE picks its factors by position, as the Tensor path's cache does.
+        self.rope = _rope_table(cfg, self.ctx)
+        local = getattr(cfg, "rope_local_theta", None)
+        self.rope_local = None if local is None else RopeTable(rope_frequencies(cfg, local, None), self.ctx)
 
     def new_state(self) -> DecodeState:
         return DecodeState(self)
@@ -404,14 +479,32 @@ class LlamaDecoder:
     def embed(self, ids) -> np.ndarray:
         """(s,) token ids -> (s, hidden) f32, dequantizing only those rows."""
         rows = self.emb_rows.take(np.asarray(ids, dtype=np.int64))
-        return self.emb_type.dequantize(rows.reshape(-1), rows.shape[0] * self.h).reshape(rows.shape[0], self.h)
+        x = self.emb_type.dequantize(rows.reshape(-1), rows.shape[0] * self.h).reshape(rows.shape[0], self.h)
+        if self.embed_scale is not None:
+            x = np.asarray(x, dtype=F32) * self.embed_scale
+        return x
+
+    def _reserve_rope(self, positions: int) -> None:
+        self.rope.reserve(positions)
+        if self.rope_local is not None:
+            self.rope_local.reserve(positions)
+
+    def _rotary(self, layer):
+        t = self.rope_local if layer.local_rope else self.rope
+        return t.cos, t.sin
+
+    def _capped(self, logits: np.ndarray) -> np.ndarray:
+        """Gemma's final soft cap ``cap * tanh(logits / cap)``, where the config has one."""
+        if self.soft_cap is None:
+            return logits
+        return (np.tanh(logits / self.soft_cap) * self.soft_cap).astype(F32, copy=False)
 
     def forward(self, ids, pos0: int, state: DecodeState, last_only: bool = True) -> np.ndarray:
         """Logits (vocab,) of the last position, or (s, vocab) for every position."""
         s = len(ids)
         native.sync_threads()  # the compiled pool follows set_num_threads from the next token on
         state.reserve(pos0 + s, pos0)
-        self.rope.reserve(pos0 + s)
+        self._reserve_rope(pos0 + s)
         x = np.ascontiguousarray(self.embed(ids), dtype=F32)
         if s == 1:
             y = self._step(x.reshape(-1), pos0, state)
@@ -425,8 +518,8 @@ class LlamaDecoder:
         if last_only or s == 1:
             out = np.empty(self.vocab, F32)
             self.output.matvec(np.ascontiguousarray(y[-1] if s > 1 else y), out)
-            return out
-        return self.output.matmul(y)
+            return self._capped(out)
+        return self._capped(self.output.matmul(y))
 
     def step_rows(self, ids, positions, states) -> np.ndarray:
         """One token of each of B sequences, row i at ``positions[i]`` in ``states[i]``'s
@@ -435,20 +528,41 @@ class LlamaDecoder:
         native.sync_threads()
         for st, p in zip(states, positions):
             st.reserve(p + 1, p)
-        self.rope.reserve(max(positions) + 1)
+        self._reserve_rope(max(positions) + 1)
         x = np.ascontiguousarray(self.embed(ids), dtype=F32)
         from ..backends.cpu.quantized.vec_dot import single_threaded_blas
 
         with single_threaded_blas():  # as for a prompt: tallow's pool splits the products
             y = self._rows(x, positions, states)
-            return np.ascontiguousarray(self.output.matmul(y), dtype=F32)
+            return self._capped(np.ascontiguousarray(self.output.matmul(y), dtype=F32))
+
+    def _attend(self, layer, q, kc, vc, att, pos, cap):
+        """One query row at ``pos`` over the cache (its layer's window only, if it has one)."""
+        start = 0 if layer.window is None else max(0, pos - layer.window + 1)
+        _ops.attention(q, _from_position(kc, start), _from_position(vc, start), att, 1, self.nh, self.nkv,
+                       self.d, cap, pos - start, self.scale, 0, self.nh)
+
+    def _act(self, gu, rows, act):
+        """act = silu(gate) * up, or Gemma's tanh-GELU(gate) * up, of (rows, gate|up)."""
+        if not self.gelu:
+            _ops.silu_mul(gu, rows, self.f, act)
+            return
+        g = gu.reshape(rows, 2 * self.f)
+        act.reshape(rows, self.f)[:] = _gelu_tanh(g[:, :self.f]) * g[:, self.f:]
+
+    def _post(self, norm, y, rows):
+        """Gemma 3's norm of a sub-layer's output (y itself where there is none)."""
+        if norm is None:
+            return y
+        out = np.empty_like(y)
+        _ops.rms_norm(y, norm, out, rows, self.h, self.eps, None)
+        return out
 
     def _rows(self, x, positions, states):
         """x (B, hidden) updated in place through the layers; returns the normed state."""
         ops = _ops
         b = x.shape[0]
         h, f, nh, nkv, d, eps = self.h, self.f, self.nh, self.nkv, self.d, self.eps
-        cos, sin, scale = self.rope.cos, self.rope.sin, self.scale
         xn = np.empty((b, h), F32)
         q = np.empty((b, nh * d), F32)
         att = np.empty((b, nh * d), F32)
@@ -456,18 +570,19 @@ class LlamaDecoder:
         rows = list(zip(range(b), positions, states))
         pending = None
         for i, layer in enumerate(self.layers):
+            cos, sin = self._rotary(layer)
             ops.rms_norm(x, layer.attn_norm, xn, b, h, eps, pending)
             qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
             self._qkv_extras(layer, qkv, qkv.shape[0])
             for r, pos, st in rows:  # each row at its own position in its own cache
                 kc, vc = st.kv[i]
                 ops.rope_store(qkv[r], 1, nh, nkv, d, cos, sin, pos, q[r], kc, vc, st.cap)
-                ops.attention(q[r], kc, vc, att[r], 1, nh, nkv, d, st.cap, pos, scale, 0, nh)
-            o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)
+                self._attend(layer, q[r], kc, vc, att[r], pos, st.cap)
+            o = self._post(layer.post_attn_norm, np.ascontiguousarray(layer.o.matmul(att), dtype=F32), b)
             ops.rms_norm(x, layer.ffn_norm, xn, b, h, eps, o)
             gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
-            ops.silu_mul(gu, b, f, act)
-            pending = np.ascontiguousarray(layer.down.matmul(act), dtype=F32)
+            self._act(gu, b, act)
+            pending = self._post(layer.post_ffn_norm, np.ascontiguousarray(layer.down.matmul(act), dtype=F32), b)
         out = np.empty((b, h), F32)
         ops.rms_norm(x, self.norm, out, b, h, eps, pending)
         return out
@@ -479,20 +594,20 @@ class LlamaDecoder:
         xn, qkv, q, att, o, gu, act, down = (b["xn"], b["qkv"], b["q"], b["att"], b["o"], b["gu"], b["act"],
                                              b["down"])
         h, f, nh, nkv, d, eps, cap = self.h, self.f, self.nh, self.nkv, self.d, self.eps, st.cap
-        cos, sin, scale = self.rope.cos, self.rope.sin, self.scale
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
+            cos, sin = self._rotary(layer)
             ops.rms_norm(x, layer.attn_norm, xn, 1, h, eps, pending)
             layer.qkv.matvec(xn, qkv)
             self._qkv_extras(layer, qkv, 1)
             ops.rope_store(qkv, 1, nh, nkv, d, cos, sin, pos, q, kc, vc, cap)
-            ops.attention(q, kc, vc, att, 1, nh, nkv, d, cap, pos, scale, 0, nh)
+            self._attend(layer, q, kc, vc, att, pos, cap)
             layer.o.matvec(att, o)
-            ops.rms_norm(x, layer.ffn_norm, xn, 1, h, eps, o)
+            ops.rms_norm(x, layer.ffn_norm, xn, 1, h, eps, self._post(layer.post_attn_norm, o, 1))
             layer.gate_up.matvec(xn, gu)
-            ops.silu_mul(gu, 1, f, act)
+            self._act(gu, 1, act)
             layer.down.matvec(act, down)
-            pending = down
+            pending = self._post(layer.post_ffn_norm, down, 1)
         out = np.empty(h, F32)
         ops.rms_norm(x, self.norm, out, 1, h, eps, pending)
         return out
@@ -523,25 +638,28 @@ class LlamaDecoder:
         threads = native.plan_threads(s * nh, pos0 + s, 2 * d, nkv * -(-s // _ATTENTION_ROWS), None)
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
+            cos, sin = self._rotary(layer)
             ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
             qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
             self._qkv_extras(layer, qkv, qkv.shape[0])
-            ops.rope_store(qkv, s, nh, nkv, d, self.rope.cos, self.rope.sin, pos0, q, kc, vc, cap)
-            self._prompt_attention(q, kc, vc, att, s, pos0, threads)
-            o = np.ascontiguousarray(layer.o.matmul(att), dtype=F32)
+            ops.rope_store(qkv, s, nh, nkv, d, cos, sin, pos0, q, kc, vc, cap)
+            self._prompt_attention(q, kc, vc, att, s, pos0, threads, layer.window)
+            o = self._post(layer.post_attn_norm, np.ascontiguousarray(layer.o.matmul(att), dtype=F32), s)
             ops.rms_norm(x, layer.ffn_norm, xn, s, h, eps, o)
             gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
-            ops.silu_mul(gu, s, f, act)
-            pending = np.ascontiguousarray(layer.down.matmul(act), dtype=F32)
+            self._act(gu, s, act)
+            pending = self._post(layer.post_ffn_norm, np.ascontiguousarray(layer.down.matmul(act), dtype=F32), s)
         out = np.empty((s, h), F32)
         ops.rms_norm(x, self.norm, out, s, h, eps, pending)
         return out
 
-    def _prompt_attention(self, q, kc, vc, att, s, pos0, threads):
+    def _prompt_attention(self, q, kc, vc, att, s, pos0, threads, window=None):
         """Causal attention of s queries as matrix products, per key head and block of
         _ATTENTION_ROWS queries: (rows group, d) x (d, keys up to the block's last
         position), so no block multiplies the keys after it.  The blocks are the same
-        whatever the thread count, and threads take whole blocks."""
+        whatever the thread count, and threads take whole blocks.  With a ``window``, a
+        query at position i sees the keys ``i - window + 1 .. i`` only: the scores of
+        earlier keys are -inf before the softmax."""
         nh, nkv, d = self.nh, self.nkv, self.d
         group = nh // nkv
         qh = q.reshape(s, nkv, group, d).transpose(1, 0, 2, 3).reshape(nkv, s * group, d)
@@ -550,6 +668,10 @@ class LlamaDecoder:
         def block(h, a, b):  # key head h, queries [a, b)
             total = pos0 + b
             scores = np.matmul(qh[h, a * group:b * group], kc[h, :total].T)  # ((b - a) group, total)
+            if window is not None and pos0 + b - window > 0:
+                hidden = np.arange(total)[None, :] <= np.arange(pos0 + a, pos0 + b)[:, None] - window
+                scores.reshape(b - a, group, total)[np.broadcast_to(hidden[:, None, :], (b - a, group, total))] = \
+                    -np.inf
             _ops.causal_softmax(scores, b - a, group, total, pos0 + a, self.scale, 0, 1)
             np.matmul(scores, vc[h, :total], out=out[h, a * group:b * group])
 
@@ -560,3 +682,18 @@ class LlamaDecoder:
             for piece in blocks:
                 block(*piece)
         att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """The tanh approximation of GELU in f32, as the Tensor path's CPU kernel computes it."""
+    inner = np.multiply(x, x)
+    inner *= 0.044715 * x
+    inner += x
+    inner *= _SQRT_2_OVER_PI
+    np.tanh(inner, out=inner)
+    inner += 1.0
+    inner *= 0.5 * x
+    return inner

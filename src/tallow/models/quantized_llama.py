@@ -27,10 +27,11 @@ As candle (and llama.cpp) does, the permuted weights are used as they are
 with the interleaved rotation (``rope_i``): the attention scores, and so the
 model, are those of the original Hugging Face weights.
 
-Qwen2 and Qwen3 files (``general.architecture`` "qwen2" / "qwen3": a Llama with
-q/k/v biases, or with q/k norms, and the half-split rotation) load here too, so
-they decode on the same fast path (``llama_decode``, ``neox=True``); their
-Tensor modules, where the fast path does not apply, are those of
+Qwen2, Qwen3, Phi-3 and Gemma 3 files (``LLAMA_LIKE``: a Llama with q/k/v biases,
+q/k norms, Phi-3's fused projections and LongRoPE, Gemma 3's sandwich norms, GELU
+and sliding layers; all with the half-split rotation) load here too, so they decode
+on the same fast path (``llama_decode``, ``neox=True``; ``fused=True`` for Phi-3);
+their Tensor modules, where the fast path does not apply, are those of
 ``gguf_decoder.load_gguf_decoder``.
 
 ``forward(input_ids, index_pos, cache=None)`` returns the logits of the last
@@ -63,7 +64,7 @@ from ..tensor_class import Tensor
 from .config import ModelFormatError
 from .gguf_decoder import config_from_gguf as family_config, decoder_of_file
 from . import llama_decode
-from .llama import Cache, ContextLengthError, LlamaConfig, decoder_hidden
+from .llama import Cache, ContextLengthError, LlamaConfig, decoder_hidden, soft_cap
 from .sequences import SequenceBatching, SequenceRows
 
 
@@ -188,7 +189,7 @@ class _Inner(Module):
 
 
 # GGUF architectures that run on this class (and its fast path) besides "llama"
-LLAMA_LIKE = ("qwen2", "qwen3")
+LLAMA_LIKE = ("qwen2", "qwen3", "phi3", "gemma3")
 
 
 class ModelWeights(SequenceBatching, Module):
@@ -215,7 +216,7 @@ class ModelWeights(SequenceBatching, Module):
                 raise ModelFormatError(f"{f.path}: tensor {name!r} has shape {t.shape}, expected {tuple(shape)}")
             return t
 
-        shapes = _expected_shapes(cfg)
+        shapes = _expected_shapes(cfg, fused=self.arch == "phi3")
         checked = {name: tensor(name, shape) for name, shape in shapes.items()}
         self._decoder = None
         self._tree_args = None
@@ -224,7 +225,7 @@ class ModelWeights(SequenceBatching, Module):
             # The array fast path; the Tensor modules are built only if something asks for them.
             output = "token_embd.weight" if cfg.tie_word_embeddings else "output.weight"
             self._decoder = llama_decode.LlamaDecoder(checked.__getitem__, cfg, output,
-                                                      neox=self.arch in LLAMA_LIKE)
+                                                      neox=self.arch in LLAMA_LIKE, fused=self.arch == "phi3")
             self._tree_args = (checked, device)
         else:
             self._build_tree(checked, device)
@@ -294,13 +295,13 @@ class ModelWeights(SequenceBatching, Module):
         return self._head(h.narrow(1, h.shape[1] - 1, 1).squeeze(1))
 
     def _head(self, h: Tensor) -> Tensor:
-        return self.output(h)
+        return soft_cap(self.output(h), self.config)
 
     def logits(self, input_ids: Tensor, index_pos: int, cache: Cache) -> Tensor:
         """Logits ``(batch, seq, vocab)`` for every input position."""
         if self._fast_ok(input_ids, cache):
             return self._fast(input_ids, index_pos, cache, False)
-        return self.output(self._hidden(input_ids, index_pos, cache))
+        return self._head(self._hidden(input_ids, index_pos, cache))
 
     # -- the array fast path (CPU, one sequence, with a key/value cache) --------------
     def _fast_ok(self, input_ids, cache) -> bool:
@@ -342,21 +343,28 @@ class ModelWeights(SequenceBatching, Module):
         return super()._rows_logits(ids, caches, positions)
 
 
-def _expected_shapes(cfg: LlamaConfig) -> dict:
-    """Every tensor the model reads, with its (rows, columns) shape."""
+def _expected_shapes(cfg: LlamaConfig, fused: bool = False) -> dict:
+    """Every tensor the model reads, with its (rows, columns) shape (``fused``: Phi-3's
+    attn_qkv and gate|up ffn_up)."""
     h, f, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     q, kv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
     shapes = {"token_embd.weight": (cfg.vocab_size, h)}
     for i in range(cfg.num_hidden_layers):
         p = f"blk.{i}"
-        shapes.update({f"{p}.attn_norm.weight": (h,), f"{p}.attn_q.weight": (q, h), f"{p}.attn_k.weight": (kv, h),
-                       f"{p}.attn_v.weight": (kv, h), f"{p}.attn_output.weight": (h, q),
-                       f"{p}.ffn_norm.weight": (h,), f"{p}.ffn_gate.weight": (f, h), f"{p}.ffn_up.weight": (f, h),
-                       f"{p}.ffn_down.weight": (h, f)})
+        shapes.update({f"{p}.attn_norm.weight": (h,), f"{p}.attn_output.weight": (h, q),
+                       f"{p}.ffn_norm.weight": (h,), f"{p}.ffn_down.weight": (h, f)})
+        if fused:
+            shapes.update({f"{p}.attn_qkv.weight": (q + 2 * kv, h), f"{p}.ffn_up.weight": (2 * f, h)})
+        else:
+            shapes.update({f"{p}.attn_q.weight": (q, h), f"{p}.attn_k.weight": (kv, h),
+                           f"{p}.attn_v.weight": (kv, h), f"{p}.ffn_gate.weight": (f, h),
+                           f"{p}.ffn_up.weight": (f, h)})
         if cfg.qkv_bias:
             shapes.update({f"{p}.attn_q.bias": (q,), f"{p}.attn_k.bias": (kv,), f"{p}.attn_v.bias": (kv,)})
         if cfg.qk_norm:
             shapes.update({f"{p}.attn_q_norm.weight": (d,), f"{p}.attn_k_norm.weight": (d,)})
+        if cfg.sandwich_norms:
+            shapes.update({f"{p}.post_attention_norm.weight": (h,), f"{p}.post_ffw_norm.weight": (h,)})
     shapes["output_norm.weight"] = (h,)
     if not cfg.tie_word_embeddings:
         shapes["output.weight"] = (cfg.vocab_size, h)
