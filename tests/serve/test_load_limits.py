@@ -194,3 +194,27 @@ def test_a_stream_whose_client_leaves_before_the_headers_are_written_frees_its_s
 
     asyncio.run(call())
     assert wait_until(lambda: engine.counts() == (0, 0), 3)
+
+
+def test_closing_an_in_process_server_answers_the_stream_in_flight(minilm_dir, smollm2_gguf):
+    """``server.close()`` (``start_server``'s, in a notebook) shuts down as `tallow serve`
+    does: the stream running gets its error event and [DONE], not a cut connection."""
+    import json
+    import threading
+
+    lines = []
+    body = {"model": CHAT_MODEL, "prompt": ", ".join(str(i) for i in range(1, 30)) + ",", "max_tokens": 3000,
+            "temperature": 0, "stream": True}
+    with running_server(minilm_dir, smollm2_gguf, embed=False, max_batch=1, max_queue=0) as server:
+        def read():
+            with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as r:
+                lines.extend(line for line in r.iter_lines() if line)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert wait_until(lambda: active(server) == 1, 30)
+        start = time.monotonic()
+    reader.join(10)
+    assert time.monotonic() - start < 15
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2][len("data: "):])["error"]["code"] == "server_shutting_down"

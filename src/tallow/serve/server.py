@@ -92,8 +92,10 @@ class BackgroundServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
+        config = uvicorn.Config(app, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5)
+        # closing it answers the requests in flight as `tallow serve` does on SIGTERM
+        self.server = _graceful_server(config, self._stop_models)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="tallow-serve-http", daemon=True)
         self.startup_timeout = startup_timeout
@@ -111,9 +113,14 @@ class BackgroundServer:
             time.sleep(0.02)
         return self
 
+    def _stop_models(self) -> None:
+        models = getattr(self, "models", None)
+        if models is not None:
+            models.stop()
+
     def __exit__(self, *exc):
         self.server.should_exit = True
-        self.thread.join(10)
+        self.thread.join(SHUTDOWN_GRACE_S + 10)
         self.sock.close()
         models = getattr(self, "models", None)
         if models is not None:
@@ -159,15 +166,15 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _graceful_server(config, models):
+def _graceful_server(config, stop_models):
     """uvicorn's server, whose shutdown gives the requests in flight ``SHUTDOWN_GRACE_S``
-    to finish and then stops the models, so those still running get their 503 and the
-    connections close cleanly instead of being cut."""
+    to finish and then calls ``stop_models``, so those still running get their 503 and
+    the connections close cleanly instead of being cut."""
     import uvicorn
 
     class GracefulServer(uvicorn.Server):
         async def shutdown(self, sockets=None):
-            timer = asyncio.get_running_loop().call_later(SHUTDOWN_GRACE_S, models.stop)
+            timer = asyncio.get_running_loop().call_later(SHUTDOWN_GRACE_S, stop_models)
             try:
                 await super().shutdown(sockets)
             finally:
@@ -194,7 +201,7 @@ def serve(opts: ServeOptions) -> int:
             config = uvicorn.Config(app, log_level="info", lifespan="off",
                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S + 5)
             try:
-                _graceful_server(config, models).run(sockets=[sock])
+                _graceful_server(config, models.stop).run(sockets=[sock])
             except KeyboardInterrupt:  # Ctrl-C, after the shutdown above: its usual status
                 return 130
         finally:
