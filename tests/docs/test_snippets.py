@@ -27,7 +27,7 @@ from .markdown_blocks import ROOT, markdown_files, python_blocks, tallow_command
 OPT_OUTS: dict[str, str] = {
     "docs/distributed.md:63": "a Ray cluster, s3 buckets and a model folder of the reader's",
     "docs/distributed.md:149": "reads the index the embedding job writes",
-    "docs/serve.md:144": "needs the langchain-openai package, not a dependency of tallow",
+    "docs/serve.md:145": "needs the langchain-openai package, not a dependency of tallow",
 }
 
 GENERATE_TOKENS = "4"
