@@ -190,3 +190,31 @@ def test_sequences_stepped_together_equal_each_alone(gguf_file):
             np.testing.assert_array_equal(np.array(got[i]), want, err_msg=f"sequence {i}")
         else:
             np.testing.assert_allclose(np.array(got[i]), want, atol=1e-4, rtol=0, err_msg=f"sequence {i}")
+
+
+def test_a_final_soft_cap_is_applied_as_on_the_tensor_path(tmp_path, monkeypatch):
+    """A Gemma config with a final logit soft cap (llama.cpp's Gemma 3 files state
+    none, so the cap is set on the config both paths read): the fast path caps as
+    the Tensor path does, and the cap changes the logits."""
+    from tallow.models import gguf_decoder, quantized_llama
+
+    hf = _perturbed(_gemma3, 5)
+    path = str(tmp_path / "m.gguf")
+    write_gguf(hf, "gemma3", path, quantized=False)
+    uncapped, _ = _decode(load_gguf_model(path), PROMPT, 2, True)
+    read = gguf_decoder.config_from_gguf
+
+    def capped(f):
+        cfg = read(f)
+        cfg.final_logit_softcapping = 0.5
+        return cfg
+
+    monkeypatch.setattr(gguf_decoder, "config_from_gguf", capped)
+    monkeypatch.setattr(quantized_llama, "family_config", capped)
+    fast = load_gguf_model(path)
+    assert fast._decoder is not None
+    got, _ = _decode(fast, PROMPT, 2, True)
+    want, _ = _decode(load_gguf_decoder(path), PROMPT, 2, False)
+    assert np.abs(got).max() <= 0.5 and _rel(uncapped, got) > 0.1
+    for i in range(len(got)):
+        assert _rel(got[i], want[i]) <= 1e-4, f"position {i}"
