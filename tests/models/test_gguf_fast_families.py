@@ -49,12 +49,14 @@ def _phi3():
                                       tie_word_embeddings=False, pad_token_id=0))
 
 
-def _gemma3():
+def _gemma3(linear=False):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    # linear: the global layers' positions scaled as Gemma 3 4B's are
+    full = {"rope_type": "linear", "factor": 8.0} if linear else {"rope_type": "default"}
     return Gemma3ForCausalLM(Gemma3TextConfig(**{
         **SMALL, "max_position_embeddings": 128, "tie_word_embeddings": True, "num_hidden_layers": 6,
         "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": WINDOW,
-        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "rope_parameters": {"full_attention": {**full, "rope_theta": 1e6},
                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}))
 
 
@@ -76,8 +78,12 @@ def write_gguf(hf, arch, path, quantized, phi3_window=0):
     w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     if arch == "gemma3":
-        w.add_rope_freq_base(c.rope_parameters["full_attention"]["rope_theta"])
+        full = c.rope_parameters["full_attention"]
+        w.add_rope_freq_base(full["rope_theta"])
         w.add_sliding_window(c.sliding_window)
+        if full["rope_type"] == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
     else:
         rope = c.rope_parameters
         original = rope["original_max_position_embeddings"]
@@ -117,15 +123,18 @@ def _perturbed(build, seed):
     return hf
 
 
-# (arch, quantized, Phi-3's sliding window): Phi-3 with and without a window
+# (family, quantized, Phi-3's sliding window): Phi-3 with and without a window;
+# "gemma3-linear": Gemma 3 with linear scaling on its global layers
 CASES = [("phi3", False, 0), ("phi3", False, WINDOW), ("phi3", True, WINDOW),
-         ("gemma3", False, 0), ("gemma3", True, 0)]
+         ("gemma3", False, 0), ("gemma3", True, 0), ("gemma3-linear", False, 0)]
+BUILDERS = {"phi3": _phi3, "gemma3": _gemma3, "gemma3-linear": lambda: _gemma3(linear=True)}
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}-{'q8' if c[1] else 'f32'}-w{c[2]}")
 def gguf_file(request, tmp_path_factory):
-    arch, quantized, window = request.param
-    hf = _perturbed({"phi3": _phi3, "gemma3": _gemma3}[arch], 3)
+    name, quantized, window = request.param
+    arch = name.split("-")[0]
+    hf = _perturbed(BUILDERS[name], 3)
     path = tmp_path_factory.mktemp(arch) / "m.gguf"
     write_gguf(hf, arch, path, quantized, window)
     return str(path), quantized
