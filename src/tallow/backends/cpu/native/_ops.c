@@ -321,11 +321,21 @@ typedef struct {
     int64_t m, n, k, r0;
 } fmv_job;
 
+/* f16 rows are read FMV_AHEAD rows ahead of the one being multiplied: with the
+ * conversion in the loop the hardware prefetcher alone left a single-thread f16
+ * decode short of memory's pace (docs/decisions.md); f32 rows gained nothing. */
+#define FMV_AHEAD 4
+
 static void fmv_task(void *p, int64_t lo, int64_t hi) {
     const fmv_job *j = (const fmv_job *)p;
-    const int64_t k = j->k, half = j->half;
+    const int64_t k = j->k, half = j->half, row_bytes = k * (half ? 2 : 4);
+    const int64_t end = j->r0 + hi;
     /* Row by row, every activation row against it while it is in L1. */
-    for (int64_t r = j->r0 + lo; r < j->r0 + hi; r++) {
+    for (int64_t r = j->r0 + lo; r < end; r++) {
+        if (half && r + FMV_AHEAD < end) {
+            const char *ahead = j->w + (r + FMV_AHEAD) * row_bytes;
+            for (int64_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(ahead + line);
+        }
         for (int64_t i = 0; i < j->m; i++) {
             const float *xi = j->x + i * k;
             const void *w = half ? (const void *)((const uint16_t *)j->w + r * k) : (const void *)((const float *)j->w + r * k);
