@@ -60,6 +60,7 @@ import os
 import numpy as np
 
 from ..backends.cpu import native
+from ..backends.cpu.elementwise import gelu_tanh
 from ..ggml.gguf_io import GgufTensor
 from .rope_table import RopeTable
 
@@ -548,7 +549,7 @@ class LlamaDecoder:
             _ops.silu_mul(gu, rows, self.f, act)
             return
         g = gu.reshape(rows, 2 * self.f)
-        act.reshape(rows, self.f)[:] = _gelu_tanh(g[:, :self.f]) * g[:, self.f:]
+        act.reshape(rows, self.f)[:] = gelu_tanh(g[:, :self.f]) * g[:, self.f:]
 
     def _post(self, norm, y, rows):
         """Gemma 3's norm of a sub-layer's output (y itself where there is none)."""
@@ -682,18 +683,3 @@ class LlamaDecoder:
             for piece in blocks:
                 block(*piece)
         att[:] = out.reshape(nkv, s, group, d).transpose(1, 0, 2, 3).reshape(s, nh * d)
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """The tanh approximation of GELU in f32, as the Tensor path's CPU kernel computes it."""
-    inner = np.multiply(x, x)
-    inner *= 0.044715 * x
-    inner += x
-    inner *= _SQRT_2_OVER_PI
-    np.tanh(inner, out=inner)
-    inner += 1.0
-    inner *= 0.5 * x
-    return inner

@@ -41,7 +41,8 @@ _INV_SQRT_2 = float(1.0 / np.sqrt(2.0))
 # The in-place kernels below allocate their buffer with ``out=np.empty_like(x)``:
 # ``x * x`` of a 0-d array is a NumPy scalar, which ``out=`` cannot write.
 
-def _gelu_tanh(x):
+def gelu_tanh(x):
+    """The tanh approximation of GELU, in x's float dtype (the op table's ``gelu``)."""
     inner = np.multiply(x, x, out=np.empty_like(x))
     inner *= 0.044715 * x
     inner += x
@@ -135,7 +136,7 @@ _FLOAT_UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": _quiet(np.exp), "log": _quiet(np.log),
     "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "sqr": np.square,
     "sqrt": _quiet(np.sqrt), "recip": _quiet(np.reciprocal),
-    "relu": _relu, "gelu": _gelu_tanh,
+    "relu": _relu, "gelu": gelu_tanh,
     "gelu_erf": _gelu_erf, "erf": lambda x: _erf(x.astype(np.float64)),
     "silu": _silu, "sigmoid": _sigmoid, "floor": np.floor, "ceil": np.ceil,
     "round": _round_half_even, "sign": np.sign,
