@@ -572,18 +572,12 @@ class LlamaDecoder:
         pending = None
         for i, layer in enumerate(self.layers):
             cos, sin = self._rotary(layer)
-            ops.rms_norm(x, layer.attn_norm, xn, b, h, eps, pending)
-            qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
-            self._qkv_extras(layer, qkv, qkv.shape[0])
+            qkv = self._rows_qkv(layer, x, xn, b, pending)
             for r, pos, st in rows:  # each row at its own position in its own cache
                 kc, vc = st.kv[i]
                 ops.rope_store(qkv[r], 1, nh, nkv, d, cos, sin, pos, q[r], kc, vc, st.cap)
                 self._attend(layer, q[r], kc, vc, att[r], pos, st.cap)
-            o = self._post(layer.post_attn_norm, np.ascontiguousarray(layer.o.matmul(att), dtype=F32), b)
-            ops.rms_norm(x, layer.ffn_norm, xn, b, h, eps, o)
-            gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
-            self._act(gu, b, act)
-            pending = self._post(layer.post_ffn_norm, np.ascontiguousarray(layer.down.matmul(act), dtype=F32), b)
+            pending = self._rows_mlp(layer, x, xn, att, act, b)
         out = np.empty((b, h), F32)
         ops.rms_norm(x, self.norm, out, b, h, eps, pending)
         return out
@@ -613,6 +607,23 @@ class LlamaDecoder:
         ops.rms_norm(x, self.norm, out, 1, h, eps, pending)
         return out
 
+    def _rows_qkv(self, layer, x, xn, rows, pending):
+        """A layer's q|k|v of ``rows`` rows at once: x gets the previous layer's pending
+        residual, xn its norm; returns the (rows, q|k|v) product."""
+        _ops.rms_norm(x, layer.attn_norm, xn, rows, self.h, self.eps, pending)
+        qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
+        self._qkv_extras(layer, qkv, rows)
+        return qkv
+
+    def _rows_mlp(self, layer, x, xn, att, act, rows):
+        """The rest of a layer for ``rows`` rows after attention (the output projection,
+        its residual, the MLP); returns the MLP's output, the residual still to add."""
+        o = self._post(layer.post_attn_norm, np.ascontiguousarray(layer.o.matmul(att), dtype=F32), rows)
+        _ops.rms_norm(x, layer.ffn_norm, xn, rows, self.h, self.eps, o)
+        gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
+        self._act(gu, rows, act)
+        return self._post(layer.post_ffn_norm, np.ascontiguousarray(layer.down.matmul(act), dtype=F32), rows)
+
     def _qkv_extras(self, layer, qkv, rows):
         """Qwen2's biases and Qwen3's per-head q/k norms on a (rows, q|k|v) product, in place."""
         if layer.qkv_bias is not None:
@@ -640,16 +651,10 @@ class LlamaDecoder:
         pending = None
         for layer, (kc, vc) in zip(self.layers, st.kv):
             cos, sin = self._rotary(layer)
-            ops.rms_norm(x, layer.attn_norm, xn, s, h, eps, pending)
-            qkv = np.ascontiguousarray(layer.qkv.matmul(xn), dtype=F32)
-            self._qkv_extras(layer, qkv, qkv.shape[0])
+            qkv = self._rows_qkv(layer, x, xn, s, pending)
             ops.rope_store(qkv, s, nh, nkv, d, cos, sin, pos0, q, kc, vc, cap)
             self._prompt_attention(q, kc, vc, att, s, pos0, threads, layer.window)
-            o = self._post(layer.post_attn_norm, np.ascontiguousarray(layer.o.matmul(att), dtype=F32), s)
-            ops.rms_norm(x, layer.ffn_norm, xn, s, h, eps, o)
-            gu = np.ascontiguousarray(layer.gate_up.matmul(xn), dtype=F32)
-            self._act(gu, s, act)
-            pending = self._post(layer.post_ffn_norm, np.ascontiguousarray(layer.down.matmul(act), dtype=F32), s)
+            pending = self._rows_mlp(layer, x, xn, att, act, s)
         out = np.empty((s, h), F32)
         ops.rms_norm(x, self.norm, out, s, h, eps, pending)
         return out
