@@ -53,25 +53,34 @@ def test_a_warning_when_bound_beyond_loopback_without_a_key():
         warn_if_exposed("127.0.0.1", None)
 
 
-def test_tallow_serve_starts_and_answers(smollm2_gguf):
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _wait_healthy(proc, url: str, seconds: float = 60) -> None:
+    """Until the server at ``url`` answers /health, failing if ``proc`` ends first."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url + "/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.monotonic() < end, "tallow serve did not start"
+        time.sleep(0.2)
+
+
+def test_tallow_serve_starts_and_answers(smollm2_gguf):
+    port = _free_port()
     env = {**os.environ, "TALLOW_API_KEY": "k"}
     proc = subprocess.Popen([sys.executable, "-m", "tallow", "serve", "--no-embed", "--model", smollm2_gguf,
                              "--port", str(port), "--max-batch", "2"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < end, "tallow serve did not start"
-            time.sleep(0.2)
+        _wait_healthy(proc, url)
         assert httpx.get(url + "/v1/models").status_code == 401
         models = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer k"}).json()
         assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct.Q4_1"]
@@ -79,12 +88,6 @@ def test_tallow_serve_starts_and_answers(smollm2_gguf):
         proc.terminate()
         out = proc.communicate(timeout=30)[0]
     assert "SmolLM2-135M-Instruct.Q4_1 on http://127.0.0.1" in out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_busy_port_fails_at_once_with_a_clear_error(smollm2_gguf):
@@ -129,15 +132,7 @@ def test_shutdown_answers_the_requests_in_flight_and_frees_the_port(smollm2_gguf
         results["plain"] = httpx.post(url + "/v1/completions", json=body, timeout=60)
 
     try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < end, "tallow serve did not start"
-            time.sleep(0.2)
+        _wait_healthy(proc, url)
         clients = [threading.Thread(target=stream), threading.Thread(target=plain)]
         for c in clients:
             c.start()
