@@ -15,6 +15,8 @@ import tallow as tl
 from tallow.models.gguf_decoder import gguf_name
 from tallow.models.gguf_models import load_gguf_model
 
+from support.models import add_decoder_shape
+
 PROMPT = [(5 * i + 2) % 300 + 4 for i in range(32)]
 SMALL = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6,
@@ -71,16 +73,7 @@ def write_gguf(hf, arch, path):
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, c.vocab_size)])
     w.add_token_scores([0.0] * c.vocab_size)
     w.add_token_types([2, 3, 3] + [1] * (c.vocab_size - 3))
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    head_dim = add_decoder_shape(w, c)
     theta = c.rope_parameters["full_attention"]["rope_theta"] if arch == "gemma3" else \
         c.rope_parameters["rope_theta"]
     w.add_rope_freq_base(theta)

@@ -25,6 +25,8 @@ from tallow.models.gguf_decoder import gguf_name, load_gguf_decoder
 from tallow.models.gguf_models import load_gguf_model
 from tallow.models.quantized_llama import ModelWeights
 
+from support.models import add_decoder_shape
+
 pytestmark = pytest.mark.skipif(not llama_decode.available(), reason="the compiled decode kernels are not built")
 
 SMALL = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -67,16 +69,7 @@ def write_gguf(hf, arch, path, quantized, phi3_window=0):
 
     c = hf.config
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    head_dim = add_decoder_shape(w, c)
     if arch == "gemma3":
         full = c.rope_parameters["full_attention"]
         w.add_rope_freq_base(full["rope_theta"])

@@ -26,7 +26,7 @@ from tallow.models.decoders import decoder_config
 from tallow.models.llama import ContextLengthError, Llama
 from tallow.models.quantized_llama import ModelWeights
 
-from support.models import QLLAMA_CFG, save_llama_gguf
+from support.models import QLLAMA_CFG, add_decoder_shape, save_llama_gguf
 
 SMALL = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=400,
@@ -125,16 +125,7 @@ def write_q8_gguf(hf, arch, path):
 
     c = hf.config
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    add_decoder_shape(w, c)
     rope = c.rope_parameters["full_attention"] if arch == "gemma3" else c.rope_parameters
     w.add_rope_freq_base(rope["rope_theta"])
     if arch == "gemma3":

@@ -3,6 +3,23 @@
 import os
 
 
+def add_decoder_shape(w, c):
+    """A decoder's shape keys in a ``gguf.GGUFWriter``, from its transformers config ``c``,
+    as llama.cpp's converter writes them (key and value lengths: the head size, which
+    it returns)."""
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    return head_dim
+
+
 def make_bpe_tokenizer(path, vocab_size=300):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
