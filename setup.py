@@ -26,6 +26,7 @@ setup(
             # and a change to them rebuilds the modules)
             depends=["src/tallow/backends/cpu/native/common.h", "src/tallow/backends/cpu/native/_workers.h",
                      "src/tallow/backends/cpu/native/_gemm.h", "src/tallow/backends/cpu/native/_kernels_body.h",
+                     "src/tallow/backends/cpu/native/_kernels_tiled.h",
                      "src/tallow/backends/cpu/native/_ops_body.h", "src/tallow/backends/cpu/native/_gemm_body.h",
                      "src/tallow/backends/cpu/native/_vec_body.h", "src/tallow/backends/cpu/native/_vec_builds.h"],
             extra_compile_args=flags,

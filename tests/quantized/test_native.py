@@ -207,3 +207,49 @@ def test_repacking_a_large_weight_holds_little_besides_its_result(name):
     finally:
         tracemalloc.stop()
     assert peak < packed.nbytes + (8 << 20), (peak, packed.nbytes)  # (the unpacked values: 8 MiB)
+
+
+@pytest.fixture
+def tiled_rows():
+    """Sets the row count from which products take the tiled kernels; restores it after."""
+    before = native._kernels.set_tiled_min_rows(6)
+    yield native._kernels.set_tiled_min_rows
+    native._kernels.set_tiled_min_rows(before)
+
+
+TILED_SHAPES = [(40, 512, 6), (37, 768, 13), (24, 256, 64), (9, 1536, 7), (200, 512, 37), (16, 28672, 6)]
+
+
+@pytest.mark.skipif(not native.available() or native.status()["best_isa"] != "avx512vnni",
+                    reason="the tiled kernels are the AVX-512 VNNI build's")
+@pytest.mark.parametrize("name", native.SUPPORTED)
+@pytest.mark.parametrize("n,k,m", TILED_SHAPES)
+def test_tiled_kernels_equal_the_row_kernels_bit_for_bit(tiled_rows, name, n, k, m):
+    """Sixteen weight rows a tile (an odd group count leaves a half-empty one, a ragged n a
+    partial group), any activation row count, threads splitting at odd groups, scales from
+    1e-3 up to near the top of the activations' f16 scales (Q8_0's d, Q8_1's block sums):
+    the same bits as the row kernels and as one row at a time."""
+    raw = weight(name, n, k, seed=11)
+    x = activations(m, k, seed=12)
+    x[-1] *= F(1e3 if name in ("Q4_1", "Q5_1") else 5e6) / np.abs(x[-1]).max()
+    nw = native.NativeWeight(raw, name, n, k)
+    tiled_rows(1)
+    tiled = nw.matmul_t(x, num_threads=1)
+    native_min = native.MIN_WORK_PER_THREAD
+    try:
+        native.MIN_WORK_PER_THREAD = 1
+        split = nw.matmul_t(x, num_threads=2)
+    finally:
+        native.MIN_WORK_PER_THREAD = native_min
+    tiled_rows(10 ** 9)
+    rows = nw.matmul_t(x, num_threads=1)
+    np.testing.assert_array_equal(tiled, rows)
+    np.testing.assert_array_equal(split, rows)
+    one = np.stack([nw.matmul_t(x[i], num_threads=1) for i in range(m)])
+    np.testing.assert_array_equal(tiled, one)
+    assert np.isfinite(tiled).all()
+
+
+def test_tiled_row_count_is_checked(tiled_rows):
+    with pytest.raises(ValueError, match="< 1"):
+        tiled_rows(0)

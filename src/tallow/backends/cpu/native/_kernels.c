@@ -15,6 +15,8 @@
  * only in how they compute the exact integer sums (byte dot products: vpmaddubsw, or
  * vpdpbusd with VNNI); the float steps are the same operations in the same order, never
  * fused (the file is compiled with -ffp-contract=off), so every build gives the same bits.
+ * The VNNI build also has tiled kernels for products of many activation rows
+ * (_kernels_tiled.h), bit-identical to its row kernels.
  *
  * Weight layout ("x8"): the rows of a weight are taken eight at a time; for
  * each block position the eight rows' f16 scales (16 bytes) are followed by
@@ -128,6 +130,9 @@ typedef uint8_t u8x32 __attribute__((vector_size(32)));
 typedef int8_t i8x32 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef float f32x16 __attribute__((vector_size(64)));
 
 typedef struct {
     /* x (k,) -> xq (k,) int8, xd (k/32,) stored scales, xs (k/32,) integer sums and, when
@@ -138,6 +143,10 @@ typedef struct {
     int (*quantize_q8k)(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xbs);
     void (*product)(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
                     const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n);
+    /* product's result by the tiled kernels (_kernels_tiled.h), or NULL in a build
+     * without them; returns 0 when it could not run */
+    int (*tiled)(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq, const float *xd,
+                 const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n);
 } kernel_set;
 
 #define SUFFIX generic
@@ -165,6 +174,9 @@ static const kernel_set *const builds[] = {&kernels_generic, &kernels_avx2, &ker
 static const kernel_set *const builds[] = {&kernels_generic};
 #endif
 static int active_isa = ISA_SCALAR;
+/* A product of at least this many activation rows takes the tiled kernels where the build
+ * has them (set_tiled_min_rows: the tests compare both paths). */
+static int64_t tiled_min_rows = 6;
 #define ACTIVE (builds[active_isa])
 
 /* ------------------------------------------------------------------ Python bindings */
@@ -258,9 +270,15 @@ static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nar
         get_buf(args[5], &b[2], 0, m * nb * 4, "xd") && get_buf(args[6], &b[3], 0, m * sums_bytes(fmt, k), "xs") &&
         get_buf(args[8], &b[4], 1, m * n * 4, "out") && (nargs == 11 || get_buf(args[11], &b[5], 0, m * nb * 4, "xsf"))) {
         const float *xsf = nargs == 12 ? (const float *)b[5].view.buf : NULL;
+        const kernel_set *kernels = ACTIVE;
+        const uint8_t *w = (const uint8_t *)b[0].view.buf;
+        const int8_t *xq = (const int8_t *)b[1].view.buf;
+        const float *xd = (const float *)b[2].view.buf;
+        const int32_t *xs = (const int32_t *)b[3].view.buf;
+        float *out = (float *)b[4].view.buf;
         Py_BEGIN_ALLOW_THREADS
-        ACTIVE->product(fmt, (const uint8_t *)b[0].view.buf, nb, g0, g1, (const int8_t *)b[1].view.buf,
-                        (const float *)b[2].view.buf, (const int32_t *)b[3].view.buf, xsf, m, (float *)b[4].view.buf, n);
+        if (!(kernels->tiled && m >= tiled_min_rows && kernels->tiled(fmt, w, nb, g0, g1, xq, xd, xs, xsf, m, out, n)))
+            kernels->product(fmt, w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
         Py_END_ALLOW_THREADS
         res = Py_NewRef(Py_None);
     }
@@ -374,6 +392,17 @@ static PyObject *py_set_isa(PyObject *self, PyObject *arg) {
     return PyErr_Format(PyExc_ValueError, "unknown instruction set %s (scalar, avx2, avx512vnni)", name);
 }
 
+/* set_tiled_min_rows(m): the tiled K-quant kernels for products of m or more rows. */
+static PyObject *py_set_tiled_min_rows(PyObject *self, PyObject *arg) {
+    (void)self;
+    const long long m = PyLong_AsLongLong(arg);
+    if (m == -1 && PyErr_Occurred()) return NULL;
+    if (m < 1) return PyErr_Format(PyExc_ValueError, "set_tiled_min_rows: m=%lld < 1", m);
+    const long long old = (long long)tiled_min_rows;
+    tiled_min_rows = m;
+    return PyLong_FromLongLong(old);
+}
+
 #define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"quantize_q8_0", FC(py_quantize_q8_0), "Activation rows to Q8_0 (Q8_1 with xsf)."},
@@ -384,6 +413,7 @@ static PyMethodDef methods[] = {
     {"isa", py_isa, METH_NOARGS, "The instruction set the kernels use."},
     {"best_isa", py_best_isa, METH_NOARGS, "The widest instruction set this CPU supports."},
     {"set_isa", py_set_isa, METH_O, "Choose the kernels' instruction set."},
+    {"set_tiled_min_rows", py_set_tiled_min_rows, METH_O, "Rows from which the tiled K-quant kernels run; returns the old value."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", "tallow's compiled quantized kernels.", -1, methods};
@@ -392,6 +422,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     best_isa = cpu_has_avx512vnni() ? ISA_AVX512VNNI : cpu_has_avx2() ? ISA_AVX2 : ISA_SCALAR;
     active_isa = best_isa;
     tallow_pool_import();
+    scratch_init();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     PyModule_AddIntConstant(m, "Q4_0", FMT_Q4_0);

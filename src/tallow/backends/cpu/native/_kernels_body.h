@@ -495,10 +495,16 @@ TARGET static void K(product)(int fmt, const uint8_t *w, int64_t nb, int64_t g0,
     }
 }
 
-static const kernel_set K(kernels) = {K(quantize_q8_0), K(quantize_q8k), K(product)};
+#if defined(BUILD_VNNI)
+#include "_kernels_tiled.h"
+static const kernel_set K(kernels) = {K(quantize_q8_0), K(quantize_q8k), K(product), K(tiled)};
+#else
+static const kernel_set K(kernels) = {K(quantize_q8_0), K(quantize_q8k), K(product), NULL};
+#endif
 
 #undef RMAX
 #undef IQ4_SIGNED
+#undef DOT_PAIRS
 #undef INLINE
 #undef K
 #undef K_JOIN
