@@ -747,7 +747,6 @@ static PyObject *py_avg_pool2d_backward(PyObject *self, PyObject *const *args, P
 
 TALLOW_SIMD_SWITCH(use_avx2)
 
-#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"conv_images", FC(py_conv_images), "im2col and the product an image (or a block of its channels) per task."},
     {"conv_transpose_images", FC(py_conv_transpose_images), "The product and col2im an image (or a block of its channels) per task."},

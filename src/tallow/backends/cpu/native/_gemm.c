@@ -56,7 +56,7 @@ static int use_avx2 = 0;
 /* Smallest product (multiply-adds) split across threads; below, one call on the caller. */
 static int64_t split_min = 1 << 18;
 /* Units of at most this many rows read B in place instead of packing it. */
-static int64_t direct_b_rows = 48;
+#define DIRECT_B_ROWS 48
 static int split_threads(int64_t work);
 /* The AVX-512 build (set_avx512 switches it off: the AVX2 one) on CPUs that have it. */
 static int use_avx512 = 0;
@@ -389,7 +389,7 @@ static void run_unit(gemm_job *j, int64_t u) {
     const int pack_rows = j->csa != 1 && nc >= 4 * NR;
     /* Few rows: B is read in place (rows contiguous) rather than packed for so little reuse;
      * only a last partial panel is packed (a full-width read would pass the row's end). */
-    const int direct_b = !j->win && j->csb == 1 && i1 - i0 <= direct_b_rows && rows_spread_in_l1(j->rsb * 4, kc);
+    const int direct_b = !j->win && j->csb == 1 && i1 - i0 <= DIRECT_B_ROWS && rows_spread_in_l1(j->rsb * 4, kc);
     /* the packed B, then the packed A, 64-byte aligned in the thread's scratch (common.h) */
     const size_t bfloats = (size_t)(kc * (direct_b ? 1 : panels) * NR);
     const size_t floats = 16 + bfloats + (pack_rows ? (size_t)(kc * (MC + TILE8)) : 0);
@@ -681,14 +681,6 @@ static PyObject *py_set_split_min(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_set_direct_b_rows(PyObject *self, PyObject *arg) {
-    (void)self;
-    long long v = PyLong_AsLongLong(arg);
-    if (v == -1 && PyErr_Occurred()) return NULL;
-    direct_b_rows = v;
-    Py_RETURN_NONE;
-}
-
 static PyObject *py_split_min(PyObject *self, PyObject *noargs) {
     (void)self; (void)noargs;
     return PyLong_FromLongLong(split_min);
@@ -699,13 +691,6 @@ static int split_threads(int64_t work) {
     if (work >= split_min && tallow_pool && tallow_pool->threads() > 1 && tallow_pool->worth(INT64_MAX))
         return tallow_pool->threads();
     return 1;
-}
-
-static PyObject *py_threads_for(PyObject *self, PyObject *arg) {
-    (void)self;
-    long long work = PyLong_AsLongLong(arg);
-    if (work == -1 && PyErr_Occurred()) return NULL;
-    return PyLong_FromLong(split_threads(work));
 }
 
 static PyObject *py_set_tile8(PyObject *self, PyObject *arg) {
@@ -735,7 +720,6 @@ static PyObject *py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return Py_BuildValue("(LLLL)", (long long)job.nbw, (long long)job.nnb, (long long)job.mbh, (long long)job.nmb);
 }
 
-#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"gemm", FC(py_gemm), "out = (out if accumulate else 0) + a @ b (+ bias): f32, 2-D or batched, any strides."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2+FMA and AVX-512 builds (else the baseline one)."},
@@ -745,9 +729,7 @@ static PyMethodDef methods[] = {
     {"tile8", py_tile8, METH_NOARGS, "Whether products are cut into 8-row tiles (AVX-512 on and tile8 set)."},
     {"simd", py_simd, METH_NOARGS, "Whether the AVX2+FMA or AVX-512 build is used."},
     {"set_split_min", py_set_split_min, METH_O, "Smallest product (multiply-adds) split across threads."},
-    {"set_direct_b_rows", py_set_direct_b_rows, METH_O, "Units of at most this many rows read B unpacked."},
     {"split_min", py_split_min, METH_NOARGS, "Smallest product (multiply-adds) split across threads."},
-    {"threads_for", py_threads_for, METH_O, "Threads a product of this many multiply-adds is split over now."},
     {"plan", FC(py_plan), "The work units of a product at a thread count."},
     {NULL, NULL, 0, NULL}};
 

@@ -128,6 +128,7 @@ static inline float f16_round(float f) { return half_to_float(float_to_half(f));
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef uint8_t u8x32 __attribute__((vector_size(32)));
 typedef int8_t i8x32 __attribute__((vector_size(32)));
+typedef int8_t i8x32u __attribute__((vector_size(32), aligned(1))); /* (may be unaligned) */
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
@@ -182,27 +183,33 @@ static int64_t tiled_min_rows = 6;
 /* ------------------------------------------------------------------ Python bindings */
 
 /* quantize_q8_0(x f32 (m*k), m, k, xq int8 (m*k), xd f32 (m*k/32), xs i32 (m*k/32)[, xsf f32 (m*k/32)])
- * -> bool; xsf: Q8_1's stored sums, for the formats with block minimums. */
-static PyObject *py_quantize_q8_0(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 6 && nargs != 7) return PyErr_Format(PyExc_TypeError, "quantize_q8_0 takes 6 or 7 arguments");
+ * -> bool (xsf: Q8_1's stored sums, for the formats with block minimums), and with `kq`
+ * quantize_q8k(x, m, k, xq, xd f32 (m*k/256), xbs i32 (m*k/16)) -> bool. */
+static PyObject *quantize_call(PyObject *const *args, Py_ssize_t nargs, int kq) {
+    const char *name = kq ? "quantize_q8k" : "quantize_q8_0";
+    if (nargs != 6 && (kq || nargs != 7))
+        return PyErr_Format(PyExc_TypeError, "%s takes %s arguments", name, kq ? "6" : "6 or 7");
     int64_t mk[2];
     if (!parse_ints(args, 1, 2, mk)) return NULL;
-    const int64_t m = mk[0], k = mk[1], nb = k / QK;
-    if (m < 0 || k <= 0 || k % QK) return PyErr_Format(PyExc_ValueError, "quantize_q8_0: bad m=%lld k=%lld", (long long)m, (long long)k);
+    const int64_t m = mk[0], k = mk[1], block = kq ? QKK : QK, nb = k / block, sums = kq ? k / 16 : nb;
+    if (m < 0 || k <= 0 || k % block)
+        return PyErr_Format(PyExc_ValueError, "%s: bad m=%lld k=%lld", name, (long long)m, (long long)k);
     buf_t b[5];
     memset(b, 0, sizeof b);
     PyObject *res = NULL;
     if (get_buf(args[0], &b[0], 0, m * k * 4, "x") && get_buf(args[3], &b[1], 1, m * k, "xq") &&
-        get_buf(args[4], &b[2], 1, m * nb * 4, "xd") && get_buf(args[5], &b[3], 1, m * nb * 4, "xs") &&
+        get_buf(args[4], &b[2], 1, m * nb * 4, "xd") && get_buf(args[5], &b[3], 1, m * sums * 4, kq ? "xbs" : "xs") &&
         (nargs == 6 || get_buf(args[6], &b[4], 1, m * nb * 4, "xsf"))) {
+        const kernel_set *kernels = ACTIVE;
+        const float *x = (const float *)b[0].view.buf;
+        int8_t *xq = (int8_t *)b[1].view.buf;
+        float *xd = (float *)b[2].view.buf, *xsf = nargs == 7 ? (float *)b[4].view.buf : NULL;
+        int32_t *xs = (int32_t *)b[3].view.buf;
         int ok = 1;
-        float *xsf = nargs == 7 ? (float *)b[4].view.buf : NULL;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t i = 0; i < m && ok; i++)
-            ok = ACTIVE->quantize_q8_0((const float *)b[0].view.buf + i * k, k, (int8_t *)b[1].view.buf + i * k,
-                                       (float *)b[2].view.buf + i * nb, (int32_t *)b[3].view.buf + i * nb,
-                                       xsf ? xsf + i * nb : NULL);
+            ok = kq ? kernels->quantize_q8k(x + i * k, k, xq + i * k, xd + i * nb, xs + i * sums)
+                    : kernels->quantize_q8_0(x + i * k, k, xq + i * k, xd + i * nb, xs + i * sums, xsf ? xsf + i * nb : NULL);
         Py_END_ALLOW_THREADS
         res = PyBool_FromLong(ok);
     }
@@ -210,29 +217,14 @@ static PyObject *py_quantize_q8_0(PyObject *self, PyObject *const *args, Py_ssiz
     return res;
 }
 
-/* quantize_q8k(x f32 (m*k), m, k, xq int8 (m*k), xd f32 (m*k/256), xbs i32 (m*k/16)) -> bool */
+static PyObject *py_quantize_q8_0(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return quantize_call(args, nargs, 0);
+}
+
 static PyObject *py_quantize_q8k(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "quantize_q8k takes 6 arguments");
-    int64_t mk[2];
-    if (!parse_ints(args, 1, 2, mk)) return NULL;
-    const int64_t m = mk[0], k = mk[1], nb = k / QKK;
-    if (m < 0 || k <= 0 || k % QKK) return PyErr_Format(PyExc_ValueError, "quantize_q8k: bad m or k");
-    buf_t b[4];
-    memset(b, 0, sizeof b);
-    PyObject *res = NULL;
-    if (get_buf(args[0], &b[0], 0, m * k * 4, "x") && get_buf(args[3], &b[1], 1, m * k, "xq") &&
-        get_buf(args[4], &b[2], 1, m * nb * 4, "xd") && get_buf(args[5], &b[3], 1, m * nb * 64, "xbs")) {
-        int ok = 1;
-        Py_BEGIN_ALLOW_THREADS
-        for (int64_t i = 0; i < m && ok; i++)
-            ok = ACTIVE->quantize_q8k((const float *)b[0].view.buf + i * k, k, (int8_t *)b[1].view.buf + i * k,
-                                      (float *)b[2].view.buf + i * nb, (int32_t *)b[3].view.buf + i * nb * 16);
-        Py_END_ALLOW_THREADS
-        res = PyBool_FromLong(ok);
-    }
-    release(b, 4);
-    return res;
+    return quantize_call(args, nargs, 1);
 }
 
 /* Bytes of the activation sums a row of k has: Q8K's sixteen per block, else one per block. */
@@ -403,7 +395,6 @@ static PyObject *py_set_tiled_min_rows(PyObject *self, PyObject *arg) {
     return PyLong_FromLongLong(old);
 }
 
-#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"quantize_q8_0", FC(py_quantize_q8_0), "Activation rows to Q8_0 (Q8_1 with xsf)."},
     {"quantize_q8k", FC(py_quantize_q8k), "Activation rows to Q8K."},

@@ -70,25 +70,9 @@ INLINE i32x8 K(dot_us)(const u8x32 *w, const int8_t *x, int nv, int wmax) {
     return s;
 }
 
-/* As dot_us for signed weights (|w| <= wmax, -128 allowed), read from memory: the nv
- * vectors at w, 32 bytes apart (|w| times x with w's sign). */
-INLINE i32x8 K(dot_ss)(const uint8_t *w, const int8_t *x, int nv, int wmax) {
-    i32x8 s = {0};
-#if defined(BUILD_VNNI) || defined(BUILD_AVX2)
-#define W_ _mm256_loadu_si256((const __m256i *)(w + 32 * v))
-    DOT_PAIRS(s, nv, wmax, _mm256_abs_epi8(W_), _mm256_sign_epi8((__m256i)K(word4)(x + 4 * v), W_));
-#undef W_
-#else
-    (void)wmax;
-    for (int v = 0; v < nv; v++)
-        for (int r = 0; r < 8; r++)
-            for (int j = 0; j < 4; j++) s[r] += (int32_t)(int8_t)w[32 * v + 4 * r + j] * x[4 * v + j];
-#endif
-    return s;
-}
-
-/* As dot_ss for signed weights held in registers (|w| <= wmax). */
-INLINE i32x8 K(dot_sv)(const i8x32 *w, const int8_t *x, int nv, int wmax) {
+/* As dot_us for signed weights (|w| <= wmax, -128 allowed): the nv vectors at w, in
+ * registers or memory (|w| times x with w's sign). */
+INLINE i32x8 K(dot_ss)(const i8x32u *w, const int8_t *x, int nv, int wmax) {
     i32x8 s = {0};
 #if defined(BUILD_VNNI) || defined(BUILD_AVX2)
     DOT_PAIRS(s, nv, wmax, _mm256_abs_epi8((__m256i)w[v]), _mm256_sign_epi8((__m256i)K(word4)(x + 4 * v), (__m256i)w[v]));
@@ -272,31 +256,39 @@ TARGET static int K(quantize_q8k)(const float *x, int64_t k, int8_t *xq, float *
 /* One group of eight weight rows (its blocks at wg) against activation rows i0 .. i0+R-1
  * (R = 1..4, a constant after inlining: the accumulators stay in registers), into out. */
 
-/* The 32-element formats: per block, the exact integer sum of the weight's values (with
- * Q5's fifth bit) times the activation, less zero * the activation's sum, then
- * ((isum * d_w) * d_x), plus m_w * s_x for the formats with minimums. */
+/* A group block of a 32-element format as eight vectors, v holding elements 4v..4v+3 of
+ * each row: the values (Q5's with their fifth bits), Q8_0's as stored (signed). */
+INLINE void K(unpack_32)(int fmt, const uint8_t *blk, u8x32 *q) {
+    const int64_t qa = quants_at(fmt), ha = high_at(fmt);
+    for (int v = 0; v < 8 && fmt == FMT_Q8_0; v++) q[v] = K(load32)(blk + qa + 32 * v);
+    for (int v = 0; v < 4 && fmt != FMT_Q8_0; v++) { /* low nibbles: elements 4v.., high: 16 + 4v.. */
+        const u8x32 W = K(load32)(blk + qa + 32 * v);
+        q[v] = W & 15;
+        q[4 + v] = W >> 4;
+        if (has_high(fmt)) {
+            q[v] |= K(fifth_bits)(blk + ha + 4 * v);
+            q[4 + v] |= K(fifth_bits)(blk + ha + 16 + 4 * v);
+        }
+    }
+}
+
+/* The 32-element formats: per block, the exact integer sum of the weight's values times
+ * the activation, less zero * the activation's sum, then ((isum * d_w) * d_x), plus
+ * m_w * s_x for the formats with minimums. */
 INLINE void K(rows_32)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xs,
                        const float *xsf, int64_t i0, int R, float *out, int64_t n, int64_t g) {
-    const int64_t k = nb * QK, bb = block_bytes(fmt), qa = quants_at(fmt), ha = high_at(fmt);
+    const int64_t k = nb * QK, bb = block_bytes(fmt);
     const int zero = zero_of(fmt);
     f32x8 acc[4] = {{0}, {0}, {0}, {0}};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
         const f32x8 dw = K(halves8)(blk), mw = has_min(fmt) ? K(halves8)(blk + 16) : (f32x8){0};
-        u8x32 w[8]; /* vector v < 4: elements 4v.. of each row (the low nibbles), v >= 4: 16 + 4(v - 4).. */
-        for (int v = 0; v < (fmt == FMT_Q8_0 ? 0 : 4); v++) { /* (Q8_0's are read by dot_ss) */
-            u8x32 W = K(load32)(blk + qa + 32 * v);
-            w[v] = W & 15;
-            w[4 + v] = W >> 4;
-            if (has_high(fmt)) {
-                w[v] |= K(fifth_bits)(blk + ha + 4 * v);
-                w[4 + v] |= K(fifth_bits)(blk + ha + 16 + 4 * v);
-            }
-        }
+        u8x32 w[8];
+        K(unpack_32)(fmt, blk, w);
         for (int r = 0; r < R; r++) {
             const int64_t i = i0 + r;
             const int8_t *x = xq + i * k + b * QK;
-            i32x8 s = fmt == FMT_Q8_0 ? K(dot_ss)(blk + qa, x, 8, 128) : K(dot_us)(w, x, 8, has_high(fmt) ? 31 : 15);
+            i32x8 s = fmt == FMT_Q8_0 ? K(dot_ss)((const i8x32u *)w, x, 8, 128) : K(dot_us)(w, x, 8, has_high(fmt) ? 31 : 15);
             if (zero) s -= zero * xs[i * nb + b];
             f32x8 f = K(to_float)(s) * dw;
             f = f * xd[i * nb + b];
@@ -394,8 +386,8 @@ INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
             for (int r = 0; r < R; r++) {
                 const int8_t *x = xq + (i0 + r) * k + b * QKK + 64 * c;
                 if (iq4 && IQ4_SIGNED) {
-                    isum[r] += K(dot_sv)((const i8x32 *)lo, x, 8, 127) * scl +
-                               K(dot_sv)((const i8x32 *)hi, x + 32, 8, 127) * sch;
+                    isum[r] += K(dot_ss)((const i8x32u *)lo, x, 8, 127) * scl +
+                               K(dot_ss)((const i8x32u *)hi, x + 32, 8, 127) * sch;
                 } else if (iq4) { /* less 128 x the sub-block's activation sum (two of Q8K's sums) */
                     const int32_t *bs = xbs + ((i0 + r) * nb + b) * 16 + 4 * c;
                     isum[r] += (K(dot_us)(lo, x, 8, 241) - 128 * (bs[0] + bs[1])) * scl +

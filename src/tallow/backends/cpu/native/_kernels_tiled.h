@@ -170,25 +170,16 @@ typedef struct {
     float dw[16], mw[16];
 } K(tile32_block);
 
-/* Half h of tile block t from x8 group block blk (rows_32's vectors: v holds k-group v). */
+/* Half h of tile block t from x8 group block blk. */
 INLINE void K(tile32_half)(int fmt, const uint8_t *blk, int h, K(tile32_block) *t) {
-    const int64_t qa = quants_at(fmt), ha = high_at(fmt);
     const f32x8 dw = K(halves8)(blk), mw = has_min(fmt) ? K(halves8)(blk + 16) : (f32x8){0};
     memcpy(t->dw + 8 * h, &dw, sizeof dw);
     memcpy(t->mw + 8 * h, &mw, sizeof mw);
-    for (int v = 0; v < 8 && fmt == FMT_Q8_0; v++) {
-        const u8x32 W = K(load32)(blk + qa + 32 * v) ^ 0x80;
-        memcpy(&t->q[v][32 * h], &W, 32);
-    }
-    for (int v = 0; v < 4 && fmt != FMT_Q8_0; v++) {
-        const u8x32 W = K(load32)(blk + qa + 32 * v);
-        u8x32 lo = W & 15, hi = W >> 4;
-        if (has_high(fmt)) {
-            lo |= K(fifth_bits)(blk + ha + 4 * v);
-            hi |= K(fifth_bits)(blk + ha + 16 + 4 * v);
-        }
-        memcpy(&t->q[v][32 * h], &lo, 32);
-        memcpy(&t->q[4 + v][32 * h], &hi, 32);
+    u8x32 q[8];
+    K(unpack_32)(fmt, blk, q);
+    for (int v = 0; v < 8; v++) {
+        if (fmt == FMT_Q8_0) q[v] ^= 0x80;
+        memcpy(&t->q[v][32 * h], &q[v], 32);
     }
 }
 
@@ -225,59 +216,52 @@ INLINE void K(tile32_rows)(int fmt, const K(tile32_block) *t, int64_t nb, const 
 }
 
 /* ------------------------------------------------------------------ the products */
-/* Rows [8 g0, 8 g1) of out (m, n) for one format, sixteen weight rows at a time; 0 when
- * no scratch could be had (the caller then takes the row kernels). */
-#define K_TILED_OF(FMT, BLOCK, UNPACK, ROWS_)                                                     \
-    TARGET static int K(tiled_##FMT)(const uint8_t *w, int64_t nb, int64_t g0, int64_t g1,        \
-                                     const int8_t *xq, const float *xd, const int32_t *xs,         \
-                                     const float *xsf, int64_t m, float *out, int64_t n) {         \
-        const size_t floats = (nb * sizeof(BLOCK) + 64) / sizeof(float);                           \
-        float *scratch = scratch_get(floats);                                                      \
-        if (!scratch) return 0;                                                                    \
-        BLOCK *t = (BLOCK *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);                          \
-        const int64_t gb = nb * fmt_bytes(FMT);                                                    \
-        for (int64_t g = g0; g < g1; g += 2) {                                                     \
-            const int two = g + 1 < g1;                                                            \
-            for (int64_t b = 0; b < nb; b++) {                                                     \
-                if (!two) memset(t + b, 0, sizeof *t); /* (the empty half's rows are never stored) */ \
-                UNPACK(FMT, w + g * gb + b * fmt_bytes(FMT), 0, t + b);                            \
-                if (two) UNPACK(FMT, w + (g + 1) * gb + b * fmt_bytes(FMT), 1, t + b);             \
-            }                                                                                      \
-            int64_t i = 0;                                                                         \
-            for (; i + 8 <= m; i += 8) ROWS_(FMT, t, nb, xq, xd, xs, xsf, i, 8, out, n, g, two);  \
-            for (; i + 4 <= m; i += 4) ROWS_(FMT, t, nb, xq, xd, xs, xsf, i, 4, out, n, g, two);  \
-            for (; i + 2 <= m; i += 2) ROWS_(FMT, t, nb, xq, xd, xs, xsf, i, 2, out, n, g, two);  \
-            for (; i < m; i++) ROWS_(FMT, t, nb, xq, xd, xs, xsf, i, 1, out, n, g, two);          \
-        }                                                                                          \
-        scratch_done(scratch, floats);                                                             \
-        return 1;                                                                                  \
-    }
-#define K_ROWS256(fmt, t, nb, xq, xd, xs, xsf, i, C, out, n, g, two) K(tile_rows)(fmt, t, nb, xq, xd, xs, i, C, out, n, g, two)
-K_TILED_OF(FMT_Q4K, K(tile_block), K(tile_half), K_ROWS256)
-K_TILED_OF(FMT_Q5K, K(tile_block), K(tile_half), K_ROWS256)
-K_TILED_OF(FMT_Q6K, K(tile_block), K(tile_half), K_ROWS256)
-K_TILED_OF(FMT_IQ4XS, K(tile_block), K(tile_half), K_ROWS256)
-K_TILED_OF(FMT_Q4_0, K(tile32_block), K(tile32_half), K(tile32_rows))
-K_TILED_OF(FMT_Q8_0, K(tile32_block), K(tile32_half), K(tile32_rows))
-K_TILED_OF(FMT_Q5_0, K(tile32_block), K(tile32_half), K(tile32_rows))
-K_TILED_OF(FMT_Q4_1, K(tile32_block), K(tile32_half), K(tile32_rows))
-K_TILED_OF(FMT_Q5_1, K(tile32_block), K(tile32_half), K(tile32_rows))
-#undef K_ROWS256
-#undef K_TILED_OF
+/* Activation rows i0 .. i0 + C - 1 over the tile t of fmt's blocks. */
+INLINE void K(tile_cols)(int fmt, const void *t, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xs,
+                         const float *xsf, int64_t i0, int C, float *out, int64_t n, int64_t g, int two) {
+    if (is_kquant(fmt)) K(tile_rows)(fmt, (const K(tile_block) *)t, nb, xq, xd, xs, i0, C, out, n, g, two);
+    else K(tile32_rows)(fmt, (const K(tile32_block) *)t, nb, xq, xd, xs, xsf, i0, C, out, n, g, two);
+}
 
-/* product's result by the tiled kernels (see above); 0 when they could not run. */
+/* Rows [8 g0, 8 g1) of out (m, n), sixteen weight rows at a time; 0 when no scratch could
+ * be had (the caller then takes the row kernels). */
+INLINE int K(tiled_of)(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
+                       const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n) {
+    const size_t block = is_kquant(fmt) ? sizeof(K(tile_block)) : sizeof(K(tile32_block));
+    const size_t floats = (nb * block + 64) / sizeof(float);
+    float *scratch = scratch_get(floats);
+    if (!scratch) return 0;
+    uint8_t *t = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    const int64_t bb = fmt_bytes(fmt), gb = nb * bb;
+    for (int64_t g = g0; g < g1; g += 2) {
+        const int two = g + 1 < g1;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *tb = t + b * block;
+            if (!two) memset(tb, 0, block); /* (the empty half's rows are never stored) */
+            for (int h = 0; h <= two; h++) {
+                if (is_kquant(fmt)) K(tile_half)(fmt, w + (g + h) * gb + b * bb, h, (K(tile_block) *)tb);
+                else K(tile32_half)(fmt, w + (g + h) * gb + b * bb, h, (K(tile32_block) *)tb);
+            }
+        }
+        int64_t i = 0;
+        for (; i + 8 <= m; i += 8) K(tile_cols)(fmt, t, nb, xq, xd, xs, xsf, i, 8, out, n, g, two);
+        for (; i + 4 <= m; i += 4) K(tile_cols)(fmt, t, nb, xq, xd, xs, xsf, i, 4, out, n, g, two);
+        for (; i + 2 <= m; i += 2) K(tile_cols)(fmt, t, nb, xq, xd, xs, xsf, i, 2, out, n, g, two);
+        for (; i < m; i++) K(tile_cols)(fmt, t, nb, xq, xd, xs, xsf, i, 1, out, n, g, two);
+    }
+    scratch_done(scratch, floats);
+    return 1;
+}
+
+/* product's result by the tiled kernels, one body per format (its constants folded); 0
+ * when they could not run. */
 TARGET static int K(tiled)(int fmt, const uint8_t *w, int64_t nb, int64_t g0, int64_t g1, const int8_t *xq,
                            const float *xd, const int32_t *xs, const float *xsf, int64_t m, float *out, int64_t n) {
+#define K_CASE(F) case F: return K(tiled_of)(F, w, nb, g0, g1, xq, xd, xs, xsf, m, out, n)
     switch (fmt) {
-    case FMT_Q4K: return K(tiled_FMT_Q4K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q5K: return K(tiled_FMT_Q5K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q6K: return K(tiled_FMT_Q6K)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_IQ4XS: return K(tiled_FMT_IQ4XS)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q4_0: return K(tiled_FMT_Q4_0)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q8_0: return K(tiled_FMT_Q8_0)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q5_0: return K(tiled_FMT_Q5_0)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q4_1: return K(tiled_FMT_Q4_1)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
-    case FMT_Q5_1: return K(tiled_FMT_Q5_1)(w, nb, g0, g1, xq, xd, xs, xsf, m, out, n);
+        K_CASE(FMT_Q4K); K_CASE(FMT_Q5K); K_CASE(FMT_Q6K); K_CASE(FMT_IQ4XS);
+        K_CASE(FMT_Q4_0); K_CASE(FMT_Q8_0); K_CASE(FMT_Q5_0); K_CASE(FMT_Q4_1); K_CASE(FMT_Q5_1);
     default: return 0;
     }
+#undef K_CASE
 }

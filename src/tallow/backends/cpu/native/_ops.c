@@ -395,7 +395,6 @@ static PyObject *py_f16_to_f32(PyObject *self, PyObject *const *args, Py_ssize_t
 
 TALLOW_SIMD_SWITCH(use_avx2)
 
-#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"rms_norm", FC(py_rms_norm), "RMS norm of rows, with an optional residual add first."},
     {"rope_store", FC(py_rope_store), "Rotary embedding of q and k, k and v written to the cache."},

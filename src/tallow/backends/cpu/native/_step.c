@@ -148,7 +148,6 @@ static PyObject *py_relu_grad(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 TALLOW_SIMD_SWITCH(use_avx2)
 
-#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"add_scaled", FC(py_add_scaled), "dst = dst + src * alpha in place (contiguous f32/f64)."},
     {"relu_grad", FC(py_relu_grad), "out = grad * (x > 0) (contiguous f32/f64)."},

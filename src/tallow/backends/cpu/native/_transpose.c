@@ -164,7 +164,6 @@ static PyObject *py_transpose_copy(PyObject *self, PyObject *const *args, Py_ssi
 TALLOW_SIMD_SWITCH(use_avx2)
 TALLOW_AVX512_SWITCH(use_avx512, use_avx2)
 
-#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
 static PyMethodDef methods[] = {
     {"transpose_copy", FC(py_transpose_copy), "dst = src for a transposed src and a row-major dst, tiled."},
     {"set_simd", py_set_simd, METH_O, "Use (True) or not the AVX2 and AVX-512 builds (8 x 8, 16 x 16 blocks)."},

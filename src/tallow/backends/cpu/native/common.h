@@ -20,6 +20,9 @@
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
 
+/* A METH_FASTCALL entry of a module's method table. */
+#define FC(name) (PyCFunction)(void (*)(void))name, METH_FASTCALL
+
 /* ------------------------------------------------------------------ CPU features */
 /* AVX2 with FMA and F16C: what every "avx2" function here needs. */
 static inline int cpu_has_avx2(void) {
