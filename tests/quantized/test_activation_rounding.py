@@ -137,3 +137,38 @@ def test_the_reported_q4k_tie_case():
     ref = w64[:, 0] * 127  # 0.5 * -1 rounds to -0: only the first column counts
     for path, y in results.items():
         np.testing.assert_allclose(y[0], ref, rtol=1e-5, err_msg=path)
+
+
+@pytest.mark.skipif(not native.available(), reason="the C extension is not built")
+@pytest.mark.parametrize("isa", ISAS)
+def test_c_q8k_takes_the_first_element_of_largest_magnitude(isa):
+    """ggml's Q8K scale comes from the first element of largest magnitude, its sign
+    included: blocks whose maximum appears as +a and -a at various positions (both
+    orders, in one vector lane group or apart), an all-zero block, -0.0, subnormals."""
+    if isa not in usable_isas():
+        pytest.skip(f"this CPU has no {isa}")
+    from tallow.ggml import kquants
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for first, second in [(3, 10), (10, 3), (0, 255), (255, 0), (8, 9), (200, 7), (31, 32)]:
+        r = rng.uniform(-1, 1, 256).astype(F)
+        r[first], r[second] = F(-4.5), F(4.5)
+        rows.append(r)
+    rows.append(np.zeros(256, F))
+    rows.append(np.full(256, -0.0, F))
+    rows.append((rng.uniform(-1, 1, 256) * 1e-40).astype(F))  # subnormals only
+    x = np.concatenate(rows).reshape(1, -1)
+    k = x.shape[1]
+    before = native.isa()
+    native.set_isa(isa)
+    try:
+        xq, xd, xbs = np.empty(k, np.int8), np.empty(k // 256, F), np.empty(k // 16, np.int32)
+        assert native._kernels.quantize_q8k(x, 1, k, xq, xd, xbs)
+    finally:
+        native.set_isa(before)
+    d, q, bsums = kquants.q8k_fields(kquants.q8k_quantize(x.reshape(-1, 256)))
+    np.testing.assert_array_equal(xq, q.reshape(-1))
+    np.testing.assert_array_equal(xd, d.reshape(-1))
+    np.testing.assert_array_equal(xbs, bsums.reshape(-1).astype(np.int32))
+    assert xd[0] > 0 and xd[1] < 0  # d = -(the first largest) / 127: -4.5 first, then 4.5 first

@@ -266,20 +266,25 @@ class NativeWeight:
         xq = np.empty((m, self.k), np.int8)
         xd = np.empty((m, self.nb), np.float32)
         if self.kquant:  # Q8K: sixteen 16-element sums per super-block
-            xs = np.empty((m, self.nb * 16), np.int32)
-            ok = _kernels.quantize_q8k(x2, m, self.k, xq, xd, xs)
+            quantize, sums = _kernels.quantize_q8k, (np.empty((m, self.nb * 16), np.int32),)
+        else:  # Q4_1/Q5_1 take Q8_1 activations, whose stored block sums multiply m_w
+            quantize = _kernels.quantize_q8_0
+            sums = (np.empty((m, self.nb), np.int32),) + ((np.empty((m, self.nb), np.float32),) if self.q8_1 else ())
+        failed = []
+
+        def quantize_rows(a: int, b: int) -> None:
+            if not quantize(x2[a:b], b - a, self.k, xq[a:b], xd[a:b], *(part[a:b] for part in sums)):
+                failed.append(a)
+
+        if threads > 1 and m >= 2 * threads:  # a prompt's rows, split as its product is
+            pool.run_ranges(quantize_rows, m, threads, pieces=threads)
         else:
-            xs = np.empty((m, self.nb), np.int32)
-            if self.q8_1:  # Q4_1/Q5_1: Q8_1 activations, whose stored block sums multiply m_w
-                xsf = np.empty((m, self.nb), np.float32)
-                ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs, xsf)
-            else:
-                ok = _kernels.quantize_q8_0(x2, m, self.k, xq, xd, xs)
-        if not ok:
+            quantize_rows(0, m)
+        if failed:
             return self._fallback(x2).reshape(lead + (self.n,))
+        xs, tail = sums[0], sums[1:]
         kernel = _kernels.matmul
         args = (self.fmt, self.packed, self.n, self.k, xq, xd, xs, m, out)
-        tail = (xsf,) if self.q8_1 else ()
         if threads == 1:
             kernel(*args, 0, self.groups, *tail)
         else:

@@ -225,14 +225,28 @@ TARGET static int K(quantize_q8_0)(const float *x, int64_t k, int8_t *xq, float 
 TARGET static int K(quantize_q8k)(const float *x, int64_t k, int8_t *xq, float *xd, int32_t *xbs) {
     for (int64_t b = 0; b < k / QKK; b++) {
         const float *xb = x + b * QKK;
-        float amax = 0.0f, mx = 0.0f;
-        for (int t = 0; t < QKK; t++) {
-            float a = fabsf(xb[t]);
-            if (!(a <= 3.4028235e38f)) return 0;
-            if (a > amax) { amax = a; mx = xb[t]; }
+        i32x8 top = {0}; /* the largest magnitude's bits, as quantize_q8_0 finds them */
+        for (int t = 0; t < QKK; t += 8) {
+            const i32x8 mag = (i32x8)K(floats8)(xb + t) & 0x7fffffff;
+            top = top + ((mag - top) & (mag > top));
+        }
+        int32_t bits = 0;
+        for (int i = 0; i < 8; i++) bits = top[i] > bits ? top[i] : bits;
+        if (bits >= 0x7f800000) return 0;
+        float mx = 0.0f; /* the first element of that magnitude */
+        for (int t = 0; t < QKK && bits; t += 8) {
+            const i32x8 hit = ((i32x8)K(floats8)(xb + t) & 0x7fffffff) == bits;
+            int j = 0;
+            while (j < 8 && !hit[j]) j++;
+            if (j < 8) {
+                mx = xb[t + j];
+                break;
+            }
         }
         int8_t *q = xq + b * QKK;
-        const float iscale = mx == 0.0f ? 0.0f : -127.0f / mx;
+        float iscale = mx == 0.0f ? 0.0f : -127.0f / mx;
+        xd[b] = mx == 0.0f ? 0.0f : 1.0f / iscale;
+        if (!(fabsf(iscale) <= 3.4028235e38f)) iscale = 0.0f; /* a subnormal maximum: ggml's q are 0 */
         for (int t = 0; t < QKK; t += 32) {
             i32x8 qi[4];
             for (int u = 0; u < 4; u++) {
@@ -241,12 +255,12 @@ TARGET static int K(quantize_q8k)(const float *x, int64_t k, int8_t *xq, float *
                 qi[u] += (-128 - qi[u]) & (qi[u] < -128);
             }
             K(pack32)(qi, q + t);
-        }
-        xd[b] = mx == 0.0f ? 0.0f : 1.0f / iscale;
-        for (int u = 0; u < 16; u++) {
-            int32_t acc = 0;
-            for (int t = 0; t < 16; t++) acc += q[16 * u + t];
-            xbs[b * 16 + u] = acc;
+            for (int h = 0; h < 2; h++) { /* the sums of elements t + 16h .. t + 16h + 15 */
+                const i32x8 pair = qi[2 * h] + qi[2 * h + 1];
+                int32_t acc = 0;
+                for (int i = 0; i < 8; i++) acc += pair[i];
+                xbs[b * 16 + t / 16 + h] = acc;
+            }
         }
     }
     return 1;
