@@ -384,7 +384,7 @@ static PyObject *py_set_isa(PyObject *self, PyObject *arg) {
     return PyErr_Format(PyExc_ValueError, "unknown instruction set %s (scalar, avx2, avx512vnni)", name);
 }
 
-/* set_tiled_min_rows(m): the tiled K-quant kernels for products of m or more rows. */
+/* set_tiled_min_rows(m) -> the old value: the tiled kernels for products of m or more rows. */
 static PyObject *py_set_tiled_min_rows(PyObject *self, PyObject *arg) {
     (void)self;
     const long long m = PyLong_AsLongLong(arg);
@@ -404,7 +404,7 @@ static PyMethodDef methods[] = {
     {"isa", py_isa, METH_NOARGS, "The instruction set the kernels use."},
     {"best_isa", py_best_isa, METH_NOARGS, "The widest instruction set this CPU supports."},
     {"set_isa", py_set_isa, METH_O, "Choose the kernels' instruction set."},
-    {"set_tiled_min_rows", py_set_tiled_min_rows, METH_O, "Rows from which the tiled K-quant kernels run; returns the old value."},
+    {"set_tiled_min_rows", py_set_tiled_min_rows, METH_O, "Rows from which the tiled kernels run; returns the old value."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", "tallow's compiled quantized kernels.", -1, methods};
