@@ -326,6 +326,45 @@ INLINE u8x32 K(q6_top)(u8x32 H, int s) {
     }
 }
 
+/* IQ4_XS's values: AVX2's vpmaddubsw takes the signed levels (its 16-bit sums of two
+ * products of 241 and 127 would saturate), the other builds the levels + 128. */
+#if defined(BUILD_AVX2)
+#define IQ4_SIGNED 1
+#else
+#define IQ4_SIGNED 0
+#endif
+
+/* Chunk c (elements 64c..64c+63) of a K-quant group block as two sets of eight vectors,
+ * lo[v] holding elements 64c + 4v.. of each row and hi[v] 64c + 32 + 4v..: Q6K's values
+ * + 32 (0..63), Q4K's nibbles, Q5K's with their fifth bits, IQ4_XS's levels. */
+INLINE void K(unpack_k)(int fmt, const uint8_t *blk, int c, u8x32 *lo, u8x32 *hi) {
+    if (fmt == FMT_Q6K) { /* one stream: a chunk's nibbles, then its top bits */
+        const uint8_t *qc = blk + 144 + 384 * c;
+        u8x32 H[4];
+        for (int h = 0; h < 4; h++) H[h] = K(load32)(qc + 256 + 32 * h);
+        for (int v = 0; v < 8; v++) {
+            const u8x32 W = K(load32)(qc + 32 * v);
+            lo[v] = (W & 15) | K(q6_top)(H[v / 4], v % 4);
+            hi[v] = (W >> 4) | K(q6_top)(H[2 + v / 4], v % 4);
+        }
+        return;
+    }
+    const int64_t quants_at = fmt == FMT_IQ4XS ? 80 : fmt == FMT_Q5K ? 416 : 160;
+    for (int v = 0; v < 8; v++) { /* low nibbles: sub-block 2c, high: 2c + 1 */
+        const u8x32 W = K(load32)(blk + quants_at + 32 * (8 * c + v));
+        lo[v] = W & 15;
+        hi[v] = W >> 4;
+        if (fmt == FMT_Q5K) {
+            lo[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + v));
+            hi[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + 8 + v));
+        }
+        if (fmt == FMT_IQ4XS) {
+            lo[v] = K(iq4_levels)(lo[v], !IQ4_SIGNED);
+            hi[v] = K(iq4_levels)(hi[v], !IQ4_SIGNED);
+        }
+    }
+}
+
 /* Q6K: values 0..63 (the stored q + 32): isum = sum over 16 sub-blocks of scale x (the
  * exact sub-block sum - 32 x the activation's sub-block sum, Q8K's); out += (d_w d_x) isum. */
 INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const float *xd, const int32_t *xbs,
@@ -337,14 +376,8 @@ INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
         i32x8 isum[4] = {{0}, {0}, {0}, {0}};
         for (int64_t line = 0; line < bb; line += 64) __builtin_prefetch(blk + 2 * bb + line);
         for (int c = 0; c < 4; c++) {
-            u8x32 q[16], H[4]; /* q[v]: nibble vector v's low nibbles, q[8 + v] its high ones */
-            const uint8_t *qc = blk + 144 + 384 * c; /* one stream: a chunk's nibbles, then its top bits */
-            for (int h = 0; h < 4; h++) H[h] = K(load32)(qc + 256 + 32 * h);
-            for (int v = 0; v < 8; v++) {
-                const u8x32 W = K(load32)(qc + 32 * v);
-                q[v] = (W & 15) | K(q6_top)(H[v / 4], v % 4);
-                q[8 + v] = (W >> 4) | K(q6_top)(H[2 + v / 4], v % 4);
-            }
+            u8x32 q[16]; /* vector v: elements 64c + 4v.. */
+            K(unpack_k)(FMT_Q6K, blk, c, q, q + 8);
             for (int t = 0; t < 4; t++) { /* sub-block 4c + t: vectors 4t..4t+3 */
                 const i32x8 sc = K(bytes8)(blk + 16 + 8 * (4 * c + t), 1);
                 for (int r = 0; r < R; r++) {
@@ -360,11 +393,6 @@ INLINE void K(rows_q6k)(const uint8_t *wg, int64_t nb, const int8_t *xq, const f
     for (int r = 0; r < R; r++) K(store8)(out + (i0 + r) * n, g, n, acc[r]);
 }
 
-#if defined(BUILD_AVX2)
-#define IQ4_SIGNED 1
-#else
-#define IQ4_SIGNED 0
-#endif
 /* Q4K, Q5K and IQ4_XS (fmt): isum as Q6K's over eight 32-element sub-blocks of nibbles
  * (Q5K's with their fifth bits, IQ4_XS's as indices of signed levels); for Q4K/Q5K msum =
  * the eight minimums x their activation sums and out += (d_w d_x) isum - (dmin_w d_x) msum,
@@ -373,7 +401,7 @@ INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
                        const int32_t *xbs, int64_t i0, int R, float *out, int64_t n, int64_t g) {
     const int64_t k = nb * QKK, bb = kblock_bytes(fmt);
     const int iq4 = fmt == FMT_IQ4XS, five = fmt == FMT_Q5K;
-    const int64_t scales_at = iq4 ? 16 : 32, quants_at = iq4 ? 80 : five ? 416 : 160;
+    const int64_t scales_at = iq4 ? 16 : 32;
     f32x8 acc[4] = {{0}, {0}, {0}, {0}};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * bb;
@@ -381,20 +409,7 @@ INLINE void K(rows_k4)(int fmt, const uint8_t *wg, int64_t nb, const int8_t *xq,
         for (int64_t line = 0; line < bb; line += 64) __builtin_prefetch(blk + 2 * bb + line);
         for (int c = 0; c < 4; c++) {
             u8x32 lo[8], hi[8];
-            for (int v = 0; v < 8; v++) {
-                u8x32 W = K(load32)(blk + quants_at + 32 * (8 * c + v));
-                lo[v] = W & 15;
-                hi[v] = W >> 4;
-                if (five) {
-                    lo[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + v));
-                    hi[v] |= K(fifth_bits)(blk + 160 + 4 * (16 * c + 8 + v));
-                }
-                if (iq4) { /* AVX2's vpmaddubsw takes the signed levels (its 16-bit sums of two
-                            * products of 241 and 127 would saturate), the others levels + 128 */
-                    lo[v] = K(iq4_levels)(lo[v], !IQ4_SIGNED);
-                    hi[v] = K(iq4_levels)(hi[v], !IQ4_SIGNED);
-                }
-            }
+            K(unpack_k)(fmt, blk, c, lo, hi);
             const i32x8 scl = K(bytes8)(blk + scales_at + 8 * (2 * c), iq4),
                         sch = K(bytes8)(blk + scales_at + 8 * (2 * c + 1), iq4);
             for (int r = 0; r < R; r++) {

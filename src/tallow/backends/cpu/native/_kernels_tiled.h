@@ -34,37 +34,16 @@ INLINE void K(put8)(int32_t *row16, int h, i32x8 v) { memcpy(row16 + 8 * h, &v, 
 
 /* Half h of tile block t from x8 group block blk. */
 INLINE void K(tile_half)(int fmt, const uint8_t *blk, int h, K(tile_block) *t) {
-    const int iq4 = fmt == FMT_IQ4XS, five = fmt == FMT_Q5K, q6 = fmt == FMT_Q6K;
+    const int iq4 = fmt == FMT_IQ4XS, q6 = fmt == FMT_Q6K;
     f32x8 dw = K(halves8)(blk), dm = q6 || iq4 ? (f32x8){0} : K(halves8)(blk + 16);
     memcpy(t->dw + 8 * h, &dw, sizeof dw);
     memcpy(t->dm + 8 * h, &dm, sizeof dm);
     for (int c = 0; c < 4; c++) {
-        if (q6) { /* as rows_q6k: vector v < 16 of chunk c holds k-group 16c + v */
-            const uint8_t *qc = blk + 144 + 384 * c;
-            u8x32 H[4];
-            for (int e = 0; e < 4; e++) H[e] = K(load32)(qc + 256 + 32 * e);
-            for (int v = 0; v < 8; v++) {
-                const u8x32 W = K(load32)(qc + 32 * v);
-                const u8x32 lo = (W & 15) | K(q6_top)(H[v / 4], v % 4), hi = (W >> 4) | K(q6_top)(H[2 + v / 4], v % 4);
-                memcpy(&t->q[16 * c + v][32 * h], &lo, 32);
-                memcpy(&t->q[16 * c + 8 + v][32 * h], &hi, 32);
-            }
-            continue;
-        }
-        const int64_t quants_at = iq4 ? 80 : five ? 416 : 160;
-        for (int v = 0; v < 8; v++) { /* as rows_k4: low nibbles k-group 16c + v, high 16c + 8 + v */
-            const u8x32 W = K(load32)(blk + quants_at + 32 * (8 * c + v));
-            u8x32 lo = W & 15, hi = W >> 4;
-            if (five) {
-                lo |= K(fifth_bits)(blk + 160 + 4 * (16 * c + v));
-                hi |= K(fifth_bits)(blk + 160 + 4 * (16 * c + 8 + v));
-            }
-            if (iq4) {
-                lo = K(iq4_levels)(lo, 1);
-                hi = K(iq4_levels)(hi, 1);
-            }
-            memcpy(&t->q[16 * c + v][32 * h], &lo, 32);
-            memcpy(&t->q[16 * c + 8 + v][32 * h], &hi, 32);
+        u8x32 lo[8], hi[8];
+        K(unpack_k)(fmt, blk, c, lo, hi);
+        for (int v = 0; v < 8; v++) {
+            memcpy(&t->q[16 * c + v][32 * h], &lo[v], 32);
+            memcpy(&t->q[16 * c + 8 + v][32 * h], &hi[v], 32);
         }
     }
     const int subs = q6 ? 16 : 8;
