@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gguf import quants as gq
 
 from tallow.backends.cpu import native
@@ -248,6 +250,28 @@ def test_tiled_kernels_equal_the_row_kernels_bit_for_bit(tiled_rows, name, n, k,
     one = np.stack([nw.matmul_t(x[i], num_threads=1) for i in range(m)])
     np.testing.assert_array_equal(tiled, one)
     assert np.isfinite(tiled).all()
+
+
+@pytest.mark.skipif(not native.available() or native.status()["best_isa"] != "avx512vnni",
+                    reason="the tiled kernels are the AVX-512 VNNI build's")
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(native.SUPPORTED), n=st.integers(1, 70), blocks=st.integers(1, 5),
+       m=st.integers(1, 30), seed=st.integers(0, 2 ** 16))
+def test_tiled_and_row_kernels_agree_on_any_shape(name, n, blocks, m, seed):
+    """Any weight height, width and activation row count: the tiled path's bits are the
+    row kernels'."""
+    k = blocks * ggml_type(name).block_size
+    raw = weight(name, n, k, seed=seed)
+    x = activations(m, k, seed=seed + 1)
+    nw = native.NativeWeight(raw, name, n, k)
+    before = native._kernels.set_tiled_min_rows(1)
+    try:
+        tiled = nw.matmul_t(x, num_threads=1)
+        native._kernels.set_tiled_min_rows(10 ** 9)
+        rows = nw.matmul_t(x, num_threads=1)
+    finally:
+        native._kernels.set_tiled_min_rows(before)
+    np.testing.assert_array_equal(tiled, rows)
 
 
 def test_tiled_row_count_is_checked(tiled_rows):
