@@ -59,7 +59,7 @@ import os
 
 import numpy as np
 
-from ..backends.cpu import native
+from ..backends.cpu import gemm, native
 from ..backends.cpu.elementwise import gelu_tanh
 from ..ggml.gguf_io import GgufTensor
 from .rope_table import RopeTable
@@ -128,10 +128,10 @@ class _FloatProj:
         if m <= 4:  # a few rows: the row-streaming kernel, f16 converted in registers
             _ops.matvec_float(self.w, self.half, x, out, m, self.n, self.k, 0, self.n)
             return out
-        # Prompt-sized: BLAS over pieces of the weight's rows, each with every activation
-        # row (the weight piece is read once, f16 converted once by F16C into an f32
-        # piece that stays in cache); threads take whole pieces.  Splitting the
-        # activation rows instead made every thread read every weight row.
+        # Prompt-sized: the f32 product over pieces of the weight's rows, each with
+        # every activation row (the weight piece is read once, f16 converted once by
+        # F16C into an f32 piece that stays in cache); threads take whole pieces.
+        # Splitting the activation rows instead made every thread read every weight row.
         rows = -(-self.n // _PIECES)
         rows = max(16, min(-(-rows // 16) * 16, _PIECE_BYTES // (4 * self.k) // 16 * 16))
         pieces = [(r0, min(self.n, r0 + rows)) for r0 in range(0, self.n, rows)]
@@ -143,7 +143,7 @@ class _FloatProj:
                 _ops.f16_to_f32(w[r0:r1], t, t.size)
             else:
                 t = w[r0:r1]
-            np.matmul(x, t.T, out=out[:, r0:r1])
+            out[:, r0:r1] = gemm.matmul(x, t.T)  # (the kernel writes a contiguous block)
 
         threads = native.plan_threads(m, self.n, self.k, len(pieces), None)
         if threads > 1:
@@ -673,13 +673,13 @@ class LlamaDecoder:
 
         def block(h, a, b):  # key head h, queries [a, b)
             total = pos0 + b
-            scores = np.matmul(qh[h, a * group:b * group], kc[h, :total].T)  # ((b - a) group, total)
+            scores = gemm.matmul(qh[h, a * group:b * group], kc[h, :total].T)  # ((b - a) group, total)
             if window is not None and pos0 + b - window > 0:
                 hidden = np.arange(total)[None, :] <= np.arange(pos0 + a, pos0 + b)[:, None] - window
                 scores.reshape(b - a, group, total)[np.broadcast_to(hidden[:, None, :], (b - a, group, total))] = \
                     -np.inf
             _ops.causal_softmax(scores, b - a, group, total, pos0 + a, self.scale, 0, 1)
-            np.matmul(scores, vc[h, :total], out=out[h, a * group:b * group])
+            gemm.matmul(scores, vc[h, :total], out=out[h, a * group:b * group])
 
         blocks = [(h, a, min(s, a + _ATTENTION_ROWS)) for h in range(nkv) for a in range(0, s, _ATTENTION_ROWS)]
         if threads > 1:
