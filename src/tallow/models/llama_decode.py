@@ -673,13 +673,13 @@ class LlamaDecoder:
 
         def block(h, a, b):  # key head h, queries [a, b)
             total = pos0 + b
-            scores = gemm.matmul(qh[h, a * group:b * group], kc[h, :total].T)  # ((b - a) group, total)
+            scores = np.matmul(qh[h, a * group:b * group], kc[h, :total].T)  # ((b - a) group, total)
             if window is not None and pos0 + b - window > 0:
                 hidden = np.arange(total)[None, :] <= np.arange(pos0 + a, pos0 + b)[:, None] - window
                 scores.reshape(b - a, group, total)[np.broadcast_to(hidden[:, None, :], (b - a, group, total))] = \
                     -np.inf
             _ops.causal_softmax(scores, b - a, group, total, pos0 + a, self.scale, 0, 1)
-            gemm.matmul(scores, vc[h, :total], out=out[h, a * group:b * group])
+            np.matmul(scores, vc[h, :total], out=out[h, a * group:b * group])
 
         blocks = [(h, a, min(s, a + _ATTENTION_ROWS)) for h in range(nkv) for a in range(0, s, _ATTENTION_ROWS)]
         if threads > 1:
