@@ -31,3 +31,18 @@ def test_every_path_after_the_loss_says_the_device_is_lost(gpu):
         assert isinstance(info.value, tl.TallowError), name
     # Other devices are untouched.
     assert (tl.ones((2,), device=gpu) * 3).values() == [3.0, 3.0]
+
+
+def test_an_upload_into_a_reused_buffer_says_the_device_is_lost(gpu):
+    """An upload whose buffer the pool reuses makes no allocation: the buffer write is
+    the first call to meet the lost device, and it too says DeviceLostError."""
+    import gc
+
+    state = new_device_state(0)
+    dev = tl.Device.of(state)
+    for _ in range(3):  # freed buffers of this size wait in the pool
+        tl.tensor(np.arange(4.0, dtype=np.float32), device=dev).values()
+    gc.collect()
+    state.device.destroy()
+    with pytest.raises(tl.DeviceLostError, match=r"gpu:0 .* is lost: uploading 16 bytes failed"):
+        tl.tensor(np.arange(4.0, dtype=np.float32), device=dev)

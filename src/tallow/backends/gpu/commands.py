@@ -277,10 +277,14 @@ class Commands:
             self.in_batch = 0
             raise_if_lost(self._state, "submitting the queued work", e)
             raise
-        if self.ring_pos:
-            _write_buffer(self._queue_raw, self.ring_buf._internal, 0, self._ring_ptr, self.ring_pos)
-        arr = ffi.new("WGPUCommandBuffer[1]", [cb._internal])
-        idx = int(_submit(self._queue_raw, 1, arr))
+        try:
+            if self.ring_pos:
+                _write_buffer(self._queue_raw, self.ring_buf._internal, 0, self._ring_ptr, self.ring_pos)
+            arr = ffi.new("WGPUCommandBuffer[1]", [cb._internal])
+            idx = int(_submit(self._queue_raw, 1, arr))
+        except Exception as e:
+            raise_if_lost(self._state, "submitting the queued work", e)
+            raise
         self.encoder = None
         self._last_pipe = None
         self.batch += 1
@@ -330,7 +334,11 @@ class Commands:
                     ptr, n = ffi.from_buffer(padded), len(padded)
                 else:
                     ptr, n = ffi.from_buffer(array), nbytes
-                _write_buffer(self._queue_raw, buf.gpu._internal, 0, ptr, n)
+                try:  # (a buffer the pool reuses meets a lost device here first)
+                    _write_buffer(self._queue_raw, buf.gpu._internal, 0, ptr, n)
+                except Exception as e:
+                    raise_if_lost(self._state, f"uploading {nbytes} bytes", e)
+                    raise
                 self.bytes_uploaded += nbytes
         return buf
 
