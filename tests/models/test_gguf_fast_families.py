@@ -21,11 +21,11 @@ import torch
 
 import tallow as tl
 from tallow.models import llama_decode
-from tallow.models.gguf_decoder import gguf_name, load_gguf_decoder
+from tallow.models.gguf_decoder import load_gguf_decoder
 from tallow.models.gguf_models import load_gguf_model
 from tallow.models.quantized_llama import ModelWeights
 
-from support.models import add_decoder_shape
+from support.models import add_decoder_shape, write_hf_tensors
 
 pytestmark = pytest.mark.skipif(not llama_decode.available(), reason="the compiled decode kernels are not built")
 
@@ -88,22 +88,7 @@ def write_gguf(hf, arch, path, quantized, phi3_window=0):
                                                   / math.log(original)))
         w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], np.float32))
         w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], np.float32))
-    for name, t in hf.state_dict().items():
-        if name == "lm_head.weight" and c.tie_word_embeddings:
-            continue
-        a = t.detach().numpy().astype(np.float32)
-        if arch == "gemma3" and name.endswith("norm.weight"):
-            a = a + 1  # the converter's Gemma 3: norms scale by the stored weight
-        out = gguf_name(name, arch == "gemma3", arch == "phi3")
-        if quantized and a.ndim == 2:
-            w.add_tensor(out, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0),
-                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        else:
-            w.add_tensor(out, np.ascontiguousarray(a))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_hf_tensors(w, hf, arch, quantized)
 
 
 def _perturbed(build, seed):

@@ -26,7 +26,7 @@ from tallow.models.decoders import decoder_config
 from tallow.models.llama import ContextLengthError, Llama
 from tallow.models.quantized_llama import ModelWeights
 
-from support.models import QLLAMA_CFG, add_decoder_shape, save_llama_gguf
+from support.models import QLLAMA_CFG, add_decoder_shape, save_llama_gguf, write_hf_tensors
 
 SMALL = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=400,
@@ -121,8 +121,6 @@ def write_q8_gguf(hf, arch, path):
     weights in Q8_0 (quantized by the gguf package)."""
     import gguf
 
-    from tallow.models.gguf_decoder import gguf_name
-
     c = hf.config
     w = gguf.GGUFWriter(str(path), arch)
     add_decoder_shape(w, c)
@@ -130,22 +128,7 @@ def write_q8_gguf(hf, arch, path):
     w.add_rope_freq_base(rope["rope_theta"])
     if arch == "gemma3":
         w.add_sliding_window(c.sliding_window)
-    for name, t in hf.state_dict().items():
-        if name == "lm_head.weight" and c.tie_word_embeddings:
-            continue
-        a = t.detach().numpy().astype(np.float32)
-        if arch == "gemma3" and name.endswith("norm.weight"):
-            a = a + 1  # the converter's Gemma 3: norms scale by the stored weight
-        if a.ndim == 2:
-            raw = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(gguf_name(name, arch == "gemma3"), raw,
-                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        else:
-            w.add_tensor(gguf_name(name, arch == "gemma3"), np.ascontiguousarray(a))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_hf_tensors(w, hf, arch)
 
 
 def _qwen2_gguf():

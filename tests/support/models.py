@@ -3,6 +3,33 @@
 import os
 
 
+def write_hf_tensors(w, hf, arch, quantized=True):
+    """A transformers model's weights into ``gguf.GGUFWriter`` ``w`` as llama.cpp's converter
+    names and stores them (Gemma 3's norms as weight + 1, Phi-3's fused projections), the
+    2-D ones in Q8_0 when ``quantized``; then writes the file and closes it."""
+    import gguf
+    import numpy as np
+
+    from tallow.models.gguf_decoder import gguf_name
+
+    for name, t in hf.state_dict().items():
+        if name == "lm_head.weight" and hf.config.tie_word_embeddings:
+            continue
+        a = t.detach().numpy().astype(np.float32)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            a = a + 1  # the converter's Gemma 3: norms scale by the stored weight
+        out = gguf_name(name, arch == "gemma3", arch == "phi3")
+        if quantized and a.ndim == 2:
+            w.add_tensor(out, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0),
+                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(out, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def add_decoder_shape(w, c):
     """A decoder's shape keys in a ``gguf.GGUFWriter``, from its transformers config ``c``,
     as llama.cpp's converter writes them (key and value lengths: the head size, which
